@@ -1,0 +1,94 @@
+// GcsClient: what every process (node manager, worker, driver, CLI) uses to talk to the GCS.
+// Calls are blocking and thread-safe. Each call carries the cluster token; while the GCS is
+// down (a restart) a call waits for it up to its timeout and is retried if it was cut off,
+// which is safe because every mutating call is idempotent. No gRPC in this header.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "runtime/proto/gcs.pb.h"
+
+namespace phalanx::gcs {
+
+struct GcsClientOptions {
+  std::string address;  // host:port of the GCS
+  std::string token;    // the cluster token
+  // Upper bound of one call, including waiting for a restarting GCS.
+  absl::Duration rpc_timeout = absl::Seconds(30);
+};
+
+class GcsClient {
+ public:
+  // A live subscription; destroying it stops the stream and joins its thread.
+  class Subscription {
+   public:
+    virtual ~Subscription() = default;
+    // How many times the stream was re-established (after a GCS restart, say).
+    virtual int reconnects() const = 0;
+  };
+  using MessageCallback = std::function<void(const rpc::PubMessage&)>;
+
+  // Connects and checks the address and the token with one call bounded by
+  // `connect_timeout`. Errors: Unavailable ("cannot reach the GCS at …"), Unauthenticated.
+  static absl::StatusOr<std::unique_ptr<GcsClient>> Connect(
+      const GcsClientOptions& options, absl::Duration connect_timeout = absl::Seconds(5));
+
+  virtual ~GcsClient() = default;
+  GcsClient(const GcsClient&) = delete;
+  GcsClient& operator=(const GcsClient&) = delete;
+
+  virtual const std::string& address() const = 0;
+
+  virtual absl::StatusOr<rpc::GetClusterInfoReply> GetClusterInfo() = 0;
+
+  virtual absl::StatusOr<rpc::RegisterNodeReply> RegisterNode(const rpc::NodeInfo& node) = 0;
+  virtual absl::StatusOr<rpc::HeartbeatReply> Heartbeat(const rpc::HeartbeatRequest& request) = 0;
+  virtual absl::Status UnregisterNode(const std::string& node_id, const std::string& reason) = 0;
+  virtual absl::StatusOr<std::vector<rpc::NodeInfo>> GetAllNodes(bool alive_only = false) = 0;
+
+  // Returns whether the key was added (false: it existed; kept unless overwrite).
+  virtual absl::StatusOr<bool> KvPut(const std::string& ns, const std::string& key,
+                                     const std::string& value, bool overwrite = true) = 0;
+  // nullopt when the key does not exist.
+  virtual absl::StatusOr<std::optional<std::string>> KvGet(const std::string& ns,
+                                                           const std::string& key) = 0;
+  virtual absl::StatusOr<int> KvDelete(const std::string& ns, const std::string& key,
+                                       bool by_prefix = false) = 0;
+  virtual absl::StatusOr<std::vector<rpc::KvEntry>> KvList(const std::string& ns,
+                                                           const std::string& prefix = "") = 0;
+
+  virtual absl::Status UpdateActor(const rpc::ActorInfo& actor) = 0;
+  // By id; NotFound names the actor.
+  virtual absl::StatusOr<rpc::ActorInfo> GetActor(const std::string& actor_id) = 0;
+  virtual absl::StatusOr<rpc::ActorInfo> GetNamedActor(const std::string& name,
+                                                       const std::string& ns = "") = 0;
+  virtual absl::StatusOr<std::vector<rpc::ActorInfo>> ListActors(
+      const std::string& job_id = "") = 0;
+
+  virtual absl::Status UpdateJob(const rpc::JobInfo& job) = 0;
+  virtual absl::StatusOr<rpc::JobInfo> GetJob(const std::string& job_id) = 0;
+  virtual absl::StatusOr<std::vector<rpc::JobInfo>> ListJobs() = 0;
+
+  virtual absl::Status UpdatePlacementGroup(const rpc::PlacementGroupInfo& pg) = 0;
+  virtual absl::StatusOr<std::vector<rpc::PlacementGroupInfo>> ListPlacementGroups() = 0;
+
+  // Streams every change of `channels` to `on_message`, on a thread of the subscription's
+  // own, in order. The stream reconnects by itself after a GCS restart or a network break,
+  // resuming from the last sequence number seen: missed messages are replayed, or (after a
+  // restart, or a gap too old to replay) a snapshot of the channel's table arrives as
+  // messages with snapshot = true followed by one with snapshot_done = true.
+  virtual std::unique_ptr<Subscription> Subscribe(std::vector<rpc::Channel> channels,
+                                                  MessageCallback on_message) = 0;
+
+ protected:
+  GcsClient() = default;
+};
+
+}  // namespace phalanx::gcs

@@ -1,0 +1,411 @@
+#include "gcs/gcs_server.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "gcs/kv_manager.h"
+#include "gcs/node_manager.h"
+#include "gcs/publisher.h"
+#include "gcs/record_table.h"
+#include "runtime/common/ids.h"
+#include "runtime/common/logging.h"
+#include "runtime/common/sha256.h"
+#include "runtime/common/system.h"
+#include "runtime/proto/gcs.grpc.pb.h"
+#include "runtime/rpc/rpc.h"
+
+namespace phalanx::gcs {
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+
+#define PHX_AUTH(context)                                                         \
+  do {                                                                            \
+    if (auto auth = rpc::CheckToken(*(context), token_); !auth.ok()) return auth; \
+  } while (0)
+
+class GcsServiceImpl final : public rpc::GcsService::Service {
+ public:
+  GcsServiceImpl(std::string token, std::string cluster_id, GcsPublisher* publisher,
+                 GcsNodeManager* nodes, GcsKvManager* kv, RecordTable<rpc::ActorInfo>* actors,
+                 RecordTable<rpc::JobInfo>* jobs,
+                 RecordTable<rpc::PlacementGroupInfo>* placement_groups)
+      : token_(std::move(token)),
+        cluster_id_(std::move(cluster_id)),
+        start_time_ms_(NowMs()),
+        publisher_(publisher),
+        nodes_(nodes),
+        kv_(kv),
+        actors_(actors),
+        jobs_(jobs),
+        placement_groups_(placement_groups) {}
+
+  void Stop() { stopping_ = true; }
+
+  grpc::Status GetClusterInfo(grpc::ServerContext* context, const rpc::GetClusterInfoRequest*,
+                              rpc::GetClusterInfoReply* reply) override {
+    PHX_AUTH(context);
+    reply->set_cluster_id(cluster_id_);
+    reply->set_incarnation(publisher_->incarnation());
+    reply->set_version(kVersion);
+    reply->set_start_time_ms(start_time_ms_);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RegisterNode(grpc::ServerContext* context, const rpc::RegisterNodeRequest* request,
+                            rpc::RegisterNodeReply* reply) override {
+    PHX_AUTH(context);
+    if (auto s = nodes_->Register(request->node()); !s.ok()) return rpc::ToGrpc(s);
+    reply->set_incarnation(publisher_->incarnation());
+    reply->set_cluster_id(cluster_id_);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext* context, const rpc::HeartbeatRequest* request,
+                         rpc::HeartbeatReply* reply) override {
+    PHX_AUTH(context);
+    bool unknown = false, dead = false;
+    if (auto s = nodes_->Heartbeat(*request, &unknown, &dead); !s.ok()) return rpc::ToGrpc(s);
+    reply->set_incarnation(publisher_->incarnation());
+    reply->set_unknown_node(unknown);
+    reply->set_declared_dead(dead);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status UnregisterNode(grpc::ServerContext* context,
+                              const rpc::UnregisterNodeRequest* request,
+                              rpc::UnregisterNodeReply*) override {
+    PHX_AUTH(context);
+    std::string reason = request->reason().empty() ? "stopped" : request->reason();
+    return rpc::ToGrpc(nodes_->MarkDead(request->node_id(), reason));
+  }
+
+  grpc::Status GetAllNodes(grpc::ServerContext* context, const rpc::GetAllNodesRequest* request,
+                           rpc::GetAllNodesReply* reply) override {
+    PHX_AUTH(context);
+    for (auto& n : nodes_->GetAll(request->alive_only())) *reply->add_nodes() = std::move(n);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status KvPut(grpc::ServerContext* context, const rpc::KvPutRequest* request,
+                     rpc::KvPutReply* reply) override {
+    PHX_AUTH(context);
+    auto added =
+        kv_->Put(request->namespace_(), request->key(), request->value(), request->overwrite());
+    if (!added.ok()) return rpc::ToGrpc(added.status());
+    reply->set_added(*added);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status KvGet(grpc::ServerContext* context, const rpc::KvGetRequest* request,
+                     rpc::KvGetReply* reply) override {
+    PHX_AUTH(context);
+    if (auto s = ValidateKvKey(request->namespace_(), request->key()); !s.ok()) {
+      return rpc::ToGrpc(s);
+    }
+    auto value = kv_->Get(request->namespace_(), request->key());
+    reply->set_found(value.has_value());
+    if (value) reply->set_value(std::move(*value));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status KvDelete(grpc::ServerContext* context, const rpc::KvDeleteRequest* request,
+                        rpc::KvDeleteReply* reply) override {
+    PHX_AUTH(context);
+    auto n = kv_->Delete(request->namespace_(), request->key(), request->by_prefix());
+    if (!n.ok()) return rpc::ToGrpc(n.status());
+    reply->set_deleted(*n);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status KvList(grpc::ServerContext* context, const rpc::KvListRequest* request,
+                      rpc::KvListReply* reply) override {
+    PHX_AUTH(context);
+    for (auto& e : kv_->List(request->namespace_(), request->prefix())) {
+      *reply->add_entries() = std::move(e);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status UpdateActor(grpc::ServerContext* context, const rpc::UpdateActorRequest* request,
+                           rpc::UpdateActorReply*) override {
+    PHX_AUTH(context);
+    if (request->actor().actor_id().empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "UpdateActor: actor_id is empty");
+    }
+    return rpc::ToGrpc(actors_->Put(request->actor().actor_id(), request->actor()));
+  }
+
+  grpc::Status GetActor(grpc::ServerContext* context, const rpc::GetActorRequest* request,
+                        rpc::GetActorReply* reply) override {
+    PHX_AUTH(context);
+    std::optional<rpc::ActorInfo> actor;
+    if (!request->actor_id().empty()) {
+      actor = actors_->Get(request->actor_id());
+    } else if (!request->name().empty()) {
+      auto matches = actors_->List([&](const rpc::ActorInfo& a) {
+        return a.name() == request->name() && a.namespace_() == request->namespace_() &&
+               a.state() != rpc::ACTOR_DEAD;
+      });
+      if (!matches.empty()) actor = matches.front();
+    } else {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "GetActor: give an actor_id or a name");
+    }
+    if (!actor) {
+      return grpc::Status(
+          grpc::StatusCode::NOT_FOUND,
+          absl::StrCat("no actor ", request->actor_id().empty()
+                                        ? absl::StrCat("named '", request->name(), "'")
+                                        : request->actor_id()));
+    }
+    *reply->mutable_actor() = std::move(*actor);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListActors(grpc::ServerContext* context, const rpc::ListActorsRequest* request,
+                          rpc::ListActorsReply* reply) override {
+    PHX_AUTH(context);
+    auto actors = actors_->List([&](const rpc::ActorInfo& a) {
+      return request->job_id().empty() || a.job_id() == request->job_id();
+    });
+    std::sort(actors.begin(), actors.end(), [](const auto& a, const auto& b) {
+      return std::make_tuple(a.create_time_ms(), a.actor_id()) <
+             std::make_tuple(b.create_time_ms(), b.actor_id());
+    });
+    for (auto& a : actors) *reply->add_actors() = std::move(a);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status UpdateJob(grpc::ServerContext* context, const rpc::UpdateJobRequest* request,
+                         rpc::UpdateJobReply*) override {
+    PHX_AUTH(context);
+    if (request->job().job_id().empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "UpdateJob: job_id is empty");
+    }
+    return rpc::ToGrpc(jobs_->Put(request->job().job_id(), request->job()));
+  }
+
+  grpc::Status GetJob(grpc::ServerContext* context, const rpc::GetJobRequest* request,
+                      rpc::GetJobReply* reply) override {
+    PHX_AUTH(context);
+    auto job = jobs_->Get(request->job_id());
+    if (!job) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("no job '", request->job_id(),
+                                       "'; `phalanx job list` shows the known ones"));
+    }
+    *reply->mutable_job() = std::move(*job);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListJobs(grpc::ServerContext* context, const rpc::ListJobsRequest*,
+                        rpc::ListJobsReply* reply) override {
+    PHX_AUTH(context);
+    auto jobs = jobs_->List();
+    std::sort(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) {
+      return std::make_tuple(a.submit_time_ms(), a.job_id()) <
+             std::make_tuple(b.submit_time_ms(), b.job_id());
+    });
+    for (auto& j : jobs) *reply->add_jobs() = std::move(j);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status UpdatePlacementGroup(grpc::ServerContext* context,
+                                    const rpc::UpdatePlacementGroupRequest* request,
+                                    rpc::UpdatePlacementGroupReply*) override {
+    PHX_AUTH(context);
+    const auto& pg = request->placement_group();
+    if (pg.placement_group_id().empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "UpdatePlacementGroup: placement_group_id is empty");
+    }
+    return rpc::ToGrpc(placement_groups_->Put(pg.placement_group_id(), pg));
+  }
+
+  grpc::Status ListPlacementGroups(grpc::ServerContext* context,
+                                   const rpc::ListPlacementGroupsRequest*,
+                                   rpc::ListPlacementGroupsReply* reply) override {
+    PHX_AUTH(context);
+    for (auto& pg : placement_groups_->List()) *reply->add_placement_groups() = std::move(pg);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Subscribe(grpc::ServerContext* context, const rpc::SubscribeRequest* request,
+                         grpc::ServerWriter<rpc::PubMessage>* writer) override {
+    PHX_AUTH(context);
+    if (request->channels().empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Subscribe: no channels given");
+    }
+    for (int c : request->channels()) {
+      if (!rpc::Channel_IsValid(c) || c == rpc::CHANNEL_UNSPECIFIED) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat("Subscribe: unknown channel ", c));
+      }
+    }
+    auto subscriber = publisher_->Subscribe(*request);
+    bool fell_behind = false;
+    while (!context->IsCancelled() && !stopping_) {
+      auto message = subscriber->Next(absl::Milliseconds(200));
+      if (!message) {
+        if (subscriber->closed()) {
+          fell_behind = !stopping_;
+          break;
+        }
+        continue;
+      }
+      if (!writer->Write(*message)) break;
+    }
+    publisher_->Unsubscribe(subscriber);
+    if (fell_behind) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "subscriber fell behind; reconnect to resync");
+    }
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "GCS is shutting down");
+  }
+
+ private:
+  const std::string token_;
+  const std::string cluster_id_;
+  const int64_t start_time_ms_;
+  GcsPublisher* publisher_;
+  GcsNodeManager* nodes_;
+  GcsKvManager* kv_;
+  RecordTable<rpc::ActorInfo>* actors_;
+  RecordTable<rpc::JobInfo>* jobs_;
+  RecordTable<rpc::PlacementGroupInfo>* placement_groups_;
+  std::atomic<bool> stopping_{false};
+};
+
+#undef PHX_AUTH
+
+// Checks that the store belongs to this cluster and token, or claims it for them.
+absl::Status CheckClusterMeta(Store* store, const std::string& cluster_id,
+                              const std::string& token) {
+  std::string token_hash = Sha256Hex(token);
+  auto stored = store->Get("meta", "token_sha256");
+  if (!stored.ok()) return stored.status();
+  if (stored->has_value()) {
+    if (**stored != token_hash) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cluster ", cluster_id,
+          " in Redis was created with another token; start the GCS with the token file of "
+          "the session that created it"));
+    }
+    return absl::OkStatus();
+  }
+  if (auto s = store->PutSync("meta", "cluster_id", cluster_id); !s.ok()) return s;
+  if (auto s = store->PutSync("meta", "created_ms", std::to_string(NowMs())); !s.ok()) return s;
+  return store->PutSync("meta", "token_sha256", token_hash);
+}
+
+void SetActorBody(rpc::PubMessage* m, const rpc::ActorInfo& a) { *m->mutable_actor() = a; }
+void SetJobBody(rpc::PubMessage* m, const rpc::JobInfo& j) { *m->mutable_job() = j; }
+void SetPgBody(rpc::PubMessage* m, const rpc::PlacementGroupInfo& pg) {
+  *m->mutable_placement_group() = pg;
+}
+
+class GcsServerImpl final : public GcsServer {
+ public:
+  explicit GcsServerImpl(std::unique_ptr<Store> store, const GcsServerOptions& options)
+      : options_(options),
+        store_(std::move(store)),
+        publisher_(RandomHex(8)),
+        nodes_(store_.get(), &publisher_, {options.node_timeout, options.restart_grace}),
+        kv_(store_.get(), &publisher_),
+        actors_(store_.get(), &publisher_, "actors", rpc::ACTOR, &SetActorBody),
+        jobs_(store_.get(), &publisher_, "jobs", rpc::JOB, &SetJobBody),
+        placement_groups_(store_.get(), &publisher_, "placement_groups", rpc::PLACEMENT_GROUP,
+                          &SetPgBody) {}
+
+  ~GcsServerImpl() override { Shutdown(); }
+
+  absl::Status Init() {
+    const std::string& cluster_id = options_.redis.cluster_id;
+    if (auto s = CheckClusterMeta(store_.get(), cluster_id, options_.token); !s.ok()) return s;
+    if (auto s = nodes_.Load(); !s.ok()) return s;
+    if (auto s = kv_.Load(); !s.ok()) return s;
+    if (auto s = actors_.Load(); !s.ok()) return s;
+    if (auto s = jobs_.Load(); !s.ok()) return s;
+    if (auto s = placement_groups_.Load(); !s.ok()) return s;
+    service_ = std::make_unique<GcsServiceImpl>(options_.token, cluster_id, &publisher_, &nodes_,
+                                                &kv_, &actors_, &jobs_, &placement_groups_);
+    auto started =
+        rpc::StartServer(absl::StrCat(options_.listen_host, ":", options_.port), {service_.get()});
+    if (!started.ok()) {
+      return absl::UnavailableError(absl::StrCat("GCS cannot listen on port ", options_.port,
+                                                 ": it is in use; pass another --port"));
+    }
+    server_ = std::move(started->server);
+    port_ = started->port;
+    health_thread_ = std::thread([this] { HealthLoop(); });
+    spdlog::info("GCS for cluster {} listening on port {} (incarnation {})", cluster_id, port_,
+                 publisher_.incarnation());
+    return absl::OkStatus();
+  }
+
+  int port() const override { return port_; }
+  const std::string& cluster_id() const override { return options_.redis.cluster_id; }
+  const std::string& incarnation() const override { return publisher_.incarnation(); }
+
+  void Wait() override { stopped_.WaitForNotification(); }
+
+  void Shutdown() override {
+    if (shutdown_started_.exchange(true)) {
+      stopped_.WaitForNotification();
+      return;
+    }
+    if (service_) service_->Stop();
+    publisher_.Shutdown();
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    if (health_thread_.joinable()) health_thread_.join();
+    stopped_.Notify();
+  }
+
+ private:
+  void HealthLoop() {
+    while (!shutdown_started_) {
+      absl::SleepFor(options_.health_check_period);
+      nodes_.CheckHeartbeats();
+    }
+  }
+
+  const GcsServerOptions options_;
+  std::unique_ptr<Store> store_;
+  GcsPublisher publisher_;
+  GcsNodeManager nodes_;
+  GcsKvManager kv_;
+  RecordTable<rpc::ActorInfo> actors_;
+  RecordTable<rpc::JobInfo> jobs_;
+  RecordTable<rpc::PlacementGroupInfo> placement_groups_;
+  std::unique_ptr<GcsServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::thread health_thread_;
+  std::atomic<bool> shutdown_started_{false};
+  absl::Notification stopped_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GcsServer>> GcsServer::Start(const GcsServerOptions& options) {
+  if (options.token.empty()) return absl::InvalidArgumentError("GCS: the cluster token is empty");
+  if (options.redis.cluster_id.empty()) {
+    return absl::InvalidArgumentError("GCS: the cluster id is empty");
+  }
+  std::unique_ptr<Store> store;
+  if (options.in_memory_store) {
+    store = NewInMemoryStore();
+  } else {
+    auto redis = ConnectRedisStore(options.redis);
+    if (!redis.ok()) return redis.status();
+    store = std::move(*redis);
+  }
+  auto server = std::make_unique<GcsServerImpl>(std::move(store), options);
+  if (auto s = server->Init(); !s.ok()) return s;
+  return std::unique_ptr<GcsServer>(std::move(server));
+}
+
+}  // namespace phalanx::gcs

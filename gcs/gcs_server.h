@@ -1,0 +1,48 @@
+// GcsServer: the control plane. Owns the store, the publisher and one manager per table, and
+// serves GcsService over gRPC. Start() loads every table from the store, so a GCS restarted
+// on the same Redis carries on where the last one stopped. Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "gcs/store.h"
+
+namespace phalanx::gcs {
+
+struct GcsServerOptions {
+  std::string listen_host = "0.0.0.0";
+  int port = 6380;  // 0: pick a free one
+  RedisOptions redis;
+  bool in_memory_store = false;  // unit tests only: nothing survives a restart
+  std::string token;             // every RPC must carry it
+  absl::Duration node_timeout = absl::Seconds(3);
+  absl::Duration restart_grace = absl::Seconds(10);
+  absl::Duration health_check_period = absl::Milliseconds(100);
+};
+
+class GcsServer {
+ public:
+  // Connects to the store, checks it belongs to this cluster and token, loads every table and
+  // starts serving. Errors name what failed (Redis unreachable, token mismatch, port in use).
+  static absl::StatusOr<std::unique_ptr<GcsServer>> Start(const GcsServerOptions& options);
+
+  virtual ~GcsServer() = default;
+  GcsServer(const GcsServer&) = delete;
+  GcsServer& operator=(const GcsServer&) = delete;
+
+  virtual int port() const = 0;
+  virtual const std::string& cluster_id() const = 0;
+  virtual const std::string& incarnation() const = 0;
+  // Blocks until Shutdown() is called.
+  virtual void Wait() = 0;
+  // Ends every subscription and stops serving; idempotent.
+  virtual void Shutdown() = 0;
+
+ protected:
+  GcsServer() = default;
+};
+
+}  // namespace phalanx::gcs

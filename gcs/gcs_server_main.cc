@@ -1,0 +1,70 @@
+// phalanx-gcs: the control-plane daemon. Started by `phalanx start --head`; restart it with
+// the same arguments (same Redis, cluster id and token file) and it carries on.
+#include <cstdlib>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
+#include "gcs/gcs_server.h"
+#include "runtime/common/files.h"
+#include "runtime/common/logging.h"
+#include "runtime/common/signals.h"
+#include "runtime/rpc/rpc.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"phalanx-gcs: the Phalanx control plane"};
+  phalanx::gcs::GcsServerOptions options;
+  std::string redis_address = "127.0.0.1:6379";
+  std::string redis_password_file, token_file, log_file;
+  int64_t node_timeout_ms = 3000, restart_grace_ms = 10000;
+  app.add_option("--port", options.port, "gRPC port (0: any free one)");
+  app.add_option("--listen-host", options.listen_host, "address to listen on");
+  app.add_option("--redis-address", redis_address, "Redis HOST:PORT");
+  app.add_option("--redis-password-file", redis_password_file, "file holding the Redis password");
+  app.add_option("--cluster-id", options.redis.cluster_id, "cluster id (Redis key namespace)")
+      ->required();
+  app.add_option("--token-file", token_file, "file holding the cluster token")->required();
+  app.add_option("--node-timeout-ms", node_timeout_ms,
+                 "declare a node dead after this long without heartbeats");
+  app.add_option("--restart-grace-ms", restart_grace_ms,
+                 "after a restart, how long live nodes have to heartbeat again");
+  app.add_option("--log-file", log_file, "log here instead of stderr");
+  CLI11_PARSE(app, argc, argv);
+
+  phalanx::BlockTerminationSignals();
+  phalanx::InitLogging("gcs", log_file);
+
+  auto host_port = phalanx::rpc::SplitHostPort(redis_address, "--redis-address");
+  if (!host_port.ok()) {
+    spdlog::error("{}", host_port.status().message());
+    return 2;
+  }
+  options.redis.host = host_port->first;
+  options.redis.port = host_port->second;
+  if (!redis_password_file.empty()) {
+    auto password = phalanx::ReadFile(redis_password_file);
+    if (!password.ok()) {
+      spdlog::error("--redis-password-file: {}", password.status().message());
+      return 2;
+    }
+    options.redis.password = std::string(absl::StripAsciiWhitespace(*password));
+  }
+  auto token = phalanx::ReadFile(token_file);
+  if (!token.ok()) {
+    spdlog::error("--token-file: {}", token.status().message());
+    return 2;
+  }
+  options.token = std::string(absl::StripAsciiWhitespace(*token));
+  options.node_timeout = absl::Milliseconds(node_timeout_ms);
+  options.restart_grace = absl::Milliseconds(restart_grace_ms);
+
+  auto server = phalanx::gcs::GcsServer::Start(options);
+  if (!server.ok()) {
+    spdlog::error("GCS failed to start: {}", server.status().message());
+    return 1;
+  }
+  int sig = phalanx::WaitForTerminationSignal();
+  spdlog::info("signal {}: shutting down", sig);
+  (*server)->Shutdown();
+  return 0;
+}

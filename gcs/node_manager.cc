@@ -1,0 +1,254 @@
+#include "gcs/node_manager.h"
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/common/ids.h"
+#include "runtime/common/logging.h"
+#include "runtime/common/system.h"
+
+namespace phalanx::gcs {
+
+GcsNodeManager::GcsNodeManager(Store* store, GcsPublisher* publisher, Options options)
+    : publisher_(publisher), options_(options), nodes_(store, "nodes") {
+  publisher_->SetSnapshotProvider(rpc::NODE, [this](const auto& consume) {
+    absl::MutexLock lock(&mu_);
+    std::vector<rpc::PubMessage> out;
+    for (const auto& [id, node] : nodes_.entries()) {
+      rpc::PubMessage m;
+      m.set_key(id);
+      *m.mutable_node() = node;
+      out.push_back(std::move(m));
+    }
+    consume(std::move(out));
+  });
+  publisher_->SetSnapshotProvider(rpc::RESOURCES, [this](const auto& consume) {
+    absl::MutexLock lock(&mu_);
+    std::vector<rpc::PubMessage> out;
+    for (const auto& [id, node] : nodes_.entries()) {
+      if (node.state() != rpc::NODE_ALIVE) continue;
+      rpc::PubMessage m;
+      m.set_key(id);
+      auto* event = m.mutable_resource();
+      event->set_kind(rpc::ResourceEvent::NODE_ADDED);
+      event->set_node_id(id);
+      *event->mutable_total() = node.total();
+      *event->mutable_available() = node.available();
+      out.push_back(std::move(m));
+    }
+    consume(std::move(out));
+  });
+}
+
+absl::Status GcsNodeManager::Load() {
+  absl::MutexLock lock(&mu_);
+  if (auto s = nodes_.Load(); !s.ok()) return s;
+  absl::Time deadline = absl::Now() + std::max(options_.restart_grace, options_.node_timeout);
+  int alive = 0;
+  for (const auto& [id, node] : nodes_.entries()) {
+    if (node.state() == rpc::NODE_ALIVE) {
+      deadline_[id] = deadline;
+      ++alive;
+    }
+  }
+  spdlog::info("loaded {} nodes ({} alive, given {} s to heartbeat)", nodes_.size(), alive,
+               absl::ToDoubleSeconds(options_.restart_grace));
+  return absl::OkStatus();
+}
+
+void GcsNodeManager::PublishNodeLocked(const rpc::NodeInfo& node) {
+  rpc::PubMessage m;
+  m.set_channel(rpc::NODE);
+  m.set_key(node.node_id());
+  *m.mutable_node() = node;
+  publisher_->Publish(std::move(m));
+}
+
+void GcsNodeManager::PublishResourceLocked(rpc::ResourceEvent::Kind kind,
+                                           const rpc::NodeInfo& node) {
+  rpc::PubMessage m;
+  m.set_channel(rpc::RESOURCES);
+  m.set_key(node.node_id());
+  auto* event = m.mutable_resource();
+  event->set_kind(kind);
+  event->set_node_id(node.node_id());
+  *event->mutable_total() = node.total();
+  *event->mutable_available() = node.available();
+  publisher_->Publish(std::move(m));
+}
+
+absl::Status GcsNodeManager::Register(rpc::NodeInfo node) {
+  if (node.node_id().empty()) return absl::InvalidArgumentError("RegisterNode: node_id is empty");
+  if (node.address().empty()) {
+    return absl::InvalidArgumentError("RegisterNode: address is empty (want host:port)");
+  }
+  PendingWrite write;
+  bool first_time = false;
+  {
+    absl::MutexLock lock(&mu_);
+    const rpc::NodeInfo* existing = nodes_.Find(node.node_id());
+    if (existing != nullptr && existing->state() == rpc::NODE_DEAD) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("node ", node.node_id(), " was declared dead (", existing->death_reason(),
+                       "); a node manager that comes back must register with a new id"));
+    }
+    first_time = existing == nullptr;
+    node.set_state(rpc::NODE_ALIVE);
+    if (existing != nullptr) {
+      node.set_start_time_ms(existing->start_time_ms());
+    } else if (node.start_time_ms() == 0) {
+      node.set_start_time_ms(NowMs());
+    }
+    if (!node.has_available()) *node.mutable_available() = node.total();
+    write = nodes_.Put(node.node_id(), node);
+    deadline_[node.node_id()] = absl::Now() + options_.node_timeout;
+    PublishNodeLocked(node);
+    PublishResourceLocked(
+        first_time ? rpc::ResourceEvent::NODE_ADDED : rpc::ResourceEvent::RESOURCES_CHANGED, node);
+  }
+  if (auto s = write.Wait(); !s.ok()) return s;
+  spdlog::info("node {} {} at {} with {}", ShortId(node.node_id()),
+               first_time ? "registered" : "re-registered", node.address(),
+               node.total().DebugString());
+  if (first_time) {
+    std::vector<std::function<void(const rpc::NodeInfo&)>> listeners;
+    {
+      absl::MutexLock lock(&mu_);
+      listeners = added_listeners_;
+    }
+    for (auto& l : listeners) l(node);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GcsNodeManager::Heartbeat(const rpc::HeartbeatRequest& request, bool* unknown,
+                                       bool* declared_dead) {
+  *unknown = false;
+  *declared_dead = false;
+  PendingWrite write;
+  {
+    absl::MutexLock lock(&mu_);
+    const rpc::NodeInfo* node = nodes_.Find(request.node_id());
+    if (node == nullptr) {
+      *unknown = true;
+      return absl::OkStatus();
+    }
+    if (node->state() == rpc::NODE_DEAD) {
+      *declared_dead = true;
+      return absl::OkStatus();
+    }
+    deadline_[request.node_id()] = absl::Now() + options_.node_timeout;
+    if (request.has_available() && !google::protobuf::util::MessageDifferencer::Equals(
+                                       request.available(), node->available())) {
+      rpc::NodeInfo updated = *node;
+      *updated.mutable_available() = request.available();
+      write = nodes_.Put(updated.node_id(), updated);
+      PublishNodeLocked(updated);
+      PublishResourceLocked(rpc::ResourceEvent::RESOURCES_CHANGED, updated);
+    }
+  }
+  return write.Wait();
+}
+
+absl::Status GcsNodeManager::UpdateAvailable(const std::string& node_id,
+                                             const rpc::ResourceSet& available) {
+  PendingWrite write;
+  {
+    absl::MutexLock lock(&mu_);
+    const rpc::NodeInfo* node = nodes_.Find(node_id);
+    if (node == nullptr || node->state() != rpc::NODE_ALIVE) {
+      return absl::NotFoundError(absl::StrCat("node ", node_id, " is not alive"));
+    }
+    if (google::protobuf::util::MessageDifferencer::Equals(available, node->available())) {
+      return absl::OkStatus();
+    }
+    rpc::NodeInfo updated = *node;
+    *updated.mutable_available() = available;
+    write = nodes_.Put(node_id, updated);
+    PublishNodeLocked(updated);
+    PublishResourceLocked(rpc::ResourceEvent::RESOURCES_CHANGED, updated);
+  }
+  return write.Wait();
+}
+
+PendingWrite GcsNodeManager::MarkDeadLocked(const std::string& node_id, const std::string& reason,
+                                            rpc::NodeInfo* dead) {
+  const rpc::NodeInfo* node = nodes_.Find(node_id);
+  if (node == nullptr || node->state() == rpc::NODE_DEAD) return PendingWrite();
+  rpc::NodeInfo updated = *node;
+  updated.set_state(rpc::NODE_DEAD);
+  updated.set_death_reason(reason);
+  updated.set_end_time_ms(NowMs());
+  updated.clear_available();
+  deadline_.erase(node_id);
+  PendingWrite write = nodes_.Put(node_id, updated);
+  PublishNodeLocked(updated);
+  PublishResourceLocked(rpc::ResourceEvent::NODE_REMOVED, updated);
+  *dead = updated;
+  return write;
+}
+
+absl::Status GcsNodeManager::MarkDead(const std::string& node_id, const std::string& reason) {
+  rpc::NodeInfo dead;
+  PendingWrite write;
+  std::vector<std::function<void(const rpc::NodeInfo&)>> listeners;
+  {
+    absl::MutexLock lock(&mu_);
+    write = MarkDeadLocked(node_id, reason, &dead);
+    listeners = dead_listeners_;
+  }
+  absl::Status s = write.Wait();
+  if (!dead.node_id().empty()) {
+    spdlog::warn("node {} at {} is dead: {}", ShortId(node_id), dead.address(), reason);
+    for (auto& l : listeners) l(dead);
+  }
+  return s;
+}
+
+void GcsNodeManager::CheckHeartbeats() {
+  std::vector<std::string> expired;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Time now = absl::Now();
+    for (const auto& [id, deadline] : deadline_) {
+      if (now > deadline) expired.push_back(id);
+    }
+  }
+  for (const auto& id : expired) {
+    absl::Status s = MarkDead(
+        id, absl::StrCat("missed heartbeats for ", absl::FormatDuration(options_.node_timeout)));
+    if (!s.ok()) spdlog::error("cannot record node {} as dead: {}", id, s.ToString());
+  }
+}
+
+std::vector<rpc::NodeInfo> GcsNodeManager::GetAll(bool alive_only) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<rpc::NodeInfo> out;
+  for (const auto& [id, node] : nodes_.entries()) {
+    if (!alive_only || node.state() == rpc::NODE_ALIVE) out.push_back(node);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return std::make_tuple(a.start_time_ms(), a.node_id()) <
+           std::make_tuple(b.start_time_ms(), b.node_id());
+  });
+  return out;
+}
+
+std::optional<rpc::NodeInfo> GcsNodeManager::Get(const std::string& node_id) const {
+  absl::MutexLock lock(&mu_);
+  const rpc::NodeInfo* node = nodes_.Find(node_id);
+  if (node == nullptr) return std::nullopt;
+  return *node;
+}
+
+void GcsNodeManager::AddDeadListener(std::function<void(const rpc::NodeInfo&)> listener) {
+  absl::MutexLock lock(&mu_);
+  dead_listeners_.push_back(std::move(listener));
+}
+
+void GcsNodeManager::AddAddedListener(std::function<void(const rpc::NodeInfo&)> listener) {
+  absl::MutexLock lock(&mu_);
+  added_listeners_.push_back(std::move(listener));
+}
+
+}  // namespace phalanx::gcs

@@ -1,0 +1,76 @@
+// GcsNodeManager: the node table. Nodes register with their resources and heartbeat; a node
+// whose heartbeats stop for `node_timeout` is declared DEAD (and published), and the
+// listeners (the actor manager, placement) hear of it. After a GCS restart every node loaded
+// as ALIVE gets `restart_grace` to heartbeat again before it is declared dead. Thread-safe.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "gcs/publisher.h"
+#include "gcs/table.h"
+#include "runtime/proto/gcs.pb.h"
+
+namespace phalanx::gcs {
+
+class GcsNodeManager {
+ public:
+  struct Options {
+    absl::Duration node_timeout = absl::Seconds(3);
+    absl::Duration restart_grace = absl::Seconds(10);
+  };
+
+  GcsNodeManager(Store* store, GcsPublisher* publisher, Options options);
+
+  // Loads the node table; live nodes get the restart grace period.
+  absl::Status Load();
+
+  // Registers (or re-registers, after a GCS restart) a node. A node id that was declared
+  // dead cannot come back: FailedPrecondition tells its node manager to start afresh.
+  absl::Status Register(rpc::NodeInfo node);
+
+  // Records a heartbeat. Sets *unknown / *declared_dead for the reply.
+  absl::Status Heartbeat(const rpc::HeartbeatRequest& request, bool* unknown, bool* declared_dead);
+
+  // Marks the node DEAD with `reason` (no-op if already dead or unknown).
+  absl::Status MarkDead(const std::string& node_id, const std::string& reason);
+
+  std::vector<rpc::NodeInfo> GetAll(bool alive_only) const;
+  std::optional<rpc::NodeInfo> Get(const std::string& node_id) const;
+
+  // Declares dead every node whose heartbeat deadline passed. Called by the health checker.
+  void CheckHeartbeats();
+
+  // Called (outside any lock) after a node is declared dead.
+  void AddDeadListener(std::function<void(const rpc::NodeInfo&)> listener);
+  // Called (outside any lock) after a node registers for the first time.
+  void AddAddedListener(std::function<void(const rpc::NodeInfo&)> listener);
+
+  // Updates a node's available resources (from the node or the scheduler); publishes a
+  // RESOURCES_CHANGED event when they changed.
+  absl::Status UpdateAvailable(const std::string& node_id, const rpc::ResourceSet& available);
+
+ private:
+  void PublishNodeLocked(const rpc::NodeInfo& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishResourceLocked(rpc::ResourceEvent::Kind kind, const rpc::NodeInfo& node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PendingWrite MarkDeadLocked(const std::string& node_id, const std::string& reason,
+                              rpc::NodeInfo* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  GcsPublisher* const publisher_;
+  const Options options_;
+  mutable absl::Mutex mu_;
+  Table<rpc::NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
+  // In memory only: a heartbeat is not worth a Redis write.
+  absl::flat_hash_map<std::string, absl::Time> deadline_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void(const rpc::NodeInfo&)>> dead_listeners_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void(const rpc::NodeInfo&)>> added_listeners_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace phalanx::gcs

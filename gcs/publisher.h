@@ -1,0 +1,91 @@
+// GcsPublisher: fans every table change out to the subscribers of its channel. Each message
+// gets the next sequence number of its channel; a reconnecting subscriber that names the last
+// number it saw gets what it missed replayed (from a bounded buffer), or a snapshot of the
+// channel's table when the gap is too old or the GCS restarted since. Thread-safe.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "runtime/proto/gcs.pb.h"
+
+namespace phalanx::gcs {
+
+class GcsPublisher {
+ public:
+  // One subscriber's queue. Next() is called by the stream that serves it.
+  class Subscriber {
+   public:
+    // The next message, or nullopt after `timeout` or once closed.
+    std::optional<rpc::PubMessage> Next(absl::Duration timeout);
+    // True once closed: by the publisher's shutdown, or because it fell too far behind (the
+    // client then reconnects and resyncs).
+    bool closed() const;
+
+   private:
+    friend class GcsPublisher;
+    void Push(const rpc::PubMessage& message, size_t limit);
+    void Close();
+
+    mutable absl::Mutex mu_;
+    std::deque<rpc::PubMessage> queue_ ABSL_GUARDED_BY(mu_);
+    bool closed_ ABSL_GUARDED_BY(mu_) = false;
+    std::vector<rpc::Channel> channels_;
+  };
+
+  // Produces the channel's current state as messages (body set, key set) while the table's
+  // owner holds its lock, and passes them to `consume` before releasing it, so that no change
+  // can be published between the snapshot and the registration that `consume` performs.
+  using SnapshotProvider =
+      std::function<void(const std::function<void(std::vector<rpc::PubMessage>)>& consume)>;
+
+  GcsPublisher(std::string incarnation, size_t replay_limit = 10000,
+               size_t subscriber_queue_limit = 100000);
+
+  const std::string& incarnation() const { return incarnation_; }
+
+  void SetSnapshotProvider(rpc::Channel channel, SnapshotProvider provider);
+
+  // Stamps `message` with its channel's next sequence number and this incarnation, and
+  // queues it to every subscriber of the channel. Callers publish while holding the lock of
+  // the table they changed, so the order of messages is the order of changes.
+  void Publish(rpc::PubMessage message);
+
+  // Registers a subscriber. Its queue starts with what it missed since `request`'s resume
+  // point: a replay, or a snapshot (then a snapshot_done marker) per channel.
+  std::shared_ptr<Subscriber> Subscribe(const rpc::SubscribeRequest& request);
+  void Unsubscribe(const std::shared_ptr<Subscriber>& subscriber);
+
+  // Closes every subscriber (their streams end; clients reconnect to the next GCS).
+  void Shutdown();
+
+  uint64_t LastSeq(rpc::Channel channel) const;
+
+ private:
+  struct ChannelState {
+    uint64_t seq = 0;
+    std::deque<rpc::PubMessage> recent;  // the last replay_limit_ messages
+    std::vector<std::shared_ptr<Subscriber>> subscribers;
+    SnapshotProvider snapshot;
+  };
+
+  // Adds `subscriber` to `channel`, queueing `backlog` first.
+  void AttachLocked(rpc::Channel channel, const std::shared_ptr<Subscriber>& subscriber,
+                    std::vector<rpc::PubMessage> backlog, bool is_snapshot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string incarnation_;
+  const size_t replay_limit_;
+  const size_t queue_limit_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<int, ChannelState> channels_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace phalanx::gcs

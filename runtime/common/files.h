@@ -1,0 +1,33 @@
+// Small file-system helpers. All functions are thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace phalanx {
+
+// Returns the whole content of `path`, or NotFound / an I/O error naming the path.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// Writes `content` to `path` atomically (a temporary file renamed over it) with file mode
+// `mode`. The mode is applied before any byte is written, so a secret never sits in a
+// world-readable file.
+absl::Status WriteFile(const std::string& path, const std::string& content, mode_t mode = 0644);
+
+// Creates `path` and its missing parents (like `mkdir -p`).
+absl::Status MakeDirs(const std::string& path, mode_t mode = 0755);
+
+// Removes `path` recursively; a missing path is not an error.
+absl::Status RemoveAll(const std::string& path);
+
+// Names (not paths) of the entries of directory `path`, sorted; empty if it does not exist.
+std::vector<std::string> ListDir(const std::string& path);
+
+bool PathExists(const std::string& path);
+
+}  // namespace phalanx

@@ -1,0 +1,47 @@
+// Starting, watching and stopping child processes. All functions are thread-safe and safe to
+// call from a process that runs other threads (the child only calls async-signal-safe
+// functions between fork and exec).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace phalanx {
+
+struct SpawnOptions {
+  std::vector<std::string> argv;  // argv[0] is the program; searched on PATH if it has no '/'
+  std::vector<std::pair<std::string, std::string>> env;  // added to (or replacing in) ours
+  std::string stdout_path;                               // appended to; empty: inherit ours
+  std::string stderr_path;       // appended to; empty: same as stdout_path (or inherit)
+  std::string cwd;               // empty: ours
+  bool new_session = false;      // setsid(): detach from our terminal and process group
+  bool die_with_parent = false;  // the kernel SIGKILLs the child when we die
+};
+
+// Starts a process. Returns its pid, or an error naming the program when it cannot be
+// executed (not found, not executable): exec failures are reported, not left to the child.
+absl::StatusOr<pid_t> Spawn(const SpawnOptions& options);
+
+// True if `pid` exists and is not a zombie.
+bool ProcessAlive(pid_t pid);
+
+// The command line of `pid` with arguments joined by spaces; empty if it is gone.
+std::string ProcessCmdline(pid_t pid);
+
+// Sends SIGTERM, waits up to `grace` for the process to go, then SIGKILLs it and waits up to
+// 2 s more. Reaps it when it is our child. Returns true when the process is gone.
+bool TerminateProcess(pid_t pid, absl::Duration grace);
+
+// Waits up to `timeout` for `pid` to go (reaping it if it is our child).
+bool WaitProcessGone(pid_t pid, absl::Duration timeout);
+
+// Resident set size of `pid` in bytes (from /proc/PID/statm); -1 if it is gone.
+int64_t ProcessRssBytes(pid_t pid);
+
+}  // namespace phalanx

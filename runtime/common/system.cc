@@ -1,0 +1,137 @@
+#include "runtime/common/system.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "runtime/common/files.h"
+
+namespace phalanx {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Hostname() {
+  char buf[HOST_NAME_MAX + 1] = {0};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+std::string DetectNodeIp() {
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "127.0.0.1";
+  sockaddr_in remote{};
+  remote.sin_family = AF_INET;
+  remote.sin_port = htons(53);
+  ::inet_pton(AF_INET, "10.255.255.255", &remote.sin_addr);  // no packet is sent
+  std::string ip = "127.0.0.1";
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&remote), sizeof(remote)) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET_ADDRSTRLEN];
+      if (::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf)) != nullptr) ip = buf;
+    }
+  }
+  ::close(fd);
+  return ip;
+}
+
+int NumCpus() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+int NumGpus() {
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    std::string v = visible;
+    if (v.empty() || v == "-1") return 0;
+    return static_cast<int>(std::vector<std::string>(absl::StrSplit(v, ',')).size());
+  }
+  int n = 0;
+  while (PathExists(absl::StrFormat("/dev/nvidia%d", n))) ++n;
+  return n;
+}
+
+namespace {
+int64_t MemInfoKb(const std::string& field) {
+  std::ifstream in("/proc/meminfo");
+  std::string name;
+  int64_t value;
+  std::string unit;
+  while (in >> name >> value) {
+    std::getline(in, unit);
+    if (name == field + ":") return value;
+  }
+  return 0;
+}
+}  // namespace
+
+int64_t TotalMemoryBytes() { return MemInfoKb("MemTotal") * 1024; }
+
+int64_t UsedMemoryBytes() { return (MemInfoKb("MemTotal") - MemInfoKb("MemAvailable")) * 1024; }
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+bool PortInUse(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  bool in_use =
+      ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 && errno == EADDRINUSE;
+  ::close(fd);
+  return in_use;
+}
+
+std::string ExecutableDir() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string path(buf, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/'));
+}
+
+std::string FormatBytes(double bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  if (unit == 0) return absl::StrFormat("%.0f B", bytes);
+  return absl::StrFormat("%.1f %s", bytes, kUnits[unit]);
+}
+
+}  // namespace phalanx

@@ -1,0 +1,53 @@
+// gRPC helpers shared by every Phalanx service and client: the cluster token, status
+// conversion, channels and servers. Internal: include only from .cc files or from headers
+// that are themselves internal to a module.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace phalanx::rpc {
+
+// Metadata key that carries the cluster token on every call.
+inline constexpr char kTokenHeader[] = "x-phalanx-token";
+
+// Returns OK when `context` carries `token`; UNAUTHENTICATED otherwise (constant-time compare).
+grpc::Status CheckToken(const grpc::ServerContext& context, const std::string& token);
+
+// Puts the token, a deadline of now + `timeout` and wait-for-ready on a client context.
+// wait_for_ready makes a call wait (up to its deadline) for a server that is restarting,
+// instead of failing at once.
+void PrepareContext(grpc::ClientContext* context, const std::string& token, absl::Duration timeout,
+                    bool wait_for_ready = true);
+
+// A channel to `address` (host:port) with keepalive pings, so that a peer that vanished is
+// noticed within seconds, and unlimited message sizes.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+
+// Converts between gRPC and Abseil status; `what` prefixes the message ("GCS at 1.2.3.4:6380").
+absl::Status FromGrpc(const grpc::Status& status, absl::string_view what = "");
+grpc::Status ToGrpc(const absl::Status& status);
+
+// Builds and starts a server on `listen_address` (host:port; port 0 picks a free one) with
+// `services`. Returns the server and the bound port, or an error naming the address.
+struct StartedServer {
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+absl::StatusOr<StartedServer> StartServer(const std::string& listen_address,
+                                          const std::vector<grpc::Service*>& services,
+                                          int num_threads = 0);
+
+// "host:port" → (host, port); error names the field `what`.
+absl::StatusOr<std::pair<std::string, int>> SplitHostPort(absl::string_view address,
+                                                          absl::string_view what = "address");
+
+}  // namespace phalanx::rpc

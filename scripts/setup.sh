@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs every Debian package Phalanx needs (idempotent, apt-get, as root), then configures
+# and builds the project with CMake, Ninja and ccache into build/.
+#
+#   scripts/setup.sh            install what is missing, then build
+#   SKIP_APT=1 scripts/setup.sh  build only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git clang-format
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  libhiredis-dev redis-server libspdlog-dev libboost-fiber-dev libboost-context-dev
+  libgtest-dev libgmock-dev pybind11-dev python3-dev python3-numpy python3-torch
+  python3-pytest libgloo-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+  libbenchmark-dev libmsgpack-cxx-dev python3-msgpack python3-cloudpickle python3-sklearn
+  procps iproute2 psmisc
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${SKIP_APT:-0}" != 1 ] && [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${#missing[@]} Debian packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" != 0 ] && SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# redis-server's package may start a system instance; Phalanx starts its own.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet redis-server 2>/dev/null; then
+  systemctl stop redis-server || true
+fi
+
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
+  -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+  -DPHALANX_WERROR=ON >/dev/null
+cmake --build build -j "${JOBS:-$(nproc)}"
+echo "setup: built into $(pwd)/build"
