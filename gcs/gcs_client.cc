@@ -48,7 +48,7 @@ class SubscriptionImpl final : public GcsClient::Subscription {
       request.set_incarnation(incarnation_);
       for (const auto& [c, seq] : last_seq_) (*request.mutable_last_seq())[c] = seq;
       grpc::ClientContext context;
-      context.AddMetadata(rpc::kTokenHeader, token_);
+      if (!token_.empty()) context.AddMetadata(rpc::kTokenHeader, token_);
       context.set_wait_for_ready(true);
       {
         absl::MutexLock lock(&mu_);

@@ -41,4 +41,10 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
   -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
   -DPHALANX_WERROR=ON >/dev/null
 cmake --build build -j "${JOBS:-$(nproc)}"
-echo "setup: built into $(pwd)/build"
+
+
+# Put `phalanx` on PATH (a link into build/bin, so a rebuild is picked up at once).
+if [ -w /usr/local/bin ]; then
+  ln -sf "$(pwd)/build/bin/phalanx" /usr/local/bin/phalanx
+fi
+echo "setup: built into $(pwd)/build; phalanx is $(command -v phalanx || echo "$(pwd)/build/bin/phalanx")"

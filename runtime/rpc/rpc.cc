@@ -26,7 +26,7 @@ grpc::Status CheckToken(const grpc::ServerContext& context, const std::string& t
 
 void PrepareContext(grpc::ClientContext* context, const std::string& token, absl::Duration timeout,
                     bool wait_for_ready) {
-  context->AddMetadata(kTokenHeader, token);
+  if (!token.empty()) context->AddMetadata(kTokenHeader, token);
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::microseconds(absl::ToInt64Microseconds(timeout)));
   context->set_wait_for_ready(wait_for_ready);

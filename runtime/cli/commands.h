@@ -1,0 +1,39 @@
+// The `phalanx` command's verbs. Each returns the process exit code and prints one clear
+// line on stderr for bad input.
+#pragma once
+
+#include <string>
+
+namespace phalanx::cli {
+
+struct StartOptions {
+  bool head = false;
+  std::string address;  // join: the GCS address
+  std::string token;    // join: the cluster token (or $PHALANX_TOKEN)
+  int port = 6380;      // head: the GCS port
+  double num_cpus = -1;
+  double num_gpus = -1;
+  double memory = -1;  // bytes
+  std::string resources_json;
+  std::string redis_address;  // head: an external Redis instead of the embedded one
+  std::string redis_password;
+  int redis_port = 0;  // head, embedded Redis: 0 picks a free port
+  std::string node_ip;
+  int64_t node_timeout_ms = 3000;
+  int64_t heartbeat_ms = 500;
+};
+int RunStart(const StartOptions& options);
+
+struct StopOptions {
+  bool force = false;
+  double grace_s = 10;
+};
+int RunStop(const StopOptions& options);
+
+struct ClusterFlags {
+  std::string address;
+  std::string token;
+};
+int RunStatus(const ClusterFlags& flags);
+
+}  // namespace phalanx::cli

@@ -1,0 +1,363 @@
+// `phalanx start --head` and `phalanx start --address HOST:PORT`.
+#include <cstdio>
+#include <iostream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "gcs/gcs_client.h"
+#include "gcs/store.h"
+#include "runtime/cli/commands.h"
+#include "runtime/cli/session.h"
+#include "runtime/common/files.h"
+#include "runtime/common/ids.h"
+#include "runtime/common/process.h"
+#include "runtime/common/resources.h"
+#include "runtime/common/system.h"
+#include "runtime/rpc/rpc.h"
+
+namespace phalanx::cli {
+namespace {
+
+int Fail(const std::string& message) {
+  std::cerr << "phalanx start: " << message << "\n";
+  return 1;
+}
+
+// Looks `program` up on PATH; empty if it is not there.
+std::string FindOnPath(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return "";
+  for (absl::string_view dir : absl::StrSplit(path, ':')) {
+    std::string candidate = absl::StrCat(dir, "/", program);
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+// A daemon this command started; stopped again if a later step fails.
+struct Started {
+  std::string name;
+  pid_t pid;
+};
+
+class Starter {
+ public:
+  explicit Starter(const StartOptions& o) : o_(o) {}
+
+  int Run() {
+    if (auto s = Validate(); !s.ok()) return Fail(std::string(s.message()));
+    auto session = CreateSession();
+    if (!session.ok()) return Fail(std::string(session.status().message()));
+    session_ = *session;
+    int rc = o_.head ? StartHead() : JoinCluster();
+    if (rc != 0) {
+      for (auto it = started_.rbegin(); it != started_.rend(); ++it) {
+        TerminateProcess(it->pid, absl::Seconds(3));
+      }
+      DiscardSession(session_);
+    }
+    return rc;
+  }
+
+ private:
+  absl::Status Validate() {
+    if (o_.head == !o_.address.empty()) {
+      return absl::InvalidArgumentError(
+          "give either --head (start a new cluster) or --address HOST:PORT (join one)");
+    }
+    std::map<std::string, double> amounts;
+    if (!o_.resources_json.empty()) {
+      auto parsed = Resources::ParseJson(o_.resources_json, "--resources");
+      if (!parsed.ok()) return parsed.status();
+      resources_ = *parsed;
+      for (const char* builtin : {"CPU", "GPU", "memory"}) {
+        if (resources_.GetFixed(builtin) > 0) {
+          return absl::InvalidArgumentError(absl::StrCat("--resources: give ", builtin,
+                                                         " with --num-cpus, --num-gpus or "
+                                                         "--memory, not in the JSON"));
+        }
+      }
+    }
+    if (o_.num_cpus < -0.5 && o_.num_cpus != -1) {
+      return absl::InvalidArgumentError("--num-cpus must be >= 0");
+    }
+    resources_.Set("CPU", o_.num_cpus >= 0 ? o_.num_cpus : NumCpus());
+    resources_.Set("GPU", o_.num_gpus >= 0 ? o_.num_gpus : NumGpus());
+    resources_.Set("memory", o_.memory >= 0 ? o_.memory : static_cast<double>(TotalMemoryBytes()));
+    node_ip_ = o_.node_ip.empty() ? DetectNodeIp() : o_.node_ip;
+    bin_dir_ = ExecutableDir();
+    for (const char* daemon : {"phalanx-gcs", "phalanx-node"}) {
+      if (!PathExists(absl::StrCat(bin_dir_, "/", daemon))) {
+        return absl::FailedPreconditionError(absl::StrCat(daemon, " is missing next to phalanx in ",
+                                                          bin_dir_,
+                                                          "; rebuild with scripts/setup.sh"));
+      }
+    }
+    if (o_.head) {
+      if (o_.port <= 0 || o_.port > 65535) {
+        return absl::InvalidArgumentError(absl::StrCat("--port ", o_.port, " is not a port"));
+      }
+      if (PortInUse(o_.port)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("port ", o_.port,
+                         " is in use (another cluster or program listens there); pass "
+                         "--port with a free one, or `phalanx stop` the old cluster"));
+      }
+      if (o_.redis_address.empty()) {
+        redis_server_ = FindOnPath("redis-server");
+        if (redis_server_.empty()) {
+          return absl::FailedPreconditionError(
+              "redis-server is not on PATH: install it (apt-get install redis-server, or run "
+              "scripts/setup.sh), or pass --redis-address HOST:PORT of a running Redis");
+        }
+        if (o_.redis_port != 0 && PortInUse(o_.redis_port)) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("--redis-port ", o_.redis_port, " is in use; pick a free one"));
+        }
+      } else if (auto split = rpc::SplitHostPort(o_.redis_address, "--redis-address");
+                 !split.ok()) {
+        return split.status();
+      }
+    } else if (auto split = rpc::SplitHostPort(o_.address, "--address"); !split.ok()) {
+      return split.status();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<pid_t> Spawn(const std::string& name, std::vector<std::string> argv) {
+    SpawnOptions spawn;
+    spawn.argv = std::move(argv);
+    spawn.stdout_path = absl::StrCat(session_, "/logs/", name, ".out");
+    spawn.new_session = true;
+    auto pid = phalanx::Spawn(spawn);
+    if (!pid.ok()) return pid.status();
+    started_.push_back({name, *pid});
+    std::string program = spawn.argv[0].substr(spawn.argv[0].rfind('/') + 1);
+    if (auto s = WritePidFile(session_, name, *pid, program); !s.ok()) return s;
+    return *pid;
+  }
+
+  // Waits for `ready` (polled) while the process `pid` lives; explains a failure with the
+  // tail of `log`.
+  absl::Status WaitReady(const std::string& what, pid_t pid, const std::string& log,
+                         absl::Duration timeout, const std::function<absl::Status()>& ready) {
+    absl::Time deadline = absl::Now() + timeout;
+    absl::Status last;
+    while (absl::Now() < deadline) {
+      if (!ProcessAlive(pid)) {
+        return absl::UnavailableError(absl::StrCat(what, " exited during start-up; its log (", log,
+                                                   ") ends with:\n", LogTail(log)));
+      }
+      last = ready();
+      if (last.ok()) return absl::OkStatus();
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return absl::DeadlineExceededError(absl::StrCat(what, " was not ready within ",
+                                                    absl::FormatDuration(timeout), " (",
+                                                    last.message(), "); see ", log));
+  }
+
+  std::vector<std::string> NodeArgs(const std::string& gcs_address) {
+    std::vector<std::string> argv = {
+        bin_dir_ + "/phalanx-node",
+        "--gcs-address",
+        gcs_address,
+        "--token-file",
+        session_ + "/token",
+        "--node-id",
+        node_id_,
+        "--node-ip",
+        node_ip_,
+        "--num-cpus",
+        absl::StrCat(resources_.Get("CPU")),
+        "--num-gpus",
+        absl::StrCat(resources_.Get("GPU")),
+        "--memory",
+        absl::StrCat(resources_.GetFixed("memory") / Resources::kScale),
+        "--session-dir",
+        session_,
+        "--heartbeat-ms",
+        absl::StrCat(o_.heartbeat_ms),
+        "--log-file",
+        session_ + "/logs/node.log"};
+    Resources custom = resources_;
+    for (const char* builtin : {"CPU", "GPU", "memory"}) custom.SetFixed(builtin, 0);
+    if (!custom.Empty()) {
+      std::vector<std::string> parts;
+      for (const auto& [name, amount] : custom.ToMap()) {
+        parts.push_back(absl::StrCat("\"", name, "\": ", amount));
+      }
+      argv.push_back("--resources");
+      argv.push_back(absl::StrCat("{", absl::StrJoin(parts, ", "), "}"));
+    }
+    if (o_.head) argv.push_back("--head");
+    return argv;
+  }
+
+  // Starts the node manager and waits until the GCS lists it alive.
+  absl::Status StartNode(const std::string& gcs_address, gcs::GcsClient* gcs) {
+    node_id_ = NewId();
+    auto pid = Spawn("node", NodeArgs(gcs_address));
+    if (!pid.ok()) return pid.status();
+    return WaitReady("the node manager", *pid, session_ + "/logs/node.log", absl::Seconds(30),
+                     [&]() -> absl::Status {
+                       auto nodes = gcs->GetAllNodes(true);
+                       if (!nodes.ok()) return nodes.status();
+                       for (const auto& n : *nodes) {
+                         if (n.node_id() == node_id_) return absl::OkStatus();
+                       }
+                       return absl::UnavailableError("not registered yet");
+                     });
+  }
+
+  int StartHead() {
+    std::string token = RandomHex(24);
+    std::string cluster_id = RandomHex(4);
+    if (auto s = WriteFile(session_ + "/token", token + "\n", 0600); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+    WriteFile(session_ + "/cluster_id", cluster_id + "\n").IgnoreError();
+
+    // Redis: the embedded one (loopback only, generated password, AOF), or the given one.
+    std::string redis_address = o_.redis_address;
+    std::string password = o_.redis_password;
+    bool embedded = redis_address.empty();
+    if (embedded) {
+      password = RandomHex(16);
+      int redis_port = o_.redis_port != 0 ? o_.redis_port : FreePort();
+      redis_address = absl::StrCat("127.0.0.1:", redis_port);
+      std::string data_dir = session_ + "/redis";
+      if (auto s = MakeDirs(data_dir, 0700); !s.ok()) return Fail(std::string(s.message()));
+      std::string conf = absl::StrCat(
+          "port ", redis_port, "\nbind 127.0.0.1\nprotected-mode yes\nrequirepass ", password,
+          "\ndir ", data_dir, "\nappendonly yes\nappendfsync everysec\nsave \"\"\n",
+          "daemonize no\nlogfile ", session_, "/logs/redis.log\n");
+      if (auto s = WriteFile(session_ + "/redis.conf", conf, 0600); !s.ok()) {
+        return Fail(std::string(s.message()));
+      }
+      auto pid = Spawn("redis", {redis_server_, session_ + "/redis.conf"});
+      if (!pid.ok()) return Fail(std::string(pid.status().message()));
+      gcs::RedisOptions probe{"127.0.0.1", redis_port, password, "probe"};
+      probe.connect_timeout = absl::Milliseconds(500);
+      auto ready =
+          WaitReady("redis-server", *pid, session_ + "/logs/redis.log", absl::Seconds(10),
+                    [&]() -> absl::Status { return gcs::ConnectRedisStore(probe).status(); });
+      if (!ready.ok()) return Fail(std::string(ready.message()));
+    } else {
+      auto split = rpc::SplitHostPort(redis_address, "--redis-address");
+      gcs::RedisOptions probe{split->first, split->second, password, "probe"};
+      if (auto s = gcs::ConnectRedisStore(probe).status(); !s.ok()) {
+        return Fail(absl::StrCat("--redis-address: ", s.message()));
+      }
+    }
+    if (auto s = WriteFile(session_ + "/redis_password", password + "\n", 0600); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+
+    std::string gcs_address = absl::StrCat(node_ip_, ":", o_.port);
+    std::vector<std::string> gcs_args = {bin_dir_ + "/phalanx-gcs",
+                                         "--port",
+                                         absl::StrCat(o_.port),
+                                         "--redis-address",
+                                         redis_address,
+                                         "--redis-password-file",
+                                         session_ + "/redis_password",
+                                         "--cluster-id",
+                                         cluster_id,
+                                         "--token-file",
+                                         session_ + "/token",
+                                         "--node-timeout-ms",
+                                         absl::StrCat(o_.node_timeout_ms),
+                                         "--log-file",
+                                         session_ + "/logs/gcs.log"};
+    WriteFile(session_ + "/gcs.args", absl::StrJoin(gcs_args, "\n") + "\n").IgnoreError();
+    auto gcs_pid = Spawn("gcs", gcs_args);
+    if (!gcs_pid.ok()) return Fail(std::string(gcs_pid.status().message()));
+    std::unique_ptr<gcs::GcsClient> gcs;
+    auto ready = WaitReady(
+        "the GCS", *gcs_pid, session_ + "/logs/gcs.log", absl::Seconds(20), [&]() -> absl::Status {
+          auto client = gcs::GcsClient::Connect({absl::StrCat("127.0.0.1:", o_.port), token},
+                                                absl::Milliseconds(300));
+          if (!client.ok()) return client.status();
+          gcs = std::move(*client);
+          return absl::OkStatus();
+        });
+    if (!ready.ok()) return Fail(std::string(ready.message()));
+    if (auto s = WriteFile(session_ + "/address", gcs_address + "\n"); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+    if (auto s = StartNode(gcs_address, gcs.get()); !s.ok()) return Fail(std::string(s.message()));
+
+    std::cout << "Phalanx head node started (cluster " << cluster_id << ").\n"
+              << "  GCS address   " << gcs_address << "\n"
+              << "  Redis         " << redis_address
+              << (embedded ? " (embedded; loopback only, password protected, AOF on)"
+                           : " (external)")
+              << "\n"
+              << "  Node          " << node_id_ << " with " << resources_.ToString() << "\n"
+              << "  Session dir   " << session_ << "\n"
+              << "  Logs          " << session_ << "/logs\n\n"
+              << "To add another machine to this cluster, run on it:\n"
+              << "  phalanx start --address " << gcs_address << " --token " << token << "\n\n"
+              << "Programs on this machine find the cluster by themselves; elsewhere set\n"
+              << "  PHALANX_ADDRESS=" << gcs_address << " PHALANX_TOKEN=" << token << "\n\n"
+              << "See the cluster: phalanx status     Stop everything here: phalanx stop\n";
+    return 0;
+  }
+
+  int JoinCluster() {
+    std::string token = o_.token;
+    if (token.empty()) {
+      if (const char* env = std::getenv("PHALANX_TOKEN"); env && *env) token = env;
+    }
+    if (token.empty()) {
+      auto resolved = ResolveCluster(o_.address, "");
+      if (resolved.ok()) token = resolved->token;
+    }
+    if (token.empty()) {
+      return Fail(
+          absl::StrCat("no cluster token: pass --token with the token that "
+                       "`phalanx start --head` printed (or set PHALANX_TOKEN)"));
+    }
+    auto gcs = gcs::GcsClient::Connect({o_.address, token}, absl::Seconds(5));
+    if (!gcs.ok()) {
+      if (absl::IsUnauthenticated(gcs.status())) {
+        return Fail(absl::StrCat("the GCS at ", o_.address,
+                                 " refused the token: pass the token that `phalanx start "
+                                 "--head` printed"));
+      }
+      return Fail(std::string(gcs.status().message()));
+    }
+    if (auto s = WriteFile(session_ + "/token", token + "\n", 0600); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+    if (auto s = WriteFile(session_ + "/address", o_.address + "\n"); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+    auto info = (*gcs)->GetClusterInfo();
+    if (info.ok()) WriteFile(session_ + "/cluster_id", info->cluster_id() + "\n").IgnoreError();
+    if (auto s = StartNode(o_.address, gcs->get()); !s.ok()) return Fail(std::string(s.message()));
+    std::cout << "Phalanx node " << node_id_ << " joined the cluster at " << o_.address << " with "
+              << resources_.ToString() << ".\n"
+              << "  Session dir   " << session_ << "\n"
+              << "See the cluster: phalanx status     Stop this node: phalanx stop\n";
+    return 0;
+  }
+
+  const StartOptions& o_;
+  Resources resources_;
+  std::string node_ip_;
+  std::string node_id_;
+  std::string bin_dir_;
+  std::string redis_server_;
+  std::string session_;
+  std::vector<Started> started_;
+};
+
+}  // namespace
+
+int RunStart(const StartOptions& options) { return Starter(options).Run(); }
+
+}  // namespace phalanx::cli

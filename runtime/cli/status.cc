@@ -1,0 +1,105 @@
+// `phalanx status`: the cluster's nodes and resources, like `ray status`.
+#include <ctime>
+#include <iomanip>
+#include <iostream>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "gcs/gcs_client.h"
+#include "runtime/cli/commands.h"
+#include "runtime/cli/session.h"
+#include "runtime/common/ids.h"
+#include "runtime/common/resources.h"
+
+namespace phalanx::cli {
+namespace {
+
+Resources FromProto(const rpc::ResourceSet& set) {
+  Resources r;
+  for (const auto& [name, amount] : set.amounts()) r.Set(name, amount);
+  return r;
+}
+
+std::string UsedOfTotal(const std::string& name, const Resources& total, const Resources& avail) {
+  double t = total.Get(name);
+  double used =
+      static_cast<double>(total.GetFixed(name) - avail.GetFixed(name)) / Resources::kScale;
+  return absl::StrCat(FormatAmount(name, used), "/", FormatAmount(name, t));
+}
+
+std::string Now() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+}  // namespace
+
+int RunStatus(const ClusterFlags& flags) {
+  auto cluster = ResolveCluster(flags.address, flags.token);
+  if (!cluster.ok()) {
+    std::cerr << "phalanx status: " << cluster.status().message() << "\n";
+    return 1;
+  }
+  auto gcs = gcs::GcsClient::Connect({cluster->address, cluster->token}, absl::Seconds(5));
+  if (!gcs.ok()) {
+    std::cerr << "phalanx status: " << gcs.status().message() << "\n";
+    return 1;
+  }
+  auto info = (*gcs)->GetClusterInfo();
+  auto nodes = (*gcs)->GetAllNodes(false);
+  if (!info.ok() || !nodes.ok()) {
+    std::cerr << "phalanx status: "
+              << (info.ok() ? nodes.status().message() : info.status().message()) << "\n";
+    return 1;
+  }
+  int alive = 0, dead = 0;
+  Resources total, available;
+  for (const auto& n : *nodes) {
+    if (n.state() == rpc::NODE_ALIVE) {
+      ++alive;
+      total += FromProto(n.total());
+      available += FromProto(n.available());
+    } else {
+      ++dead;
+    }
+  }
+  std::cout << "======== Phalanx cluster " << info->cluster_id() << " at " << cluster->address
+            << " — " << Now() << " ========\n";
+  std::cout << "Nodes: " << alive << " alive, " << dead << " dead\n";
+  std::cout << absl::StrFormat(" %-9s %-6s %-22s %-10s %-8s %-24s %s\n", "NODE", "STATE", "ADDRESS",
+                               "CPU", "GPU", "MEMORY", "OTHER");
+  for (const auto& n : *nodes) {
+    Resources t = FromProto(n.total()), a = FromProto(n.available());
+    std::vector<std::string> custom;
+    for (const auto& [name, amount] : t.ToMap()) {
+      if (name == "CPU" || name == "GPU" || name == "memory") continue;
+      custom.push_back(absl::StrCat(name, " ", UsedOfTotal(name, t, a)));
+    }
+    bool is_alive = n.state() == rpc::NODE_ALIVE;
+    std::cout << absl::StrFormat(
+        " %-9s %-6s %-22s %-10s %-8s %-24s %s%s\n", ShortId(n.node_id()),
+        is_alive ? "ALIVE" : "DEAD", n.address(),
+        is_alive ? UsedOfTotal("CPU", t, a) : FormatAmount("CPU", t.Get("CPU")),
+        is_alive ? UsedOfTotal("GPU", t, a) : FormatAmount("GPU", t.Get("GPU")),
+        is_alive ? UsedOfTotal("memory", t, a) : FormatAmount("memory", t.Get("memory")),
+        absl::StrJoin(custom, ", "),
+        absl::StrCat(n.is_head() ? " (head)" : "",
+                     is_alive ? "" : absl::StrCat(" — ", n.death_reason())));
+  }
+  std::cout << "Resources (alive nodes, used/total):\n";
+  std::vector<std::string> usage;
+  for (const auto& [name, amount] : total.ToMap()) {
+    usage.push_back(absl::StrCat(UsedOfTotal(name, total, available), " ", name));
+  }
+  for (const auto& u : usage) std::cout << "  " << u << "\n";
+  std::cout << "Demands:\n  (no pending actors or placement groups)\n";
+  return 0;
+}
+
+}  // namespace phalanx::cli

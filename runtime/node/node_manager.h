@@ -1,0 +1,56 @@
+// NodeManager: the per-machine daemon (phalanx-node). Registers the machine's resources with
+// the GCS, heartbeats, serves NodeManagerService, and (with the actors issue) starts and
+// supervises one worker process per actor. Survives GCS restarts: heartbeats resume against
+// the new GCS, and the node re-registers when it sees a new GCS incarnation. Exits when the
+// GCS declares it dead (it missed its heartbeats), as Ray's raylet does. Thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "runtime/common/resources.h"
+
+namespace phalanx::node {
+
+struct NodeManagerOptions {
+  std::string gcs_address;
+  std::string token;
+  std::string node_id;  // empty: a new random id
+  std::string node_ip = "127.0.0.1";
+  int port = 0;         // 0: any free port
+  Resources resources;  // what this node offers (CPU, GPU, memory bytes, custom)
+  bool is_head = false;
+  std::string session_dir;
+  std::map<std::string, std::string> labels;
+  absl::Duration heartbeat_period = absl::Milliseconds(500);
+  // How long to wait for the GCS at start-up before giving up.
+  absl::Duration register_timeout = absl::Seconds(30);
+};
+
+class NodeManager {
+ public:
+  // Starts the gRPC server and registers with the GCS. Errors: unreachable GCS, wrong token.
+  static absl::StatusOr<std::unique_ptr<NodeManager>> Start(const NodeManagerOptions& options);
+
+  virtual ~NodeManager() = default;
+  NodeManager(const NodeManager&) = delete;
+  NodeManager& operator=(const NodeManager&) = delete;
+
+  virtual const std::string& node_id() const = 0;
+  virtual int port() const = 0;
+
+  // Blocks until Shutdown() is called or the GCS declares this node dead. Returns true in the
+  // second case.
+  virtual bool Wait() = 0;
+
+  // Stops workers, tells the GCS this node is gone (reason) and stops serving. Idempotent.
+  virtual void Shutdown(const std::string& reason) = 0;
+
+ protected:
+  NodeManager() = default;
+};
+
+}  // namespace phalanx::node

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Sets up (Debian packages + build, skipped when already done) and runs the whole test suite:
+# the C++ tests through ctest, then the Python tests through pytest.
+#
+#   scripts/test.sh              everything
+#   scripts/test.sh -R Gcs       only ctest tests matching a regex (passed to ctest)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+# Tests start their own redis-server processes on free loopback ports and stop them by pid;
+# two at a time fit two cores.
+(cd build && ctest --output-on-failure -j "${TEST_JOBS:-2}" --timeout 300 "$@")
+if [ $# -eq 0 ] && [ -d python/tests ]; then
+  /usr/bin/python3 -m pytest -q python/tests
+fi

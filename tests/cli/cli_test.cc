@@ -1,0 +1,141 @@
+// The `phalanx` command end to end: real daemons, real Redis, real processes.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "runtime/common/files.h"
+#include "runtime/common/process.h"
+#include "runtime/common/system.h"
+#include "tests/testing/test_util.h"
+
+namespace phalanx {
+namespace {
+
+using testing::CommandResult;
+using testing::RunCommand;
+
+class CliTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    // Whatever a test left running is stopped, and nothing may remain.
+    Phalanx({"stop", "--force"});
+    EXPECT_TRUE(testing::FindProcesses(root_.path()).empty());
+  }
+
+  CommandResult Phalanx(std::vector<std::string> args,
+                        std::vector<std::pair<std::string, std::string>> env = {}) {
+    args.insert(args.begin(), testing::BinDir() + "/phalanx");
+    env.emplace_back("PHALANX_TMPDIR", root_.path());
+    env.emplace_back("PHALANX_ADDRESS", "");
+    env.emplace_back("PHALANX_TOKEN", "");
+    return RunCommand(args, env, absl::Seconds(60));
+  }
+
+  std::string Latest() { return root_.path() + "/session_latest"; }
+
+  testing::TempDir root_;
+  int port_ = FreePort();
+};
+
+TEST_F(CliTest, HeadPlusSecondNodeStatusAndStop) {
+  auto head = Phalanx({"start", "--head", "--port", absl::StrCat(port_), "--node-ip-address",
+                       "127.0.0.1", "--num-cpus", "2", "--resources", R"({"accel": 1})"});
+  ASSERT_EQ(head.exit_code, 0) << head.output;
+  std::string address = absl::StrCat("127.0.0.1:", port_);
+  EXPECT_NE(head.output.find("phalanx start --address " + address + " --token "), std::string::npos)
+      << head.output;
+  struct stat st;
+  ASSERT_EQ(::stat((Latest() + "/token").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  std::string token(absl::StripAsciiWhitespace(*ReadFile(Latest() + "/token")));
+
+  auto join = Phalanx({"start", "--address", address, "--token", token, "--node-ip-address",
+                       "127.0.0.1", "--num-cpus", "3"});
+  ASSERT_EQ(join.exit_code, 0) << join.output;
+
+  auto status = Phalanx({"status"});
+  ASSERT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_NE(status.output.find("Nodes: 2 alive, 0 dead"), std::string::npos) << status.output;
+  EXPECT_NE(status.output.find("0/5 CPU"), std::string::npos) << status.output;
+  EXPECT_NE(status.output.find("0/1 accel"), std::string::npos) << status.output;
+
+  // Every daemon the two sessions started, by pid.
+  std::vector<pid_t> pids;
+  for (const auto& session : ListDir(root_.path())) {
+    if (session == "session_latest") continue;
+    for (const auto& f : ListDir(root_.path() + "/" + session + "/pids")) {
+      auto content = ReadFile(root_.path() + "/" + session + "/pids/" + f);
+      std::vector<std::string> parts = absl::StrSplit(*content, ' ');
+      pid_t pid;
+      ASSERT_TRUE(absl::SimpleAtoi(parts[0], &pid)) << *content;
+      pids.push_back(pid);
+    }
+  }
+  ASSERT_EQ(pids.size(), 4u);  // redis, gcs, node (head) + node (joined)
+  for (pid_t pid : pids) EXPECT_TRUE(ProcessAlive(pid));
+
+  auto stop = Phalanx({"stop"});
+  ASSERT_EQ(stop.exit_code, 0) << stop.output;
+  EXPECT_NE(stop.output.find("Stopped 4 Phalanx processes"), std::string::npos) << stop.output;
+  for (pid_t pid : pids) EXPECT_FALSE(ProcessAlive(pid)) << "pid " << pid << " survived stop";
+  EXPECT_TRUE(testing::FindProcesses(root_.path()).empty());
+}
+
+TEST_F(CliTest, BadInputGetsOneClearLine) {
+  auto bad_json =
+      Phalanx({"start", "--head", "--port", absl::StrCat(port_), "--resources", "{accel: 1"});
+  EXPECT_EQ(bad_json.exit_code, 1);
+  EXPECT_NE(bad_json.output.find("--resources: '{accel: 1' is not a JSON object"),
+            std::string::npos)
+      << bad_json.output;
+
+  auto no_redis =
+      Phalanx({"start", "--head", "--port", absl::StrCat(port_)}, {{"PATH", "/nonexistent"}});
+  EXPECT_EQ(no_redis.exit_code, 1);
+  EXPECT_NE(no_redis.output.find("redis-server is not on PATH"), std::string::npos)
+      << no_redis.output;
+
+  auto unreachable = Phalanx({"start", "--address", "127.0.0.1:1", "--token", "x"});
+  EXPECT_EQ(unreachable.exit_code, 1);
+  EXPECT_NE(unreachable.output.find("cannot reach the GCS at 127.0.0.1:1"), std::string::npos)
+      << unreachable.output;
+
+  auto not_an_address = Phalanx({"start", "--address", "nowhere", "--token", "x"});
+  EXPECT_EQ(not_an_address.exit_code, 1);
+  EXPECT_NE(not_an_address.output.find("is not HOST:PORT"), std::string::npos);
+
+  auto no_session = Phalanx({"status"});
+  EXPECT_EQ(no_session.exit_code, 1);
+  EXPECT_NE(no_session.output.find("run `phalanx start --head` first"), std::string::npos)
+      << no_session.output;
+
+  // With a head running: its port is taken, and a wrong token is refused.
+  auto head = Phalanx({"start", "--head", "--port", absl::StrCat(port_), "--node-ip-address",
+                       "127.0.0.1", "--num-cpus", "1"});
+  ASSERT_EQ(head.exit_code, 0) << head.output;
+  auto again = Phalanx({"start", "--head", "--port", absl::StrCat(port_)});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.output.find(absl::StrCat("port ", port_, " is in use")), std::string::npos)
+      << again.output;
+  auto wrong_token =
+      Phalanx({"start", "--address", absl::StrCat("127.0.0.1:", port_), "--token", "wrong"});
+  EXPECT_EQ(wrong_token.exit_code, 1);
+  EXPECT_NE(wrong_token.output.find("refused the token"), std::string::npos) << wrong_token.output;
+  auto status_wrong = Phalanx({"status", "--token", "wrong"});
+  EXPECT_EQ(status_wrong.exit_code, 1);
+  EXPECT_NE(status_wrong.output.find("wrong cluster token"), std::string::npos)
+      << status_wrong.output;
+  // The failed commands did not disturb the running cluster.
+  auto status = Phalanx({"status"});
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_NE(status.output.find("Nodes: 1 alive"), std::string::npos) << status.output;
+}
+
+}  // namespace
+}  // namespace phalanx

@@ -1,0 +1,85 @@
+#include <sys/stat.h>
+
+#include "gtest/gtest.h"
+#include "runtime/common/files.h"
+#include "runtime/common/process.h"
+#include "runtime/common/resources.h"
+#include "runtime/common/sha256.h"
+#include "tests/testing/test_util.h"
+
+namespace phalanx {
+namespace {
+
+TEST(Sha256, KnownVectors) {
+  EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(Sha256Hex(std::string(1000, 'a')),
+            "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3");
+}
+
+TEST(Resources, FractionalAmountsAddUpExactly) {
+  Resources total;
+  Resources tenth;
+  tenth.Set("CPU", 0.1);
+  for (int i = 0; i < 30; ++i) total += tenth;
+  EXPECT_EQ(total.Get("CPU"), 3.0);
+  Resources three;
+  three.Set("CPU", 3);
+  EXPECT_TRUE(total == three);
+  for (int i = 0; i < 30; ++i) total -= tenth;
+  EXPECT_TRUE(total.Empty());
+}
+
+TEST(Resources, ParseJsonNamesTheBadField) {
+  auto ok = Resources::ParseJson(R"({"accel": 2, "CPU": 0.5})");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->Get("accel"), 2);
+  EXPECT_EQ(ok->Get("CPU"), 0.5);
+
+  auto not_object = Resources::ParseJson("[1,2]");
+  EXPECT_FALSE(not_object.ok());
+  EXPECT_NE(not_object.status().message().find("not a JSON object"), std::string::npos);
+
+  auto negative = Resources::ParseJson(R"({"accel": -1})");
+  EXPECT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("'accel'"), std::string::npos);
+
+  auto text = Resources::ParseJson(R"({"accel": "two"})");
+  EXPECT_FALSE(text.ok());
+  EXPECT_NE(text.status().message().find("must be a number"), std::string::npos);
+
+  auto bad_name = Resources::ParseJson(R"({"a b": 1})");
+  EXPECT_FALSE(bad_name.ok());
+}
+
+TEST(Files, WriteFileAppliesTheMode) {
+  testing::TempDir dir;
+  std::string path = dir.path() + "/secret";
+  ASSERT_TRUE(WriteFile(path, "s3cret", 0600).ok());
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(*ReadFile(path), "s3cret");
+  EXPECT_TRUE(absl::IsNotFound(ReadFile(dir.path() + "/missing").status()));
+}
+
+TEST(Process, SpawnReportsExecFailures) {
+  SpawnOptions options;
+  options.argv = {"/nonexistent/program"};
+  auto pid = Spawn(options);
+  EXPECT_FALSE(pid.ok());
+  EXPECT_NE(pid.status().message().find("/nonexistent/program"), std::string::npos);
+}
+
+TEST(Process, TerminateStopsAChild) {
+  SpawnOptions options;
+  options.argv = {"sleep", "30"};
+  auto pid = Spawn(options);
+  ASSERT_TRUE(pid.ok());
+  EXPECT_TRUE(ProcessAlive(*pid));
+  EXPECT_TRUE(TerminateProcess(*pid, absl::Seconds(2)));
+  EXPECT_FALSE(ProcessAlive(*pid));
+}
+
+}  // namespace
+}  // namespace phalanx

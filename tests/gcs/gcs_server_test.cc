@@ -1,0 +1,183 @@
+// The GCS as a real process over a real Redis: auth, pub/sub, restarts, dead nodes.
+#include <signal.h>
+
+#include <atomic>
+
+#include "absl/synchronization/mutex.h"
+#include "gcs/gcs_client.h"
+#include "gtest/gtest.h"
+#include "tests/testing/test_util.h"
+
+namespace phalanx::gcs {
+namespace {
+
+using testing::GcsProcess;
+using testing::RedisServer;
+using testing::WaitFor;
+
+std::unique_ptr<GcsClient> Connect(const GcsProcess& gcs) {
+  auto client = GcsClient::Connect({gcs.address(), gcs.token()});
+  EXPECT_TRUE(client.ok()) << client.status();
+  return std::move(*client);
+}
+
+std::optional<rpc::NodeInfo> FindNode(GcsClient& client, const std::string& id) {
+  auto nodes = client.GetAllNodes();
+  if (!nodes.ok()) return std::nullopt;
+  for (const auto& n : *nodes) {
+    if (n.node_id() == id) return n;
+  }
+  return std::nullopt;
+}
+
+// Collects what a subscription delivers.
+struct Collector {
+  absl::Mutex mu;
+  std::vector<rpc::PubMessage> messages;
+  void Add(const rpc::PubMessage& m) {
+    absl::MutexLock lock(&mu);
+    messages.push_back(m);
+  }
+  std::vector<rpc::PubMessage> Get() {
+    absl::MutexLock lock(&mu);
+    return messages;
+  }
+  bool HasKv(const std::string& key) {
+    absl::MutexLock lock(&mu);
+    for (const auto& m : messages) {
+      if (m.has_kv() && m.kv().key() == key) return true;
+    }
+    return false;
+  }
+};
+
+TEST(GcsServer, CallsWithoutTheRightTokenAreRejected) {
+  RedisServer redis("pw");
+  GcsProcess gcs(redis);
+  auto wrong = GcsClient::Connect({gcs.address(), "not-the-token"});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_TRUE(absl::IsUnauthenticated(wrong.status())) << wrong.status();
+  EXPECT_NE(wrong.status().message().find("wrong cluster token"), std::string::npos);
+  auto none = GcsClient::Connect({gcs.address(), ""});
+  ASSERT_FALSE(none.ok());
+  EXPECT_TRUE(absl::IsUnauthenticated(none.status())) << none.status();
+  EXPECT_NE(none.status().message().find("missing cluster token"), std::string::npos);
+  auto dead = GcsClient::Connect({"127.0.0.1:1", gcs.token()}, absl::Milliseconds(500));
+  ASSERT_FALSE(dead.ok());
+  EXPECT_NE(dead.status().message().find("cannot reach the GCS at 127.0.0.1:1"), std::string::npos)
+      << dead.status();
+}
+
+TEST(GcsServer, SubscribersSeeChangesInOrder) {
+  RedisServer redis;
+  GcsProcess gcs(redis);
+  auto client = Connect(gcs);
+  Collector got;
+  auto sub = client->Subscribe({rpc::KV}, [&](const rpc::PubMessage& m) { got.Add(m); });
+  // The initial (empty) snapshot marks the subscription as live.
+  ASSERT_TRUE(WaitFor([&] { return !got.Get().empty(); }, absl::Seconds(5)));
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_TRUE(client->KvPut("ns", absl::StrCat("k", i), "v").ok());
+  }
+  ASSERT_TRUE(WaitFor([&] { return got.HasKv("k299"); }, absl::Seconds(10)));
+  std::vector<rpc::PubMessage> messages = got.Get();
+  ASSERT_EQ(messages.size(), 301u);
+  for (int i = 0; i < 300; ++i) {
+    EXPECT_EQ(messages[i + 1].kv().key(), absl::StrCat("k", i));
+    EXPECT_EQ(messages[i + 1].seq(), messages[1].seq() + i);
+  }
+}
+
+TEST(GcsServer, KillNineAndRestartKeepsEveryTableAndLiveNodes) {
+  RedisServer redis("pw");
+  GcsProcess gcs(redis, {/*node_timeout_ms=*/1000, /*restart_grace_ms=*/5000});
+  auto node = testing::StartNode(gcs, "node-a");
+  auto client = Connect(gcs);
+  ASSERT_TRUE(client->KvPut("ns", "key", "value").ok());
+  rpc::ActorInfo actor;
+  actor.set_actor_id("actor-1");
+  actor.set_name("trainer");
+  actor.set_state(rpc::ACTOR_ALIVE);
+  ASSERT_TRUE(client->UpdateActor(actor).ok());
+  rpc::JobInfo job;
+  job.set_job_id("job-1");
+  job.set_state(rpc::JOB_RUNNING);
+  ASSERT_TRUE(client->UpdateJob(job).ok());
+  rpc::PlacementGroupInfo pg;
+  pg.set_placement_group_id("pg-1");
+  pg.set_strategy("PACK");
+  ASSERT_TRUE(client->UpdatePlacementGroup(pg).ok());
+  std::string incarnation = client->GetClusterInfo()->incarnation();
+
+  Collector got;
+  auto sub = client->Subscribe({rpc::KV, rpc::NODE}, [&](const rpc::PubMessage& m) { got.Add(m); });
+  ASSERT_TRUE(WaitFor([&] { return got.HasKv("key"); }, absl::Seconds(5)));
+
+  gcs.Kill9();
+  absl::SleepFor(absl::Milliseconds(500));  // the node heartbeats into the void meanwhile
+  gcs.Restart();
+
+  auto info = client->GetClusterInfo();  // the old client reconnects by itself
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_NE(info->incarnation(), incarnation);
+  EXPECT_EQ(*client->KvGet("ns", "key").value(), "value");
+  EXPECT_EQ(client->GetActor("actor-1")->name(), "trainer");
+  EXPECT_EQ(client->GetNamedActor("trainer")->actor_id(), "actor-1");
+  EXPECT_EQ(client->GetJob("job-1")->state(), rpc::JOB_RUNNING);
+  ASSERT_EQ(client->ListPlacementGroups()->size(), 1u);
+
+  // Past node_timeout and past the grace period the node is still alive: it heartbeated.
+  absl::SleepFor(absl::Milliseconds(5500));
+  auto n = FindNode(*client, "node-a");
+  ASSERT_TRUE(n.has_value());
+  EXPECT_EQ(n->state(), rpc::NODE_ALIVE) << n->death_reason();
+
+  // The subscription came back on its own and sees new changes.
+  ASSERT_TRUE(client->KvPut("ns", "after-restart", "1").ok());
+  ASSERT_TRUE(WaitFor([&] { return got.HasKv("after-restart"); }, absl::Seconds(10)));
+  EXPECT_GE(sub->reconnects(), 1);
+  bool saw_snapshot = false;
+  for (const auto& m : got.Get()) {
+    saw_snapshot |= m.snapshot_done() && m.incarnation() == info->incarnation();
+  }
+  EXPECT_TRUE(saw_snapshot);
+}
+
+TEST(GcsServer, StoppedNodeIsDeclaredDeadWithinTheTimeout) {
+  RedisServer redis;
+  GcsProcess gcs(redis, {/*node_timeout_ms=*/1000, /*restart_grace_ms=*/10000});
+  auto node = testing::StartNode(gcs, "node-stopped");
+  auto client = Connect(gcs);
+  Collector got;
+  auto sub = client->Subscribe({rpc::RESOURCES}, [&](const rpc::PubMessage& m) { got.Add(m); });
+
+  node.Kill(SIGSTOP);
+  absl::Time stopped = absl::Now();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto n = FindNode(*client, "node-stopped");
+        return n && n->state() == rpc::NODE_DEAD;
+      },
+      absl::Seconds(5)));
+  absl::Duration took = absl::Now() - stopped;
+  EXPECT_GE(took, absl::Milliseconds(900));
+  EXPECT_LE(took, absl::Milliseconds(2500));
+  EXPECT_NE(FindNode(*client, "node-stopped")->death_reason().find("missed heartbeats"),
+            std::string::npos);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const auto& m : got.Get()) {
+          if (m.resource().kind() == rpc::ResourceEvent::NODE_REMOVED) return true;
+        }
+        return false;
+      },
+      absl::Seconds(5)));
+
+  // Woken up, the node learns it was declared dead and exits.
+  node.Kill(SIGCONT);
+  int status = node.WaitExit(absl::Seconds(10));
+  EXPECT_NE(status, -1) << "the node manager kept running after being declared dead";
+}
+
+}  // namespace
+}  // namespace phalanx::gcs

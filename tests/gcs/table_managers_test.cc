@@ -1,0 +1,151 @@
+// The table managers over the in-memory store (the Redis store has its own test).
+#include "gcs/kv_manager.h"
+#include "gcs/node_manager.h"
+#include "gcs/record_table.h"
+#include "gtest/gtest.h"
+
+namespace phalanx::gcs {
+namespace {
+
+rpc::NodeInfo Node(const std::string& id) {
+  rpc::NodeInfo n;
+  n.set_node_id(id);
+  n.set_address("127.0.0.1:1");
+  (*n.mutable_total()->mutable_amounts())["CPU"] = 4;
+  return n;
+}
+
+class NodeManagerTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Store> store_ = NewInMemoryStore();
+  GcsPublisher publisher_{"inc"};
+  GcsNodeManager::Options options_{absl::Milliseconds(200), absl::Milliseconds(500)};
+};
+
+TEST_F(NodeManagerTest, RegisterHeartbeatAndDieOfSilence) {
+  GcsNodeManager nodes(store_.get(), &publisher_, options_);
+  std::vector<std::string> dead;
+  nodes.AddDeadListener([&](const rpc::NodeInfo& n) { dead.push_back(n.node_id()); });
+  ASSERT_TRUE(nodes.Register(Node("a")).ok());
+  ASSERT_TRUE(nodes.Register(Node("b")).ok());
+  EXPECT_EQ(nodes.GetAll(true).size(), 2u);
+  EXPECT_EQ(nodes.Get("a")->available().amounts().at("CPU"), 4);
+
+  absl::Time until = absl::Now() + absl::Milliseconds(500);
+  while (absl::Now() < until) {
+    bool unknown, declared_dead;
+    rpc::HeartbeatRequest hb;
+    hb.set_node_id("a");
+    ASSERT_TRUE(nodes.Heartbeat(hb, &unknown, &declared_dead).ok());
+    EXPECT_FALSE(unknown || declared_dead);
+    nodes.CheckHeartbeats();
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(dead, std::vector<std::string>{"b"});
+  EXPECT_EQ(nodes.Get("b")->state(), rpc::NODE_DEAD);
+  EXPECT_NE(nodes.Get("b")->death_reason().find("missed heartbeats"), std::string::npos);
+  EXPECT_EQ(nodes.Get("a")->state(), rpc::NODE_ALIVE);
+
+  // A dead node is told so, and cannot come back under the same id.
+  bool unknown, declared_dead;
+  rpc::HeartbeatRequest hb;
+  hb.set_node_id("b");
+  ASSERT_TRUE(nodes.Heartbeat(hb, &unknown, &declared_dead).ok());
+  EXPECT_TRUE(declared_dead);
+  EXPECT_TRUE(absl::IsFailedPrecondition(nodes.Register(Node("b"))));
+  hb.set_node_id("never-registered");
+  ASSERT_TRUE(nodes.Heartbeat(hb, &unknown, &declared_dead).ok());
+  EXPECT_TRUE(unknown);
+}
+
+TEST_F(NodeManagerTest, ReloadGivesLiveNodesAGracePeriod) {
+  {
+    GcsNodeManager nodes(store_.get(), &publisher_, options_);
+    ASSERT_TRUE(nodes.Register(Node("a")).ok());
+  }
+  GcsPublisher publisher2("inc2");
+  GcsNodeManager reloaded(store_.get(), &publisher2, options_);
+  ASSERT_TRUE(reloaded.Load().ok());
+  ASSERT_EQ(reloaded.GetAll(true).size(), 1u);
+  absl::SleepFor(absl::Milliseconds(300));  // past node_timeout, inside restart_grace
+  reloaded.CheckHeartbeats();
+  EXPECT_EQ(reloaded.Get("a")->state(), rpc::NODE_ALIVE);
+  absl::SleepFor(absl::Milliseconds(300));  // past the grace
+  reloaded.CheckHeartbeats();
+  EXPECT_EQ(reloaded.Get("a")->state(), rpc::NODE_DEAD);
+}
+
+TEST_F(NodeManagerTest, BadRegistrationsAreRefused) {
+  GcsNodeManager nodes(store_.get(), &publisher_, options_);
+  rpc::NodeInfo no_id = Node("");
+  EXPECT_TRUE(absl::IsInvalidArgument(nodes.Register(no_id)));
+  rpc::NodeInfo no_address = Node("x");
+  no_address.clear_address();
+  EXPECT_TRUE(absl::IsInvalidArgument(nodes.Register(no_address)));
+}
+
+TEST(KvManager, PutGetDeleteList) {
+  auto store = NewInMemoryStore();
+  GcsPublisher publisher("inc");
+  GcsKvManager kv(store.get(), &publisher);
+  EXPECT_TRUE(*kv.Put("ns", "a/1", "x", false));
+  EXPECT_FALSE(*kv.Put("ns", "a/1", "y", false));  // kept
+  EXPECT_EQ(*kv.Get("ns", "a/1"), "x");
+  EXPECT_FALSE(*kv.Put("ns", "a/1", "y", true));  // overwritten
+  EXPECT_EQ(*kv.Get("ns", "a/1"), "y");
+  ASSERT_TRUE(kv.Put("ns", "a/2", "z", true).ok());
+  ASSERT_TRUE(kv.Put("ns", "b/1", "w", true).ok());
+  ASSERT_TRUE(kv.Put("other", "a/1", "o", true).ok());
+  EXPECT_EQ(kv.List("ns", "a/").size(), 2u);
+  EXPECT_EQ(*kv.Delete("ns", "a/", true), 2);
+  EXPECT_FALSE(kv.Get("ns", "a/1").has_value());
+  EXPECT_EQ(*kv.Get("other", "a/1"), "o");
+  EXPECT_TRUE(absl::IsInvalidArgument(kv.Put("", "k", "v", true).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(kv.Put("ns", "", "v", true).status()));
+
+  // Everything comes back from the store.
+  GcsPublisher publisher2("inc2");
+  GcsKvManager reloaded(store.get(), &publisher2);
+  ASSERT_TRUE(reloaded.Load().ok());
+  EXPECT_EQ(*reloaded.Get("ns", "b/1"), "w");
+  EXPECT_EQ(*reloaded.Get("other", "a/1"), "o");
+  EXPECT_FALSE(reloaded.Get("ns", "a/2").has_value());
+}
+
+void SetActor(rpc::PubMessage* m, const rpc::ActorInfo& a) { *m->mutable_actor() = a; }
+
+TEST(RecordTable, PutUpdateListAndPublish) {
+  auto store = NewInMemoryStore();
+  GcsPublisher publisher("inc");
+  rpc::SubscribeRequest request;
+  request.add_channels(rpc::ACTOR);
+  RecordTable<rpc::ActorInfo> actors(store.get(), &publisher, "actors", rpc::ACTOR, &SetActor);
+  auto sub = publisher.Subscribe(request);
+  rpc::ActorInfo a;
+  a.set_actor_id("a1");
+  a.set_state(rpc::ACTOR_PENDING);
+  ASSERT_TRUE(actors.Put("a1", a).ok());
+  ASSERT_TRUE(actors
+                  .Update("a1",
+                          [](rpc::ActorInfo* actor, bool exists) {
+                            if (!exists) return false;
+                            actor->set_state(rpc::ACTOR_ALIVE);
+                            return true;
+                          })
+                  .ok());
+  EXPECT_EQ(actors.Get("a1")->state(), rpc::ACTOR_ALIVE);
+  EXPECT_EQ(actors.List().size(), 1u);
+  std::vector<rpc::ActorState> seen;
+  while (auto m = sub->Next(absl::Milliseconds(20))) {
+    if (m->has_actor()) seen.push_back(m->actor().state());
+  }
+  EXPECT_EQ(seen, (std::vector<rpc::ActorState>{rpc::ACTOR_PENDING, rpc::ACTOR_ALIVE}));
+
+  GcsPublisher publisher2("inc2");
+  RecordTable<rpc::ActorInfo> reloaded(store.get(), &publisher2, "actors", rpc::ACTOR, &SetActor);
+  ASSERT_TRUE(reloaded.Load().ok());
+  EXPECT_EQ(reloaded.Get("a1")->state(), rpc::ACTOR_ALIVE);
+}
+
+}  // namespace
+}  // namespace phalanx::gcs

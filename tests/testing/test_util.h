@@ -1,0 +1,123 @@
+// Test helpers: real processes (redis-server, phalanx daemons) started on free loopback ports
+// in a temporary directory, and stopped by pid when the helper goes out of scope.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace phalanx::testing {
+
+// The directory with the built binaries (phalanx, phalanx-gcs, phalanx-node, …).
+std::string BinDir();
+
+// A fresh directory under /tmp, removed (recursively) on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A child process that is SIGKILLed (if still alive) and reaped on destruction.
+class ChildProcess {
+ public:
+  ChildProcess() = default;
+  // Starts argv with output appended to `log` (if set).
+  ChildProcess(std::vector<std::string> argv, const std::string& log = "",
+               std::vector<std::pair<std::string, std::string>> env = {});
+  ChildProcess(ChildProcess&& other) noexcept;
+  ChildProcess& operator=(ChildProcess&& other) noexcept;
+  ~ChildProcess();
+
+  pid_t pid() const { return pid_; }
+  bool alive() const;
+  void Kill(int signal);  // sends a signal (SIGKILL, SIGSTOP, SIGCONT, …)
+  void KillAndWait();     // SIGKILL and reap
+  bool Terminate(absl::Duration grace = absl::Seconds(5));  // SIGTERM, then SIGKILL
+  // Waits for exit; returns the raw wait status, or -1 on timeout.
+  int WaitExit(absl::Duration timeout);
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// A real redis-server on a free loopback port, with data in a temp dir (no persistence
+// unless `aof`), optionally password-protected.
+class RedisServer {
+ public:
+  explicit RedisServer(const std::string& password = "", bool aof = false);
+  int port() const { return port_; }
+  const std::string& password() const { return password_; }
+  void Kill() { process_.KillAndWait(); }
+  void Restart();  // same port, same data dir
+
+ private:
+  void Start();
+  TempDir dir_;
+  int port_;
+  std::string password_;
+  bool aof_;
+  ChildProcess process_;
+};
+
+// A phalanx-gcs process on a free port over `redis`, with its token in a temp dir. Kill9()
+// and Restart() (same port, same Redis, same cluster id) exercise GCS restarts.
+class GcsProcess {
+ public:
+  struct Options {
+    int64_t node_timeout_ms = 3000;
+    int64_t restart_grace_ms = 10000;
+  };
+  GcsProcess(const RedisServer& redis, Options options);
+  GcsProcess(const RedisServer& redis) : GcsProcess(redis, Options()) {}
+  std::string address() const;
+  const std::string& token() const { return token_; }
+  const std::string& token_file() const { return token_file_; }
+  const std::string& dir() const { return dir_.path(); }
+  pid_t pid() const { return process_.pid(); }
+  void Kill9() { process_.KillAndWait(); }
+  void Restart();  // waits until it serves again
+
+ private:
+  void Start();
+  TempDir dir_;
+  int redis_port_;
+  std::string redis_password_;
+  Options options_;
+  int port_;
+  std::string token_ = "test-token-0123456789";
+  std::string token_file_;
+  ChildProcess process_;
+};
+
+// A phalanx-node process registered with `gcs` (waits until it is alive there).
+ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
+                       const std::string& extra_resources_json = "{}", int heartbeat_ms = 100);
+
+// Polls `condition` every 10 ms until it holds or `timeout` passes; returns the last result.
+bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
+
+// Runs a command to completion (bounded by `timeout`, then SIGKILLed) and captures its
+// stdout+stderr.
+struct CommandResult {
+  int exit_code = -1;  // -1: killed or timed out
+  std::string output;
+};
+CommandResult RunCommand(const std::vector<std::string>& argv,
+                         const std::vector<std::pair<std::string, std::string>>& env = {},
+                         absl::Duration timeout = absl::Seconds(60));
+
+// Every live process whose command line contains `needle` (for "no process left behind").
+std::vector<pid_t> FindProcesses(const std::string& needle);
+
+}  // namespace phalanx::testing
