@@ -1,0 +1,95 @@
+#include "bench/bench_util.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "echo.grpc.pb.h"
+#include "runtime/common/system.h"
+#include "runtime/rpc/rpc.h"
+#include "tests/testing/test_util.h"
+
+namespace phalanx::bench {
+
+std::string Shell(const std::string& command) {
+  std::string out;
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  if (!pipe) return out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe.get())) > 0) out.append(buf.data(), n);
+  return out;
+}
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  size_t i = static_cast<size_t>(p * (values.size() - 1) + 0.5);
+  return values[std::min(i, values.size() - 1)];
+}
+
+EchoServer::EchoServer() : port_(FreePort()) {
+  process_ = testing::ChildProcess({testing::BinDir() + "/bench_echo_server", absl::StrCat(port_)});
+  auto stub = EchoService::NewStub(rpc::MakeChannel(address()));
+  for (int i = 0; i < 500; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+    EchoMessage in, out;
+    if (stub->Echo(&ctx, in, &out).ok()) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+std::string EchoServer::address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+double MeasureEcho(const std::string& address, int clients, double seconds) {
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> done{0};
+  std::vector<std::thread> threads;
+  absl::Time start = absl::Now();
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&] {
+      auto stub = EchoService::NewStub(rpc::MakeChannel(address));
+      EchoMessage in;
+      in.set_data(std::string(32, 'x'));
+      int64_t n = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        grpc::ClientContext ctx;
+        EchoMessage out;
+        if (stub->Echo(&ctx, in, &out).ok()) ++n;
+      }
+      done += n;
+    });
+  }
+  absl::SleepFor(absl::Seconds(seconds));
+  stop = true;
+  for (auto& t : threads) t.join();
+  return static_cast<double>(done) / absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+std::vector<double> EchoLatenciesUs(const std::string& address, int n) {
+  auto stub = EchoService::NewStub(rpc::MakeChannel(address));
+  EchoMessage in;
+  in.set_data(std::string(32, 'x'));
+  std::vector<double> out;
+  for (int i = 0; i < n; ++i) {
+    grpc::ClientContext ctx;
+    EchoMessage reply;
+    absl::Time t0 = absl::Now();
+    if (stub->Echo(&ctx, in, &reply).ok()) {
+      out.push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
+    }
+  }
+  return out;
+}
+
+}  // namespace phalanx::bench

@@ -1,0 +1,37 @@
+// Helpers shared by the benchmarks.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/testing/test_util.h"
+
+namespace phalanx::bench {
+
+// Runs a shell command and returns its stdout (empty on failure).
+std::string Shell(const std::string& command);
+
+// The value at fraction `p` (0..1) of a sample.
+double Percentile(std::vector<double> values, double p);
+
+// A raw gRPC unary echo server in a child process (the floor for RPC benchmarks): started on
+// a free loopback port (bench_echo_server), SIGKILLed on destruction.
+class EchoServer {
+ public:
+  EchoServer();
+  std::string address() const;
+
+ private:
+  int port_ = 0;
+  testing::ChildProcess process_;
+};
+
+// Echo calls per second from `clients` threads (one channel each), blocking unary calls.
+double MeasureEcho(const std::string& address, int clients, double seconds);
+
+// Round-trip latencies (microseconds) of `n` blocking echo calls from one client.
+std::vector<double> EchoLatenciesUs(const std::string& address, int n);
+
+}  // namespace phalanx::bench

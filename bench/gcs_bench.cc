@@ -1,0 +1,149 @@
+// gcs_bench: actor/node table writes and reads per second through the GCS (persisted in
+// Redis, AOF everysec as `phalanx start --head` runs it) at 1 and 16 concurrent clients, with
+// redis-benchmark SET/GET against the same Redis in the same run as the peer.
+//
+//   build/bin/gcs_bench [seconds per measurement, default 3]
+//
+// Last line: RESULT gcs_writes_per_s=<16 clients> redis_set_per_s=<16 clients> ratio=...
+#include <atomic>
+#include <cstdio>
+#include <regex>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "bench/bench_util.h"
+#include "gcs/gcs_client.h"
+#include "tests/testing/test_util.h"
+
+namespace phalanx {
+namespace {
+
+using Op = std::function<bool(gcs::GcsClient&, int thread, int64_t i)>;
+
+// Runs `op` from `clients` threads (one GcsClient, hence one connection, each) for
+// `seconds`; returns operations per second.
+double Measure(const std::string& address, const std::string& token, int clients, double seconds,
+               const Op& op) {
+  std::vector<std::unique_ptr<gcs::GcsClient>> conns;
+  for (int c = 0; c < clients; ++c) conns.push_back(*gcs::GcsClient::Connect({address, token}));
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> done{0}, failed{0};
+  std::vector<std::thread> threads;
+  absl::Time start = absl::Now();
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      int64_t n = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        if (op(*conns[c], c, n)) {
+          ++n;
+        } else {
+          ++failed;
+        }
+      }
+      done += n;
+    });
+  }
+  absl::SleepFor(absl::Seconds(seconds));
+  stop = true;
+  for (auto& t : threads) t.join();
+  double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
+  if (failed > 0) std::printf("# warning: %ld failed operations\n", failed.load());
+  return static_cast<double>(done) / elapsed;
+}
+
+// redis-benchmark's requests per second for `test` ("SET" or "GET").
+double RedisBenchmark(int port, const std::string& password, int clients, int requests,
+                      const std::string& test) {
+  std::string out = bench::Shell(absl::StrCat(
+      "redis-benchmark -h 127.0.0.1 -p ", port, " -a ", password, " -c ", clients, " -n ", requests,
+      " -P 1 -q -t ", absl::AsciiStrToLower(test), " 2>/dev/null | tr '\\r' '\\n'"));
+  std::smatch m;
+  std::regex re(test + ": ([0-9.]+) requests per second");
+  if (std::regex_search(out, m, re)) return std::stod(m[1]);
+  std::fprintf(stderr, "could not parse redis-benchmark output: %s\n", out.c_str());
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  double seconds = argc > 1 ? std::atof(argv[1]) : 3.0;
+  testing::RedisServer redis("benchpw", /*aof=*/true);
+  testing::GcsProcess gcs(redis);
+  std::string address = gcs.address();
+
+  Op actor_write = [](gcs::GcsClient& c, int t, int64_t i) {
+    rpc::ActorInfo a;
+    a.set_actor_id(absl::StrCat("actor-", t, "-", i % 1000));
+    a.set_class_name("Trainer");
+    a.set_state(rpc::ACTOR_ALIVE);
+    a.set_num_restarts(static_cast<int>(i));
+    (*a.mutable_resources()->mutable_amounts())["CPU"] = 1;
+    return c.UpdateActor(a).ok();
+  };
+  Op actor_read = [](gcs::GcsClient& c, int t, int64_t i) {
+    return c.GetActor(absl::StrCat("actor-", t, "-", i % 1000)).ok();
+  };
+  // A node-table write: a heartbeat that reports changed available resources (the GCS
+  // writes the node record and publishes a RESOURCES_CHANGED event). Registered first.
+  // Node ids are unique per measurement: the nodes of an earlier one stop heartbeating, are
+  // declared dead, and a dead node id cannot register again.
+  std::atomic<int> measurement{0};
+  Op node_write = [&measurement](gcs::GcsClient& c, int t, int64_t i) {
+    std::string id = absl::StrCat("bench-node-", measurement.load(), "-", t, "-", i % 100);
+    if (i < 100) {
+      rpc::NodeInfo n;
+      n.set_node_id(id);
+      n.set_address("127.0.0.1:1");
+      (*n.mutable_total()->mutable_amounts())["CPU"] = 8;
+      if (!c.RegisterNode(n).ok()) return false;
+    }
+    rpc::HeartbeatRequest hb;
+    hb.set_node_id(id);
+    (*hb.mutable_available()->mutable_amounts())["CPU"] = static_cast<double>(i % 8);
+    auto reply = c.Heartbeat(hb);
+    return reply.ok() && !reply->declared_dead();
+  };
+
+  std::printf("# gcs_bench: %.0f s per measurement; GCS at %s over Redis %d (AOF everysec)\n",
+              seconds, address.c_str(), redis.port());
+  std::printf("%-8s %-22s %14s\n", "clients", "operation", "ops/s");
+  double gcs_writes_16 = 0;
+  {
+    // The floor: a raw gRPC unary echo between two processes, same client threads.
+    bench::EchoServer echo;
+    for (int clients : {1, 16}) {
+      std::printf("%-8d %-22s %14.0f\n", clients, "raw gRPC echo (floor)",
+                  bench::MeasureEcho(echo.address(), clients, seconds));
+    }
+  }
+  for (int clients : {1, 16}) {
+    // Fill every key the readers ask for.
+    Measure(address, gcs.token(), clients, 0.5, actor_write);
+    double aw = Measure(address, gcs.token(), clients, seconds, actor_write);
+    double ar = Measure(address, gcs.token(), clients, seconds, actor_read);
+    ++measurement;
+    double nw = Measure(address, gcs.token(), clients, seconds, node_write);
+    std::printf("%-8d %-22s %14.0f\n", clients, "GCS actor write", aw);
+    std::printf("%-8d %-22s %14.0f\n", clients, "GCS actor read", ar);
+    std::printf("%-8d %-22s %14.0f\n", clients, "GCS node write", nw);
+    if (clients == 16) gcs_writes_16 = aw;
+  }
+  double redis_set_16 = 0;
+  for (int clients : {1, 16}) {
+    int requests = clients == 1 ? 50000 : 200000;
+    double set = RedisBenchmark(redis.port(), redis.password(), clients, requests, "SET");
+    double get = RedisBenchmark(redis.port(), redis.password(), clients, requests, "GET");
+    std::printf("%-8d %-22s %14.0f\n", clients, "redis-benchmark SET", set);
+    std::printf("%-8d %-22s %14.0f\n", clients, "redis-benchmark GET", get);
+    if (clients == 16) redis_set_16 = set;
+  }
+  std::printf("RESULT gcs_writes_per_s=%.0f redis_set_per_s=%.0f ratio=%.3f\n", gcs_writes_16,
+              redis_set_16, redis_set_16 > 0 ? gcs_writes_16 / redis_set_16 : 0);
+  return 0;
+}
+
+}  // namespace
+}  // namespace phalanx
+
+int main(int argc, char** argv) { return phalanx::Main(argc, argv); }
