@@ -227,6 +227,26 @@ class GcsClientImpl final : public GcsClient {
     return std::vector<rpc::KvEntry>(reply->entries().begin(), reply->entries().end());
   }
 
+  absl::StatusOr<rpc::ActorInfo> CreateActor(const rpc::ActorInfo& spec) override {
+    rpc::CreateActorRequest request;
+    *request.mutable_actor() = spec;
+    auto reply = Call(&Stub::CreateActor, request);
+    if (!reply.ok()) return reply.status();
+    return reply->actor();
+  }
+
+  absl::StatusOr<rpc::ReportActorStateReply> ReportActorState(
+      const rpc::ReportActorStateRequest& report) override {
+    return Call(&Stub::ReportActorState, report);
+  }
+
+  absl::Status KillActor(const std::string& actor_id, bool no_restart) override {
+    rpc::KillActorViaGcsRequest request;
+    request.set_actor_id(actor_id);
+    request.set_no_restart(no_restart);
+    return Call(&Stub::KillActor, request).status();
+  }
+
   absl::Status UpdateActor(const rpc::ActorInfo& actor) override {
     rpc::UpdateActorRequest request;
     *request.mutable_actor() = actor;

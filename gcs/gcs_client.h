@@ -64,6 +64,13 @@ class GcsClient {
   virtual absl::StatusOr<std::vector<rpc::KvEntry>> KvList(const std::string& ns,
                                                            const std::string& prefix = "") = 0;
 
+  // Creates an actor (validated, stored PENDING, scheduled); returns its record.
+  virtual absl::StatusOr<rpc::ActorInfo> CreateActor(const rpc::ActorInfo& spec) = 0;
+  virtual absl::StatusOr<rpc::ReportActorStateReply> ReportActorState(
+      const rpc::ReportActorStateRequest& report) = 0;
+  // Kills an actor; with no_restart = false it restarts as its max_restarts allows.
+  virtual absl::Status KillActor(const std::string& actor_id, bool no_restart) = 0;
+  // Writes an actor record as given (tools and tests; not the lifecycle).
   virtual absl::Status UpdateActor(const rpc::ActorInfo& actor) = 0;
   // By id; NotFound names the actor.
   virtual absl::StatusOr<rpc::ActorInfo> GetActor(const std::string& actor_id) = 0;

@@ -5,7 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "gcs/actor_manager.h"
 #include "gcs/kv_manager.h"
+#include "gcs/node_client_pool.h"
 #include "gcs/node_manager.h"
 #include "gcs/publisher.h"
 #include "gcs/record_table.h"
@@ -29,7 +31,7 @@ constexpr char kVersion[] = "0.1.0";
 class GcsServiceImpl final : public rpc::GcsService::Service {
  public:
   GcsServiceImpl(std::string token, std::string cluster_id, GcsPublisher* publisher,
-                 GcsNodeManager* nodes, GcsKvManager* kv, RecordTable<rpc::ActorInfo>* actors,
+                 GcsNodeManager* nodes, GcsKvManager* kv, GcsActorManager* actors,
                  RecordTable<rpc::JobInfo>* jobs,
                  RecordTable<rpc::PlacementGroupInfo>* placement_groups)
       : token_(std::move(token)),
@@ -129,13 +131,38 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status CreateActor(grpc::ServerContext* context, const rpc::CreateActorRequest* request,
+                           rpc::CreateActorReply* reply) override {
+    PHX_AUTH(context);
+    auto actor = actors_->Create(request->actor());
+    if (!actor.ok()) return rpc::ToGrpc(actor.status());
+    *reply->mutable_actor() = std::move(*actor);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ReportActorState(grpc::ServerContext* context,
+                                const rpc::ReportActorStateRequest* request,
+                                rpc::ReportActorStateReply* reply) override {
+    PHX_AUTH(context);
+    bool stale = false;
+    if (auto s = actors_->ReportState(*request, &stale); !s.ok()) return rpc::ToGrpc(s);
+    reply->set_stale(stale);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status KillActor(grpc::ServerContext* context, const rpc::KillActorViaGcsRequest* request,
+                         rpc::KillActorViaGcsReply*) override {
+    PHX_AUTH(context);
+    return rpc::ToGrpc(actors_->Kill(request->actor_id(), request->no_restart()));
+  }
+
   grpc::Status UpdateActor(grpc::ServerContext* context, const rpc::UpdateActorRequest* request,
                            rpc::UpdateActorReply*) override {
     PHX_AUTH(context);
     if (request->actor().actor_id().empty()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "UpdateActor: actor_id is empty");
     }
-    return rpc::ToGrpc(actors_->Put(request->actor().actor_id(), request->actor()));
+    return rpc::ToGrpc(actors_->Put(request->actor()));
   }
 
   grpc::Status GetActor(grpc::ServerContext* context, const rpc::GetActorRequest* request,
@@ -145,11 +172,7 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     if (!request->actor_id().empty()) {
       actor = actors_->Get(request->actor_id());
     } else if (!request->name().empty()) {
-      auto matches = actors_->List([&](const rpc::ActorInfo& a) {
-        return a.name() == request->name() && a.namespace_() == request->namespace_() &&
-               a.state() != rpc::ACTOR_DEAD;
-      });
-      if (!matches.empty()) actor = matches.front();
+      actor = actors_->GetByName(request->name(), request->namespace_());
     } else {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "GetActor: give an actor_id or a name");
@@ -168,14 +191,7 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
   grpc::Status ListActors(grpc::ServerContext* context, const rpc::ListActorsRequest* request,
                           rpc::ListActorsReply* reply) override {
     PHX_AUTH(context);
-    auto actors = actors_->List([&](const rpc::ActorInfo& a) {
-      return request->job_id().empty() || a.job_id() == request->job_id();
-    });
-    std::sort(actors.begin(), actors.end(), [](const auto& a, const auto& b) {
-      return std::make_tuple(a.create_time_ms(), a.actor_id()) <
-             std::make_tuple(b.create_time_ms(), b.actor_id());
-    });
-    for (auto& a : actors) *reply->add_actors() = std::move(a);
+    for (auto& a : actors_->List(request->job_id())) *reply->add_actors() = std::move(a);
     return grpc::Status::OK;
   }
 
@@ -273,7 +289,7 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
   GcsPublisher* publisher_;
   GcsNodeManager* nodes_;
   GcsKvManager* kv_;
-  RecordTable<rpc::ActorInfo>* actors_;
+  GcsActorManager* actors_;
   RecordTable<rpc::JobInfo>* jobs_;
   RecordTable<rpc::PlacementGroupInfo>* placement_groups_;
   std::atomic<bool> stopping_{false};
@@ -301,7 +317,6 @@ absl::Status CheckClusterMeta(Store* store, const std::string& cluster_id,
   return store->PutSync("meta", "token_sha256", token_hash);
 }
 
-void SetActorBody(rpc::PubMessage* m, const rpc::ActorInfo& a) { *m->mutable_actor() = a; }
 void SetJobBody(rpc::PubMessage* m, const rpc::JobInfo& j) { *m->mutable_job() = j; }
 void SetPgBody(rpc::PubMessage* m, const rpc::PlacementGroupInfo& pg) {
   *m->mutable_placement_group() = pg;
@@ -315,7 +330,8 @@ class GcsServerImpl final : public GcsServer {
         publisher_(RandomHex(8)),
         nodes_(store_.get(), &publisher_, {options.node_timeout, options.restart_grace}),
         kv_(store_.get(), &publisher_),
-        actors_(store_.get(), &publisher_, "actors", rpc::ACTOR, &SetActorBody),
+        node_clients_(options.token),
+        actors_(store_.get(), &publisher_, &nodes_, &node_clients_),
         jobs_(store_.get(), &publisher_, "jobs", rpc::JOB, &SetJobBody),
         placement_groups_(store_.get(), &publisher_, "placement_groups", rpc::PLACEMENT_GROUP,
                           &SetPgBody) {}
@@ -377,7 +393,8 @@ class GcsServerImpl final : public GcsServer {
   GcsPublisher publisher_;
   GcsNodeManager nodes_;
   GcsKvManager kv_;
-  RecordTable<rpc::ActorInfo> actors_;
+  NodeClientPool node_clients_;
+  GcsActorManager actors_;
   RecordTable<rpc::JobInfo> jobs_;
   RecordTable<rpc::PlacementGroupInfo> placement_groups_;
   std::unique_ptr<GcsServiceImpl> service_;

@@ -110,14 +110,12 @@ absl::Status GcsNodeManager::Register(rpc::NodeInfo node) {
   spdlog::info("node {} {} at {} with {}", ShortId(node.node_id()),
                first_time ? "registered" : "re-registered", node.address(),
                node.total().DebugString());
-  if (first_time) {
-    std::vector<std::function<void(const rpc::NodeInfo&)>> listeners;
-    {
-      absl::MutexLock lock(&mu_);
-      listeners = added_listeners_;
-    }
-    for (auto& l : listeners) l(node);
+  std::vector<std::function<void(const rpc::NodeInfo&)>> listeners;
+  {
+    absl::MutexLock lock(&mu_);
+    listeners = registered_listeners_;
   }
+  for (auto& l : listeners) l(node);
   return absl::OkStatus();
 }
 
@@ -246,9 +244,9 @@ void GcsNodeManager::AddDeadListener(std::function<void(const rpc::NodeInfo&)> l
   dead_listeners_.push_back(std::move(listener));
 }
 
-void GcsNodeManager::AddAddedListener(std::function<void(const rpc::NodeInfo&)> listener) {
+void GcsNodeManager::AddRegisteredListener(std::function<void(const rpc::NodeInfo&)> listener) {
   absl::MutexLock lock(&mu_);
-  added_listeners_.push_back(std::move(listener));
+  registered_listeners_.push_back(std::move(listener));
 }
 
 }  // namespace phalanx::gcs

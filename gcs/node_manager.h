@@ -49,8 +49,9 @@ class GcsNodeManager {
 
   // Called (outside any lock) after a node is declared dead.
   void AddDeadListener(std::function<void(const rpc::NodeInfo&)> listener);
-  // Called (outside any lock) after a node registers for the first time.
-  void AddAddedListener(std::function<void(const rpc::NodeInfo&)> listener);
+  // Called (outside any lock) after every registration, first or repeated (a node
+  // re-registers after a GCS restart).
+  void AddRegisteredListener(std::function<void(const rpc::NodeInfo&)> listener);
 
   // Updates a node's available resources (from the node or the scheduler); publishes a
   // RESOURCES_CHANGED event when they changed.
@@ -70,7 +71,7 @@ class GcsNodeManager {
   // In memory only: a heartbeat is not worth a Redis write.
   absl::flat_hash_map<std::string, absl::Time> deadline_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void(const rpc::NodeInfo&)>> dead_listeners_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::function<void(const rpc::NodeInfo&)>> added_listeners_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void(const rpc::NodeInfo&)>> registered_listeners_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace phalanx::gcs

@@ -31,6 +31,10 @@ int main(int argc, char** argv) {
   app.add_option("--session-dir", options.session_dir, "session directory");
   app.add_option("--heartbeat-ms", heartbeat_ms, "heartbeat period in milliseconds");
   app.add_option("--log-file", log_file, "log here instead of stderr");
+  app.add_option("--memory-usage-threshold", options.memory_usage_threshold,
+                 "kill the newest actor when the node's memory use passes this fraction");
+  app.add_option("--memory-enforcement", options.memory_enforcement,
+                 "how actor memory limits are enforced: auto, cgroup or rss");
   CLI11_PARSE(app, argc, argv);
 
   phalanx::BlockTerminationSignals();

@@ -3,25 +3,26 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <deque>
+#include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gcs/gcs_client.h"
+#include "runtime/common/files.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/system.h"
+#include "runtime/node/worker_pool.h"
 #include "runtime/proto/node.grpc.pb.h"
+#include "runtime/rpc/describe.h"
 #include "runtime/rpc/rpc.h"
 
 namespace phalanx::node {
 namespace {
 
-rpc::ResourceSet ToProto(const Resources& r) {
-  rpc::ResourceSet out;
-  for (const auto& [name, amount] : r.ToMap()) (*out.mutable_amounts())[name] = amount;
-  return out;
-}
+using rpc::ToProto;
 
 class NodeManagerImpl;
 
@@ -34,6 +35,16 @@ class NodeServiceImpl final : public rpc::NodeManagerService::Service {
                             rpc::GetNodeStatsReply* reply) override;
   grpc::Status ShutdownNode(grpc::ServerContext* context, const rpc::ShutdownNodeRequest* request,
                             rpc::ShutdownNodeReply*) override;
+  grpc::Status StartActor(grpc::ServerContext* context, const rpc::StartActorRequest* request,
+                          rpc::StartActorReply* reply) override;
+  grpc::Status KillActor(grpc::ServerContext* context, const rpc::KillActorRequest* request,
+                         rpc::KillActorReply* reply) override;
+  grpc::Status WorkerStarted(grpc::ServerContext* context, const rpc::WorkerStartedRequest* request,
+                             rpc::WorkerStartedReply* reply) override;
+  grpc::Status WorkerReady(grpc::ServerContext* context, const rpc::WorkerReadyRequest* request,
+                           rpc::WorkerReadyReply*) override;
+  grpc::Status ListWorkers(grpc::ServerContext* context, const rpc::ListWorkersRequest*,
+                           rpc::ListWorkersReply* reply) override;
 
  private:
   NodeManagerImpl* node_;
@@ -62,7 +73,33 @@ class NodeManagerImpl final : public NodeManager {
     if (!gcs.ok()) return gcs.status();
     gcs_ = std::move(*gcs);
     if (auto s = Register(); !s.ok()) return s;
+    WorkerPoolOptions pool;
+    pool.node_id = node_id_;
+    pool.node_address = absl::StrCat(options_.node_ip, ":", port_);
+    pool.gcs_address = options_.gcs_address;
+    pool.token = options_.token;
+    pool.log_dir = options_.session_dir.empty()
+                       ? absl::StrCat("/tmp/phalanx/node-", ShortId(node_id_), "/logs")
+                       : options_.session_dir + "/logs";
+    pool.bin_dir = ExecutableDir();
+    pool.node_threshold = options_.memory_usage_threshold;
+    pool.memory_enforcement = options_.memory_enforcement;
+    pool.sample_period = options_.memory_sample_period;
+    pool_ = std::make_unique<WorkerPool>(
+        pool, [this](const WorkerRecord& w, const rpc::DeathCause& cause) {
+          rpc::ReportActorStateRequest report;
+          report.set_actor_id(w.actor_id);
+          report.set_attempt(w.attempt);
+          report.set_node_id(node_id_);
+          report.set_state(rpc::ACTOR_DEAD);
+          report.set_pid(w.pid);
+          *report.mutable_cause() = cause;
+          Report(std::move(report));
+          absl::MutexLock lock(&mu_);
+          specs_.erase({w.actor_id, w.attempt});
+        });
     heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+    report_thread_ = std::thread([this] { ReportLoop(); });
     spdlog::info("node {} serving at {}:{} with {}", node_id_, options_.node_ip, port_,
                  options_.resources.ToString());
     return absl::OkStatus();
@@ -85,6 +122,9 @@ class NodeManagerImpl final : public NodeManager {
       stop_requested_ = true;
     }
     if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+    if (report_thread_.joinable()) report_thread_.join();
+    // Workers go with their node: the GCS learns it from the node's death (NODE_DIED).
+    if (pool_) pool_->Shutdown();
     bool dead;
     {
       absl::MutexLock lock(&mu_);
@@ -104,13 +144,79 @@ class NodeManagerImpl final : public NodeManager {
     stop_requested_ = true;
   }
 
+  absl::StatusOr<int> StartActor(const rpc::StartActorRequest& request) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_requested_) return absl::UnavailableError("node is stopping");
+      specs_[{request.actor().actor_id(), request.attempt()}] = request.actor();
+    }
+    auto pid = pool_->Start(request.actor(), request.attempt());
+    if (!pid.ok()) {
+      // It never ran: report it dead now (the GCS decides about restarts).
+      rpc::ReportActorStateRequest report;
+      report.set_actor_id(request.actor().actor_id());
+      report.set_attempt(request.attempt());
+      report.set_node_id(node_id_);
+      report.set_state(rpc::ACTOR_DEAD);
+      report.mutable_cause()->set_kind(rpc::DeathCause::CREATION_FAILED);
+      report.mutable_cause()->set_message(std::string(pid.status().message()));
+      Report(std::move(report));
+      return pid.status();
+    }
+    return *pid;
+  }
+
+  bool KillActor(const rpc::KillActorRequest& request) {
+    return pool_->Kill(request.actor_id(), request.attempt(), request.cause());
+  }
+
+  absl::StatusOr<rpc::ActorInfo> WorkerStarted(const rpc::WorkerStartedRequest& request) {
+    absl::MutexLock lock(&mu_);
+    auto it = specs_.find({request.actor_id(), request.attempt()});
+    if (it == specs_.end()) {
+      return absl::NotFoundError(absl::StrCat("this node runs no attempt ", request.attempt(),
+                                              " of actor ", request.actor_id()));
+    }
+    return it->second;
+  }
+
+  void WorkerReady(const rpc::WorkerReadyRequest& request) {
+    pool_->MarkReady(request.actor_id(), request.attempt(), request.address(), request.error());
+    if (!request.error().empty()) return;  // the worker exits; its death says CREATION_FAILED
+    int pid = 0;
+    for (const auto& w : pool_->List()) {
+      if (w.actor_id == request.actor_id() && w.attempt == request.attempt()) pid = w.pid;
+    }
+    rpc::ReportActorStateRequest report;
+    report.set_actor_id(request.actor_id());
+    report.set_attempt(request.attempt());
+    report.set_node_id(node_id_);
+    report.set_state(rpc::ACTOR_ALIVE);
+    report.set_worker_address(request.address());
+    report.set_pid(pid);
+    Report(std::move(report));
+  }
+
+  void ListWorkers(rpc::ListWorkersReply* reply) {
+    for (const auto& w : pool_->List()) {
+      auto* info = reply->add_workers();
+      info->set_actor_id(w.actor_id);
+      info->set_attempt(w.attempt);
+      info->set_pid(w.pid);
+      info->set_rss_bytes(w.last_rss);
+      info->set_peak_rss_bytes(w.peak_rss);
+      info->set_memory_limit_bytes(w.memory_limit);
+      info->set_address(w.address);
+    }
+  }
+
   void FillStats(rpc::GetNodeStatsReply* reply) {
     reply->set_node_id(node_id_);
     *reply->mutable_total() = ToProto(options_.resources);
     *reply->mutable_available() = ToProto(options_.resources);
     reply->set_memory_total_bytes(TotalMemoryBytes());
     reply->set_memory_used_bytes(UsedMemoryBytes());
-    reply->set_num_workers(0);
+    reply->set_num_workers(static_cast<int>(pool_->List().size()));
   }
 
  private:
@@ -127,6 +233,47 @@ class NodeManagerImpl final : public NodeManager {
     node.set_session_dir(options_.session_dir);
     for (const auto& [k, v] : options_.labels) (*node.mutable_labels())[k] = v;
     return node;
+  }
+
+  // Queues a state report for the GCS; reports are sent in order and retried until the GCS
+  // takes them (it may be restarting).
+  void Report(rpc::ReportActorStateRequest report) {
+    absl::MutexLock lock(&mu_);
+    reports_.push_back(std::move(report));
+  }
+
+  void ReportLoop() {
+    absl::Duration backoff = absl::Milliseconds(50);
+    while (true) {
+      rpc::ReportActorStateRequest report;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](NodeManagerImpl* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(n->mu_) {
+              return n->stop_requested_ || !n->reports_.empty();
+            },
+            this));
+        if (stop_requested_) return;
+        report = reports_.front();
+      }
+      auto reply = gcs_->ReportActorState(report);
+      if (!reply.ok()) {
+        spdlog::warn("reporting actor {} to the GCS failed ({}); retrying",
+                     ShortId(report.actor_id()), reply.status());
+        absl::SleepFor(backoff);
+        backoff = std::min(backoff * 2, absl::Seconds(1));
+        continue;
+      }
+      backoff = absl::Milliseconds(50);
+      if (reply->stale()) {
+        rpc::DeathCause cause;
+        cause.set_kind(rpc::DeathCause::KILLED_BY_USER);
+        cause.set_message("the GCS no longer wants this attempt");
+        pool_->Kill(report.actor_id(), report.attempt(), cause);
+      }
+      absl::MutexLock lock(&mu_);
+      reports_.pop_front();
+    }
   }
 
   absl::Status Register() {
@@ -179,11 +326,15 @@ class NodeManagerImpl final : public NodeManager {
   std::unique_ptr<gcs::GcsClient> gcs_;
   std::string incarnation_;  // touched by Init, then the heartbeat thread only
   std::thread heartbeat_thread_;
+  std::thread report_thread_;
+  std::unique_ptr<WorkerPool> pool_;
 
   absl::Mutex mu_;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool declared_dead_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<rpc::ReportActorStateRequest> reports_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, int>, rpc::ActorInfo> specs_ ABSL_GUARDED_BY(mu_);
 };
 
 grpc::Status NodeServiceImpl::GetNodeStats(grpc::ServerContext* context,
@@ -200,6 +351,50 @@ grpc::Status NodeServiceImpl::ShutdownNode(grpc::ServerContext* context,
   if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
   spdlog::info("shutdown requested: {}", request->reason());
   node_->RequestStop();
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeServiceImpl::StartActor(grpc::ServerContext* context,
+                                         const rpc::StartActorRequest* request,
+                                         rpc::StartActorReply* reply) {
+  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
+  auto pid = node_->StartActor(*request);
+  if (!pid.ok()) return rpc::ToGrpc(pid.status());
+  reply->set_pid(*pid);
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeServiceImpl::KillActor(grpc::ServerContext* context,
+                                        const rpc::KillActorRequest* request,
+                                        rpc::KillActorReply* reply) {
+  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
+  reply->set_found(node_->KillActor(*request));
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeServiceImpl::WorkerStarted(grpc::ServerContext* context,
+                                            const rpc::WorkerStartedRequest* request,
+                                            rpc::WorkerStartedReply* reply) {
+  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
+  auto actor = node_->WorkerStarted(*request);
+  if (!actor.ok()) return rpc::ToGrpc(actor.status());
+  *reply->mutable_actor() = std::move(*actor);
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeServiceImpl::WorkerReady(grpc::ServerContext* context,
+                                          const rpc::WorkerReadyRequest* request,
+                                          rpc::WorkerReadyReply*) {
+  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
+  node_->WorkerReady(*request);
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeServiceImpl::ListWorkers(grpc::ServerContext* context,
+                                          const rpc::ListWorkersRequest*,
+                                          rpc::ListWorkersReply* reply) {
+  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
+  node_->ListWorkers(reply);
   return grpc::Status::OK;
 }
 

@@ -26,6 +26,11 @@ struct NodeManagerOptions {
   std::string session_dir;
   std::map<std::string, std::string> labels;
   absl::Duration heartbeat_period = absl::Milliseconds(500);
+  // Memory: see WorkerPool. The node-wide monitor kills the newest actor above this fraction
+  // of the machine's memory (>= 1 disables it).
+  double memory_usage_threshold = 0.95;
+  std::string memory_enforcement = "auto";  // auto | cgroup | rss
+  absl::Duration memory_sample_period = absl::Milliseconds(50);
   // How long to wait for the GCS at start-up before giving up.
   absl::Duration register_timeout = absl::Seconds(30);
 };

@@ -2,7 +2,8 @@
 # CMakeLists.txt so that protoc runs with -I <repo root> and the generated headers land at
 # build/runtime/proto/*.pb.h, included as "runtime/proto/x.pb.h".
 set(PHALANX_PROTOS
-  runtime/proto/common.proto runtime/proto/gcs.proto runtime/proto/node.proto)
+  runtime/proto/common.proto runtime/proto/gcs.proto runtime/proto/node.proto
+  runtime/proto/worker.proto)
 add_library(phalanx_proto STATIC ${PHALANX_PROTOS})
 target_include_directories(phalanx_proto PUBLIC ${CMAKE_BINARY_DIR})
 target_link_libraries(phalanx_proto PUBLIC protobuf::libprotobuf gRPC::grpc++)

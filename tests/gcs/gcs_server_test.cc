@@ -97,7 +97,9 @@ TEST(GcsServer, KillNineAndRestartKeepsEveryTableAndLiveNodes) {
   rpc::ActorInfo actor;
   actor.set_actor_id("actor-1");
   actor.set_name("trainer");
-  actor.set_state(rpc::ACTOR_ALIVE);
+  actor.set_state(rpc::ACTOR_DEAD);  // a record only: the actor manager leaves it alone
+  actor.mutable_death_cause()->set_kind(rpc::DeathCause::EXITED);
+  actor.mutable_death_cause()->set_exit_code(7);
   ASSERT_TRUE(client->UpdateActor(actor).ok());
   rpc::JobInfo job;
   job.set_job_id("job-1");
@@ -122,7 +124,7 @@ TEST(GcsServer, KillNineAndRestartKeepsEveryTableAndLiveNodes) {
   EXPECT_NE(info->incarnation(), incarnation);
   EXPECT_EQ(*client->KvGet("ns", "key").value(), "value");
   EXPECT_EQ(client->GetActor("actor-1")->name(), "trainer");
-  EXPECT_EQ(client->GetNamedActor("trainer")->actor_id(), "actor-1");
+  EXPECT_EQ(client->GetActor("actor-1")->death_cause().exit_code(), 7);
   EXPECT_EQ(client->GetJob("job-1")->state(), rpc::JOB_RUNNING);
   ASSERT_EQ(client->ListPlacementGroups()->size(), 1u);
 

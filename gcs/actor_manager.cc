@@ -1,0 +1,472 @@
+#include "gcs/actor_manager.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/common/ids.h"
+#include "runtime/common/logging.h"
+#include "runtime/common/system.h"
+#include "runtime/rpc/describe.h"
+
+namespace phalanx::gcs {
+namespace {
+
+bool Placed(const rpc::ActorInfo& a) {
+  return !a.node_id().empty() &&
+         (a.state() == rpc::ACTOR_CREATING || a.state() == rpc::ACTOR_ALIVE);
+}
+
+bool RestartsLeft(const rpc::ActorInfo& a) {
+  return a.max_restarts() == -1 || a.num_restarts() < a.max_restarts();
+}
+
+placement::SchedulingRequest RequestFor(const rpc::ActorInfo& a) {
+  placement::SchedulingRequest r;
+  r.resources = rpc::FromProto(a.resources());
+  r.strategy =
+      placement::ParseStrategy(a.scheduling_strategy()).value_or(placement::Strategy::kDefault);
+  r.affinity_node_id = a.affinity_node_id();
+  r.affinity_soft = a.affinity_soft();
+  return r;
+}
+
+}  // namespace
+
+absl::Status ValidateActorSpec(const rpc::ActorInfo& spec) {
+  if (spec.class_name().empty()) {
+    return absl::InvalidArgumentError("actor: class_name is empty; name a registered class");
+  }
+  std::map<std::string, double> amounts(spec.resources().amounts().begin(),
+                                        spec.resources().amounts().end());
+  if (auto r = Resources::FromMap(amounts, absl::StrCat("actor ", spec.class_name())); !r.ok()) {
+    return r.status();
+  }
+  if (spec.max_restarts() < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("actor ", spec.class_name(), ": max_restarts is ", spec.max_restarts(),
+                     "; use -1 (forever), 0 (never) or a positive count"));
+  }
+  if (spec.max_task_retries() < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("actor ", spec.class_name(), ": max_task_retries is ", spec.max_task_retries(),
+                     "; use -1 (forever), 0 (never) or a positive count"));
+  }
+  if (spec.max_concurrency() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("actor ", spec.class_name(),
+                                                   ": max_concurrency is ", spec.max_concurrency(),
+                                                   "; use 1 or more"));
+  }
+  auto strategy = placement::ParseStrategy(spec.scheduling_strategy());
+  if (!strategy.ok()) return strategy.status();
+  if (*strategy == placement::Strategy::kNodeAffinity && spec.affinity_node_id().empty()) {
+    return absl::InvalidArgumentError(
+        "actor: NODE_AFFINITY needs affinity_node_id (a node id from `phalanx status`)");
+  }
+  return absl::OkStatus();
+}
+
+GcsActorManager::GcsActorManager(Store* store, GcsPublisher* publisher, GcsNodeManager* nodes,
+                                 NodeClientPool* node_clients,
+                                 placement::SchedulingOptions scheduling)
+    : publisher_(publisher),
+      nodes_(nodes),
+      node_clients_(node_clients),
+      actors_(store, "actors"),
+      selector_(scheduling) {
+  publisher_->SetSnapshotProvider(rpc::ACTOR, [this](const auto& consume) {
+    absl::MutexLock lock(&mu_);
+    std::vector<rpc::PubMessage> out;
+    for (const auto& [id, actor] : actors_.entries()) {
+      rpc::PubMessage m;
+      m.set_key(id);
+      *m.mutable_actor() = actor;
+      out.push_back(std::move(m));
+    }
+    consume(std::move(out));
+  });
+  nodes_->AddRegisteredListener([this](const rpc::NodeInfo& n) { OnNodeRegistered(n); });
+  nodes_->AddDeadListener([this](const rpc::NodeInfo& n) { OnNodeDead(n); });
+}
+
+GcsActorManager::~GcsActorManager() = default;
+
+void GcsActorManager::SaveLocked(const rpc::ActorInfo& actor) {
+  actors_.Put(actor.actor_id(), actor);  // durable in order; the caller need not wait
+  rpc::PubMessage m;
+  m.set_channel(rpc::ACTOR);
+  m.set_key(actor.actor_id());
+  *m.mutable_actor() = actor;
+  publisher_->Publish(std::move(m));
+}
+
+absl::Status GcsActorManager::Load() {
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = actors_.Load(); !s.ok()) return s;
+    view_ = placement::ClusterResourceView();
+    for (const auto& node : nodes_->GetAll(/*alive_only=*/true)) {
+      view_.AddNode(node.node_id(), rpc::FromProto(node.total()),
+                    {node.labels().begin(), node.labels().end()});
+    }
+    std::vector<rpc::ActorInfo> all;
+    for (const auto& [id, actor] : actors_.entries()) all.push_back(actor);
+    std::sort(all.begin(), all.end(),
+              [](const auto& a, const auto& b) { return a.create_time_ms() < b.create_time_ms(); });
+    for (const auto& actor : all) {
+      if (actor.state() == rpc::ACTOR_DEAD) continue;
+      if (Placed(actor)) {
+        if (view_.Allocate(actor.node_id(), rpc::FromProto(actor.resources()))) {
+          effects.availability_changed.push_back(actor.node_id());
+          if (actor.state() == rpc::ACTOR_CREATING) {
+            auto node = nodes_->Get(actor.node_id());
+            Dispatch d{node ? node->address() : "", {}};
+            *d.start.mutable_actor() = actor;
+            d.start.set_attempt(actor.num_restarts());
+            if (!d.node_address.empty()) effects.starts.push_back(std::move(d));
+          }
+          continue;
+        }
+        // Its node is gone (or cannot hold it any more): that node died with it.
+        rpc::DeathCause cause;
+        cause.set_kind(rpc::DeathCause::NODE_DIED);
+        cause.set_node_id(actor.node_id());
+        cause.set_message(absl::StrCat("node ", ShortId(actor.node_id()), " is gone"));
+        cause.set_time_ms(NowMs());
+        HandleDeathLocked(actor, cause, &effects);
+        continue;
+      }
+      pending_.push_back(actor.actor_id());
+    }
+    spdlog::info("loaded {} actors ({} waiting for a node)", actors_.size(), pending_.size());
+    ScheduleLocked(&effects);
+  }
+  Apply(std::move(effects));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<rpc::ActorInfo> GcsActorManager::Create(rpc::ActorInfo spec) {
+  if (auto s = ValidateActorSpec(spec); !s.ok()) return s;
+  Effects effects;
+  PendingWrite write;
+  {
+    absl::MutexLock lock(&mu_);
+    if (spec.actor_id().empty()) spec.set_actor_id(NewId());
+    if (actors_.Find(spec.actor_id()) != nullptr) {
+      return absl::AlreadyExistsError(absl::StrCat("actor id ", spec.actor_id(), " is taken"));
+    }
+    if (!spec.name().empty()) {
+      for (const auto& [id, a] : actors_.entries()) {
+        if (a.state() != rpc::ACTOR_DEAD && a.name() == spec.name() &&
+            a.namespace_() == spec.namespace_()) {
+          return absl::AlreadyExistsError(absl::StrCat(
+              "an actor named '", spec.name(), "' already exists (", rpc::DescribeActor(a), ", ",
+              rpc::StateName(a.state()), "); pick another name or look it up with GetActor"));
+        }
+      }
+    }
+    placement::Placement probe = selector_.Select(view_, RequestFor(spec));
+    if (probe.infeasible) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("actor ", spec.class_name(), " cannot be scheduled: ", probe.reason));
+    }
+    spec.set_state(rpc::ACTOR_PENDING);
+    spec.set_num_restarts(0);
+    spec.clear_node_id();
+    spec.clear_worker_address();
+    spec.clear_death_cause();
+    spec.clear_history();
+    if (spec.max_concurrency() == 0) spec.set_max_concurrency(1);
+    spec.set_create_time_ms(NowMs());
+    write = actors_.Put(spec.actor_id(), spec);
+    rpc::PubMessage m;
+    m.set_channel(rpc::ACTOR);
+    m.set_key(spec.actor_id());
+    *m.mutable_actor() = spec;
+    publisher_->Publish(std::move(m));
+    pending_.push_back(spec.actor_id());
+    ScheduleLocked(&effects);
+  }
+  if (auto s = write.Wait(); !s.ok()) return s;
+  Apply(std::move(effects));
+  auto stored = Get(spec.actor_id());
+  return stored ? *stored : spec;
+}
+
+void GcsActorManager::ScheduleLocked(Effects* effects) {
+  std::deque<std::string> still_pending;
+  while (!pending_.empty()) {
+    std::string id = pending_.front();
+    pending_.pop_front();
+    const rpc::ActorInfo* found = actors_.Find(id);
+    if (found == nullptr || found->state() == rpc::ACTOR_DEAD || Placed(*found)) continue;
+    rpc::ActorInfo actor = *found;
+    placement::SchedulingRequest request = RequestFor(actor);
+    placement::Placement placement = selector_.Select(view_, request);
+    if (placement.node_id.empty()) {
+      // Even when no node left could hold it (it was admitted, so one could), it stays
+      // pending: a node like the lost ones may come back.
+      if (actor.pending_reason() != placement.reason) {
+        actor.set_pending_reason(placement.reason);
+        SaveLocked(actor);
+      }
+      still_pending.push_back(id);
+      continue;
+    }
+    view_.Allocate(placement.node_id, request.resources);
+    effects->availability_changed.push_back(placement.node_id);
+    auto node = nodes_->Get(placement.node_id);
+    actor.set_state(rpc::ACTOR_CREATING);
+    actor.set_node_id(placement.node_id);
+    actor.clear_pending_reason();
+    actor.clear_worker_address();
+    actor.set_pid(0);
+    SaveLocked(actor);
+    Dispatch d{node ? node->address() : "", {}};
+    *d.start.mutable_actor() = actor;
+    d.start.set_attempt(actor.num_restarts());
+    effects->starts.push_back(std::move(d));
+  }
+  pending_ = std::move(still_pending);
+}
+
+void GcsActorManager::ReleaseLocked(const rpc::ActorInfo& actor, Effects* effects) {
+  if (!Placed(actor)) return;
+  view_.Release(actor.node_id(), rpc::FromProto(actor.resources()));
+  effects->availability_changed.push_back(actor.node_id());
+}
+
+void GcsActorManager::HandleDeathLocked(rpc::ActorInfo actor, rpc::DeathCause cause,
+                                        Effects* effects) {
+  ReleaseLocked(actor, effects);
+  if (cause.time_ms() == 0) cause.set_time_ms(NowMs());
+  bool final_cause = cause.kind() == rpc::DeathCause::CREATION_FAILED ||
+                     (cause.kind() == rpc::DeathCause::KILLED_BY_USER && actor.kill_no_restart());
+  if (!final_cause && RestartsLeft(actor)) {
+    *actor.add_history() = cause;
+    *actor.mutable_death_cause() = cause;
+    actor.set_num_restarts(actor.num_restarts() + 1);
+    actor.set_state(rpc::ACTOR_RESTARTING);
+    actor.clear_node_id();
+    actor.clear_worker_address();
+    actor.set_pid(0);
+    spdlog::info("{} died ({}); restarting ({} of {})", rpc::DescribeActor(actor),
+                 rpc::DescribeCause(cause), actor.num_restarts(),
+                 actor.max_restarts() == -1 ? std::string("unlimited")
+                                            : std::to_string(actor.max_restarts()));
+    SaveLocked(actor);
+    pending_.push_back(actor.actor_id());
+    return;
+  }
+  actor.set_state(rpc::ACTOR_DEAD);
+  *actor.mutable_death_cause() = cause;
+  actor.set_end_time_ms(NowMs());
+  actor.clear_worker_address();
+  spdlog::info("{} is dead: {}", rpc::DescribeActor(actor), rpc::DescribeCause(cause));
+  SaveLocked(actor);
+}
+
+absl::Status GcsActorManager::ReportState(const rpc::ReportActorStateRequest& report, bool* stale) {
+  *stale = false;
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    const rpc::ActorInfo* found = actors_.Find(report.actor_id());
+    if (found == nullptr) {
+      *stale = true;
+      return absl::OkStatus();
+    }
+    rpc::ActorInfo actor = *found;
+    bool current = report.attempt() == actor.num_restarts() && report.node_id() == actor.node_id();
+    if (report.state() == rpc::ACTOR_ALIVE) {
+      if (!current || actor.state() != rpc::ACTOR_CREATING) {
+        *stale = !(current && actor.state() == rpc::ACTOR_ALIVE);
+        return absl::OkStatus();
+      }
+      actor.set_state(rpc::ACTOR_ALIVE);
+      actor.set_worker_address(report.worker_address());
+      actor.set_pid(report.pid());
+      actor.set_alive_time_ms(NowMs());
+      SaveLocked(actor);
+    } else if (report.state() == rpc::ACTOR_DEAD) {
+      if (!current || !Placed(actor)) return absl::OkStatus();  // an older attempt's news
+      HandleDeathLocked(actor, report.cause(), &effects);
+      ScheduleLocked(&effects);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("ReportActorState: state ",
+                                                     rpc::StateName(report.state()),
+                                                     " cannot be reported; report ALIVE or DEAD"));
+    }
+  }
+  Apply(std::move(effects));
+  return absl::OkStatus();
+}
+
+absl::Status GcsActorManager::Kill(const std::string& actor_id, bool no_restart) {
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    const rpc::ActorInfo* found = actors_.Find(actor_id);
+    if (found == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("no actor ", actor_id, "; `phalanx list actors` shows the known ones"));
+    }
+    rpc::ActorInfo actor = *found;
+    if (actor.state() == rpc::ACTOR_DEAD) return absl::OkStatus();
+    if (no_restart) {
+      actor.set_kill_no_restart(true);
+      SaveLocked(actor);
+    }
+    rpc::DeathCause cause;
+    cause.set_kind(rpc::DeathCause::KILLED_BY_USER);
+    cause.set_time_ms(NowMs());
+    if (!Placed(actor)) {
+      // Not running anywhere: decide here.
+      if (no_restart) HandleDeathLocked(actor, cause, &effects);
+    } else {
+      auto node = nodes_->Get(actor.node_id());
+      rpc::KillActorRequest kill;
+      kill.set_actor_id(actor_id);
+      kill.set_attempt(actor.num_restarts());
+      *kill.mutable_cause() = cause;
+      if (node) effects.kills.emplace_back(node->address(), kill);
+    }
+  }
+  Apply(std::move(effects));
+  return absl::OkStatus();
+}
+
+void GcsActorManager::OnNodeRegistered(const rpc::NodeInfo& node) {
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    view_.AddNode(node.node_id(), rpc::FromProto(node.total()),
+                  {node.labels().begin(), node.labels().end()});
+    effects.availability_changed.push_back(node.node_id());
+    ScheduleLocked(&effects);
+  }
+  Apply(std::move(effects));
+}
+
+void GcsActorManager::OnNodeDead(const rpc::NodeInfo& node) {
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<rpc::ActorInfo> victims;
+    for (const auto& [id, actor] : actors_.entries()) {
+      if (Placed(actor) && actor.node_id() == node.node_id()) victims.push_back(actor);
+    }
+    std::sort(victims.begin(), victims.end(),
+              [](const auto& a, const auto& b) { return a.create_time_ms() < b.create_time_ms(); });
+    for (const auto& actor : victims) {
+      rpc::DeathCause cause;
+      cause.set_kind(rpc::DeathCause::NODE_DIED);
+      cause.set_node_id(node.node_id());
+      cause.set_message(absl::StrCat("node ", ShortId(node.node_id()), " at ", node.address(),
+                                     " died: ", node.death_reason()));
+      HandleDeathLocked(actor, cause, &effects);
+    }
+    view_.RemoveNode(node.node_id());
+    effects.availability_changed.erase(
+        std::remove(effects.availability_changed.begin(), effects.availability_changed.end(),
+                    node.node_id()),
+        effects.availability_changed.end());
+    ScheduleLocked(&effects);
+  }
+  Apply(std::move(effects));
+}
+
+void GcsActorManager::SendStart(Dispatch dispatch) {
+  node_clients_->StartActor(
+      dispatch.node_address, dispatch.start, [this, dispatch](absl::Status s) {
+        if (s.ok()) return;
+        spdlog::warn("starting {} on node {} failed: {}; retrying",
+                     rpc::DescribeActor(dispatch.start.actor()),
+                     ShortId(dispatch.start.actor().node_id()), s);
+        // Retry while the actor still wants this node: either the node comes back or it is
+        // declared dead (then the actor is rescheduled elsewhere).
+        timers_.RunAfter(absl::Milliseconds(500), [this, dispatch] {
+          {
+            absl::MutexLock lock(&mu_);
+            const rpc::ActorInfo* a = actors_.Find(dispatch.start.actor().actor_id());
+            if (a == nullptr || a->state() != rpc::ACTOR_CREATING ||
+                a->num_restarts() != dispatch.start.attempt() ||
+                a->node_id() != dispatch.start.actor().node_id()) {
+              return;
+            }
+          }
+          SendStart(dispatch);
+        });
+      });
+}
+
+void GcsActorManager::Apply(Effects effects) {
+  for (auto& d : effects.starts) {
+    if (d.node_address.empty()) continue;
+    SendStart(std::move(d));
+  }
+  for (auto& [address, kill] : effects.kills) {
+    node_clients_->KillActor(address, kill, [id = kill.actor_id()](absl::Status s) {
+      if (!s.ok()) spdlog::warn("killing actor {} failed: {}", ShortId(id), s);
+    });
+  }
+  std::sort(effects.availability_changed.begin(), effects.availability_changed.end());
+  effects.availability_changed.erase(
+      std::unique(effects.availability_changed.begin(), effects.availability_changed.end()),
+      effects.availability_changed.end());
+  for (const auto& node_id : effects.availability_changed) {
+    rpc::ResourceSet available;
+    {
+      absl::MutexLock lock(&mu_);
+      const placement::NodeResources* node = view_.Get(node_id);
+      if (node == nullptr) continue;
+      available = rpc::ToProto(node->available);
+    }
+    nodes_->UpdateAvailable(node_id, available).IgnoreError();
+  }
+}
+
+std::optional<rpc::ActorInfo> GcsActorManager::Get(const std::string& actor_id) const {
+  absl::MutexLock lock(&mu_);
+  const rpc::ActorInfo* a = actors_.Find(actor_id);
+  if (a == nullptr) return std::nullopt;
+  return *a;
+}
+
+std::optional<rpc::ActorInfo> GcsActorManager::GetByName(const std::string& name,
+                                                         const std::string& ns) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, a] : actors_.entries()) {
+    if (a.name() == name && a.namespace_() == ns && a.state() != rpc::ACTOR_DEAD) return a;
+  }
+  return std::nullopt;
+}
+
+std::vector<rpc::ActorInfo> GcsActorManager::List(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<rpc::ActorInfo> out;
+  for (const auto& [id, a] : actors_.entries()) {
+    if (job_id.empty() || a.job_id() == job_id) out.push_back(a);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return std::make_tuple(a.create_time_ms(), a.actor_id()) <
+           std::make_tuple(b.create_time_ms(), b.actor_id());
+  });
+  return out;
+}
+
+absl::Status GcsActorManager::Put(const rpc::ActorInfo& actor) {
+  PendingWrite write;
+  {
+    absl::MutexLock lock(&mu_);
+    write = actors_.Put(actor.actor_id(), actor);
+    rpc::PubMessage m;
+    m.set_channel(rpc::ACTOR);
+    m.set_key(actor.actor_id());
+    *m.mutable_actor() = actor;
+    publisher_->Publish(std::move(m));
+  }
+  return write.Wait();
+}
+
+}  // namespace phalanx::gcs

@@ -1,0 +1,105 @@
+// GcsActorManager: the actor table and every actor's life.
+//
+//   PENDING ──► CREATING ──► ALIVE ──► RESTARTING ──► CREATING …
+//      │            │          │            │
+//      └────────────┴──────────┴────────────┴──► DEAD (death cause)
+//
+// Create() validates a request and stores it PENDING; the scheduler picks a node (placement
+// policies, exact resource accounting) and asks that node manager to start a worker (state
+// CREATING). The node reports ALIVE once the constructor ran, and DEAD with a cause when the
+// worker ends. A death restarts the actor while max_restarts allows (Ray's semantics:
+// RESTARTING, rescheduled, possibly elsewhere); otherwise the actor is DEAD with the cause.
+// A node's death is the death of every actor on it (NODE_DIED). Everything is in the actor
+// table, so a restarted GCS resumes where the last one stopped. Thread-safe.
+#pragma once
+
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "gcs/node_client_pool.h"
+#include "gcs/node_manager.h"
+#include "gcs/publisher.h"
+#include "gcs/table.h"
+#include "placement/resource_view.h"
+#include "placement/scheduling_policy.h"
+#include "runtime/common/timer.h"
+#include "runtime/proto/gcs.pb.h"
+
+namespace phalanx::gcs {
+
+class GcsActorManager {
+ public:
+  GcsActorManager(Store* store, GcsPublisher* publisher, GcsNodeManager* nodes,
+                  NodeClientPool* node_clients,
+                  placement::SchedulingOptions scheduling = placement::SchedulingOptions());
+  ~GcsActorManager();
+
+  // Loads the actor table and resumes: re-allocates the resources of placed actors, asks
+  // nodes again to start CREATING ones, reschedules the rest. Call after the node table
+  // loaded.
+  absl::Status Load();
+
+  // Validates and stores a new actor (PENDING), then schedules it. Errors name the field:
+  // bad resources, unknown strategy, a name in use, or a request no node can ever hold.
+  absl::StatusOr<rpc::ActorInfo> Create(rpc::ActorInfo spec);
+
+  // A node's report on one attempt of an actor. Sets *stale when the GCS no longer wants that
+  // worker (the node then stops it).
+  absl::Status ReportState(const rpc::ReportActorStateRequest& report, bool* stale);
+
+  // Kills an actor. no_restart = false lets it restart as its max_restarts allows.
+  absl::Status Kill(const std::string& actor_id, bool no_restart);
+
+  std::optional<rpc::ActorInfo> Get(const std::string& actor_id) const;
+  std::optional<rpc::ActorInfo> GetByName(const std::string& name, const std::string& ns) const;
+  std::vector<rpc::ActorInfo> List(const std::string& job_id) const;
+  // Writes a record as given (tools and tests).
+  absl::Status Put(const rpc::ActorInfo& actor);
+
+  // Node events (from GcsNodeManager's listeners).
+  void OnNodeRegistered(const rpc::NodeInfo& node);
+  void OnNodeDead(const rpc::NodeInfo& node);
+
+ private:
+  struct Dispatch {
+    std::string node_address;
+    rpc::StartActorRequest start;
+  };
+  struct Effects {
+    std::vector<Dispatch> starts;
+    std::vector<std::pair<std::string, rpc::KillActorRequest>> kills;  // address, request
+    std::vector<std::string> availability_changed;                     // node ids
+  };
+
+  void SaveLocked(const rpc::ActorInfo& actor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Places as many pending actors as fit, in FIFO order.
+  void ScheduleLocked(Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker of `actor`'s current attempt is gone with `cause`: restart or bury it.
+  void HandleDeathLocked(rpc::ActorInfo actor, rpc::DeathCause cause, Effects* effects)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseLocked(const rpc::ActorInfo& actor, Effects* effects)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends starts/kills and publishes node availability, outside the lock.
+  void Apply(Effects effects);
+  void SendStart(Dispatch dispatch);
+
+  GcsPublisher* const publisher_;
+  GcsNodeManager* const nodes_;
+  NodeClientPool* const node_clients_;
+  TimerQueue timers_;
+
+  mutable absl::Mutex mu_;
+  Table<rpc::ActorInfo> actors_ ABSL_GUARDED_BY(mu_);
+  placement::ClusterResourceView view_ ABSL_GUARDED_BY(mu_);
+  placement::NodeSelector selector_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> pending_ ABSL_GUARDED_BY(mu_);  // actor ids, FIFO
+};
+
+// Checks an actor request's fields; the error names the field and the fix.
+absl::Status ValidateActorSpec(const rpc::ActorInfo& spec);
+
+}  // namespace phalanx::gcs

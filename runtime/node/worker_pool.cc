@@ -1,0 +1,405 @@
+#include "runtime/node/worker_pool.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "runtime/common/files.h"
+#include "runtime/common/ids.h"
+#include "runtime/common/logging.h"
+#include "runtime/common/process.h"
+#include "runtime/common/system.h"
+
+#ifndef CGROUP2_SUPER_MAGIC
+#define CGROUP2_SUPER_MAGIC 0x63677270
+#endif
+
+namespace phalanx::node {
+namespace {
+
+// The cgroup v2 directory to put workers under, or "" for RSS sampling. Only a directory the
+// operator delegated ($PHALANX_CGROUP_ROOT: cgroup2, writable, memory controller enabled for
+// its children) is used: the node never reorganizes a hierarchy it does not own.
+std::string DetectCgroupRoot(const std::string& mode) {
+  if (mode == "rss") return "";
+  const char* root = std::getenv("PHALANX_CGROUP_ROOT");
+  std::string why;
+  if (root == nullptr || *root == '\0') {
+    why = "PHALANX_CGROUP_ROOT is not set";
+  } else {
+    struct statfs fs;
+    auto controls = ReadFile(absl::StrCat(root, "/cgroup.subtree_control"));
+    if (::statfs(root, &fs) != 0 || fs.f_type != CGROUP2_SUPER_MAGIC) {
+      why = absl::StrCat(root, " is not a cgroup v2 directory");
+    } else if (::access(root, W_OK) != 0) {
+      why = absl::StrCat(root, " is not writable");
+    } else if (!controls.ok() || !absl::StrContains(*controls, "memory")) {
+      why = absl::StrCat(root, "/cgroup.subtree_control does not enable memory");
+    } else {
+      return root;
+    }
+  }
+  if (mode == "cgroup") {
+    spdlog::warn("memory enforcement 'cgroup' asked for but unavailable ({}); sampling RSS", why);
+  } else {
+    spdlog::info("memory limits enforced by RSS sampling ({})", why);
+  }
+  return "";
+}
+
+int64_t ReadCgroupValue(const std::string& path, const std::string& key = "") {
+  auto content = ReadFile(path);
+  if (!content.ok()) return -1;
+  for (absl::string_view line : absl::StrSplit(*content, '\n')) {
+    std::vector<absl::string_view> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    int64_t v;
+    if (key.empty() && parts.size() == 1 && absl::SimpleAtoi(parts[0], &v)) return v;
+    if (parts.size() == 2 && parts[0] == key && absl::SimpleAtoi(parts[1], &v)) return v;
+  }
+  return -1;
+}
+
+}  // namespace
+
+WorkerPool::WorkerPool(WorkerPoolOptions options, ExitCallback on_exit)
+    : options_(std::move(options)), on_exit_(std::move(on_exit)) {
+  cgroup_root_ = DetectCgroupRoot(options_.memory_enforcement);
+  MakeDirs(options_.log_dir).IgnoreError();
+  spawn_thread_ = std::thread([this] { SpawnLoop(); });
+  reap_thread_ = std::thread([this] { ReapLoop(); });
+  monitor_thread_ = std::thread([this] { MonitorLoop(); });
+}
+
+WorkerPool::~WorkerPool() {
+  Shutdown();
+  spawn_thread_.join();
+  reap_thread_.join();
+  monitor_thread_.join();
+}
+
+void WorkerPool::Shutdown() {
+  std::vector<pid_t> pids;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    for (const auto& [pid, w] : workers_) pids.push_back(pid);
+  }
+  for (pid_t pid : pids) ::kill(pid, SIGKILL);
+  for (pid_t pid : pids) WaitProcessGone(pid, absl::Seconds(2));
+}
+
+absl::StatusOr<pid_t> WorkerPool::Start(const rpc::ActorInfo& actor, int attempt) {
+  std::vector<pid_t> stale;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("the node manager is stopping");
+    for (auto& [pid, w] : workers_) {
+      if (w.actor_id != actor.actor_id()) continue;
+      if (w.attempt == attempt) return pid;
+      if (w.attempt < attempt) {
+        w.kill_cause.set_kind(rpc::DeathCause::KILLED_BY_USER);
+        w.kill_cause.set_message("superseded by a newer attempt");
+        stale.push_back(pid);
+      }
+    }
+  }
+  for (pid_t pid : stale) ::kill(pid, SIGKILL);
+  SpawnRequest request{actor, attempt};
+  absl::MutexLock lock(&mu_);
+  spawn_queue_.push_back(&request);
+  mu_.Await(absl::Condition(&request.done));
+  return request.result;
+}
+
+void WorkerPool::SpawnLoop() {
+  while (true) {
+    SpawnRequest* request;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](WorkerPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
+            return p->stopping_ || !p->spawn_queue_.empty();
+          },
+          this));
+      if (spawn_queue_.empty()) return;  // stopping
+      request = spawn_queue_.front();
+      spawn_queue_.erase(spawn_queue_.begin());
+      if (stopping_) {
+        request->result = absl::UnavailableError("the node manager is stopping");
+        request->done = true;
+        continue;
+      }
+    }
+    absl::StatusOr<pid_t> result = SpawnNow(request->actor, request->attempt);
+    absl::MutexLock lock(&mu_);
+    request->result = result;
+    request->done = true;
+  }
+}
+
+absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int attempt) {
+  SpawnOptions spawn;
+  const std::string& code = actor.code_path();
+  if (actor.language() == "python") {
+    spawn.argv = {"/usr/bin/python3", "-m", "phalanx._worker"};
+  } else if (code.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("actor ", actor.class_name(),
+                     " names no code path (the program or shared library "
+                     "that holds the class)"));
+  } else if (absl::EndsWith(code, ".so") || absl::StrContains(code, ".so.")) {
+    spawn.argv = {options_.bin_dir + "/phalanx-worker", code};
+  } else {
+    spawn.argv = {code};
+  }
+  spawn.env = {{"PHALANX_WORKER_ACTOR_ID", actor.actor_id()},
+               {"PHALANX_WORKER_ATTEMPT", absl::StrCat(attempt)},
+               {"PHALANX_NODE_ADDRESS", options_.node_address},
+               {"PHALANX_NODE_ID", options_.node_id},
+               {"PHALANX_ADDRESS", options_.gcs_address},
+               {"PHALANX_TOKEN", options_.token}};
+  for (const auto& [k, v] : actor.env()) spawn.env.emplace_back(k, v);
+  spawn.stdout_path =
+      absl::StrCat(options_.log_dir, "/worker-", ShortId(actor.actor_id()), "-", attempt, ".log");
+  spawn.die_with_parent = true;
+  auto pid = Spawn(spawn);
+  if (!pid.ok()) return pid.status();
+
+  WorkerRecord record;
+  record.actor_id = actor.actor_id();
+  record.attempt = attempt;
+  record.pid = *pid;
+  record.started = absl::Now();
+  auto limit = actor.resources().amounts().find("memory");
+  if (limit != actor.resources().amounts().end()) {
+    record.memory_limit = static_cast<int64_t>(limit->second);
+  }
+  if (!cgroup_root_.empty() && record.memory_limit > 0) {
+    std::string dir =
+        absl::StrCat(cgroup_root_, "/actor-", ShortId(actor.actor_id()), "-", attempt, "-", *pid);
+    if (::mkdir(dir.c_str(), 0755) == 0 &&
+        WriteFile(dir + "/memory.max", absl::StrCat(record.memory_limit)).ok() &&
+        WriteFile(dir + "/memory.swap.max", "0").ok() &&
+        WriteFile(dir + "/cgroup.procs", absl::StrCat(*pid)).ok()) {
+      record.cgroup = dir;
+    } else {
+      spdlog::warn("cannot put worker {} in a cgroup; sampling its RSS instead", *pid);
+      ::rmdir(dir.c_str());
+    }
+  }
+  spdlog::info("started worker {} for actor {} ({}) attempt {}{}", *pid, ShortId(actor.actor_id()),
+               actor.class_name(), attempt,
+               record.memory_limit > 0
+                   ? absl::StrCat(" with memory limit ",
+                                  FormatBytes(static_cast<double>(record.memory_limit)))
+                   : "");
+  absl::MutexLock lock(&mu_);
+  workers_[*pid] = record;
+  return *pid;
+}
+
+bool WorkerPool::Kill(const std::string& actor_id, int attempt, const rpc::DeathCause& cause) {
+  std::vector<pid_t> pids;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [pid, w] : workers_) {
+      if (w.actor_id == actor_id && (attempt < 0 || w.attempt == attempt)) {
+        if (w.kill_cause.kind() == rpc::DeathCause::NONE) w.kill_cause = cause;
+        pids.push_back(pid);
+      }
+    }
+  }
+  for (pid_t pid : pids) ::kill(pid, SIGKILL);
+  return !pids.empty();
+}
+
+void WorkerPool::MarkReady(const std::string& actor_id, int attempt, const std::string& address,
+                           const std::string& error) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [pid, w] : workers_) {
+    if (w.actor_id == actor_id && w.attempt == attempt) {
+      w.address = address;
+      w.creation_error = error;
+    }
+  }
+}
+
+std::vector<WorkerRecord> WorkerPool::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<WorkerRecord> out;
+  for (const auto& [pid, w] : workers_) out.push_back(w);
+  return out;
+}
+
+rpc::DeathCause WorkerPool::CauseOf(const WorkerRecord& w, int status) const {
+  rpc::DeathCause cause;
+  cause.set_node_id(options_.node_id);
+  cause.set_time_ms(NowMs());
+  if (!w.cgroup.empty() && ReadCgroupValue(w.cgroup + "/memory.events", "oom_kill") > 0) {
+    cause.set_kind(rpc::DeathCause::OOM_KILLED);
+    cause.set_limit_bytes(w.memory_limit);
+    int64_t peak = ReadCgroupValue(w.cgroup + "/memory.peak");
+    cause.set_peak_bytes(std::max(peak, w.peak_rss));
+    cause.set_message("cgroup memory.max");
+    return cause;
+  }
+  if (w.kill_cause.kind() != rpc::DeathCause::NONE) {
+    rpc::DeathCause k = w.kill_cause;
+    k.set_node_id(options_.node_id);
+    k.set_time_ms(cause.time_ms());
+    return k;
+  }
+  if (!w.creation_error.empty()) {
+    cause.set_kind(rpc::DeathCause::CREATION_FAILED);
+    cause.set_message(w.creation_error);
+    return cause;
+  }
+  if (WIFEXITED(status)) {
+    cause.set_kind(rpc::DeathCause::EXITED);
+    cause.set_exit_code(WEXITSTATUS(status));
+  } else if (WIFSIGNALED(status)) {
+    cause.set_kind(rpc::DeathCause::SIGNALED);
+    cause.set_signal(WTERMSIG(status));
+  }
+  return cause;
+}
+
+void WorkerPool::ReapLoop() {
+  int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  std::map<pid_t, int> pidfds;
+  while (true) {
+    std::vector<pid_t> known;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ && workers_.empty()) break;
+      for (const auto& [pid, w] : workers_) known.push_back(pid);
+    }
+    for (pid_t pid : known) {
+      if (!pidfds.count(pid)) {
+        int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+        pidfds[pid] = fd;  // -1 when it is already gone: waitpid below picks it up
+      }
+    }
+    std::vector<pollfd> fds;
+    fds.push_back({wake, POLLIN, 0});
+    for (const auto& [pid, fd] : pidfds) {
+      if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+    }
+    // New workers appear without waking us; a short timeout bounds how long one goes
+    // unwatched. Exits of watched workers wake us at once.
+    ::poll(fds.data(), fds.size(), 20);
+    for (auto it = pidfds.begin(); it != pidfds.end();) {
+      pid_t pid = it->first;
+      int status = 0;
+      pid_t r = ::waitpid(pid, &status, WNOHANG);
+      if (r == 0) {
+        ++it;
+        continue;
+      }
+      if (it->second >= 0) ::close(it->second);
+      it = pidfds.erase(it);
+      WorkerRecord record;
+      bool report;
+      {
+        absl::MutexLock lock(&mu_);
+        auto w = workers_.find(pid);
+        if (w == workers_.end()) continue;
+        record = w->second;
+        workers_.erase(w);
+        report = !stopping_;
+      }
+      rpc::DeathCause cause = CauseOf(record, r == pid ? status : 0);
+      if (!record.cgroup.empty()) ::rmdir(record.cgroup.c_str());
+      spdlog::info("worker {} of actor {} attempt {} ended: kind {} code {} signal {}", pid,
+                   ShortId(record.actor_id), record.attempt, static_cast<int>(cause.kind()),
+                   cause.exit_code(), cause.signal());
+      if (report && on_exit_) on_exit_(record, cause);
+    }
+  }
+  for (const auto& [pid, fd] : pidfds) {
+    if (fd >= 0) ::close(fd);
+  }
+  ::close(wake);
+}
+
+void WorkerPool::MonitorLoop() {
+  int64_t total = TotalMemoryBytes();
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.sample_period);
+      if (stopping_) return;
+    }
+    std::vector<std::pair<pid_t, rpc::DeathCause>> kills;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& [pid, w] : workers_) {
+        int64_t rss = ProcessRssBytes(pid);
+        if (rss < 0) continue;
+        w.last_rss = rss;
+        w.peak_rss = std::max(w.peak_rss, rss);
+        if (w.memory_limit > 0 && w.cgroup.empty() && rss > w.memory_limit &&
+            w.kill_cause.kind() == rpc::DeathCause::NONE) {
+          w.kill_cause.set_kind(rpc::DeathCause::OOM_KILLED);
+          w.kill_cause.set_limit_bytes(w.memory_limit);
+          w.kill_cause.set_peak_bytes(w.peak_rss);
+          w.kill_cause.set_message("RSS above the actor's memory request");
+          kills.emplace_back(pid, w.kill_cause);
+        }
+      }
+      // One node-wide kill at a time: wait until the last victim is gone and its memory
+      // released before judging again.
+      bool victim_pending = false;
+      for (const auto& [pid, w] : workers_) {
+        victim_pending |= w.node_oom_victim;
+      }
+      if (options_.node_threshold < 1.0 && total > 0 && !victim_pending &&
+          absl::Now() - last_node_kill_ > absl::Milliseconds(500)) {
+        int64_t used = UsedMemoryBytes();
+        double fraction = static_cast<double>(used) / static_cast<double>(total);
+        if (fraction > options_.node_threshold) {
+          // Kill the newest worker not already on its way out.
+          WorkerRecord* newest = nullptr;
+          for (auto& [pid, w] : workers_) {
+            if (w.kill_cause.kind() != rpc::DeathCause::NONE) continue;
+            if (newest == nullptr || w.started > newest->started) newest = &w;
+          }
+          if (newest != nullptr) {
+            newest->node_oom_victim = true;
+            newest->kill_cause.set_kind(rpc::DeathCause::OOM_KILLED);
+            newest->kill_cause.set_limit_bytes(
+                static_cast<int64_t>(options_.node_threshold * static_cast<double>(total)));
+            newest->kill_cause.set_peak_bytes(newest->peak_rss);
+            newest->kill_cause.set_message(
+                absl::StrCat("node memory use ", static_cast<int>(fraction * 100), "% passed the ",
+                             static_cast<int>(options_.node_threshold * 100),
+                             "% threshold; the newest actor was killed"));
+            kills.emplace_back(newest->pid, newest->kill_cause);
+            last_node_kill_ = absl::Now();
+          }
+        }
+      }
+    }
+    for (const auto& [pid, cause] : kills) {
+      spdlog::warn("killing worker {}: OOM ({})", pid, cause.message());
+      ::kill(pid, SIGKILL);
+    }
+  }
+}
+
+}  // namespace phalanx::node

@@ -1,0 +1,113 @@
+// WorkerPool: the worker processes of one node, one per actor attempt. It starts them (from a
+// thread of its own, so that the kernel's parent-death signal, which follows the starting
+// thread, lasts as long as the pool), reaps them (waitpid), enforces each one's memory limit
+// and the node-wide memory threshold, and says why each one ended. Thread-safe.
+//
+// Memory: with a delegated cgroup v2 hierarchy each worker gets a cgroup whose memory.max is
+// its `memory` request, and the kernel's OOM kill is read back from memory.events; otherwise
+// (this is the usual case on shared machines) RSS is sampled every `sample_period` and a
+// worker above its limit is SIGKILLed. Either way the cause is OOM_KILLED with limit and peak.
+// Like Ray's memory monitor, when the node's memory use passes `node_threshold` the newest
+// worker is killed (OOM_KILLED, the message says why).
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "runtime/proto/common.pb.h"
+
+namespace phalanx::node {
+
+struct WorkerPoolOptions {
+  std::string node_id;
+  std::string node_address;  // the node manager's gRPC address, given to workers
+  std::string gcs_address;
+  std::string token;
+  std::string log_dir;
+  std::string bin_dir;  // where phalanx-worker lives (for actors in shared libraries)
+  absl::Duration sample_period = absl::Milliseconds(50);
+  double node_threshold = 0.95;  // fraction of total memory; >= 1 disables the node monitor
+  // "auto" (cgroup v2 when delegated, else rss), "cgroup" or "rss".
+  std::string memory_enforcement = "auto";
+};
+
+struct WorkerRecord {
+  std::string actor_id;
+  int attempt = 0;
+  pid_t pid = 0;
+  std::string address;       // set once the worker is ready
+  int64_t memory_limit = 0;  // bytes; 0 = none
+  int64_t peak_rss = 0;
+  int64_t last_rss = 0;
+  absl::Time started;
+  std::string creation_error;    // the constructor failed with this
+  rpc::DeathCause kill_cause;    // set when we killed it (user request, OOM)
+  bool node_oom_victim = false;  // killed by the node-wide memory monitor
+  std::string cgroup;            // its cgroup v2 directory, if any
+};
+
+class WorkerPool {
+ public:
+  // Called (on the reaper thread) when a worker ended, with its record and its cause.
+  using ExitCallback = std::function<void(const WorkerRecord&, const rpc::DeathCause&)>;
+
+  WorkerPool(WorkerPoolOptions options, ExitCallback on_exit);
+  ~WorkerPool();
+
+  // Starts the worker for one attempt of `actor`. Idempotent per (actor, attempt): returns the
+  // running worker's pid. A worker of an older attempt of the same actor is killed first.
+  absl::StatusOr<pid_t> Start(const rpc::ActorInfo& actor, int attempt);
+
+  // SIGKILLs the worker of `actor_id` (attempt -1: any) and remembers `cause` for its exit.
+  bool Kill(const std::string& actor_id, int attempt, const rpc::DeathCause& cause);
+
+  // Records the address (ready) or the constructor's error of a worker.
+  void MarkReady(const std::string& actor_id, int attempt, const std::string& address,
+                 const std::string& error);
+
+  std::vector<WorkerRecord> List() const;
+  // Stops every worker (SIGKILL) without reporting their exits.
+  void Shutdown();
+
+  bool using_cgroups() const { return !cgroup_root_.empty(); }
+
+ private:
+  void SpawnLoop();
+  void ReapLoop();
+  void MonitorLoop();
+  absl::StatusOr<pid_t> SpawnNow(const rpc::ActorInfo& actor, int attempt);
+  rpc::DeathCause CauseOf(const WorkerRecord& record, int wait_status) const;
+
+  const WorkerPoolOptions options_;
+  const ExitCallback on_exit_;
+  std::string cgroup_root_;  // empty: RSS sampling
+
+  mutable absl::Mutex mu_;
+  std::map<pid_t, WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_node_kill_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+
+  // Spawn requests, served by spawn_thread_.
+  struct SpawnRequest {
+    rpc::ActorInfo actor;
+    int attempt;
+    absl::StatusOr<pid_t> result = absl::UnknownError("not run");
+    bool done = false;
+  };
+  std::vector<SpawnRequest*> spawn_queue_ ABSL_GUARDED_BY(mu_);
+
+  std::thread spawn_thread_;
+  std::thread reap_thread_;
+  std::thread monitor_thread_;
+};
+
+}  // namespace phalanx::node
