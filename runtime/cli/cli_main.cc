@@ -42,7 +42,12 @@ int main(int argc, char** argv) {
 
   ClusterFlags cluster;
   auto* status_cmd = app.add_subcommand("status", "show the cluster's nodes and resources");
-  for (auto* cmd : {status_cmd}) {
+  auto* list_cmd = app.add_subcommand("list", "list cluster objects");
+  auto* list_actors = list_cmd->add_subcommand("actors", "every actor: state, node, cause");
+  list_cmd->require_subcommand(1);
+  bool list_all = false;
+  list_actors->add_flag("--all", list_all, "include every dead actor");
+  for (auto* cmd : {status_cmd, list_actors}) {
     cmd->add_option("--address", cluster.address, "GCS HOST:PORT (default: this machine's)");
     cmd->add_option("--token", cluster.token, "cluster token (default: this machine's)");
   }
@@ -55,5 +60,6 @@ int main(int argc, char** argv) {
   if (*start_cmd) return RunStart(start);
   if (*stop_cmd) return RunStop(stop);
   if (*status_cmd) return RunStatus(cluster);
+  if (*list_actors) return RunListActors(cluster, list_all);
   return 2;
 }

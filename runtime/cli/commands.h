@@ -35,5 +35,6 @@ struct ClusterFlags {
   std::string token;
 };
 int RunStatus(const ClusterFlags& flags);
+int RunListActors(const ClusterFlags& flags, bool all);
 
 }  // namespace phalanx::cli

@@ -9,11 +9,11 @@
 #include "gcs/gcs_client.h"
 #include "gcs/store.h"
 #include "runtime/cli/commands.h"
-#include "runtime/cli/session.h"
 #include "runtime/common/files.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/process.h"
 #include "runtime/common/resources.h"
+#include "runtime/common/session.h"
 #include "runtime/common/system.h"
 #include "runtime/rpc/rpc.h"
 

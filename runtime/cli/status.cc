@@ -9,9 +9,9 @@
 #include "absl/strings/str_join.h"
 #include "gcs/gcs_client.h"
 #include "runtime/cli/commands.h"
-#include "runtime/cli/session.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/resources.h"
+#include "runtime/common/session.h"
 
 namespace phalanx::cli {
 namespace {

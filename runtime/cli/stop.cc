@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/cli/commands.h"
-#include "runtime/cli/session.h"
 #include "runtime/common/process.h"
+#include "runtime/common/session.h"
 
 namespace phalanx::cli {
 namespace {

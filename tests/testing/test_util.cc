@@ -180,10 +180,28 @@ void GcsProcess::Restart() {
 }
 
 ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
-                       const std::string& extra_resources_json, int heartbeat_ms) {
-  ChildProcess node({BinDir() + "/phalanx-node", "--gcs-address", gcs.address(), "--token-file",
-                     gcs.token_file(), "--node-id", node_id, "--num-cpus", "2", "--resources",
-                     extra_resources_json, "--heartbeat-ms", absl::StrCat(heartbeat_ms)},
+                       const NodeOptions& options) {
+  ChildProcess node({BinDir() + "/phalanx-node",
+                     "--gcs-address",
+                     gcs.address(),
+                     "--token-file",
+                     gcs.token_file(),
+                     "--node-id",
+                     node_id,
+                     "--num-cpus",
+                     absl::StrCat(options.num_cpus),
+                     "--memory",
+                     absl::StrCat(static_cast<int64_t>(options.memory)),
+                     "--resources",
+                     options.resources_json,
+                     "--heartbeat-ms",
+                     absl::StrCat(options.heartbeat_ms),
+                     "--memory-usage-threshold",
+                     absl::StrCat(options.memory_usage_threshold),
+                     "--session-dir",
+                     gcs.dir(),
+                     "--node-ip",
+                     "127.0.0.1"},
                     absl::StrCat(gcs.dir(), "/node-", node_id, ".log"));
   auto client = gcs::GcsClient::Connect({gcs.address(), gcs.token()});
   WaitFor(

@@ -101,8 +101,18 @@ class GcsProcess {
 };
 
 // A phalanx-node process registered with `gcs` (waits until it is alive there).
+struct NodeOptions {
+  double num_cpus = 2;
+  double memory = 4.0 * (1 << 30);
+  std::string resources_json = "{}";
+  int heartbeat_ms = 100;
+  double memory_usage_threshold = 0.95;
+};
 ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
-                       const std::string& extra_resources_json = "{}", int heartbeat_ms = 100);
+                       const NodeOptions& options);
+inline ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id) {
+  return StartNode(gcs, node_id, NodeOptions());
+}
 
 // Polls `condition` every 10 ms until it holds or `timeout` passes; returns the last result.
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);

@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace phalanx::cli {
+namespace phalanx {
 
 // The root of all sessions on this machine.
 std::string SessionRoot();
@@ -64,4 +64,4 @@ absl::StatusOr<ClusterAddress> ResolveCluster(const std::string& address_flag,
 // The last `lines` lines of a log file (for error messages when a daemon fails to start).
 std::string LogTail(const std::string& path, int lines = 15);
 
-}  // namespace phalanx::cli
+}  // namespace phalanx

@@ -1,4 +1,4 @@
-#include "runtime/cli/session.h"
+#include "runtime/common/session.h"
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 #include "runtime/common/files.h"
 #include "runtime/common/process.h"
 
-namespace phalanx::cli {
+namespace phalanx {
 
 std::string SessionRoot() {
   const char* root = std::getenv("PHALANX_TMPDIR");
@@ -157,4 +157,4 @@ std::string LogTail(const std::string& path, int lines) {
   return out.str();
 }
 
-}  // namespace phalanx::cli
+}  // namespace phalanx

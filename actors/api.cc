@@ -1,0 +1,114 @@
+#include "actors/api.h"
+
+#include <boost/fiber/operations.hpp>
+#include <cstdlib>
+
+#include "runtime/common/session.h"
+#include "runtime/worker/core_worker.h"
+#include "runtime/worker/worker_host.h"
+
+namespace phalanx {
+namespace {
+
+CoreWorker* Require() {
+  CoreWorker* cw = CoreWorker::Get();
+  return cw;
+}
+
+absl::Status NotInitialized() {
+  return absl::FailedPreconditionError("phalanx is not initialized: call phalanx::Init() first");
+}
+
+}  // namespace
+
+absl::Status Init(const InitOptions& options) {
+  if (InWorkerMode()) std::exit(RunWorker());
+  auto cluster = ResolveCluster(options.address, options.token);
+  if (!cluster.ok()) return cluster.status();
+  CoreWorkerOptions core;
+  core.address = cluster->address;
+  core.token = cluster->token;
+  core.code_path = options.code_path;
+  core.namespace_ = options.namespace_;
+  core.is_driver = true;
+  if (const char* job = std::getenv("PHALANX_JOB_ID"); job && *job) core.job_id = job;
+  if (auto s = CoreWorker::Init(core); !s.ok()) return s;
+  static bool registered = false;
+  if (!registered) {
+    registered = true;
+    std::atexit([] { CoreWorker::Shutdown(); });
+  }
+  return absl::OkStatus();
+}
+
+void Shutdown() { CoreWorker::Shutdown(); }
+
+bool IsInitialized() { return CoreWorker::Get() != nullptr; }
+
+void SleepFor(absl::Duration duration) {
+  boost::this_fiber::sleep_for(absl::ToChronoNanoseconds(duration));
+}
+
+namespace internal {
+
+absl::StatusOr<std::string> CreateActor(const std::string& class_name, const ActorOptions& o,
+                                        std::string packed_args) {
+  CoreWorker* cw = Require();
+  if (cw == nullptr) return NotInitialized();
+  if (class_name.empty()) {
+    return absl::InvalidArgumentError(
+        "this actor class is not registered: add PHALANX_ACTOR(Class, ctor arg types...)");
+  }
+  rpc::ActorInfo spec;
+  spec.set_class_name(class_name);
+  spec.set_name(o.name);
+  for (const auto& [k, v] : o.resources) (*spec.mutable_resources()->mutable_amounts())[k] = v;
+  spec.set_max_restarts(o.max_restarts);
+  spec.set_max_task_retries(o.max_task_retries);
+  spec.set_max_concurrency(o.max_concurrency);
+  spec.set_scheduling_strategy(o.scheduling_strategy);
+  spec.set_affinity_node_id(o.affinity_node_id);
+  spec.set_affinity_soft(o.affinity_soft);
+  spec.set_placement_group_id(o.placement_group_id);
+  spec.set_bundle_index(o.bundle_index);
+  spec.set_detached(o.detached);
+  for (const auto& [k, v] : o.env) (*spec.mutable_env())[k] = v;
+  spec.set_init_args(std::move(packed_args));
+  auto created = cw->CreateActor(std::move(spec));
+  if (!created.ok()) return created.status();
+  return created->actor_id();
+}
+
+std::shared_ptr<ObjectState> SubmitCall(const std::string& actor_id, const std::string& method,
+                                        std::string packed_args) {
+  CoreWorker* cw = Require();
+  if (cw == nullptr) {
+    auto state = std::make_shared<ObjectState>();
+    state->Set(NotInitialized());
+    return state;
+  }
+  auto client = cw->Client(actor_id);
+  if (!client.ok()) {
+    auto state = std::make_shared<ObjectState>();
+    state->Set(client.status());
+    return state;
+  }
+  return (*client)->Submit(method, std::move(packed_args));
+}
+
+absl::StatusOr<std::string> LookupNamedActor(const std::string& name) {
+  CoreWorker* cw = Require();
+  if (cw == nullptr) return NotInitialized();
+  auto client = cw->NamedClient(name, cw->options().namespace_);
+  if (!client.ok()) return client.status();
+  return (*client)->actor_id();
+}
+
+absl::Status KillActor(const std::string& actor_id, bool no_restart) {
+  CoreWorker* cw = Require();
+  if (cw == nullptr) return NotInitialized();
+  return cw->Kill(actor_id, no_restart);
+}
+
+}  // namespace internal
+}  // namespace phalanx

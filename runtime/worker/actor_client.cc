@@ -1,0 +1,275 @@
+#include "runtime/worker/actor_client.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/common/logging.h"
+#include "runtime/proto/worker.grpc.pb.h"
+#include "runtime/rpc/describe.h"
+#include "runtime/rpc/rpc.h"
+#include "runtime/worker/errors.h"
+
+namespace phalanx {
+
+struct ActorClient::Connection {
+  int attempt = 0;
+  std::string address;
+  grpc::ClientContext context;
+  std::unique_ptr<rpc::WorkerService::Stub> stub;
+  std::unique_ptr<grpc::ClientReaderWriter<rpc::CallBatch, rpc::ResultBatch>> stream;
+  bool header_sent = false;  // guarded by the client's mu_
+};
+
+namespace {
+
+int StateRank(rpc::ActorState s) {
+  switch (s) {
+    case rpc::ACTOR_PENDING:
+      return 0;
+    case rpc::ACTOR_RESTARTING:
+      return 0;
+    case rpc::ACTOR_CREATING:
+      return 1;
+    case rpc::ACTOR_ALIVE:
+      return 2;
+    case rpc::ACTOR_DEAD:
+      return 3;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+ActorClient::ActorClient(std::string caller_id, std::string token, rpc::ActorInfo info)
+    : caller_id_(std::move(caller_id)),
+      token_(std::move(token)),
+      actor_id_(info.actor_id()),
+      info_(std::move(info)) {}
+
+ActorClient::~ActorClient() = default;
+
+rpc::ActorInfo ActorClient::info() const {
+  absl::MutexLock lock(&mu_);
+  return info_;
+}
+
+absl::Status ActorClient::DeadStatusLocked() const {
+  return MakeError(absl::StatusCode::kAborted, error_kind::kActorDied,
+                   absl::StrCat(rpc::DescribeActor(info_), " is DEAD (",
+                                rpc::DescribeCause(info_.death_cause()), ")"));
+}
+
+std::shared_ptr<ObjectState> ActorClient::Submit(const std::string& method, std::string args,
+                                                 int encoding) {
+  auto state = std::make_shared<ObjectState>();
+  absl::MutexLock lock(&mu_);
+  if (closed_) {
+    state->Set(MakeError(absl::StatusCode::kCancelled, error_kind::kActorUnavailable,
+                         "phalanx was shut down in this process"));
+    return state;
+  }
+  if (info_.state() == rpc::ACTOR_DEAD) {
+    state->Set(DeadStatusLocked());
+    return state;
+  }
+  Call call{next_seq_++, method, std::move(args), encoding, info_.max_task_retries(), state};
+  if (info_.state() == rpc::ACTOR_RESTARTING) {
+    if (call.retries_left == 0) {
+      state->Set(MakeError(absl::StatusCode::kAborted, error_kind::kActorDied,
+                           absl::StrCat(rpc::DescribeActor(info_), " is RESTARTING after ",
+                                        rpc::DescribeCause(info_.death_cause()),
+                                        "; the call is not retried (max_task_retries = 0)")));
+      return state;
+    }
+    if (call.retries_left > 0) --call.retries_left;
+  }
+  queue_.push_back(std::move(call));
+  FlushLocked();
+  return state;
+}
+
+void ActorClient::ConnectLocked() {
+  auto conn = std::make_shared<Connection>();
+  conn->attempt = info_.num_restarts();
+  conn->address = info_.worker_address();
+  conn->stub = rpc::WorkerService::NewStub(rpc::MakeChannel(conn->address));
+  if (!token_.empty()) conn->context.AddMetadata(rpc::kTokenHeader, token_);
+  conn->context.set_wait_for_ready(false);
+  conn->stream = conn->stub->PushCalls(&conn->context);
+  connection_ = conn;
+  lost_attempt_ = -1;
+  std::thread([self = shared_from_this(), conn] { self->ReadLoop(conn); }).detach();
+}
+
+void ActorClient::FlushLocked() {
+  if (connection_ == nullptr || writing_) return;
+  writing_ = true;
+  while (!queue_.empty() && connection_ != nullptr) {
+    std::shared_ptr<Connection> conn = connection_;
+    rpc::CallBatch batch;
+    if (!conn->header_sent) {
+      batch.set_caller_id(caller_id_);
+      batch.set_actor_id(actor_id_);
+      batch.set_attempt(conn->attempt);
+      conn->header_sent = true;
+    }
+    for (auto& call : queue_) {
+      rpc::ActorCall* c = batch.add_calls();
+      c->set_seq(call.seq);
+      c->set_method(call.method);
+      c->set_args(call.args);
+      c->set_encoding(call.encoding);
+      inflight_.emplace(call.seq, std::move(call));
+    }
+    queue_.clear();
+    mu_.Unlock();
+    bool ok = conn->stream->Write(batch);
+    mu_.Lock();
+    if (!ok) break;  // the reader sees the stream end and settles the calls
+  }
+  writing_ = false;
+}
+
+void ActorClient::ReadLoop(std::shared_ptr<Connection> conn) {
+  rpc::ResultBatch batch;
+  while (conn->stream->Read(&batch)) {
+    for (auto& r : *batch.mutable_results()) {
+      std::shared_ptr<ObjectState> state;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = inflight_.find(r.seq());
+        if (it == inflight_.end()) continue;
+        state = std::move(it->second.result);
+        inflight_.erase(it);
+      }
+      if (r.code() == 0) {
+        state->Set(absl::OkStatus(), std::move(*r.mutable_value()));
+      } else {
+        state->Set(MakeError(static_cast<absl::StatusCode>(r.code()), r.error_kind(), r.error()));
+      }
+    }
+  }
+  grpc::Status status = conn->stream->Finish();
+  OnConnectionLost(conn, status.error_message());
+}
+
+void ActorClient::OnConnectionLost(const std::shared_ptr<Connection>& conn,
+                                   const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  if (connection_ != conn) {
+    // An older connection: anything still in flight on it is an orphan too.
+  } else {
+    connection_ = nullptr;
+    lost_attempt_ = conn->attempt;
+  }
+  for (auto& [seq, call] : inflight_) orphans_.emplace(seq, std::move(call));
+  inflight_.clear();
+  if (closed_) {
+    FailAllLocked(MakeError(absl::StatusCode::kCancelled, error_kind::kActorUnavailable,
+                            "phalanx was shut down in this process"));
+    return;
+  }
+  spdlog::debug("connection to {} (attempt {}) lost: {}", rpc::DescribeActor(info_), conn->attempt,
+                why);
+  SettleOrphansLocked();
+  if (info_.state() == rpc::ACTOR_ALIVE && connection_ == nullptr &&
+      info_.num_restarts() > conn->attempt) {
+    ConnectLocked();
+    FlushLocked();
+  } else if (info_.state() == rpc::ACTOR_ALIVE && info_.num_restarts() == conn->attempt) {
+    // The GCS still calls this attempt alive: either its death is on the way, or the
+    // connection broke while the worker lives. Try the same worker again shortly.
+    std::thread([self = shared_from_this(), attempt = conn->attempt] {
+      absl::SleepFor(absl::Milliseconds(200));
+      absl::MutexLock lock(&self->mu_);
+      if (self->closed_ || self->connection_ != nullptr ||
+          self->info_.state() != rpc::ACTOR_ALIVE || self->info_.num_restarts() != attempt) {
+        return;
+      }
+      // Calls that were in flight may have run: resend only those that may be retried.
+      for (auto it = self->orphans_.begin(); it != self->orphans_.end();) {
+        Call& call = it->second;
+        if (call.retries_left == 0) {
+          call.result->Set(MakeError(
+              absl::StatusCode::kUnavailable, error_kind::kActorUnavailable,
+              absl::StrCat("lost the connection to ", rpc::DescribeActor(self->info_),
+                           " during the call; it is not retried (max_task_retries = 0)")));
+        } else {
+          if (call.retries_left > 0) --call.retries_left;
+          self->queue_.push_front(std::move(call));
+        }
+        it = self->orphans_.erase(it);
+      }
+      std::sort(self->queue_.begin(), self->queue_.end(),
+                [](const Call& a, const Call& b) { return a.seq < b.seq; });
+      self->ConnectLocked();
+      self->FlushLocked();
+    }).detach();
+  }
+}
+
+void ActorClient::SettleOrphansLocked() {
+  if (info_.state() == rpc::ACTOR_DEAD) {
+    FailAllLocked(DeadStatusLocked());
+    return;
+  }
+  if (orphans_.empty() || info_.num_restarts() <= lost_attempt_) return;
+  // The worker the orphans went to is gone and a newer attempt exists (or is coming).
+  std::deque<Call> retry;
+  for (auto& [seq, call] : orphans_) {
+    if (call.retries_left == 0) {
+      call.result->Set(MakeError(
+          absl::StatusCode::kAborted, error_kind::kActorDied,
+          absl::StrCat(rpc::DescribeActor(info_), " died during the call (",
+                       rpc::DescribeCause(info_.death_cause()),
+                       ") and restarted; the call is not retried (max_task_retries = 0)")));
+      continue;
+    }
+    if (call.retries_left > 0) --call.retries_left;
+    retry.push_back(std::move(call));
+  }
+  orphans_.clear();
+  for (auto& call : queue_) retry.push_back(std::move(call));
+  queue_ = std::move(retry);
+}
+
+void ActorClient::FailAllLocked(const absl::Status& status) {
+  for (auto& call : queue_) call.result->Set(status);
+  queue_.clear();
+  for (auto& [seq, call] : inflight_) call.result->Set(status);
+  inflight_.clear();
+  for (auto& [seq, call] : orphans_) call.result->Set(status);
+  orphans_.clear();
+}
+
+void ActorClient::OnActorUpdate(const rpc::ActorInfo& info) {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return;
+  if (info.num_restarts() < info_.num_restarts()) return;
+  if (info.num_restarts() == info_.num_restarts() &&
+      StateRank(info.state()) < StateRank(info_.state())) {
+    return;
+  }
+  info_ = info;
+  if (connection_ != nullptr &&
+      (info_.state() == rpc::ACTOR_DEAD || connection_->attempt != info_.num_restarts())) {
+    connection_->context.TryCancel();  // the reader settles its calls
+  }
+  SettleOrphansLocked();
+  if (info_.state() == rpc::ACTOR_DEAD) return;
+  if (info_.state() == rpc::ACTOR_ALIVE && connection_ == nullptr) {
+    ConnectLocked();
+    FlushLocked();
+  }
+}
+
+void ActorClient::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+  if (connection_ != nullptr) connection_->context.TryCancel();
+  FailAllLocked(MakeError(absl::StatusCode::kCancelled, error_kind::kActorUnavailable,
+                          "phalanx was shut down in this process"));
+}
+
+}  // namespace phalanx

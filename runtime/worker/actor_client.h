@@ -1,0 +1,75 @@
+// ActorClient: a process's connection to one actor. Calls are sent in order on one gRPC
+// stream to the actor's worker (batched while a write is in flight). When the worker dies the
+// client follows the actor's state from the GCS: calls wait while it restarts and are resent
+// while their max_task_retries allow, then fail with ActorUnavailable; once the actor is DEAD
+// every call fails with ActorDied carrying the cause. Thread-safe.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "runtime/proto/common.pb.h"
+#include "runtime/worker/object_state.h"
+
+namespace phalanx {
+
+class ActorClient : public std::enable_shared_from_this<ActorClient> {
+ public:
+  ActorClient(std::string caller_id, std::string token, rpc::ActorInfo info);
+  ~ActorClient();
+
+  const std::string& actor_id() const { return actor_id_; }
+  rpc::ActorInfo info() const;
+
+  // Queues a call; the returned state completes with its result.
+  std::shared_ptr<ObjectState> Submit(const std::string& method, std::string args,
+                                      int encoding = 0);
+
+  // A newer state of the actor (from the GCS subscription or a lookup).
+  void OnActorUpdate(const rpc::ActorInfo& info);
+
+  // Fails every queued and in-flight call and stops (the process is shutting down).
+  void Close();
+
+ private:
+  struct Call {
+    uint64_t seq;
+    std::string method;
+    std::string args;
+    int encoding;
+    int retries_left;  // -1: forever
+    std::shared_ptr<ObjectState> result;
+  };
+  struct Connection;
+
+  void ConnectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReadLoop(std::shared_ptr<Connection> connection);
+  void OnConnectionLost(const std::shared_ptr<Connection>& connection, const std::string& why);
+  // Decides about calls that were in flight on a lost connection, given the actor's state.
+  void SettleOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailAllLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DeadStatusLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string caller_id_;
+  const std::string token_;
+  const std::string actor_id_;
+
+  mutable absl::Mutex mu_;
+  rpc::ActorInfo info_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Connection> connection_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  std::deque<Call> queue_ ABSL_GUARDED_BY(mu_);             // not yet sent
+  std::map<uint64_t, Call> inflight_ ABSL_GUARDED_BY(mu_);  // sent, unanswered
+  std::map<uint64_t, Call> orphans_ ABSL_GUARDED_BY(mu_);   // sent on a lost connection
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  int lost_attempt_ ABSL_GUARDED_BY(mu_) = -1;  // attempt whose connection broke
+  std::vector<std::thread> readers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace phalanx

@@ -1,0 +1,49 @@
+#include "runtime/worker/actor_registry.h"
+
+#include <algorithm>
+#include <mutex>
+
+namespace phalanx {
+
+ActorRegistry& ActorRegistry::Global() {
+  static ActorRegistry* registry = new ActorRegistry();
+  return *registry;
+}
+
+void ActorRegistry::Register(ActorClass actor_class) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ActorClass& slot = classes_[actor_class.name];
+  slot.name = actor_class.name;
+  slot.create = std::move(actor_class.create);
+  for (auto& m : actor_class.methods) slot.methods.push_back(m);
+  for (auto& [m, g] : actor_class.method_group) slot.method_group[m] = g;
+  for (auto& [g, c] : actor_class.group_concurrency) slot.group_concurrency[g] = c;
+}
+
+const ActorClass* ActorRegistry::Find(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = classes_.find(name);
+  return it == classes_.end() || !it->second.create ? nullptr : &it->second;
+}
+
+std::vector<std::string> ActorRegistry::Names() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [name, c] : classes_) out.push_back(name);
+  return out;
+}
+
+void ActorRegistry::AddMethods(const std::string& class_name,
+                               const std::vector<std::string>& methods, const std::string& group,
+                               int group_concurrency) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ActorClass& slot = classes_[class_name];
+  slot.name = class_name;
+  for (const auto& m : methods) {
+    slot.methods.push_back(m);
+    if (!group.empty()) slot.method_group[m] = group;
+  }
+  if (!group.empty()) slot.group_concurrency[group] = std::max(1, group_concurrency);
+}
+
+}  // namespace phalanx

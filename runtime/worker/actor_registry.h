@@ -1,0 +1,62 @@
+// The actor classes a worker can host, type-erased: the public C++ API (actors/api.h)
+// registers classes here at static-initialization time, and the worker host creates and
+// calls them by name. Thread-safe.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace phalanx {
+
+// What one call returned: OK with a serialized value, or an error (tagged with its kind).
+struct CallOutcome {
+  absl::Status status;
+  std::string value;
+};
+
+// One live actor object inside a worker.
+class ActorInstance {
+ public:
+  virtual ~ActorInstance() = default;
+  // Runs `method` with `args` (a msgpack array). Never throws: errors come back as statuses
+  // (unknown method, wrong argument types, the method raised).
+  virtual CallOutcome Call(const std::string& method, const std::string& args) = 0;
+};
+
+struct ActorClass {
+  std::string name;
+  // Builds the actor from its msgpack-encoded constructor arguments. An error (or exception)
+  // becomes the actor's CREATION_FAILED cause.
+  std::function<absl::StatusOr<std::unique_ptr<ActorInstance>>(const std::string& args)> create;
+  std::vector<std::string> methods;
+  // Concurrency groups (Ray's): method → group name, group → max concurrency. Methods not
+  // named run in the default group, whose concurrency is the actor's max_concurrency.
+  std::map<std::string, std::string> method_group;
+  std::map<std::string, int> group_concurrency;
+};
+
+class ActorRegistry {
+ public:
+  static ActorRegistry& Global();
+
+  void Register(ActorClass actor_class);
+  // nullptr when no class of that name is registered.
+  const ActorClass* Find(const std::string& name) const;
+  std::vector<std::string> Names() const;
+  // Adds methods to an already registered class (used by method-registration macros that
+  // may run before or after the class's own registration).
+  void AddMethods(const std::string& class_name, const std::vector<std::string>& methods,
+                  const std::string& group, int group_concurrency);
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, ActorClass> classes_;
+};
+
+}  // namespace phalanx

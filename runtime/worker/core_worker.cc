@@ -1,0 +1,158 @@
+#include "runtime/worker/core_worker.h"
+
+#include <unistd.h>
+
+#include <climits>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/common/ids.h"
+#include "runtime/common/logging.h"
+#include "runtime/common/system.h"
+
+namespace phalanx {
+namespace {
+
+absl::Mutex g_mu;
+CoreWorker* g_core_worker ABSL_GUARDED_BY(g_mu) = nullptr;
+
+std::string SelfExe() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+}  // namespace
+
+absl::Status CoreWorker::Init(const CoreWorkerOptions& options) {
+  absl::MutexLock lock(&g_mu);
+  if (g_core_worker != nullptr) {
+    return absl::AlreadyExistsError("phalanx is already initialized in this process");
+  }
+  auto gcs = gcs::GcsClient::Connect({options.address, options.token});
+  if (!gcs.ok()) return gcs.status();
+  CoreWorkerOptions filled = options;
+  if (filled.job_id.empty()) filled.job_id = NewId();
+  if (filled.code_path.empty()) filled.code_path = SelfExe();
+  g_core_worker = new CoreWorker(std::move(filled), std::move(*gcs));
+  return absl::OkStatus();
+}
+
+CoreWorker* CoreWorker::Get() {
+  absl::MutexLock lock(&g_mu);
+  return g_core_worker;
+}
+
+void CoreWorker::Shutdown() {
+  CoreWorker* cw;
+  {
+    absl::MutexLock lock(&g_mu);
+    cw = g_core_worker;
+    g_core_worker = nullptr;
+  }
+  if (cw == nullptr) return;
+  cw->Stop();
+  delete cw;
+}
+
+CoreWorker::CoreWorker(CoreWorkerOptions options, std::unique_ptr<gcs::GcsClient> gcs)
+    : options_(std::move(options)), caller_id_(NewId()), gcs_(std::move(gcs)) {
+  subscription_ =
+      gcs_->Subscribe({rpc::ACTOR}, [this](const rpc::PubMessage& m) { OnActorMessage(m); });
+}
+
+void CoreWorker::Stop() {
+  std::vector<std::string> owned;
+  std::map<std::string, std::shared_ptr<ActorClient>> clients;
+  {
+    absl::MutexLock lock(&mu_);
+    owned = owned_;
+    clients = clients_;
+  }
+  if (options_.is_driver) {
+    // Like Ray: a driver's actors go with it, unless created detached.
+    for (const auto& id : owned) gcs_->KillActor(id, /*no_restart=*/true).IgnoreError();
+  }
+  subscription_.reset();
+  for (auto& [id, client] : clients) client->Close();
+}
+
+void CoreWorker::OnActorMessage(const rpc::PubMessage& message) {
+  if (!message.has_actor()) return;
+  std::shared_ptr<ActorClient> client;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = clients_.find(message.actor().actor_id());
+    if (it == clients_.end()) {
+      // Only remember actors this process may call soon (it created or looked them up).
+      return;
+    }
+    latest_[message.actor().actor_id()] = message.actor();
+    client = it->second;
+  }
+  client->OnActorUpdate(message.actor());
+}
+
+std::shared_ptr<ActorClient> CoreWorker::AddClient(const rpc::ActorInfo& info) {
+  std::shared_ptr<ActorClient> client;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = clients_.find(info.actor_id());
+    if (it != clients_.end()) return it->second;
+    client = std::make_shared<ActorClient>(caller_id_, options_.token, info);
+    clients_[info.actor_id()] = client;
+  }
+  client->OnActorUpdate(info);
+  // A change published between our lookup and the registration above would be missed:
+  // look once more now that updates reach the client.
+  auto fresh = gcs_->GetActor(info.actor_id());
+  if (fresh.ok()) client->OnActorUpdate(*fresh);
+  return client;
+}
+
+absl::StatusOr<rpc::ActorInfo> CoreWorker::CreateActor(rpc::ActorInfo spec) {
+  if (spec.job_id().empty()) spec.set_job_id(options_.job_id);
+  if (spec.namespace_().empty()) spec.set_namespace_(options_.namespace_);
+  if (spec.code_path().empty()) spec.set_code_path(options_.code_path);
+  if (spec.language().empty()) spec.set_language("cpp");
+  spec.set_owner_address(caller_id_);
+  auto created = gcs_->CreateActor(spec);
+  if (!created.ok()) return created.status();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!created->detached()) owned_.push_back(created->actor_id());
+  }
+  AddClient(*created);
+  return created;
+}
+
+absl::StatusOr<std::shared_ptr<ActorClient>> CoreWorker::Client(const std::string& actor_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = clients_.find(actor_id);
+    if (it != clients_.end()) return it->second;
+  }
+  auto info = gcs_->GetActor(actor_id);
+  if (!info.ok()) return info.status();
+  return AddClient(*info);
+}
+
+absl::StatusOr<std::shared_ptr<ActorClient>> CoreWorker::NamedClient(const std::string& name,
+                                                                     const std::string& ns) {
+  auto info = gcs_->GetNamedActor(name, ns);
+  if (!info.ok()) {
+    if (absl::IsNotFound(info.status())) {
+      return absl::NotFoundError(
+          absl::StrCat("no live actor named '", name, "'",
+                       ns.empty() ? "" : absl::StrCat(" in namespace '", ns, "'"),
+                       "; `phalanx list actors` shows the known ones"));
+    }
+    return info.status();
+  }
+  return AddClient(*info);
+}
+
+absl::Status CoreWorker::Kill(const std::string& actor_id, bool no_restart) {
+  return gcs_->KillActor(actor_id, no_restart);
+}
+
+}  // namespace phalanx

@@ -1,0 +1,65 @@
+// CoreWorker: the Phalanx runtime inside one process (a driver, or a worker whose actor calls
+// other actors): the GCS connection, one subscription to actor state changes, and one
+// ActorClient per actor this process calls. Created by Init, gone after Shutdown.
+// Thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "gcs/gcs_client.h"
+#include "runtime/worker/actor_client.h"
+
+namespace phalanx {
+
+struct CoreWorkerOptions {
+  std::string address;  // GCS host:port
+  std::string token;
+  std::string job_id;      // empty: a new one
+  std::string namespace_;  // actors' namespace for names
+  std::string code_path;   // what workers of this process's actors run; empty: this binary
+  bool is_driver = false;  // a driver kills the actors it created (unless detached) at Shutdown
+};
+
+class CoreWorker {
+ public:
+  // Connects to the GCS (checks address and token). Returns AlreadyExists if initialized.
+  static absl::Status Init(const CoreWorkerOptions& options);
+  // The process's CoreWorker, or nullptr before Init / after Shutdown.
+  static CoreWorker* Get();
+  static void Shutdown();
+
+  gcs::GcsClient& gcs() { return *gcs_; }
+  const CoreWorkerOptions& options() const { return options_; }
+
+  // Creates an actor (job, namespace and code path filled in when empty) and returns its
+  // record; its ActorClient is ready for calls at once (they wait until it is ALIVE).
+  absl::StatusOr<rpc::ActorInfo> CreateActor(rpc::ActorInfo spec);
+  // The client of a known actor; NotFound names the id.
+  absl::StatusOr<std::shared_ptr<ActorClient>> Client(const std::string& actor_id);
+  absl::StatusOr<std::shared_ptr<ActorClient>> NamedClient(const std::string& name,
+                                                           const std::string& ns);
+  absl::Status Kill(const std::string& actor_id, bool no_restart);
+
+ private:
+  explicit CoreWorker(CoreWorkerOptions options, std::unique_ptr<gcs::GcsClient> gcs);
+  void OnActorMessage(const rpc::PubMessage& message);
+  std::shared_ptr<ActorClient> AddClient(const rpc::ActorInfo& info);
+  void Stop();
+
+  const CoreWorkerOptions options_;
+  const std::string caller_id_;
+  std::unique_ptr<gcs::GcsClient> gcs_;
+  std::unique_ptr<gcs::GcsClient::Subscription> subscription_;
+
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<ActorClient>> clients_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, rpc::ActorInfo> latest_ ABSL_GUARDED_BY(mu_);  // from the subscription
+  std::vector<std::string> owned_ ABSL_GUARDED_BY(mu_);                // created here, not detached
+};
+
+}  // namespace phalanx

@@ -1,0 +1,34 @@
+// The kinds of errors an actor call can end with. Each is an absl::Status whose message
+// names the actor and the cause, tagged with its kind (a payload) so that callers (and the
+// Python layer) can tell them apart.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace phalanx {
+
+inline constexpr char kErrorKindPayload[] = "phalanx.error_kind";
+
+namespace error_kind {
+inline constexpr char kActorDied[] = "ActorDied";                // the actor is DEAD (cause)
+inline constexpr char kActorUnavailable[] = "ActorUnavailable";  // died mid-call, restarting
+inline constexpr char kTaskError[] = "TaskError";                // the method raised
+inline constexpr char kInvalidCall[] = "InvalidCall";            // unknown method, bad arguments
+inline constexpr char kGetTimeout[] = "GetTimeout";              // Get/Wait timed out
+inline constexpr char kCreationFailed[] = "CreationFailed";      // the constructor failed
+}  // namespace error_kind
+
+// A status of `code` with `message`, tagged with `kind`.
+absl::Status MakeError(absl::StatusCode code, absl::string_view kind, absl::string_view message);
+
+// The kind a status was tagged with ("" if none).
+std::string ErrorKind(const absl::Status& status);
+
+inline bool IsActorDied(const absl::Status& s) { return ErrorKind(s) == error_kind::kActorDied; }
+inline bool IsTaskError(const absl::Status& s) { return ErrorKind(s) == error_kind::kTaskError; }
+inline bool IsGetTimeout(const absl::Status& s) { return ErrorKind(s) == error_kind::kGetTimeout; }
+
+}  // namespace phalanx

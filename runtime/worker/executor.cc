@@ -1,0 +1,127 @@
+#include "runtime/worker/executor.h"
+
+#include <pthread.h>
+
+#include <boost/fiber/all.hpp>
+#include <deque>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+
+namespace phalanx {
+namespace {
+
+void NameThread(const std::string& name) {
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+}
+
+class SerialExecutor final : public Executor {
+ public:
+  explicit SerialExecutor(std::string name) {
+    thread_ = std::thread([this, name] {
+      NameThread(name);
+      Loop();
+    });
+  }
+  ~SerialExecutor() override { Stop(); }
+
+  void Post(std::function<void()> task) override {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(task));
+  }
+
+  void Stop() override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      std::function<void()> task;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](SerialExecutor* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
+              return e->stopping_ || !e->queue_.empty();
+            },
+            this));
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+class FiberExecutor final : public Executor {
+ public:
+  FiberExecutor(std::string name, int max_concurrency)
+      : max_concurrency_(std::max(1, max_concurrency)), channel_(4096) {
+    thread_ = std::thread([this, name] {
+      NameThread(name);
+      Loop();
+    });
+  }
+  ~FiberExecutor() override { Stop(); }
+
+  void Post(std::function<void()> task) override { channel_.push(std::move(task)); }
+
+  void Stop() override {
+    if (stopped_.exchange(true)) return;
+    channel_.close();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Loop() {
+    std::function<void()> task;
+    while (channel_.pop(task) == boost::fibers::channel_op_status::success) {
+      {
+        std::unique_lock<boost::fibers::mutex> lock(mu_);
+        slots_.wait(lock, [this] { return running_ < max_concurrency_; });
+        ++running_;
+      }
+      boost::fibers::fiber([this, t = std::move(task)] {
+        t();
+        {
+          std::unique_lock<boost::fibers::mutex> lock(mu_);
+          --running_;
+        }
+        slots_.notify_one();
+      }).detach();
+    }
+    std::unique_lock<boost::fibers::mutex> lock(mu_);
+    slots_.wait(lock, [this] { return running_ == 0; });
+  }
+
+  const int max_concurrency_;
+  boost::fibers::buffered_channel<std::function<void()>> channel_;
+  boost::fibers::mutex mu_;
+  boost::fibers::condition_variable slots_;
+  int running_ = 0;
+  std::atomic<bool> stopped_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> MakeSerialExecutor(std::string name) {
+  return std::make_unique<SerialExecutor>(std::move(name));
+}
+
+std::unique_ptr<Executor> MakeFiberExecutor(std::string name, int max_concurrency) {
+  return std::make_unique<FiberExecutor>(std::move(name), max_concurrency);
+}
+
+}  // namespace phalanx

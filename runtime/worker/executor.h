@@ -1,0 +1,25 @@
+// Executors run the calls of one concurrency group of an actor.
+//   Serial: one thread, calls one at a time in the order posted (max_concurrency = 1).
+//   Fiber: one thread running Boost.Fiber fibers, at most `max_concurrency` calls at once;
+//     calls interleave where they wait on something fiber-aware (phalanx::Get on another
+//     actor's result, phalanx::SleepFor), as Ray's async actors interleave at `await`.
+// Post() is thread-safe; Stop() finishes what was posted, then joins.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace phalanx {
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual void Post(std::function<void()> task) = 0;
+  virtual void Stop() = 0;
+};
+
+std::unique_ptr<Executor> MakeSerialExecutor(std::string name);
+std::unique_ptr<Executor> MakeFiberExecutor(std::string name, int max_concurrency);
+
+}  // namespace phalanx

@@ -1,0 +1,16 @@
+// WorkerHost: what a worker process runs. It learns from its node manager which actor to
+// host, builds it from the registry (its constructor's error becomes CREATION_FAILED), serves
+// WorkerService (one PushCalls stream per caller; each call runs on its concurrency group's
+// executor), and reports ready. The process is one actor for its whole life.
+#pragma once
+
+namespace phalanx {
+
+// True when this process was started by a node manager to host an actor.
+bool InWorkerMode();
+
+// Hosts the actor named by the environment the node manager set; returns when the worker
+// is told to exit (or cannot start), with the process exit code.
+int RunWorker();
+
+}  // namespace phalanx

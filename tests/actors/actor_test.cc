@@ -1,0 +1,383 @@
+// The actor runtime end to end: real GCS, real node managers, real worker processes, real
+// SIGKILL and real memory limits.
+#include <signal.h>
+
+#include "actors/api.h"
+#include "gcs/gcs_client.h"
+#include "gtest/gtest.h"
+#include "runtime/common/process.h"
+#include "runtime/common/system.h"
+#include "runtime/rpc/describe.h"
+#include "tests/actors/test_actors.h"
+#include "tests/testing/test_util.h"
+
+namespace phalanx {
+namespace {
+
+using testing::Counter;
+
+class ActorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    redis_ = std::make_unique<testing::RedisServer>();
+    gcs_ = std::make_unique<testing::GcsProcess>(
+        *redis_, testing::GcsProcess::Options{/*node_timeout_ms=*/1000, 10000});
+    testing::NodeOptions node;
+    node.num_cpus = 4;
+    node_ = testing::StartNode(*gcs_, "node-a", node);
+    client_ = *gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
+    InitOptions init;
+    init.address = gcs_->address();
+    init.token = gcs_->token();
+    ASSERT_TRUE(Init(init).ok());
+  }
+
+  void TearDown() override {
+    Shutdown();
+    node_.Terminate();
+    for (auto& n : more_nodes_) n.Terminate();
+  }
+
+  rpc::ActorInfo Info(const std::string& id) { return *client_->GetActor(id); }
+
+  bool WaitForState(const std::string& id, rpc::ActorState state,
+                    absl::Duration timeout = absl::Seconds(20)) {
+    return testing::WaitFor([&] { return Info(id).state() == state; }, timeout);
+  }
+
+  std::unique_ptr<testing::RedisServer> redis_;
+  std::unique_ptr<testing::GcsProcess> gcs_;
+  testing::ChildProcess node_;
+  std::vector<testing::ChildProcess> more_nodes_;
+  std::unique_ptr<gcs::GcsClient> client_;
+};
+
+TEST_F(ActorTest, CreateCallKill) {
+  auto counter = Actor<Counter>().SetResources({{"CPU", 1}}).Remote(5);
+  ASSERT_TRUE(counter.ok()) << counter.status();
+  EXPECT_EQ(*Get(counter->Task(&Counter::Add).Remote(3)), 8);
+  EXPECT_EQ(*Get(counter->Task(&Counter::Value).Remote()), 8);
+  EXPECT_EQ(*Get(counter->Task(&Counter::Echo).Remote("hello")), "hello");
+  EXPECT_EQ(Info(counter->id()).state(), rpc::ACTOR_ALIVE);
+
+  ASSERT_TRUE(Kill(*counter).ok());
+  ASSERT_TRUE(WaitForState(counter->id(), rpc::ACTOR_DEAD));
+  EXPECT_EQ(Info(counter->id()).death_cause().kind(), rpc::DeathCause::KILLED_BY_USER);
+  auto after = Get(counter->Task(&Counter::Value).Remote(), absl::Seconds(10));
+  ASSERT_FALSE(after.ok());
+  EXPECT_TRUE(IsActorDied(after.status())) << after.status();
+  EXPECT_NE(after.status().message().find("KILLED_BY_USER"), std::string::npos);
+}
+
+TEST_F(ActorTest, TenThousandCallsFromOneCallerArriveInOrder) {
+  auto counter = Actor<Counter>().Remote(0);
+  ASSERT_TRUE(counter.ok());
+  std::vector<ObjectRef<int64_t>> refs;
+  for (int64_t i = 0; i < 10000; ++i) refs.push_back(counter->Task(&Counter::Record).Remote(i));
+  auto results = Get(refs, absl::Seconds(60));
+  ASSERT_TRUE(results.ok()) << results.status();
+  for (int64_t i = 0; i < 10000; ++i) ASSERT_EQ((*results)[i], i);
+  EXPECT_TRUE(*Get(counter->Task(&Counter::InOrder).Remote()));
+}
+
+TEST_F(ActorTest, KillNineRestartsWhileRestartsRemainThenDies) {
+  auto counter = Actor<Counter>().SetMaxRestarts(1).Remote(7);
+  ASSERT_TRUE(counter.ok());
+  ASSERT_EQ(*Get(counter->Task(&Counter::Add).Remote(1)), 8);
+  int pid = *Get(counter->Task(&Counter::Pid).Remote());
+  EXPECT_EQ(Info(counter->id()).pid(), pid);
+
+  ::kill(pid, SIGKILL);
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        auto a = Info(counter->id());
+        return a.num_restarts() == 1 && a.state() == rpc::ACTOR_ALIVE;
+      },
+      absl::Seconds(20)));
+  rpc::ActorInfo restarted = Info(counter->id());
+  ASSERT_EQ(restarted.history_size(), 1);
+  EXPECT_EQ(restarted.history(0).kind(), rpc::DeathCause::SIGNALED);
+  EXPECT_EQ(restarted.history(0).signal(), SIGKILL);
+  // A new process, built again from its constructor arguments.
+  EXPECT_EQ(*Get(counter->Task(&Counter::Value).Remote(), absl::Seconds(20)), 7);
+  int pid2 = *Get(counter->Task(&Counter::Pid).Remote());
+  EXPECT_NE(pid2, pid);
+
+  ::kill(pid2, SIGKILL);
+  ASSERT_TRUE(WaitForState(counter->id(), rpc::ACTOR_DEAD));
+  EXPECT_EQ(Info(counter->id()).death_cause().kind(), rpc::DeathCause::SIGNALED);
+  auto call = Get(counter->Task(&Counter::Value).Remote(), absl::Seconds(10));
+  ASSERT_FALSE(call.ok());
+  EXPECT_TRUE(IsActorDied(call.status()));
+  EXPECT_NE(call.status().message().find("SIGNALED(9"), std::string::npos) << call.status();
+}
+
+TEST_F(ActorTest, KillNineWithoutRestartsIsDead) {
+  auto counter = Actor<Counter>().Remote(0);
+  ASSERT_TRUE(counter.ok());
+  int pid = *Get(counter->Task(&Counter::Pid).Remote());
+  ::kill(pid, SIGKILL);
+  ASSERT_TRUE(WaitForState(counter->id(), rpc::ACTOR_DEAD));
+  EXPECT_EQ(Info(counter->id()).death_cause().signal(), SIGKILL);
+}
+
+TEST_F(ActorTest, ExitInAMethodIsExited) {
+  auto counter = Actor<Counter>().Remote(0);
+  ASSERT_TRUE(counter.ok());
+  auto exit_call = counter->Task(&Counter::Exit).Remote(3);
+  absl::Status result = Get(exit_call, absl::Seconds(20));
+  ASSERT_FALSE(result.ok());
+  EXPECT_TRUE(IsActorDied(result)) << result;
+  ASSERT_TRUE(WaitForState(counter->id(), rpc::ACTOR_DEAD));
+  rpc::DeathCause cause = Info(counter->id()).death_cause();
+  EXPECT_EQ(cause.kind(), rpc::DeathCause::EXITED);
+  EXPECT_EQ(cause.exit_code(), 3);
+}
+
+TEST_F(ActorTest, AllocatingPastTheLimitIsOomKilledWithLimitAndPeak) {
+  const int64_t limit = 200 << 20;
+  auto counter = Actor<Counter>().SetResource("memory", static_cast<double>(limit)).Remote(0);
+  ASSERT_TRUE(counter.ok());
+  auto result = Get(counter->Task(&Counter::Allocate).Remote(600), absl::Seconds(30));
+  ASSERT_FALSE(result.ok());
+  ASSERT_TRUE(WaitForState(counter->id(), rpc::ACTOR_DEAD));
+  rpc::DeathCause cause = Info(counter->id()).death_cause();
+  EXPECT_EQ(cause.kind(), rpc::DeathCause::OOM_KILLED) << rpc::DescribeCause(cause);
+  EXPECT_EQ(cause.limit_bytes(), limit);
+  EXPECT_GT(cause.peak_bytes(), limit);
+  EXPECT_LT(cause.peak_bytes(), 600ll << 20);  // killed on the way, not at the end
+  EXPECT_NE(result.status().message().find("OOM_KILLED: peak"), std::string::npos)
+      << result.status();
+}
+
+TEST_F(ActorTest, NodeMemoryMonitorKillsTheNewestActor) {
+  // A node whose threshold sits 1.5 GiB above what the machine uses now.
+  testing::NodeOptions options;
+  double total = static_cast<double>(TotalMemoryBytes());
+  options.memory_usage_threshold =
+      (static_cast<double>(UsedMemoryBytes()) + 1.5 * (1 << 30)) / total;
+  more_nodes_.push_back(testing::StartNode(*gcs_, "node-mem", options));
+  auto older = Actor<Counter>().SetNodeAffinity("node-mem").Remote(0);
+  ASSERT_TRUE(older.ok()) << older.status();
+  ASSERT_EQ(*Get(older->Task(&Counter::Value).Remote()), 0);
+  auto newer = Actor<Counter>().SetNodeAffinity("node-mem").Remote(0);
+  ASSERT_TRUE(newer.ok());
+  ASSERT_EQ(*Get(newer->Task(&Counter::Value).Remote()), 0);
+
+  // The older one's allocation stays well under the threshold; the newer one crosses it.
+  auto result = Get(newer->Task(&Counter::Allocate).Remote(2560), absl::Seconds(60));
+  ASSERT_FALSE(result.ok());
+  ASSERT_TRUE(WaitForState(newer->id(), rpc::ACTOR_DEAD));
+  rpc::DeathCause cause = Info(newer->id()).death_cause();
+  EXPECT_EQ(cause.kind(), rpc::DeathCause::OOM_KILLED) << rpc::DescribeCause(cause);
+  EXPECT_NE(cause.message().find("node memory use"), std::string::npos) << cause.message();
+  EXPECT_GT(cause.peak_bytes(), 1ll << 30);
+  EXPECT_EQ(Info(older->id()).state(), rpc::ACTOR_ALIVE);
+  EXPECT_EQ(*Get(older->Task(&Counter::Add).Remote(1)), 1);
+}
+
+TEST_F(ActorTest, ActorsLiveThroughAGcsRestart) {
+  auto counter = Actor<Counter>().SetMaxRestarts(1).Remote(10);
+  ASSERT_TRUE(counter.ok());
+  ASSERT_EQ(*Get(counter->Task(&Counter::Add).Remote(1)), 11);
+  gcs_->Kill9();
+  // Calls go straight to the worker: the GCS being down does not matter to them.
+  EXPECT_EQ(*Get(counter->Task(&Counter::Add).Remote(1), absl::Seconds(10)), 12);
+  gcs_->Restart();
+  EXPECT_EQ(Info(counter->id()).state(), rpc::ACTOR_ALIVE);
+  auto second = Actor<Counter>().Remote(0);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(*Get(second->Task(&Counter::Add).Remote(5), absl::Seconds(20)), 5);
+  // A death after the restart is handled by the new GCS: the actor restarts.
+  int pid = *Get(counter->Task(&Counter::Pid).Remote());
+  ::kill(pid, SIGKILL);
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        auto a = Info(counter->id());
+        return a.state() == rpc::ACTOR_ALIVE && a.num_restarts() == 1;
+      },
+      absl::Seconds(20)));
+  EXPECT_EQ(*Get(counter->Task(&Counter::Value).Remote(), absl::Seconds(20)), 10);
+}
+
+TEST_F(ActorTest, NodeManagerDeathIsNodeDiedForItsActors) {
+  auto counter = Actor<Counter>().Remote(0);
+  ASSERT_TRUE(counter.ok());
+  int pid = *Get(counter->Task(&Counter::Pid).Remote());
+  node_.KillAndWait();
+  // The worker goes with its node manager at once; the GCS learns of the node's death when
+  // its heartbeats stop.
+  ASSERT_TRUE(testing::WaitFor([&] { return !ProcessAlive(pid); }, absl::Seconds(5)));
+  ASSERT_TRUE(WaitForState(counter->id(), rpc::ACTOR_DEAD));
+  rpc::DeathCause cause = Info(counter->id()).death_cause();
+  EXPECT_EQ(cause.kind(), rpc::DeathCause::NODE_DIED);
+  EXPECT_NE(cause.message().find("missed heartbeats"), std::string::npos) << cause.message();
+}
+
+TEST_F(ActorTest, NodeDeathRestartsTheActorOnAnotherNode) {
+  auto counter = Actor<Counter>().SetMaxRestarts(1).Remote(1);
+  ASSERT_TRUE(counter.ok());
+  ASSERT_EQ(*Get(counter->Task(&Counter::Value).Remote()), 1);
+  std::string first_node = Info(counter->id()).node_id();
+  more_nodes_.push_back(testing::StartNode(*gcs_, "node-b"));
+  node_.KillAndWait();
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        auto a = Info(counter->id());
+        return a.state() == rpc::ACTOR_ALIVE && a.num_restarts() == 1;
+      },
+      absl::Seconds(20)));
+  EXPECT_EQ(Info(counter->id()).node_id(), "node-b");
+  EXPECT_EQ(Info(counter->id()).history(0).kind(), rpc::DeathCause::NODE_DIED);
+  EXPECT_EQ(*Get(counter->Task(&Counter::Value).Remote(), absl::Seconds(20)), 1);
+}
+
+TEST_F(ActorTest, ConstructorErrorIsCreationFailedWithTheMessage) {
+  auto bad = Actor<testing::BadInit>().SetMaxRestarts(3).Remote("no config file");
+  ASSERT_TRUE(bad.ok());
+  auto call = Get(bad->Task(&testing::BadInit::Never).Remote(), absl::Seconds(20));
+  ASSERT_FALSE(call.ok());
+  EXPECT_TRUE(IsActorDied(call.status()));
+  ASSERT_TRUE(WaitForState(bad->id(), rpc::ACTOR_DEAD));
+  rpc::ActorInfo info = Info(bad->id());
+  EXPECT_EQ(info.death_cause().kind(), rpc::DeathCause::CREATION_FAILED);
+  EXPECT_NE(info.death_cause().message().find("no config file"), std::string::npos);
+  EXPECT_EQ(info.num_restarts(), 0);  // a constructor that fails is not retried
+}
+
+TEST_F(ActorTest, CallsInFlightAreRetriedAfterARestartWhenAllowed) {
+  auto counter = Actor<Counter>().SetMaxRestarts(1).SetMaxTaskRetries(1).Remote(0);
+  ASSERT_TRUE(counter.ok());
+  int pid = *Get(counter->Task(&Counter::Pid).Remote());
+  auto slow = counter->Task(&Counter::SleepMs).Remote(1500);
+  absl::SleepFor(absl::Milliseconds(300));
+  ::kill(pid, SIGKILL);
+  auto result = Get(slow, absl::Seconds(30));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(*result, 1500);
+  EXPECT_EQ(Info(counter->id()).num_restarts(), 1);
+}
+
+TEST_F(ActorTest, CallsInFlightFailWithTheCauseWhenNotRetried) {
+  auto counter = Actor<Counter>().SetMaxRestarts(1).Remote(0);
+  ASSERT_TRUE(counter.ok());
+  int pid = *Get(counter->Task(&Counter::Pid).Remote());
+  auto slow = counter->Task(&Counter::SleepMs).Remote(2000);
+  absl::SleepFor(absl::Milliseconds(300));
+  ::kill(pid, SIGKILL);
+  auto result = Get(slow, absl::Seconds(30));
+  ASSERT_FALSE(result.ok());
+  EXPECT_TRUE(IsActorDied(result.status())) << result.status();
+  EXPECT_NE(result.status().message().find("SIGNALED(9"), std::string::npos) << result.status();
+  // While it restarts, a call that may not be retried fails at once with the cause...
+  // ...and once it is back, it serves new calls.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        auto a = Info(counter->id());
+        return a.state() == rpc::ACTOR_ALIVE && a.num_restarts() == 1;
+      },
+      absl::Seconds(20)));
+  EXPECT_EQ(*Get(counter->Task(&Counter::Value).Remote(), absl::Seconds(20)), 0);
+}
+
+TEST_F(ActorTest, AsyncActorRunsCallsConcurrentlyOnFibers) {
+  auto counter = Actor<Counter>().SetMaxConcurrency(4).Remote(0);
+  ASSERT_TRUE(counter.ok());
+  std::vector<ObjectRef<std::vector<int64_t>>> refs;
+  for (int i = 0; i < 4; ++i) refs.push_back(counter->Task(&Counter::Overlap).Remote(500));
+  auto spans = Get(refs, absl::Seconds(30));
+  ASSERT_TRUE(spans.ok()) << spans.status();
+  int64_t latest_start = 0, earliest_end = INT64_MAX;
+  for (const auto& s : *spans) {
+    latest_start = std::max(latest_start, s[0]);
+    earliest_end = std::min(earliest_end, s[1]);
+  }
+  EXPECT_LT(latest_start, earliest_end) << "the four calls did not run at the same time";
+
+  // A serial actor (the default) runs them one after another.
+  auto serial = Actor<Counter>().Remote(0);
+  std::vector<ObjectRef<std::vector<int64_t>>> serial_refs;
+  for (int i = 0; i < 2; ++i) serial_refs.push_back(serial->Task(&Counter::Overlap).Remote(200));
+  auto serial_spans = Get(serial_refs, absl::Seconds(30));
+  ASSERT_TRUE(serial_spans.ok());
+  EXPECT_LE((*serial_spans)[0][1], (*serial_spans)[1][0]);
+}
+
+TEST_F(ActorTest, NamedActorsAreFoundAndUnique) {
+  auto counter = Actor<Counter>().SetName("the-counter").Remote(41);
+  ASSERT_TRUE(counter.ok());
+  auto found = GetActor<Counter>("the-counter");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->id(), counter->id());
+  EXPECT_EQ(*Get(found->Task(&Counter::Add).Remote(1)), 42);
+  auto twin = Actor<Counter>().SetName("the-counter").Remote(0);
+  ASSERT_FALSE(twin.ok());
+  EXPECT_TRUE(absl::IsAlreadyExists(twin.status())) << twin.status();
+  auto missing = GetActor<Counter>("nobody");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("no live actor named 'nobody'"), std::string::npos);
+}
+
+TEST_F(ActorTest, BadInputGetsClearErrors) {
+  auto counter = Actor<Counter>().Remote(0);
+  ASSERT_TRUE(counter.ok());
+  auto unknown = Get(counter->Call<int>("Multiply", 2), absl::Seconds(20));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(unknown.status()));
+  EXPECT_NE(unknown.status().message().find("has no method 'Multiply'"), std::string::npos)
+      << unknown.status();
+  auto wrong_type = Get(counter->Call<int>("Add", std::string("two")), absl::Seconds(20));
+  ASSERT_FALSE(wrong_type.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(wrong_type.status()));
+  EXPECT_NE(wrong_type.status().message().find("Counter.Add"), std::string::npos)
+      << wrong_type.status();
+  auto wrong_arity = Get(counter->Call<int>("Add", 1, 2), absl::Seconds(20));
+  ASSERT_FALSE(wrong_arity.ok());
+  EXPECT_NE(wrong_arity.status().message().find("takes 1 argument"), std::string::npos)
+      << wrong_arity.status();
+  auto raised = Get(counter->Task(&Counter::Fail).Remote("boom"), absl::Seconds(20));
+  ASSERT_FALSE(raised.ok());
+  EXPECT_TRUE(IsTaskError(raised.status()));
+  EXPECT_NE(raised.status().message().find("Counter.Fail raised: boom"), std::string::npos);
+  // The actor survived all of that.
+  EXPECT_EQ(*Get(counter->Task(&Counter::Add).Remote(2)), 2);
+
+  auto negative = Actor<Counter>().SetResource("CPU", -1).Remote(0);
+  ASSERT_FALSE(negative.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(negative.status()));
+  EXPECT_NE(negative.status().message().find("'CPU' has amount -1"), std::string::npos)
+      << negative.status();
+
+  auto impossible = Actor<Counter>().SetResource("CPU", 64).Remote(0);
+  ASSERT_FALSE(impossible.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(impossible.status()));
+  EXPECT_NE(impossible.status().message().find("no node can ever hold {CPU: 64}"),
+            std::string::npos)
+      << impossible.status();
+
+  auto bad_strategy = Actor<Counter>().SetSchedulingStrategy("RANDOM").Remote(0);
+  ASSERT_FALSE(bad_strategy.ok());
+  EXPECT_NE(bad_strategy.status().message().find("'RANDOM' is unknown"), std::string::npos);
+
+  // Fits a node, but not now: pending, with the reason in `phalanx list actors`.
+  auto big = Actor<Counter>().SetResource("CPU", 4).Remote(0);
+  ASSERT_TRUE(big.ok());
+  auto waiting = Actor<Counter>().SetResource("CPU", 4).Remote(0);
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return Info(waiting->id()).pending_reason().find("waiting for resources") == 0; },
+      absl::Seconds(10)));
+  EXPECT_EQ(Info(waiting->id()).state(), rpc::ACTOR_PENDING);
+  auto listed = testing::RunCommand({testing::BinDir() + "/phalanx", "list", "actors", "--address",
+                                     gcs_->address(), "--token", gcs_->token()});
+  EXPECT_EQ(listed.exit_code, 0) << listed.output;
+  EXPECT_NE(listed.output.find("PENDING"), std::string::npos) << listed.output;
+  EXPECT_NE(listed.output.find("waiting for resources: needs {CPU: 4}"), std::string::npos)
+      << listed.output;
+  // Once the first one goes, the waiting one runs.
+  ASSERT_TRUE(Kill(*big).ok());
+  ASSERT_TRUE(WaitForState(waiting->id(), rpc::ACTOR_ALIVE));
+}
+
+}  // namespace
+}  // namespace phalanx

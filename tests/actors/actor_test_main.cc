@@ -1,0 +1,11 @@
+// The actor tests' main: in a worker process (started by a node manager) it hosts an actor
+// of this binary's classes; otherwise it runs the tests.
+#include "actors/api.h"
+#include "gtest/gtest.h"
+#include "runtime/worker/worker_host.h"
+
+int main(int argc, char** argv) {
+  if (phalanx::InWorkerMode()) return phalanx::RunWorker();
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
