@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -19,6 +20,23 @@
 #include "tests/testing/test_util.h"
 
 namespace phalanx::bench {
+
+int64_t PrivateBytes(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/smaps_rollup"));
+  if (!in) return -1;
+  std::string key;
+  int64_t kb, total = 0;
+  std::string unit;
+  while (in >> key) {
+    if (key == "Private_Clean:" || key == "Private_Dirty:") {
+      in >> kb >> unit;
+      total += kb * 1024;
+    } else {
+      std::getline(in, unit);
+    }
+  }
+  return total;
+}
 
 std::string Shell(const std::string& command) {
   std::string out;

@@ -16,6 +16,9 @@ std::string Shell(const std::string& command);
 // The value at fraction `p` (0..1) of a sample.
 double Percentile(std::vector<double> values, double p);
 
+// Private (unshared) resident bytes of `pid` (USS, from /proc/PID/smaps_rollup); -1 if gone.
+int64_t PrivateBytes(pid_t pid);
+
 // A raw gRPC unary echo server in a child process (the floor for RPC benchmarks): started on
 // a free loopback port (bench_echo_server), SIGKILLed on destruction.
 class EchoServer {

@@ -170,14 +170,30 @@ class NodeManagerImpl final : public NodeManager {
     return pool_->Kill(request.actor_id(), request.attempt(), request.cause());
   }
 
-  absl::StatusOr<rpc::ActorInfo> WorkerStarted(const rpc::WorkerStartedRequest& request) {
+  absl::Status WorkerStarted(const rpc::WorkerStartedRequest& request,
+                             rpc::WorkerStartedReply* reply) {
+    if (request.actor_id().empty()) {
+      // A prestarted worker: wait (a while) for an actor to be placed on it.
+      auto assignment = pool_->WaitForAssignment(request.pid(), absl::Seconds(20));
+      if (absl::IsDeadlineExceeded(assignment.status())) {
+        reply->set_keep_waiting(true);
+        return absl::OkStatus();
+      }
+      if (!assignment.ok()) return assignment.status();
+      *reply->mutable_actor() = assignment->actor;
+      reply->set_attempt(assignment->attempt);
+      reply->set_log_path(assignment->log_path);
+      return absl::OkStatus();
+    }
     absl::MutexLock lock(&mu_);
     auto it = specs_.find({request.actor_id(), request.attempt()});
     if (it == specs_.end()) {
       return absl::NotFoundError(absl::StrCat("this node runs no attempt ", request.attempt(),
                                               " of actor ", request.actor_id()));
     }
-    return it->second;
+    *reply->mutable_actor() = it->second;
+    reply->set_attempt(request.attempt());
+    return absl::OkStatus();
   }
 
   void WorkerReady(const rpc::WorkerReadyRequest& request) {
@@ -376,10 +392,7 @@ grpc::Status NodeServiceImpl::WorkerStarted(grpc::ServerContext* context,
                                             const rpc::WorkerStartedRequest* request,
                                             rpc::WorkerStartedReply* reply) {
   if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
-  auto actor = node_->WorkerStarted(*request);
-  if (!actor.ok()) return rpc::ToGrpc(actor.status());
-  *reply->mutable_actor() = std::move(*actor);
-  return grpc::Status::OK;
+  return rpc::ToGrpc(node_->WorkerStarted(*request, reply));
 }
 
 grpc::Status NodeServiceImpl::WorkerReady(grpc::ServerContext* context,

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 
@@ -73,6 +74,13 @@ int64_t ReadCgroupValue(const std::string& path, const std::string& key = "") {
   return -1;
 }
 
+std::string CodeKey(const rpc::ActorInfo& actor) {
+  return absl::StrCat(actor.language(), "|", actor.code_path());
+}
+
+// A prestarted worker can take an actor that needs nothing set before its process starts.
+bool Poolable(const rpc::ActorInfo& actor) { return actor.env().empty(); }
+
 }  // namespace
 
 WorkerPool::WorkerPool(WorkerPoolOptions options, ExitCallback on_exit)
@@ -109,7 +117,7 @@ absl::StatusOr<pid_t> WorkerPool::Start(const rpc::ActorInfo& actor, int attempt
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the node manager is stopping");
     for (auto& [pid, w] : workers_) {
-      if (w.actor_id != actor.actor_id()) continue;
+      if (w.idle || w.actor_id != actor.actor_id()) continue;
       if (w.attempt == attempt) return pid;
       if (w.attempt < attempt) {
         w.kill_cause.set_kind(rpc::DeathCause::KILLED_BY_USER);
@@ -119,16 +127,84 @@ absl::StatusOr<pid_t> WorkerPool::Start(const rpc::ActorInfo& actor, int attempt
     }
   }
   for (pid_t pid : stale) ::kill(pid, SIGKILL);
-  SpawnRequest request{actor, attempt};
+  {
+    // A prestarted worker of the same program takes the actor at once.
+    absl::MutexLock lock(&mu_);
+    bool limited = actor.resources().amounts().count("memory") > 0;
+    if (Poolable(actor) && (cgroup_root_.empty() || !limited)) {
+      for (auto& [pid, w] : workers_) {
+        if (!w.idle || w.code_key != CodeKey(actor) ||
+            w.kill_cause.kind() != rpc::DeathCause::NONE) {
+          continue;
+        }
+        w.idle = false;
+        w.actor_id = actor.actor_id();
+        w.attempt = attempt;
+        w.started = absl::Now();
+        w.peak_rss = 0;
+        auto limit = actor.resources().amounts().find("memory");
+        w.memory_limit =
+            limit == actor.resources().amounts().end() ? 0 : static_cast<int64_t>(limit->second);
+        w.log_path = absl::StrCat(options_.log_dir, "/worker-", ShortId(actor.actor_id()), "-",
+                                  attempt, ".log");
+        w.assignment = Assignment{actor, attempt, w.log_path};
+        spdlog::info("prestarted worker {} takes actor {} ({}) attempt {}", pid,
+                     ShortId(actor.actor_id()), actor.class_name(), attempt);
+        TopUpLocked(actor);
+        return pid;
+      }
+    }
+  }
+  auto request = std::make_shared<SpawnRequest>();
+  request->actor = actor;
+  request->attempt = attempt;
   absl::MutexLock lock(&mu_);
-  spawn_queue_.push_back(&request);
-  mu_.Await(absl::Condition(&request.done));
-  return request.result;
+  spawn_queue_.push_back(request);
+  mu_.Await(absl::Condition(&request->done));
+  if (request->result.ok() && Poolable(actor)) TopUpLocked(actor);
+  return request->result;
+}
+
+void WorkerPool::TopUpLocked(const rpc::ActorInfo& actor) {
+  if (options_.prestart <= 0 || stopping_) return;
+  std::string key = CodeKey(actor);
+  int have = prestarting_[key];
+  for (const auto& [pid, w] : workers_) {
+    if (w.idle && w.code_key == key) ++have;
+  }
+  rpc::ActorInfo program;
+  program.set_language(actor.language());
+  program.set_code_path(actor.code_path());
+  program.set_class_name("(prestarted)");
+  for (; have < options_.prestart; ++have) {
+    auto request = std::make_shared<SpawnRequest>();
+    request->actor = program;
+    request->idle = true;
+    spawn_queue_.push_back(request);
+    ++prestarting_[key];
+  }
+}
+
+absl::StatusOr<Assignment> WorkerPool::WaitForAssignment(pid_t pid, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto has_news = [this, pid]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> bool {
+    auto it = workers_.find(pid);
+    return stopping_ || it == workers_.end() || it->second.assignment.has_value();
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&has_news), timeout);
+  auto it = workers_.find(pid);
+  if (stopping_ || it == workers_.end()) {
+    return absl::UnavailableError("this node no longer keeps that worker");
+  }
+  if (!it->second.assignment.has_value()) {
+    return absl::DeadlineExceededError("no actor yet");
+  }
+  return *it->second.assignment;
 }
 
 void WorkerPool::SpawnLoop() {
   while (true) {
-    SpawnRequest* request;
+    std::shared_ptr<SpawnRequest> request;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
@@ -142,17 +218,19 @@ void WorkerPool::SpawnLoop() {
       if (stopping_) {
         request->result = absl::UnavailableError("the node manager is stopping");
         request->done = true;
+        if (request->idle) --prestarting_[CodeKey(request->actor)];
         continue;
       }
     }
-    absl::StatusOr<pid_t> result = SpawnNow(request->actor, request->attempt);
+    absl::StatusOr<pid_t> result = SpawnNow(request->actor, request->attempt, request->idle);
     absl::MutexLock lock(&mu_);
     request->result = result;
     request->done = true;
+    if (request->idle) --prestarting_[CodeKey(request->actor)];
   }
 }
 
-absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int attempt) {
+absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int attempt, bool idle) {
   SpawnOptions spawn;
   const std::string& code = actor.code_path();
   if (actor.language() == "python") {
@@ -167,24 +245,36 @@ absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int atte
   } else {
     spawn.argv = {code};
   }
-  spawn.env = {{"PHALANX_WORKER_ACTOR_ID", actor.actor_id()},
+  spawn.env = {{"PHALANX_WORKER_ACTOR_ID", idle ? "" : actor.actor_id()},
                {"PHALANX_WORKER_ATTEMPT", absl::StrCat(attempt)},
+               {"PHALANX_WORKER_POOLED", idle ? "1" : ""},
                {"PHALANX_NODE_ADDRESS", options_.node_address},
                {"PHALANX_NODE_ID", options_.node_id},
                {"PHALANX_ADDRESS", options_.gcs_address},
                {"PHALANX_TOKEN", options_.token}};
   for (const auto& [k, v] : actor.env()) spawn.env.emplace_back(k, v);
+  static std::atomic<int> prestarted_count{0};
   spawn.stdout_path =
-      absl::StrCat(options_.log_dir, "/worker-", ShortId(actor.actor_id()), "-", attempt, ".log");
+      idle ? absl::StrCat(options_.log_dir, "/worker-prestarted-", prestarted_count++, ".log")
+           : absl::StrCat(options_.log_dir, "/worker-", ShortId(actor.actor_id()), "-", attempt,
+                          ".log");
   spawn.die_with_parent = true;
   auto pid = Spawn(spawn);
   if (!pid.ok()) return pid.status();
 
   WorkerRecord record;
-  record.actor_id = actor.actor_id();
+  record.actor_id = idle ? "" : actor.actor_id();
   record.attempt = attempt;
   record.pid = *pid;
   record.started = absl::Now();
+  record.idle = idle;
+  record.code_key = CodeKey(actor);
+  record.log_path = spawn.stdout_path;
+  if (idle) {
+    absl::MutexLock lock(&mu_);
+    workers_[*pid] = record;
+    return *pid;
+  }
   auto limit = actor.resources().amounts().find("memory");
   if (limit != actor.resources().amounts().end()) {
     record.memory_limit = static_cast<int64_t>(limit->second);
@@ -321,7 +411,7 @@ void WorkerPool::ReapLoop() {
         if (w == workers_.end()) continue;
         record = w->second;
         workers_.erase(w);
-        report = !stopping_;
+        report = !stopping_ && !record.idle;
       }
       rpc::DeathCause cause = CauseOf(record, r == pid ? status : 0);
       if (!record.cgroup.empty()) ::rmdir(record.cgroup.c_str());
@@ -376,7 +466,7 @@ void WorkerPool::MonitorLoop() {
           // Kill the newest worker not already on its way out.
           WorkerRecord* newest = nullptr;
           for (auto& [pid, w] : workers_) {
-            if (w.kill_cause.kind() != rpc::DeathCause::NONE) continue;
+            if (w.idle || w.kill_cause.kind() != rpc::DeathCause::NONE) continue;
             if (newest == nullptr || w.started > newest->started) newest = &w;
           }
           if (newest != nullptr) {

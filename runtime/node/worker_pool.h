@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +39,16 @@ struct WorkerPoolOptions {
   double node_threshold = 0.95;  // fraction of total memory; >= 1 disables the node monitor
   // "auto" (cgroup v2 when delegated, else rss), "cgroup" or "rss".
   std::string memory_enforcement = "auto";
+  // Idle workers kept started per program (code path) once an actor of it ran here, so that
+  // the next actor of that program skips process start-up. 0 disables.
+  int prestart = 2;
+};
+
+// What a prestarted worker is given when an actor is placed on it.
+struct Assignment {
+  rpc::ActorInfo actor;
+  int attempt = 0;
+  std::string log_path;
 };
 
 struct WorkerRecord {
@@ -53,6 +64,10 @@ struct WorkerRecord {
   rpc::DeathCause kill_cause;    // set when we killed it (user request, OOM)
   bool node_oom_victim = false;  // killed by the node-wide memory monitor
   std::string cgroup;            // its cgroup v2 directory, if any
+  bool idle = false;             // prestarted, waiting for an actor
+  std::string code_key;          // language + code path
+  std::string log_path;
+  std::optional<Assignment> assignment;  // set when an idle worker gets an actor
 };
 
 class WorkerPool {
@@ -66,6 +81,10 @@ class WorkerPool {
   // Starts the worker for one attempt of `actor`. Idempotent per (actor, attempt): returns the
   // running worker's pid. A worker of an older attempt of the same actor is killed first.
   absl::StatusOr<pid_t> Start(const rpc::ActorInfo& actor, int attempt);
+
+  // A prestarted worker (`pid`) waits here for an actor; DeadlineExceeded after `timeout`
+  // (it asks again), Unavailable when the pool stops or does not know it.
+  absl::StatusOr<Assignment> WaitForAssignment(pid_t pid, absl::Duration timeout);
 
   // SIGKILLs the worker of `actor_id` (attempt -1: any) and remembers `cause` for its exit.
   bool Kill(const std::string& actor_id, int attempt, const rpc::DeathCause& cause);
@@ -84,7 +103,10 @@ class WorkerPool {
   void SpawnLoop();
   void ReapLoop();
   void MonitorLoop();
-  absl::StatusOr<pid_t> SpawnNow(const rpc::ActorInfo& actor, int attempt);
+  // Starts a process for `actor` (attempt), or an idle one for its program when `idle`.
+  absl::StatusOr<pid_t> SpawnNow(const rpc::ActorInfo& actor, int attempt, bool idle);
+  // Queues prestarts until `key` has options_.prestart idle or starting workers.
+  void TopUpLocked(const rpc::ActorInfo& actor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   rpc::DeathCause CauseOf(const WorkerRecord& record, int wait_status) const;
 
   const WorkerPoolOptions options_;
@@ -100,10 +122,12 @@ class WorkerPool {
   struct SpawnRequest {
     rpc::ActorInfo actor;
     int attempt;
+    bool idle = false;  // a prestart: nobody waits for it
     absl::StatusOr<pid_t> result = absl::UnknownError("not run");
     bool done = false;
   };
-  std::vector<SpawnRequest*> spawn_queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<SpawnRequest>> spawn_queue_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> prestarting_ ABSL_GUARDED_BY(mu_);  // code key → in the queue
 
   std::thread spawn_thread_;
   std::thread reap_thread_;

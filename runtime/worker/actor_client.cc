@@ -47,7 +47,13 @@ ActorClient::ActorClient(std::string caller_id, std::string token, rpc::ActorInf
       actor_id_(info.actor_id()),
       info_(std::move(info)) {}
 
-ActorClient::~ActorClient() = default;
+ActorClient::~ActorClient() {
+  {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+  if (writer_.joinable()) writer_.join();
+}
 
 rpc::ActorInfo ActorClient::info() const {
   absl::MutexLock lock(&mu_);
@@ -103,6 +109,30 @@ void ActorClient::ConnectLocked() {
 }
 
 void ActorClient::FlushLocked() {
+  if (connection_ == nullptr || writing_ || queue_.empty()) return;
+  if (inflight_.empty() && queue_.size() == 1) {
+    WriteQueuedLocked();
+    return;
+  }
+  if (!writer_.joinable()) writer_ = std::thread([this] { WriterLoop(); });
+  flush_wanted_ = true;
+}
+
+void ActorClient::WriterLoop() {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    mu_.Await(absl::Condition(
+        +[](ActorClient* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
+          return c->closed_ || (c->flush_wanted_ && !c->writing_);
+        },
+        this));
+    if (closed_) return;
+    flush_wanted_ = false;
+    WriteQueuedLocked();
+  }
+}
+
+void ActorClient::WriteQueuedLocked() {
   if (connection_ == nullptr || writing_) return;
   writing_ = true;
   while (!queue_.empty() && connection_ != nullptr) {

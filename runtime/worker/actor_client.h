@@ -47,7 +47,11 @@ class ActorClient : public std::enable_shared_from_this<ActorClient> {
   struct Connection;
 
   void ConnectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends queued calls: inline when this is the only call (a synchronous caller pays no
+  // thread hop), else by the writer thread, which batches what queues up meanwhile.
   void FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WriteQueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WriterLoop();
   void ReadLoop(std::shared_ptr<Connection> connection);
   void OnConnectionLost(const std::shared_ptr<Connection>& connection, const std::string& why);
   // Decides about calls that were in flight on a lost connection, given the actor's state.
@@ -67,9 +71,10 @@ class ActorClient : public std::enable_shared_from_this<ActorClient> {
   std::map<uint64_t, Call> inflight_ ABSL_GUARDED_BY(mu_);  // sent, unanswered
   std::map<uint64_t, Call> orphans_ ABSL_GUARDED_BY(mu_);   // sent on a lost connection
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool flush_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread writer_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   int lost_attempt_ ABSL_GUARDED_BY(mu_) = -1;  // attempt whose connection broke
-  std::vector<std::thread> readers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace phalanx

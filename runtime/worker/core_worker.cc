@@ -55,9 +55,23 @@ void CoreWorker::Shutdown() {
 }
 
 CoreWorker::CoreWorker(CoreWorkerOptions options, std::unique_ptr<gcs::GcsClient> gcs)
-    : options_(std::move(options)), caller_id_(NewId()), gcs_(std::move(gcs)) {
+    : caller_id_(NewId()), gcs_(std::move(gcs)) {
+  options_ = std::move(options);
   subscription_ =
       gcs_->Subscribe({rpc::ACTOR}, [this](const rpc::PubMessage& m) { OnActorMessage(m); });
+}
+
+CoreWorkerOptions CoreWorker::options() const {
+  absl::MutexLock lock(&mu_);
+  return options_;
+}
+
+void CoreWorker::Adopt(const std::string& job_id, const std::string& ns,
+                       const std::string& code_path) {
+  absl::MutexLock lock(&mu_);
+  if (!job_id.empty()) options_.job_id = job_id;
+  options_.namespace_ = ns;
+  if (!code_path.empty()) options_.code_path = code_path;
 }
 
 void CoreWorker::Stop() {
@@ -68,7 +82,7 @@ void CoreWorker::Stop() {
     owned = owned_;
     clients = clients_;
   }
-  if (options_.is_driver) {
+  if (options().is_driver) {
     // Like Ray: a driver's actors go with it, unless created detached.
     for (const auto& id : owned) gcs_->KillActor(id, /*no_restart=*/true).IgnoreError();
   }
@@ -110,9 +124,10 @@ std::shared_ptr<ActorClient> CoreWorker::AddClient(const rpc::ActorInfo& info) {
 }
 
 absl::StatusOr<rpc::ActorInfo> CoreWorker::CreateActor(rpc::ActorInfo spec) {
-  if (spec.job_id().empty()) spec.set_job_id(options_.job_id);
-  if (spec.namespace_().empty()) spec.set_namespace_(options_.namespace_);
-  if (spec.code_path().empty()) spec.set_code_path(options_.code_path);
+  CoreWorkerOptions o = options();
+  if (spec.job_id().empty()) spec.set_job_id(o.job_id);
+  if (spec.namespace_().empty()) spec.set_namespace_(o.namespace_);
+  if (spec.code_path().empty()) spec.set_code_path(o.code_path);
   if (spec.language().empty()) spec.set_language("cpp");
   spec.set_owner_address(caller_id_);
   auto created = gcs_->CreateActor(spec);

@@ -34,7 +34,9 @@ class CoreWorker {
   static void Shutdown();
 
   gcs::GcsClient& gcs() { return *gcs_; }
-  const CoreWorkerOptions& options() const { return options_; }
+  CoreWorkerOptions options() const;
+  // A prestarted worker learns its job late: actors it creates belong to `job_id`.
+  void Adopt(const std::string& job_id, const std::string& ns, const std::string& code_path);
 
   // Creates an actor (job, namespace and code path filled in when empty) and returns its
   // record; its ActorClient is ready for calls at once (they wait until it is ALIVE).
@@ -51,12 +53,12 @@ class CoreWorker {
   std::shared_ptr<ActorClient> AddClient(const rpc::ActorInfo& info);
   void Stop();
 
-  const CoreWorkerOptions options_;
+  CoreWorkerOptions options_ ABSL_GUARDED_BY(mu_);
   const std::string caller_id_;
   std::unique_ptr<gcs::GcsClient> gcs_;
   std::unique_ptr<gcs::GcsClient::Subscription> subscription_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ActorClient>> clients_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, rpc::ActorInfo> latest_ ABSL_GUARDED_BY(mu_);  // from the subscription
   std::vector<std::string> owned_ ABSL_GUARDED_BY(mu_);                // created here, not detached

@@ -1,8 +1,10 @@
 #include "runtime/worker/worker_host.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <thread>
@@ -30,6 +32,17 @@ std::string Env(const char* name) {
   return v ? v : "";
 }
 
+// Sends stdout and stderr to `path` (a prestarted worker moves to its actor's log).
+void RedirectOutput(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::dup2(fd, 1);
+  ::dup2(fd, 2);
+  ::close(fd);
+}
+
 // Writes results to one caller's stream, batching those that arrive while a write is in
 // flight, and lets the stream's handler wait until every call it dispatched has answered.
 class ResultSink {
@@ -43,8 +56,15 @@ class ResultSink {
   }
 
   void Push(rpc::CallResult result) {
+    std::vector<rpc::CallResult> one;
+    one.push_back(std::move(result));
+    PushMany(std::move(one));
+  }
+
+  void PushMany(std::vector<rpc::CallResult> results) {
+    if (results.empty()) return;
     absl::MutexLock lock(&mu_);
-    queue_.push_back(std::move(result));
+    for (auto& r : results) queue_.push_back(std::move(r));
     if (writing_) return;
     writing_ = true;
     while (!queue_.empty()) {
@@ -108,40 +128,55 @@ class Host {
     InitLogging(absl::StrCat("worker ", actor_id_.substr(0, 8)));
     node_ = rpc::NodeManagerService::NewStub(rpc::MakeChannel(node_address));
 
+    // Everything that does not depend on the actor happens first, so that a prestarted
+    // worker has it done before an actor is placed on it: the server, the GCS connection.
+    service_ = std::make_unique<WorkerServiceImpl>(this, token_);
+    auto server = rpc::StartServer("0.0.0.0:0", {service_.get()});
+    if (server.ok()) {
+      server_ = std::move(server->server);
+      std::string host = node_address.substr(0, node_address.rfind(':'));
+      address_ = absl::StrCat(host, ":", server->port);
+    } else {
+      server_error_ = std::string(server.status().message());
+    }
+    CoreWorkerOptions core;
+    core.address = Env("PHALANX_ADDRESS");
+    core.token = token_;
+    if (auto s = CoreWorker::Init(core); !s.ok()) {
+      spdlog::warn("no GCS connection for nested calls: {}", s);
+    }
+
     rpc::WorkerStartedRequest started;
     started.set_actor_id(actor_id_);
     started.set_attempt(attempt_);
     started.set_pid(getpid());
     rpc::WorkerStartedReply info;
-    {
+    // A prestarted worker asks until the node gives it an actor.
+    do {
       grpc::ClientContext ctx;
-      rpc::PrepareContext(&ctx, token_, absl::Seconds(30));
+      rpc::PrepareContext(&ctx, token_, absl::Seconds(60));
+      info.Clear();
       auto s = node_->WorkerStarted(&ctx, started, &info);
       if (!s.ok()) {
         spdlog::error("the node manager at {} does not know this worker: {}", node_address,
                       s.error_message());
         return 1;
       }
-    }
+    } while (info.keep_waiting());
     actor_ = info.actor();
-
-    CoreWorkerOptions core;
-    core.address = Env("PHALANX_ADDRESS");
-    core.token = token_;
-    core.job_id = actor_.job_id();
-    core.namespace_ = actor_.namespace_();
-    core.code_path = actor_.code_path();
-    if (auto s = CoreWorker::Init(core); !s.ok()) {
-      spdlog::warn("no GCS connection for nested calls: {}", s);
+    if (actor_id_.empty()) {
+      actor_id_ = actor_.actor_id();
+      attempt_ = info.attempt();
+      if (!info.log_path().empty()) RedirectOutput(info.log_path());
+      InitLogging(absl::StrCat("worker ", actor_id_.substr(0, 8)));
     }
 
-    service_ = std::make_unique<WorkerServiceImpl>(this, token_);
-    auto server = rpc::StartServer("0.0.0.0:0", {service_.get()});
-    if (!server.ok())
-      return Ready(absl::StrCat("cannot start the worker's server: ", server.status().message()));
-    server_ = std::move(server->server);
-    std::string host = node_address.substr(0, node_address.rfind(':'));
-    address_ = absl::StrCat(host, ":", server->port);
+    if (CoreWorker* cw = CoreWorker::Get()) {
+      cw->Adopt(actor_.job_id(), actor_.namespace_(), actor_.code_path());
+    }
+    if (!server_) {
+      return Ready(absl::StrCat("cannot start the worker's server: ", server_error_));
+    }
 
     const ActorClass* cls = ActorRegistry::Global().Find(actor_.class_name());
     if (cls == nullptr) {
@@ -162,10 +197,11 @@ class Host {
     instance_ = std::move(*instance);
 
     int default_concurrency = std::max(1, actor_.max_concurrency());
-    default_executor_ = default_concurrency == 1
-                            ? MakeSerialExecutor("actor-default")
-                            : MakeFiberExecutor("actor-default", default_concurrency);
+    default_serial_ = default_concurrency == 1;
+    default_executor_ = default_serial_ ? MakeSerialExecutor("actor-default")
+                                        : MakeFiberExecutor("actor-default", default_concurrency);
     for (const auto& [group, concurrency] : cls->group_concurrency) {
+      group_serial_[group] = concurrency <= 1;
       group_executors_[group] = concurrency <= 1 ? MakeSerialExecutor("actor-" + group)
                                                  : MakeFiberExecutor("actor-" + group, concurrency);
     }
@@ -215,27 +251,64 @@ class Host {
     return s.ok() ? 0 : 1;
   }
 
-  void Dispatch(const rpc::ActorCall& call, const std::shared_ptr<ResultSink>& sink) {
-    Executor* executor = default_executor_.get();
-    auto g = method_group_.find(call.method());
+  // Runs a batch of calls from one caller. Consecutive calls for the same serial executor
+  // go to it as one task whose results are written together (flushed at least every
+  // millisecond, so a slow call does not hold back the answers before it); calls for a fiber
+  // executor are posted one by one so that they can overlap.
+  void Dispatch(rpc::CallBatch* batch, const std::shared_ptr<ResultSink>& sink) {
+    auto* calls = batch->mutable_calls();
+    int i = 0;
+    while (i < calls->size()) {
+      auto [executor, serial] = ExecutorFor(calls->Get(i).method());
+      if (!serial) {
+        executor->Post(
+            [this, call = std::move(*calls->Mutable(i)), sink] { sink->Push(Run(call)); });
+        ++i;
+        continue;
+      }
+      std::vector<rpc::ActorCall> run;
+      while (i < calls->size() && ExecutorFor(calls->Get(i).method()).first == executor) {
+        run.push_back(std::move(*calls->Mutable(i)));
+        ++i;
+      }
+      executor->Post([this, run = std::move(run), sink] {
+        std::vector<rpc::CallResult> results;
+        absl::Time last_flush = absl::Now();
+        for (const auto& call : run) {
+          results.push_back(Run(call));
+          if (absl::Now() - last_flush > absl::Milliseconds(1)) {
+            sink->PushMany(std::move(results));
+            results.clear();
+            last_flush = absl::Now();
+          }
+        }
+        sink->PushMany(std::move(results));
+      });
+    }
+  }
+
+  std::pair<Executor*, bool> ExecutorFor(const std::string& method) {
+    auto g = method_group_.find(method);
     if (g != method_group_.end()) {
       auto e = group_executors_.find(g->second);
-      if (e != group_executors_.end()) executor = e->second.get();
+      if (e != group_executors_.end()) return {e->second.get(), group_serial_[g->second]};
     }
-    executor->Post([this, call, sink] {
-      CallOutcome outcome = instance_->Call(call.method(), call.args());
-      rpc::CallResult result;
-      result.set_seq(call.seq());
-      if (outcome.status.ok()) {
-        result.set_value(std::move(outcome.value));
-      } else {
-        result.set_code(static_cast<int>(outcome.status.code()));
-        result.set_error(std::string(outcome.status.message()));
-        result.set_error_kind(ErrorKind(outcome.status));
-      }
-      calls_done_.fetch_add(1, std::memory_order_relaxed);
-      sink->Push(std::move(result));
-    });
+    return {default_executor_.get(), default_serial_};
+  }
+
+  rpc::CallResult Run(const rpc::ActorCall& call) {
+    CallOutcome outcome = instance_->Call(call.method(), call.args());
+    rpc::CallResult result;
+    result.set_seq(call.seq());
+    if (outcome.status.ok()) {
+      result.set_value(std::move(outcome.value));
+    } else {
+      result.set_code(static_cast<int>(outcome.status.code()));
+      result.set_error(std::string(outcome.status.message()));
+      result.set_error_kind(ErrorKind(outcome.status));
+    }
+    calls_done_.fetch_add(1, std::memory_order_relaxed);
+    return result;
   }
 
   const std::string& actor_id() const { return actor_id_; }
@@ -251,9 +324,12 @@ class Host {
   std::unique_ptr<rpc::NodeManagerService::Stub> node_;
   std::unique_ptr<WorkerServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::string server_error_;
   std::unique_ptr<ActorInstance> instance_;
   std::unique_ptr<Executor> default_executor_;
+  bool default_serial_ = true;
   std::map<std::string, std::unique_ptr<Executor>> group_executors_;
+  std::map<std::string, bool> group_serial_;
   std::map<std::string, std::string> method_group_;
   std::atomic<int64_t> calls_done_{0};
   absl::Mutex mu_;
@@ -279,7 +355,7 @@ grpc::Status WorkerServiceImpl::PushCalls(
       }
     }
     sink->Expect(batch.calls_size());
-    for (const auto& call : batch.calls()) host_->Dispatch(call, sink);
+    host_->Dispatch(&batch, sink);
   }
   sink->WaitAllAnswered();
   return grpc::Status::OK;
@@ -303,7 +379,9 @@ grpc::Status WorkerServiceImpl::GetStats(grpc::ServerContext* context,
 
 }  // namespace
 
-bool InWorkerMode() { return !Env("PHALANX_WORKER_ACTOR_ID").empty(); }
+bool InWorkerMode() {
+  return !Env("PHALANX_WORKER_ACTOR_ID").empty() || Env("PHALANX_WORKER_POOLED") == "1";
+}
 
 int RunWorker() {
   static Host* host = new Host();  // lives until the process ends

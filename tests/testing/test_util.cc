@@ -31,7 +31,10 @@ TempDir::TempDir() {
 }
 
 TempDir::~TempDir() {
-  if (path_ != "/tmp") RemoveAll(path_).IgnoreError();
+  // PHALANX_KEEP_TEST_DIRS=1 keeps the logs of a failing test for a look.
+  if (path_ != "/tmp" && std::getenv("PHALANX_KEEP_TEST_DIRS") == nullptr) {
+    RemoveAll(path_).IgnoreError();
+  }
 }
 
 ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log,
