@@ -10,11 +10,6 @@
 namespace phalanx {
 namespace {
 
-CoreWorker* Require() {
-  CoreWorker* cw = CoreWorker::Get();
-  return cw;
-}
-
 absl::Status NotInitialized() {
   return absl::FailedPreconditionError("phalanx is not initialized: call phalanx::Init() first");
 }
@@ -53,7 +48,7 @@ namespace internal {
 
 absl::StatusOr<std::string> CreateActor(const std::string& class_name, const ActorOptions& o,
                                         std::string packed_args) {
-  CoreWorker* cw = Require();
+  CoreWorker* cw = CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   if (class_name.empty()) {
     return absl::InvalidArgumentError(
@@ -73,6 +68,7 @@ absl::StatusOr<std::string> CreateActor(const std::string& class_name, const Act
   spec.set_bundle_index(o.bundle_index);
   spec.set_detached(o.detached);
   for (const auto& [k, v] : o.env) (*spec.mutable_env())[k] = v;
+  spec.set_code_path(o.code_path);
   spec.set_init_args(std::move(packed_args));
   auto created = cw->CreateActor(std::move(spec));
   if (!created.ok()) return created.status();
@@ -81,7 +77,7 @@ absl::StatusOr<std::string> CreateActor(const std::string& class_name, const Act
 
 std::shared_ptr<ObjectState> SubmitCall(const std::string& actor_id, const std::string& method,
                                         std::string packed_args) {
-  CoreWorker* cw = Require();
+  CoreWorker* cw = CoreWorker::Get();
   if (cw == nullptr) {
     auto state = std::make_shared<ObjectState>();
     state->Set(NotInitialized());
@@ -97,7 +93,7 @@ std::shared_ptr<ObjectState> SubmitCall(const std::string& actor_id, const std::
 }
 
 absl::StatusOr<std::string> LookupNamedActor(const std::string& name) {
-  CoreWorker* cw = Require();
+  CoreWorker* cw = CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   auto client = cw->NamedClient(name, cw->options().namespace_);
   if (!client.ok()) return client.status();
@@ -105,7 +101,7 @@ absl::StatusOr<std::string> LookupNamedActor(const std::string& name) {
 }
 
 absl::Status KillActor(const std::string& actor_id, bool no_restart) {
-  CoreWorker* cw = Require();
+  CoreWorker* cw = CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   return cw->Kill(actor_id, no_restart);
 }

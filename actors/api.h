@@ -21,10 +21,12 @@
 //     absl::StatusOr<int> value = phalanx::Get(sum);    // 8
 //   }
 //
-// Where actor code runs: a worker process runs the program's own binary (or, with
-// InitOptions::code_path, phalanx-worker loading that shared library), at the same path on
-// the node the actor is placed on. In a worker, Init() hosts the actor and never returns, so
-// call it at the top of main(), before anything with side effects.
+// Where actor code runs: a worker process runs the program that registered the class — by
+// default the calling program's own binary — at the same path on the node the actor is placed
+// on (as with MPI or torchrun, the program is installed or shared at one path on every node).
+// In a worker, Init() hosts the actor and never returns, so call it at the top of main(),
+// before anything with side effects. Another program's actors: ActorOf("Class") with
+// SetCodePath("/path/to/that/program").
 //
 // Arguments and results cross the wire as msgpack (so Python can call C++ actors): any type
 // msgpack-c can pack (numbers, strings, vectors, maps, tuples, MSGPACK_DEFINE structs).
@@ -64,8 +66,8 @@ struct InitOptions {
   std::string address;
   // The cluster token: "" reads $PHALANX_TOKEN, then this machine's session of that address.
   std::string token;
-  // A shared library holding the actor classes, loaded by phalanx-worker on the nodes.
-  // Empty: workers run this program's own binary.
+  // The program workers run for this process's actors (it must register the classes and
+  // call phalanx::Init() first in main). Empty: this program's own binary.
   std::string code_path;
   // Namespace for actor names.
   std::string namespace_;
@@ -200,6 +202,7 @@ struct ActorOptions {
   int bundle_index = -1;
   bool detached = false;
   std::map<std::string, std::string> env;
+  std::string code_path;
 };
 
 // Non-template entry points into the runtime (actors/api.cc).
@@ -377,6 +380,11 @@ class ActorCreator {
     options_.env[key] = value;
     return *this;
   }
+  // The program that hosts this actor (default: InitOptions::code_path, or this program).
+  ActorCreator& SetCodePath(const std::string& path) {
+    options_.code_path = path;
+    return *this;
+  }
 
   // Creates the actor with constructor arguments `args`. Returns at once with a handle (the
   // actor starts in the background; calls wait for it), or an error when the request is
@@ -408,6 +416,13 @@ struct ClassName {
 template <typename T>
 ActorCreator<T> Actor() {
   return ActorCreator<T>(internal::ClassName<T>::Get());
+}
+
+// An actor of a class this program does not link (registered in the program named with
+// SetCodePath, or written in another language): call its methods by name with Call<R>().
+struct AnyActor {};
+inline ActorCreator<AnyActor> ActorOf(const std::string& class_name) {
+  return ActorCreator<AnyActor>(class_name);
 }
 
 // Looks up a live named actor.

@@ -98,7 +98,30 @@ int RunStatus(const ClusterFlags& flags) {
     usage.push_back(absl::StrCat(UsedOfTotal(name, total, available), " ", name));
   }
   for (const auto& u : usage) std::cout << "  " << u << "\n";
-  std::cout << "Demands:\n  (no pending actors or placement groups)\n";
+  // Pending demand: actors waiting for a node, grouped by their request.
+  std::map<std::string, int> pending;
+  std::map<std::string, bool> infeasible;
+  auto actors = (*gcs)->ListActors();
+  if (actors.ok()) {
+    for (const auto& a : *actors) {
+      if (a.state() != rpc::ACTOR_PENDING && a.state() != rpc::ACTOR_RESTARTING) continue;
+      Resources request = FromProto(a.resources());
+      std::string key = request.ToString();
+      ++pending[key];
+      bool fits_somewhere = false;
+      for (const auto& n : *nodes) {
+        fits_somewhere |= n.state() == rpc::NODE_ALIVE && FromProto(n.total()).Contains(request);
+      }
+      infeasible[key] = !fits_somewhere;
+    }
+  }
+  std::cout << "Demands:\n";
+  if (pending.empty()) std::cout << "  (no pending actors or placement groups)\n";
+  for (const auto& [request, count] : pending) {
+    std::cout << "  Pending: " << count << "x " << request << " (actors)"
+              << (infeasible[request] ? "  INFEASIBLE: no alive node can ever hold it" : "")
+              << "\n";
+  }
   return 0;
 }
 

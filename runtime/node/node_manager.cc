@@ -81,7 +81,6 @@ class NodeManagerImpl final : public NodeManager {
     pool.log_dir = options_.session_dir.empty()
                        ? absl::StrCat("/tmp/phalanx/node-", ShortId(node_id_), "/logs")
                        : options_.session_dir + "/logs";
-    pool.bin_dir = ExecutableDir();
     pool.node_threshold = options_.memory_usage_threshold;
     pool.memory_enforcement = options_.memory_enforcement;
     pool.sample_period = options_.memory_sample_period;

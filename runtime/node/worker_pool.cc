@@ -240,8 +240,6 @@ absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int atte
         absl::StrCat("actor ", actor.class_name(),
                      " names no code path (the program or shared library "
                      "that holds the class)"));
-  } else if (absl::EndsWith(code, ".so") || absl::StrContains(code, ".so.")) {
-    spawn.argv = {options_.bin_dir + "/phalanx-worker", code};
   } else {
     spawn.argv = {code};
   }

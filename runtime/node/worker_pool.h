@@ -34,7 +34,6 @@ struct WorkerPoolOptions {
   std::string gcs_address;
   std::string token;
   std::string log_dir;
-  std::string bin_dir;  // where phalanx-worker lives (for actors in shared libraries)
   absl::Duration sample_period = absl::Milliseconds(50);
   double node_threshold = 0.95;  // fraction of total memory; >= 1 disables the node monitor
   // "auto" (cgroup v2 when delegated, else rss), "cgroup" or "rss".

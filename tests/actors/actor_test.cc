@@ -318,6 +318,31 @@ TEST_F(ActorTest, NamedActorsAreFoundAndUnique) {
   EXPECT_NE(missing.status().message().find("no live actor named 'nobody'"), std::string::npos);
 }
 
+TEST_F(ActorTest, ActorsOfAnotherProgramAreCalledByName) {
+  auto greeter = ActorOf("Greeter")
+                     .SetCodePath(testing::BinDir() + "/actors_quickstart")
+                     .Remote(std::string("hi"));
+  ASSERT_TRUE(greeter.ok()) << greeter.status();
+  EXPECT_EQ(*Get(greeter->Call<std::string>("Greet", std::string("Ann")), absl::Seconds(30)),
+            "hi, Ann");
+  EXPECT_EQ(*Get(greeter->Call<int>("Count")), 1);
+}
+
+TEST_F(ActorTest, KillWithRestartRestartsTheActor) {
+  auto counter = Actor<Counter>().SetMaxRestarts(-1).Remote(3);
+  ASSERT_TRUE(counter.ok());
+  ASSERT_EQ(*Get(counter->Task(&Counter::Add).Remote(1)), 4);
+  ASSERT_TRUE(Kill(*counter, /*no_restart=*/false).ok());
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        auto a = Info(counter->id());
+        return a.state() == rpc::ACTOR_ALIVE && a.num_restarts() == 1;
+      },
+      absl::Seconds(20)));
+  EXPECT_EQ(Info(counter->id()).history(0).kind(), rpc::DeathCause::KILLED_BY_USER);
+  EXPECT_EQ(*Get(counter->Task(&Counter::Value).Remote(), absl::Seconds(20)), 3);
+}
+
 TEST_F(ActorTest, BadInputGetsClearErrors) {
   auto counter = Actor<Counter>().Remote(0);
   ASSERT_TRUE(counter.ok());
@@ -374,6 +399,10 @@ TEST_F(ActorTest, BadInputGetsClearErrors) {
   EXPECT_NE(listed.output.find("PENDING"), std::string::npos) << listed.output;
   EXPECT_NE(listed.output.find("waiting for resources: needs {CPU: 4}"), std::string::npos)
       << listed.output;
+  auto status = testing::RunCommand({testing::BinDir() + "/phalanx", "status", "--address",
+                                     gcs_->address(), "--token", gcs_->token()});
+  EXPECT_NE(status.output.find("Pending: 1x {CPU: 4} (actors)"), std::string::npos)
+      << status.output;
   // Once the first one goes, the waiting one runs.
   ASSERT_TRUE(Kill(*big).ok());
   ASSERT_TRUE(WaitForState(waiting->id(), rpc::ACTOR_ALIVE));
