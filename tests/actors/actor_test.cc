@@ -80,6 +80,26 @@ TEST_F(ActorTest, TenThousandCallsFromOneCallerArriveInOrder) {
   EXPECT_TRUE(*Get(counter->Task(&Counter::InOrder).Remote()));
 }
 
+TEST_F(ActorTest, WaitReturnsTheReadyOnesFirst) {
+  auto slow = Actor<Counter>().Remote(0);
+  auto fast = Actor<Counter>().Remote(0);
+  ASSERT_TRUE(slow.ok() && fast.ok());
+  std::vector<ObjectRef<int>> refs = {slow->Task(&Counter::SleepMs).Remote(3000),
+                                      fast->Task(&Counter::SleepMs).Remote(1)};
+  auto first = Wait(refs, 1, absl::Seconds(20));
+  ASSERT_EQ(first.ready.size(), 1u);
+  ASSERT_EQ(first.not_ready.size(), 1u);
+  EXPECT_EQ(first.ready[0].state(), refs[1].state());
+  auto none = Wait(std::vector<ObjectRef<int>>{refs[0]}, 1, absl::Milliseconds(50));
+  EXPECT_TRUE(none.ready.empty());
+  auto timed_out = Get(refs[0], absl::Milliseconds(50));
+  ASSERT_FALSE(timed_out.ok());
+  EXPECT_TRUE(IsGetTimeout(timed_out.status())) << timed_out.status();
+  EXPECT_NE(timed_out.status().message().find("Counter.SleepMs"), std::string::npos);
+  auto all = Wait(refs, 2, absl::Seconds(20));
+  EXPECT_EQ(all.ready.size(), 2u);
+}
+
 TEST_F(ActorTest, KillNineRestartsWhileRestartsRemainThenDies) {
   auto counter = Actor<Counter>().SetMaxRestarts(1).Remote(7);
   ASSERT_TRUE(counter.ok());
