@@ -1,5 +1,6 @@
 #include "actors/api.h"
 
+#include <algorithm>
 #include <boost/fiber/operations.hpp>
 #include <cstdlib>
 
@@ -42,6 +43,79 @@ bool IsInitialized() { return CoreWorker::Get() != nullptr; }
 
 void SleepFor(absl::Duration duration) {
   boost::this_fiber::sleep_for(absl::ToChronoNanoseconds(duration));
+}
+
+absl::StatusOr<PlacementGroup> CreatePlacementGroup(
+    const std::vector<std::map<std::string, double>>& bundles, const std::string& strategy,
+    const std::string& name) {
+  CoreWorker* cw = CoreWorker::Get();
+  if (cw == nullptr) return NotInitialized();
+  rpc::PlacementGroupInfo spec;
+  spec.set_name(name);
+  spec.set_strategy(strategy);
+  spec.set_job_id(cw->options().job_id);
+  for (const auto& bundle : bundles) {
+    auto* b = spec.add_bundles()->mutable_resources()->mutable_amounts();
+    for (const auto& [k, v] : bundle) (*b)[k] = v;
+  }
+  auto created = cw->gcs().CreatePlacementGroup(spec);
+  if (!created.ok()) return created.status();
+  return PlacementGroup(created->placement_group_id());
+}
+
+absl::Status RemovePlacementGroup(const PlacementGroup& group) {
+  CoreWorker* cw = CoreWorker::Get();
+  if (cw == nullptr) return NotInitialized();
+  return cw->gcs().RemovePlacementGroup(group.id());
+}
+
+absl::Status PlacementGroup::Wait(absl::Duration timeout) const {
+  CoreWorker* cw = CoreWorker::Get();
+  if (cw == nullptr) return NotInitialized();
+  absl::Time deadline =
+      timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
+  while (true) {
+    absl::Duration slice = std::min(absl::Seconds(30), deadline - absl::Now());
+    auto pg = cw->gcs().WaitPlacementGroupReady(id_, std::max(slice, absl::ZeroDuration()));
+    if (!pg.ok()) return pg.status();
+    if (pg->state() == rpc::PG_CREATED) return absl::OkStatus();
+    if (pg->state() == rpc::PG_REMOVED) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("placement group ", id_.substr(0, 8), " was removed"));
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("placement group ", id_.substr(0, 8), " is not placed after ",
+                       absl::FormatDuration(timeout), ": ", pg->pending_reason()));
+    }
+  }
+}
+
+absl::StatusOr<std::vector<std::string>> PlacementGroup::BundleNodes() const {
+  CoreWorker* cw = CoreWorker::Get();
+  if (cw == nullptr) return NotInitialized();
+  auto pg = cw->gcs().GetPlacementGroup(id_);
+  if (!pg.ok()) return pg.status();
+  std::vector<std::string> out;
+  for (const auto& b : pg->bundles()) out.push_back(b.node_id());
+  return out;
+}
+
+absl::StatusOr<std::string> PlacementGroup::State() const {
+  CoreWorker* cw = CoreWorker::Get();
+  if (cw == nullptr) return NotInitialized();
+  auto pg = cw->gcs().GetPlacementGroup(id_);
+  if (!pg.ok()) return pg.status();
+  switch (pg->state()) {
+    case rpc::PG_PENDING:
+      return std::string("PENDING");
+    case rpc::PG_CREATED:
+      return std::string("CREATED");
+    case rpc::PG_RESCHEDULING:
+      return std::string("RESCHEDULING");
+    default:
+      return std::string("REMOVED");
+  }
 }
 
 namespace internal {

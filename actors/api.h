@@ -241,6 +241,36 @@ std::string PointerKey(M method) {
 template <typename T>
 class ActorHandle;
 
+// ---------------------------------------------------------------------------------------
+// Placement groups (Ray's): bundles of resources reserved all-or-nothing across nodes.
+
+class PlacementGroup {
+ public:
+  PlacementGroup() = default;
+  explicit PlacementGroup(std::string id) : id_(std::move(id)) {}
+  const std::string& id() const { return id_; }
+
+  // Waits until every bundle is reserved. DeadlineExceeded after `timeout`, with the reason
+  // it is still pending; FailedPrecondition if the group was removed.
+  absl::Status Wait(absl::Duration timeout = absl::InfiniteDuration()) const;
+  // The node of each bundle ("" while a bundle is not placed).
+  absl::StatusOr<std::vector<std::string>> BundleNodes() const;
+  // "PENDING", "CREATED", "RESCHEDULING", "REMOVED".
+  absl::StatusOr<std::string> State() const;
+
+ private:
+  std::string id_;
+};
+
+// Creates a placement group: bundles like {{"CPU", 1}, {"GPU", 1}}, strategy PACK, SPREAD,
+// STRICT_PACK or STRICT_SPREAD. Returns at once (Wait() for the reservation), or an error for
+// a malformed request or one no node could ever hold.
+absl::StatusOr<PlacementGroup> CreatePlacementGroup(
+    const std::vector<std::map<std::string, double>>& bundles, const std::string& strategy = "PACK",
+    const std::string& name = "");
+// Kills the group's actors and frees its bundles.
+absl::Status RemovePlacementGroup(const PlacementGroup& group);
+
 // A method call about to be sent: Remote(args...) converts the arguments to the method's
 // parameter types (a compile-time check) and sends them.
 template <typename R, typename... Params>
@@ -366,8 +396,9 @@ class ActorCreator {
     options_.affinity_soft = soft;
     return *this;
   }
-  ActorCreator& SetPlacementGroup(const std::string& placement_group_id, int bundle_index = -1) {
-    options_.placement_group_id = placement_group_id;
+  // Runs the actor inside bundle `bundle_index` of the group (-1: any bundle with room).
+  ActorCreator& SetPlacementGroup(const PlacementGroup& group, int bundle_index = -1) {
+    options_.placement_group_id = group.id();
     options_.bundle_index = bundle_index;
     return *this;
   }

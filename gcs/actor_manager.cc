@@ -20,13 +20,15 @@ bool RestartsLeft(const rpc::ActorInfo& a) {
   return a.max_restarts() == -1 || a.num_restarts() < a.max_restarts();
 }
 
-placement::SchedulingRequest RequestFor(const rpc::ActorInfo& a) {
-  placement::SchedulingRequest r;
-  r.resources = rpc::FromProto(a.resources());
-  r.strategy =
+placement::ActorRequest RequestFor(const rpc::ActorInfo& a) {
+  placement::ActorRequest r;
+  r.scheduling.resources = rpc::FromProto(a.resources());
+  r.scheduling.strategy =
       placement::ParseStrategy(a.scheduling_strategy()).value_or(placement::Strategy::kDefault);
-  r.affinity_node_id = a.affinity_node_id();
-  r.affinity_soft = a.affinity_soft();
+  r.scheduling.affinity_node_id = a.affinity_node_id();
+  r.scheduling.affinity_soft = a.affinity_soft();
+  r.placement_group_id = a.placement_group_id();
+  r.bundle_index = a.placement_group_id().empty() ? -1 : a.bundle_index();
   return r;
 }
 
@@ -67,12 +69,12 @@ absl::Status ValidateActorSpec(const rpc::ActorInfo& spec) {
 
 GcsActorManager::GcsActorManager(Store* store, GcsPublisher* publisher, GcsNodeManager* nodes,
                                  NodeClientPool* node_clients,
-                                 placement::SchedulingOptions scheduling)
+                                 placement::ResourceScheduler* scheduler)
     : publisher_(publisher),
       nodes_(nodes),
       node_clients_(node_clients),
-      actors_(store, "actors"),
-      selector_(scheduling) {
+      scheduler_(scheduler),
+      actors_(store, "actors") {
   publisher_->SetSnapshotProvider(rpc::ACTOR, [this](const auto& consume) {
     absl::MutexLock lock(&mu_);
     std::vector<rpc::PubMessage> out;
@@ -84,8 +86,11 @@ GcsActorManager::GcsActorManager(Store* store, GcsPublisher* publisher, GcsNodeM
     }
     consume(std::move(out));
   });
-  nodes_->AddRegisteredListener([this](const rpc::NodeInfo& n) { OnNodeRegistered(n); });
-  nodes_->AddDeadListener([this](const rpc::NodeInfo& n) { OnNodeDead(n); });
+}
+
+void GcsActorManager::SetPlacementGroupCheck(
+    std::function<absl::Status(const std::string&, int, const Resources&)> check) {
+  pg_check_ = std::move(check);
 }
 
 GcsActorManager::~GcsActorManager() = default;
@@ -104,11 +109,6 @@ absl::Status GcsActorManager::Load() {
   {
     absl::MutexLock lock(&mu_);
     if (auto s = actors_.Load(); !s.ok()) return s;
-    view_ = placement::ClusterResourceView();
-    for (const auto& node : nodes_->GetAll(/*alive_only=*/true)) {
-      view_.AddNode(node.node_id(), rpc::FromProto(node.total()),
-                    {node.labels().begin(), node.labels().end()});
-    }
     std::vector<rpc::ActorInfo> all;
     for (const auto& [id, actor] : actors_.entries()) all.push_back(actor);
     std::sort(all.begin(), all.end(),
@@ -116,7 +116,8 @@ absl::Status GcsActorManager::Load() {
     for (const auto& actor : all) {
       if (actor.state() == rpc::ACTOR_DEAD) continue;
       if (Placed(actor)) {
-        if (view_.Allocate(actor.node_id(), rpc::FromProto(actor.resources()))) {
+        if (scheduler_->AllocateActor(actor.node_id(), actor.placement_group_id(),
+                                      actor.placed_bundle(), rpc::FromProto(actor.resources()))) {
           effects.availability_changed.push_back(actor.node_id());
           if (actor.state() == rpc::ACTOR_CREATING) {
             auto node = nodes_->Get(actor.node_id());
@@ -147,6 +148,15 @@ absl::Status GcsActorManager::Load() {
 
 absl::StatusOr<rpc::ActorInfo> GcsActorManager::Create(rpc::ActorInfo spec) {
   if (auto s = ValidateActorSpec(spec); !s.ok()) return s;
+  if (spec.placement_group_id().empty()) {
+    spec.set_bundle_index(-1);
+  } else if (pg_check_) {
+    if (auto s = pg_check_(spec.placement_group_id(), spec.bundle_index(),
+                           rpc::FromProto(spec.resources()));
+        !s.ok()) {
+      return s;
+    }
+  }
   Effects effects;
   PendingWrite write;
   {
@@ -165,7 +175,7 @@ absl::StatusOr<rpc::ActorInfo> GcsActorManager::Create(rpc::ActorInfo spec) {
         }
       }
     }
-    placement::Placement probe = selector_.Select(view_, RequestFor(spec));
+    placement::Placement probe = scheduler_->Probe(RequestFor(spec)).placement;
     if (probe.infeasible) {
       return absl::FailedPreconditionError(
           absl::StrCat("actor ", spec.class_name(), " cannot be scheduled: ", probe.reason));
@@ -201,8 +211,8 @@ void GcsActorManager::ScheduleLocked(Effects* effects) {
     const rpc::ActorInfo* found = actors_.Find(id);
     if (found == nullptr || found->state() == rpc::ACTOR_DEAD || Placed(*found)) continue;
     rpc::ActorInfo actor = *found;
-    placement::SchedulingRequest request = RequestFor(actor);
-    placement::Placement placement = selector_.Select(view_, request);
+    placement::ActorPlacement placed = scheduler_->PlaceActor(RequestFor(actor));
+    const placement::Placement& placement = placed.placement;
     if (placement.node_id.empty()) {
       // Even when no node left could hold it (it was admitted, so one could), it stays
       // pending: a node like the lost ones may come back.
@@ -213,8 +223,8 @@ void GcsActorManager::ScheduleLocked(Effects* effects) {
       still_pending.push_back(id);
       continue;
     }
-    view_.Allocate(placement.node_id, request.resources);
     effects->availability_changed.push_back(placement.node_id);
+    actor.set_placed_bundle(placed.bundle_index);
     auto node = nodes_->Get(placement.node_id);
     actor.set_state(rpc::ACTOR_CREATING);
     actor.set_node_id(placement.node_id);
@@ -232,8 +242,10 @@ void GcsActorManager::ScheduleLocked(Effects* effects) {
 
 void GcsActorManager::ReleaseLocked(const rpc::ActorInfo& actor, Effects* effects) {
   if (!Placed(actor)) return;
-  view_.Release(actor.node_id(), rpc::FromProto(actor.resources()));
+  scheduler_->ReleaseActor(actor.node_id(), actor.placement_group_id(), actor.placed_bundle(),
+                           rpc::FromProto(actor.resources()));
   effects->availability_changed.push_back(actor.node_id());
+  effects->freed = true;
 }
 
 void GcsActorManager::HandleDeathLocked(rpc::ActorInfo actor, rpc::DeathCause cause,
@@ -340,8 +352,6 @@ void GcsActorManager::OnNodeRegistered(const rpc::NodeInfo& node) {
   Effects effects;
   {
     absl::MutexLock lock(&mu_);
-    view_.AddNode(node.node_id(), rpc::FromProto(node.total()),
-                  {node.labels().begin(), node.labels().end()});
     effects.availability_changed.push_back(node.node_id());
     ScheduleLocked(&effects);
   }
@@ -366,7 +376,6 @@ void GcsActorManager::OnNodeDead(const rpc::NodeInfo& node) {
                                      " died: ", node.death_reason()));
       HandleDeathLocked(actor, cause, &effects);
     }
-    view_.RemoveNode(node.node_id());
     effects.availability_changed.erase(
         std::remove(effects.availability_changed.begin(), effects.availability_changed.end(),
                     node.node_id()),
@@ -415,15 +424,53 @@ void GcsActorManager::Apply(Effects effects) {
       std::unique(effects.availability_changed.begin(), effects.availability_changed.end()),
       effects.availability_changed.end());
   for (const auto& node_id : effects.availability_changed) {
-    rpc::ResourceSet available;
-    {
-      absl::MutexLock lock(&mu_);
-      const placement::NodeResources* node = view_.Get(node_id);
-      if (node == nullptr) continue;
-      available = rpc::ToProto(node->available);
-    }
-    nodes_->UpdateAvailable(node_id, available).IgnoreError();
+    auto available = scheduler_->Available(node_id);
+    if (!available) continue;
+    nodes_->UpdateAvailable(node_id, rpc::ToProto(*available)).IgnoreError();
   }
+  if (effects.freed && on_freed_) on_freed_();
+}
+
+void GcsActorManager::SetResourcesFreedCallback(std::function<void()> callback) {
+  on_freed_ = std::move(callback);
+}
+
+void GcsActorManager::ScheduleNow() {
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    ScheduleLocked(&effects);
+  }
+  Apply(std::move(effects));
+}
+
+void GcsActorManager::KillGroup(const std::string& pg_id) {
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<rpc::ActorInfo> members;
+    for (const auto& [id, a] : actors_.entries()) {
+      if (a.placement_group_id() == pg_id && a.state() != rpc::ACTOR_DEAD) members.push_back(a);
+    }
+    for (auto actor : members) {
+      actor.set_kill_no_restart(true);
+      rpc::DeathCause cause;
+      cause.set_kind(rpc::DeathCause::KILLED_BY_USER);
+      cause.set_message(absl::StrCat("placement group ", ShortId(pg_id), " was removed"));
+      cause.set_time_ms(NowMs());
+      if (Placed(actor)) {
+        auto node = nodes_->Get(actor.node_id());
+        rpc::KillActorRequest kill;
+        kill.set_actor_id(actor.actor_id());
+        kill.set_attempt(actor.num_restarts());
+        *kill.mutable_cause() = cause;
+        if (node) effects.kills.emplace_back(node->address(), kill);
+      }
+      // Decided here: the group's resources are going away with it.
+      HandleDeathLocked(actor, cause, &effects);
+    }
+  }
+  Apply(std::move(effects));
 }
 
 std::optional<rpc::ActorInfo> GcsActorManager::Get(const std::string& actor_id) const {

@@ -24,8 +24,7 @@
 #include "gcs/node_manager.h"
 #include "gcs/publisher.h"
 #include "gcs/table.h"
-#include "placement/resource_view.h"
-#include "placement/scheduling_policy.h"
+#include "placement/resource_scheduler.h"
 #include "runtime/common/timer.h"
 #include "runtime/proto/gcs.pb.h"
 
@@ -34,13 +33,18 @@ namespace phalanx::gcs {
 class GcsActorManager {
  public:
   GcsActorManager(Store* store, GcsPublisher* publisher, GcsNodeManager* nodes,
-                  NodeClientPool* node_clients,
-                  placement::SchedulingOptions scheduling = placement::SchedulingOptions());
+                  NodeClientPool* node_clients, placement::ResourceScheduler* scheduler);
+
+  // Checks that an actor's placement group exists and that its bundle index is in range
+  // (set by the GCS server; the placement-group manager answers).
+  void SetPlacementGroupCheck(std::function<absl::Status(const std::string& pg_id, int bundle_index,
+                                                         const Resources& request)>
+                                  check);
   ~GcsActorManager();
 
   // Loads the actor table and resumes: re-allocates the resources of placed actors, asks
-  // nodes again to start CREATING ones, reschedules the rest. Call after the node table
-  // loaded.
+  // nodes again to start CREATING ones, reschedules the rest. Call after the nodes and the
+  // placement groups are in the scheduler.
   absl::Status Load();
 
   // Validates and stores a new actor (PENDING), then schedules it. Errors name the field:
@@ -60,9 +64,19 @@ class GcsActorManager {
   // Writes a record as given (tools and tests).
   absl::Status Put(const rpc::ActorInfo& actor);
 
-  // Node events (from GcsNodeManager's listeners).
+  // Node events (the GCS server forwards GcsNodeManager's; it updates the scheduler first).
   void OnNodeRegistered(const rpc::NodeInfo& node);
   void OnNodeDead(const rpc::NodeInfo& node);
+
+  // Called (outside any lock) after actors gave resources back, so that waiting placement
+  // groups can be tried again.
+  void SetResourcesFreedCallback(std::function<void()> callback);
+
+  // Tries the pending actors again (resources were freed, or bundles reserved).
+  void ScheduleNow();
+
+  // Kills every actor of a placement group for good (the group was removed).
+  void KillGroup(const std::string& pg_id);
 
  private:
   struct Dispatch {
@@ -73,6 +87,7 @@ class GcsActorManager {
     std::vector<Dispatch> starts;
     std::vector<std::pair<std::string, rpc::KillActorRequest>> kills;  // address, request
     std::vector<std::string> availability_changed;                     // node ids
+    bool freed = false;                                                // resources were given back
   };
 
   void SaveLocked(const rpc::ActorInfo& actor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -90,12 +105,13 @@ class GcsActorManager {
   GcsPublisher* const publisher_;
   GcsNodeManager* const nodes_;
   NodeClientPool* const node_clients_;
+  placement::ResourceScheduler* const scheduler_;
   TimerQueue timers_;
+  std::function<absl::Status(const std::string&, int, const Resources&)> pg_check_;
+  std::function<void()> on_freed_;
 
   mutable absl::Mutex mu_;
   Table<rpc::ActorInfo> actors_ ABSL_GUARDED_BY(mu_);
-  placement::ClusterResourceView view_ ABSL_GUARDED_BY(mu_);
-  placement::NodeSelector selector_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> pending_ ABSL_GUARDED_BY(mu_);  // actor ids, FIFO
 };
 

@@ -299,10 +299,37 @@ class GcsClientImpl final : public GcsClient {
     return std::vector<rpc::JobInfo>(reply->jobs().begin(), reply->jobs().end());
   }
 
-  absl::Status UpdatePlacementGroup(const rpc::PlacementGroupInfo& pg) override {
-    rpc::UpdatePlacementGroupRequest request;
-    *request.mutable_placement_group() = pg;
-    return Call(&Stub::UpdatePlacementGroup, request).status();
+  absl::StatusOr<rpc::PlacementGroupInfo> CreatePlacementGroup(
+      const rpc::PlacementGroupInfo& spec) override {
+    rpc::CreatePlacementGroupRequest request;
+    *request.mutable_placement_group() = spec;
+    auto reply = Call(&Stub::CreatePlacementGroup, request);
+    if (!reply.ok()) return reply.status();
+    return reply->placement_group();
+  }
+
+  absl::Status RemovePlacementGroup(const std::string& pg_id) override {
+    rpc::RemovePlacementGroupRequest request;
+    request.set_placement_group_id(pg_id);
+    return Call(&Stub::RemovePlacementGroup, request).status();
+  }
+
+  absl::StatusOr<rpc::PlacementGroupInfo> GetPlacementGroup(const std::string& pg_id) override {
+    rpc::GetPlacementGroupRequest request;
+    request.set_placement_group_id(pg_id);
+    auto reply = Call(&Stub::GetPlacementGroup, request);
+    if (!reply.ok()) return reply.status();
+    return reply->placement_group();
+  }
+
+  absl::StatusOr<rpc::PlacementGroupInfo> WaitPlacementGroupReady(const std::string& pg_id,
+                                                                  absl::Duration timeout) override {
+    rpc::WaitPlacementGroupReadyRequest request;
+    request.set_placement_group_id(pg_id);
+    request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+    auto reply = Call(&Stub::WaitPlacementGroupReady, request, timeout + options_.rpc_timeout);
+    if (!reply.ok()) return reply.status();
+    return reply->placement_group();
   }
 
   absl::StatusOr<std::vector<rpc::PlacementGroupInfo>> ListPlacementGroups() override {

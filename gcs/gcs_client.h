@@ -83,7 +83,14 @@ class GcsClient {
   virtual absl::StatusOr<rpc::JobInfo> GetJob(const std::string& job_id) = 0;
   virtual absl::StatusOr<std::vector<rpc::JobInfo>> ListJobs() = 0;
 
-  virtual absl::Status UpdatePlacementGroup(const rpc::PlacementGroupInfo& pg) = 0;
+  // Creates a placement group (validated, stored PENDING, reserved by two-phase commit).
+  virtual absl::StatusOr<rpc::PlacementGroupInfo> CreatePlacementGroup(
+      const rpc::PlacementGroupInfo& spec) = 0;
+  virtual absl::Status RemovePlacementGroup(const std::string& pg_id) = 0;
+  virtual absl::StatusOr<rpc::PlacementGroupInfo> GetPlacementGroup(const std::string& pg_id) = 0;
+  // Waits up to `timeout` for the group to be CREATED; returns its record either way.
+  virtual absl::StatusOr<rpc::PlacementGroupInfo> WaitPlacementGroupReady(
+      const std::string& pg_id, absl::Duration timeout) = 0;
   virtual absl::StatusOr<std::vector<rpc::PlacementGroupInfo>> ListPlacementGroups() = 0;
 
   // Streams every change of `channels` to `on_message`, on a thread of the subscription's

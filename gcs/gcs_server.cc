@@ -1,5 +1,6 @@
 #include "gcs/gcs_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -9,13 +10,16 @@
 #include "gcs/kv_manager.h"
 #include "gcs/node_client_pool.h"
 #include "gcs/node_manager.h"
+#include "gcs/placement_group_manager.h"
 #include "gcs/publisher.h"
 #include "gcs/record_table.h"
+#include "placement/resource_scheduler.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/sha256.h"
 #include "runtime/common/system.h"
 #include "runtime/proto/gcs.grpc.pb.h"
+#include "runtime/rpc/describe.h"
 #include "runtime/rpc/rpc.h"
 
 namespace phalanx::gcs {
@@ -32,8 +36,7 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
  public:
   GcsServiceImpl(std::string token, std::string cluster_id, GcsPublisher* publisher,
                  GcsNodeManager* nodes, GcsKvManager* kv, GcsActorManager* actors,
-                 RecordTable<rpc::JobInfo>* jobs,
-                 RecordTable<rpc::PlacementGroupInfo>* placement_groups)
+                 RecordTable<rpc::JobInfo>* jobs, GcsPlacementGroupManager* placement_groups)
       : token_(std::move(token)),
         cluster_id_(std::move(cluster_id)),
         start_time_ms_(NowMs()),
@@ -229,16 +232,51 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status UpdatePlacementGroup(grpc::ServerContext* context,
-                                    const rpc::UpdatePlacementGroupRequest* request,
-                                    rpc::UpdatePlacementGroupReply*) override {
+  grpc::Status CreatePlacementGroup(grpc::ServerContext* context,
+                                    const rpc::CreatePlacementGroupRequest* request,
+                                    rpc::CreatePlacementGroupReply* reply) override {
     PHX_AUTH(context);
-    const auto& pg = request->placement_group();
-    if (pg.placement_group_id().empty()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "UpdatePlacementGroup: placement_group_id is empty");
+    auto pg = placement_groups_->Create(request->placement_group());
+    if (!pg.ok()) return rpc::ToGrpc(pg.status());
+    *reply->mutable_placement_group() = std::move(*pg);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RemovePlacementGroup(grpc::ServerContext* context,
+                                    const rpc::RemovePlacementGroupRequest* request,
+                                    rpc::RemovePlacementGroupReply*) override {
+    PHX_AUTH(context);
+    return rpc::ToGrpc(placement_groups_->Remove(request->placement_group_id()));
+  }
+
+  grpc::Status GetPlacementGroup(grpc::ServerContext* context,
+                                 const rpc::GetPlacementGroupRequest* request,
+                                 rpc::GetPlacementGroupReply* reply) override {
+    PHX_AUTH(context);
+    auto pg = request->placement_group_id().empty()
+                  ? placement_groups_->GetByName(request->name())
+                  : placement_groups_->Get(request->placement_group_id());
+    if (!pg) {
+      return grpc::Status(
+          grpc::StatusCode::NOT_FOUND,
+          absl::StrCat("no placement group ", request->placement_group_id().empty()
+                                                  ? absl::StrCat("named '", request->name(), "'")
+                                                  : request->placement_group_id()));
     }
-    return rpc::ToGrpc(placement_groups_->Put(pg.placement_group_id(), pg));
+    *reply->mutable_placement_group() = std::move(*pg);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status WaitPlacementGroupReady(grpc::ServerContext* context,
+                                       const rpc::WaitPlacementGroupReadyRequest* request,
+                                       rpc::WaitPlacementGroupReadyReply* reply) override {
+    PHX_AUTH(context);
+    auto pg = placement_groups_->WaitReady(
+        request->placement_group_id(),
+        absl::Milliseconds(std::clamp<int64_t>(request->timeout_ms(), 0, 60000)));
+    if (!pg.ok()) return rpc::ToGrpc(pg.status());
+    *reply->mutable_placement_group() = std::move(*pg);
+    return grpc::Status::OK;
   }
 
   grpc::Status ListPlacementGroups(grpc::ServerContext* context,
@@ -291,7 +329,7 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
   GcsKvManager* kv_;
   GcsActorManager* actors_;
   RecordTable<rpc::JobInfo>* jobs_;
-  RecordTable<rpc::PlacementGroupInfo>* placement_groups_;
+  GcsPlacementGroupManager* placement_groups_;
   std::atomic<bool> stopping_{false};
 };
 
@@ -318,9 +356,6 @@ absl::Status CheckClusterMeta(Store* store, const std::string& cluster_id,
 }
 
 void SetJobBody(rpc::PubMessage* m, const rpc::JobInfo& j) { *m->mutable_job() = j; }
-void SetPgBody(rpc::PubMessage* m, const rpc::PlacementGroupInfo& pg) {
-  *m->mutable_placement_group() = pg;
-}
 
 class GcsServerImpl final : public GcsServer {
  public:
@@ -331,10 +366,28 @@ class GcsServerImpl final : public GcsServer {
         nodes_(store_.get(), &publisher_, {options.node_timeout, options.restart_grace}),
         kv_(store_.get(), &publisher_),
         node_clients_(options.token),
-        actors_(store_.get(), &publisher_, &nodes_, &node_clients_),
+        actors_(store_.get(), &publisher_, &nodes_, &node_clients_, &scheduler_),
         jobs_(store_.get(), &publisher_, "jobs", rpc::JOB, &SetJobBody),
-        placement_groups_(store_.get(), &publisher_, "placement_groups", rpc::PLACEMENT_GROUP,
-                          &SetPgBody) {}
+        placement_groups_(store_.get(), &publisher_, &nodes_, &node_clients_, &scheduler_,
+                          &actors_) {
+    // One path for node events: the scheduler first, then the managers.
+    nodes_.AddRegisteredListener([this](const rpc::NodeInfo& node) {
+      scheduler_.AddNode(node.node_id(), rpc::FromProto(node.total()),
+                         {node.labels().begin(), node.labels().end()});
+      actors_.OnNodeRegistered(node);
+      placement_groups_.ScheduleNow();
+    });
+    nodes_.AddDeadListener([this](const rpc::NodeInfo& node) {
+      auto lost = scheduler_.RemoveNode(node.node_id());
+      actors_.OnNodeDead(node);
+      placement_groups_.OnBundlesLost(lost);
+    });
+    actors_.SetPlacementGroupCheck(
+        [this](const std::string& pg_id, int index, const Resources& request) {
+          return placement_groups_.CheckActorBundle(pg_id, index, request);
+        });
+    actors_.SetResourcesFreedCallback([this] { placement_groups_.ScheduleNow(); });
+  }
 
   ~GcsServerImpl() override { Shutdown(); }
 
@@ -342,10 +395,15 @@ class GcsServerImpl final : public GcsServer {
     const std::string& cluster_id = options_.redis.cluster_id;
     if (auto s = CheckClusterMeta(store_.get(), cluster_id, options_.token); !s.ok()) return s;
     if (auto s = nodes_.Load(); !s.ok()) return s;
+    for (const auto& node : nodes_.GetAll(/*alive_only=*/true)) {
+      scheduler_.AddNode(node.node_id(), rpc::FromProto(node.total()),
+                         {node.labels().begin(), node.labels().end()});
+    }
     if (auto s = kv_.Load(); !s.ok()) return s;
+    // Bundles before actors: actors of a group take their resources from its bundles.
+    if (auto s = placement_groups_.Load(); !s.ok()) return s;
     if (auto s = actors_.Load(); !s.ok()) return s;
     if (auto s = jobs_.Load(); !s.ok()) return s;
-    if (auto s = placement_groups_.Load(); !s.ok()) return s;
     service_ = std::make_unique<GcsServiceImpl>(options_.token, cluster_id, &publisher_, &nodes_,
                                                 &kv_, &actors_, &jobs_, &placement_groups_);
     auto started =
@@ -394,9 +452,10 @@ class GcsServerImpl final : public GcsServer {
   GcsNodeManager nodes_;
   GcsKvManager kv_;
   NodeClientPool node_clients_;
+  placement::ResourceScheduler scheduler_;
   GcsActorManager actors_;
   RecordTable<rpc::JobInfo> jobs_;
-  RecordTable<rpc::PlacementGroupInfo> placement_groups_;
+  GcsPlacementGroupManager placement_groups_;
   std::unique_ptr<GcsServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -16,17 +16,22 @@ namespace phalanx::gcs {
 
 class NodeClientPool {
  public:
+  using Done = std::function<void(absl::Status)>;
+
   explicit NodeClientPool(std::string token, absl::Duration timeout = absl::Seconds(10));
   ~NodeClientPool();
 
-  void StartActor(const std::string& address, const rpc::StartActorRequest& request,
-                  std::function<void(absl::Status)> done);
-  void KillActor(const std::string& address, const rpc::KillActorRequest& request,
-                 std::function<void(absl::Status)> done);
+  void StartActor(const std::string& address, const rpc::StartActorRequest& request, Done done);
+  void KillActor(const std::string& address, const rpc::KillActorRequest& request, Done done);
+  void PrepareBundle(const std::string& address, const rpc::BundleRequest& request, Done done);
+  void CommitBundle(const std::string& address, const rpc::BundleRequest& request, Done done);
+  void CancelBundle(const std::string& address, const rpc::BundleRequest& request, Done done);
 
  private:
   struct Stubs;
   Stubs* StubsFor(const std::string& address);
+  template <typename Request, typename Reply, typename Invoke>
+  void Send(const std::string& address, const Request& request, Done done, Invoke invoke);
 
   const std::string token_;
   const absl::Duration timeout_;

@@ -115,8 +115,27 @@ int RunStatus(const ClusterFlags& flags) {
       infeasible[key] = !fits_somewhere;
     }
   }
+  std::vector<std::string> groups;
+  auto pgs = (*gcs)->ListPlacementGroups();
+  if (pgs.ok()) {
+    for (const auto& pg : *pgs) {
+      if (pg.state() != rpc::PG_PENDING && pg.state() != rpc::PG_RESCHEDULING) continue;
+      std::vector<std::string> bundles;
+      for (const auto& b : pg.bundles()) bundles.push_back(FromProto(b.resources()).ToString());
+      bool never = pg.pending_reason().rfind("INFEASIBLE", 0) == 0;
+      groups.push_back(absl::StrCat("  Pending: 1x placement group ",
+                                    pg.name().empty() ? pg.placement_group_id().substr(0, 8)
+                                                      : absl::StrCat("'", pg.name(), "'"),
+                                    " [", absl::StrJoin(bundles, ", "), "] ", pg.strategy(),
+                                    pg.state() == rpc::PG_RESCHEDULING ? " (rescheduling)" : "",
+                                    " — ", never ? pg.pending_reason() : pg.pending_reason()));
+    }
+  }
   std::cout << "Demands:\n";
-  if (pending.empty()) std::cout << "  (no pending actors or placement groups)\n";
+  if (pending.empty() && groups.empty()) {
+    std::cout << "  (no pending actors or placement groups)\n";
+  }
+  for (const auto& g : groups) std::cout << g << "\n";
   for (const auto& [request, count] : pending) {
     std::cout << "  Pending: " << count << "x " << request << " (actors)"
               << (infeasible[request] ? "  INFEASIBLE: no alive node can ever hold it" : "")

@@ -35,7 +35,11 @@ int main(int argc, char** argv) {
                  "kill the newest actor when the node's memory use passes this fraction");
   app.add_option("--memory-enforcement", options.memory_enforcement,
                  "how actor memory limits are enforced: auto, cgroup or rss");
+  int64_t debug_prepare_delay_ms = 0;
+  app.add_option("--debug-prepare-delay-ms", debug_prepare_delay_ms,
+                 "test hook: delay answering PrepareBundle");
   CLI11_PARSE(app, argc, argv);
+  options.debug_prepare_delay = absl::Milliseconds(debug_prepare_delay_ms);
 
   phalanx::BlockTerminationSignals();
   phalanx::InitLogging("node", log_file);

@@ -45,6 +45,12 @@ class NodeServiceImpl final : public rpc::NodeManagerService::Service {
                            rpc::WorkerReadyReply*) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const rpc::ListWorkersRequest*,
                            rpc::ListWorkersReply* reply) override;
+  grpc::Status PrepareBundle(grpc::ServerContext* context, const rpc::BundleRequest* request,
+                             rpc::BundleReply*) override;
+  grpc::Status CommitBundle(grpc::ServerContext* context, const rpc::BundleRequest* request,
+                            rpc::BundleReply*) override;
+  grpc::Status CancelBundle(grpc::ServerContext* context, const rpc::BundleRequest* request,
+                            rpc::BundleReply*) override;
 
  private:
   NodeManagerImpl* node_;
@@ -225,10 +231,71 @@ class NodeManagerImpl final : public NodeManager {
     }
   }
 
+  // Bundle ledger: what placement groups reserved on this node (prepared or committed).
+  absl::Status PrepareBundle(const rpc::BundleRequest& request) {
+    if (options_.debug_prepare_delay > absl::ZeroDuration()) {
+      absl::SleepFor(options_.debug_prepare_delay);
+    }
+    absl::MutexLock lock(&mu_);
+    ExpireBundlesLocked();
+    auto key = std::make_pair(request.placement_group_id(), request.bundle_index());
+    if (bundles_.count(key)) return absl::OkStatus();  // prepared already: idempotent
+    Resources free = options_.resources;
+    for (const auto& [k, b] : bundles_) free -= rpc::FromProto(b.resources);
+    Resources need = rpc::FromProto(request.resources());
+    if (!free.Contains(need)) {
+      return absl::ResourceExhaustedError(absl::StrCat("node ", ShortId(node_id_),
+                                                       " cannot reserve ", need.ToString(),
+                                                       " (free ", free.ToString(), ")"));
+    }
+    bundles_[key] = Bundle{request.resources(), false, absl::Now()};
+    return absl::OkStatus();
+  }
+
+  absl::Status CommitBundle(const rpc::BundleRequest& request) {
+    absl::MutexLock lock(&mu_);
+    auto it = bundles_.find({request.placement_group_id(), request.bundle_index()});
+    if (it == bundles_.end()) {
+      return absl::NotFoundError(absl::StrCat("bundle ", request.bundle_index(),
+                                              " of placement group ", request.placement_group_id(),
+                                              " was not prepared here (or expired)"));
+    }
+    it->second.committed = true;
+    return absl::OkStatus();
+  }
+
+  void CancelBundle(const rpc::BundleRequest& request) {
+    absl::MutexLock lock(&mu_);
+    bundles_.erase({request.placement_group_id(), request.bundle_index()});
+  }
+
+  void ExpireBundlesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto it = bundles_.begin(); it != bundles_.end();) {
+      if (!it->second.committed && absl::Now() - it->second.prepared_at > absl::Seconds(30)) {
+        it = bundles_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
   void FillStats(rpc::GetNodeStatsReply* reply) {
     reply->set_node_id(node_id_);
     *reply->mutable_total() = ToProto(options_.resources);
-    *reply->mutable_available() = ToProto(options_.resources);
+    Resources free = options_.resources;
+    {
+      absl::MutexLock lock(&mu_);
+      ExpireBundlesLocked();
+      for (const auto& [key, b] : bundles_) {
+        free -= rpc::FromProto(b.resources);
+        auto* out = reply->add_bundles();
+        out->set_placement_group_id(key.first);
+        out->set_bundle_index(key.second);
+        *out->mutable_resources() = b.resources;
+        out->set_committed(b.committed);
+      }
+    }
+    *reply->mutable_available() = ToProto(free);
     reply->set_memory_total_bytes(TotalMemoryBytes());
     reply->set_memory_used_bytes(UsedMemoryBytes());
     reply->set_num_workers(static_cast<int>(pool_->List().size()));
@@ -350,6 +417,12 @@ class NodeManagerImpl final : public NodeManager {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<rpc::ReportActorStateRequest> reports_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, int>, rpc::ActorInfo> specs_ ABSL_GUARDED_BY(mu_);
+  struct Bundle {
+    rpc::ResourceSet resources;
+    bool committed = false;
+    absl::Time prepared_at;
+  };
+  std::map<std::pair<std::string, int>, Bundle> bundles_ ABSL_GUARDED_BY(mu_);
 };
 
 grpc::Status NodeServiceImpl::GetNodeStats(grpc::ServerContext* context,
@@ -407,6 +480,25 @@ grpc::Status NodeServiceImpl::ListWorkers(grpc::ServerContext* context,
                                           rpc::ListWorkersReply* reply) {
   if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
   node_->ListWorkers(reply);
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeServiceImpl::PrepareBundle(grpc::ServerContext* context,
+                                            const rpc::BundleRequest* request, rpc::BundleReply*) {
+  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
+  return rpc::ToGrpc(node_->PrepareBundle(*request));
+}
+
+grpc::Status NodeServiceImpl::CommitBundle(grpc::ServerContext* context,
+                                           const rpc::BundleRequest* request, rpc::BundleReply*) {
+  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
+  return rpc::ToGrpc(node_->CommitBundle(*request));
+}
+
+grpc::Status NodeServiceImpl::CancelBundle(grpc::ServerContext* context,
+                                           const rpc::BundleRequest* request, rpc::BundleReply*) {
+  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
+  node_->CancelBundle(*request);
   return grpc::Status::OK;
 }
 

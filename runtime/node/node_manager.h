@@ -31,6 +31,8 @@ struct NodeManagerOptions {
   double memory_usage_threshold = 0.95;
   std::string memory_enforcement = "auto";  // auto | cgroup | rss
   absl::Duration memory_sample_period = absl::Milliseconds(50);
+  // Test hook: PrepareBundle waits this long before answering (to kill a node mid-commit).
+  absl::Duration debug_prepare_delay = absl::ZeroDuration();
   // How long to wait for the GCS at start-up before giving up.
   absl::Duration register_timeout = absl::Seconds(30);
 };

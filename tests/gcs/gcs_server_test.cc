@@ -106,9 +106,13 @@ TEST(GcsServer, KillNineAndRestartKeepsEveryTableAndLiveNodes) {
   job.set_state(rpc::JOB_RUNNING);
   ASSERT_TRUE(client->UpdateJob(job).ok());
   rpc::PlacementGroupInfo pg;
-  pg.set_placement_group_id("pg-1");
   pg.set_strategy("PACK");
-  ASSERT_TRUE(client->UpdatePlacementGroup(pg).ok());
+  (*pg.add_bundles()->mutable_resources()->mutable_amounts())["CPU"] = 1;
+  auto created = client->CreatePlacementGroup(pg);
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_EQ(
+      client->WaitPlacementGroupReady(created->placement_group_id(), absl::Seconds(10))->state(),
+      rpc::PG_CREATED);
   std::string incarnation = client->GetClusterInfo()->incarnation();
 
   Collector got;
@@ -127,6 +131,8 @@ TEST(GcsServer, KillNineAndRestartKeepsEveryTableAndLiveNodes) {
   EXPECT_EQ(client->GetActor("actor-1")->death_cause().exit_code(), 7);
   EXPECT_EQ(client->GetJob("job-1")->state(), rpc::JOB_RUNNING);
   ASSERT_EQ(client->ListPlacementGroups()->size(), 1u);
+  EXPECT_EQ(client->ListPlacementGroups()->at(0).state(), rpc::PG_CREATED);
+  EXPECT_EQ(client->ListPlacementGroups()->at(0).bundles(0).node_id(), "node-a");
 
   // Past node_timeout and past the grace period the node is still alive: it heartbeated.
   absl::SleepFor(absl::Milliseconds(5500));

@@ -204,7 +204,9 @@ ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
                      "--session-dir",
                      gcs.dir(),
                      "--node-ip",
-                     "127.0.0.1"},
+                     "127.0.0.1",
+                     "--debug-prepare-delay-ms",
+                     absl::StrCat(options.debug_prepare_delay_ms)},
                     absl::StrCat(gcs.dir(), "/node-", node_id, ".log"));
   auto client = gcs::GcsClient::Connect({gcs.address(), gcs.token()});
   WaitFor(

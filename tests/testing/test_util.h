@@ -107,6 +107,7 @@ struct NodeOptions {
   std::string resources_json = "{}";
   int heartbeat_ms = 100;
   double memory_usage_threshold = 0.95;
+  int debug_prepare_delay_ms = 0;
 };
 ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
                        const NodeOptions& options);

@@ -1,5 +1,5 @@
-// The actor tests' main: in a worker process (started by a node manager) it hosts an actor
-// of this binary's classes; otherwise it runs the tests.
+// main() of test binaries that host actors: in a worker process (started by a node manager)
+// it hosts an actor of this binary's classes; otherwise it runs the tests.
 #include "actors/api.h"
 #include "gtest/gtest.h"
 #include "runtime/worker/worker_host.h"

@@ -1,0 +1,506 @@
+#include "gcs/placement_group_manager.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/common/ids.h"
+#include "runtime/common/logging.h"
+#include "runtime/common/system.h"
+#include "runtime/rpc/describe.h"
+
+namespace phalanx::gcs {
+namespace {
+
+std::vector<Resources> BundleResources(const rpc::PlacementGroupInfo& pg) {
+  std::vector<Resources> out;
+  for (const auto& b : pg.bundles()) out.push_back(rpc::FromProto(b.resources()));
+  return out;
+}
+
+placement::BundleStrategy StrategyOf(const rpc::PlacementGroupInfo& pg) {
+  return placement::ParseBundleStrategy(pg.strategy()).value_or(placement::BundleStrategy::kPack);
+}
+
+std::string Describe(const rpc::PlacementGroupInfo& pg) {
+  std::string out = absl::StrCat("placement group ", ShortId(pg.placement_group_id()));
+  if (!pg.name().empty()) absl::StrAppend(&out, " '", pg.name(), "'");
+  return out;
+}
+
+}  // namespace
+
+GcsPlacementGroupManager::GcsPlacementGroupManager(Store* store, GcsPublisher* publisher,
+                                                   GcsNodeManager* nodes,
+                                                   NodeClientPool* node_clients,
+                                                   placement::ResourceScheduler* scheduler,
+                                                   GcsActorManager* actors)
+    : publisher_(publisher),
+      nodes_(nodes),
+      node_clients_(node_clients),
+      scheduler_(scheduler),
+      actors_(actors),
+      groups_(store, "placement_groups") {
+  publisher_->SetSnapshotProvider(rpc::PLACEMENT_GROUP, [this](const auto& consume) {
+    absl::MutexLock lock(&mu_);
+    std::vector<rpc::PubMessage> out;
+    for (const auto& [id, pg] : groups_.entries()) {
+      rpc::PubMessage m;
+      m.set_key(id);
+      *m.mutable_placement_group() = pg;
+      out.push_back(std::move(m));
+    }
+    consume(std::move(out));
+  });
+}
+
+void GcsPlacementGroupManager::SaveLocked(const rpc::PlacementGroupInfo& pg) {
+  groups_.Put(pg.placement_group_id(), pg);
+  rpc::PubMessage m;
+  m.set_channel(rpc::PLACEMENT_GROUP);
+  m.set_key(pg.placement_group_id());
+  *m.mutable_placement_group() = pg;
+  publisher_->Publish(std::move(m));
+}
+
+std::string GcsPlacementGroupManager::AddressOf(const std::string& node_id) const {
+  auto node = nodes_->Get(node_id);
+  return node ? node->address() : "";
+}
+
+absl::Status GcsPlacementGroupManager::Load() {
+  std::vector<std::pair<rpc::PlacementGroupInfo, std::vector<int>>> starts;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = groups_.Load(); !s.ok()) return s;
+    std::vector<rpc::PlacementGroupInfo> all;
+    for (const auto& [id, pg] : groups_.entries()) all.push_back(pg);
+    std::sort(all.begin(), all.end(),
+              [](const auto& a, const auto& b) { return a.create_time_ms() < b.create_time_ms(); });
+    for (auto pg : all) {
+      if (pg.state() == rpc::PG_REMOVED) continue;
+      bool lost = false;
+      for (int i = 0; i < pg.bundles_size(); ++i) {
+        auto* b = pg.mutable_bundles(i);
+        if (b->node_id().empty()) continue;
+        if (!scheduler_->ReserveBundleAt(pg.placement_group_id(), i, b->node_id(),
+                                         rpc::FromProto(b->resources()))) {
+          b->clear_node_id();
+          lost = true;
+        }
+      }
+      if (pg.state() == rpc::PG_CREATED && !lost) continue;
+      if (pg.state() == rpc::PG_CREATED) {
+        pg.set_state(rpc::PG_RESCHEDULING);
+        SaveLocked(pg);
+      }
+      queue_.push_back(pg.placement_group_id());
+    }
+    spdlog::info("loaded {} placement groups ({} to place)", groups_.size(), queue_.size());
+    ScheduleLocked(&starts);
+  }
+  Run(std::move(starts));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<rpc::PlacementGroupInfo> GcsPlacementGroupManager::Create(
+    rpc::PlacementGroupInfo spec) {
+  std::vector<std::map<std::string, double>> bundles;
+  for (const auto& b : spec.bundles()) {
+    bundles.emplace_back(b.resources().amounts().begin(), b.resources().amounts().end());
+  }
+  if (auto s = placement::ValidateBundles(bundles); !s.ok()) return s;
+  auto strategy = placement::ParseBundleStrategy(spec.strategy());
+  if (!strategy.ok()) return strategy.status();
+  spec.set_strategy(placement::BundleStrategyName(*strategy));
+  placement::BundlePlan probe = scheduler_->ProbeBundles(*strategy, BundleResources(spec));
+  if (probe.infeasible) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("placement group cannot be placed: ", probe.reason,
+                     ". Ask for less, or add a node that has it"));
+  }
+  std::vector<std::pair<rpc::PlacementGroupInfo, std::vector<int>>> starts;
+  PendingWrite write;
+  {
+    absl::MutexLock lock(&mu_);
+    if (spec.placement_group_id().empty()) spec.set_placement_group_id(NewId());
+    if (groups_.Find(spec.placement_group_id()) != nullptr) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("placement group id ", spec.placement_group_id(), " is taken"));
+    }
+    if (!spec.name().empty()) {
+      for (const auto& [id, pg] : groups_.entries()) {
+        if (pg.name() == spec.name() && pg.state() != rpc::PG_REMOVED) {
+          return absl::AlreadyExistsError(absl::StrCat("a placement group named '", spec.name(),
+                                                       "' already exists (", Describe(pg),
+                                                       "); pick another name or remove it first"));
+        }
+      }
+    }
+    spec.set_state(rpc::PG_PENDING);
+    spec.set_create_time_ms(NowMs());
+    for (auto& b : *spec.mutable_bundles()) b.clear_node_id();
+    write = groups_.Put(spec.placement_group_id(), spec);
+    rpc::PubMessage m;
+    m.set_channel(rpc::PLACEMENT_GROUP);
+    m.set_key(spec.placement_group_id());
+    *m.mutable_placement_group() = spec;
+    publisher_->Publish(std::move(m));
+    queue_.push_back(spec.placement_group_id());
+    ScheduleLocked(&starts);
+  }
+  if (auto s = write.Wait(); !s.ok()) return s;
+  Run(std::move(starts));
+  auto stored = Get(spec.placement_group_id());
+  return stored ? *stored : spec;
+}
+
+void GcsPlacementGroupManager::ScheduleLocked(
+    std::vector<std::pair<rpc::PlacementGroupInfo, std::vector<int>>>* starts) {
+  std::deque<std::string> waiting;
+  while (!queue_.empty()) {
+    std::string id = queue_.front();
+    queue_.pop_front();
+    const rpc::PlacementGroupInfo* found = groups_.Find(id);
+    if (found == nullptr || found->state() == rpc::PG_REMOVED ||
+        found->state() == rpc::PG_CREATED || committing_.count(id)) {
+      continue;
+    }
+    rpc::PlacementGroupInfo pg = *found;
+    std::vector<std::string> fixed;
+    for (const auto& b : pg.bundles()) fixed.push_back(b.node_id());
+    placement::BundlePlan plan =
+        scheduler_->ReserveBundles(id, StrategyOf(pg), BundleResources(pg), fixed);
+    if (!plan.placed) {
+      std::string reason =
+          plan.infeasible ? absl::StrCat("INFEASIBLE: ", plan.reason) : plan.reason;
+      if (pg.pending_reason() != reason) {
+        pg.set_pending_reason(reason);
+        SaveLocked(pg);
+      }
+      waiting.push_back(id);
+      continue;
+    }
+    std::vector<int> indices;
+    for (int i = 0; i < pg.bundles_size(); ++i) {
+      if (fixed[i].empty()) {
+        indices.push_back(i);
+        pg.mutable_bundles(i)->set_node_id(plan.nodes[i]);  // planned; recorded on commit
+      }
+    }
+    committing_[id] = next_round_++;
+    starts->emplace_back(pg, indices);
+  }
+  queue_ = std::move(waiting);
+}
+
+void GcsPlacementGroupManager::Run(
+    std::vector<std::pair<rpc::PlacementGroupInfo, std::vector<int>>> starts) {
+  std::vector<std::string> touched;
+  for (auto& [pg, indices] : starts) {
+    for (int i : indices) touched.push_back(pg.bundles(i).node_id());
+    TwoPhaseCommit(std::move(pg), std::move(indices));
+  }
+  for (const auto& node_id : touched) {
+    if (auto available = scheduler_->Available(node_id)) {
+      nodes_->UpdateAvailable(node_id, rpc::ToProto(*available)).IgnoreError();
+    }
+  }
+}
+
+void GcsPlacementGroupManager::TwoPhaseCommit(rpc::PlacementGroupInfo pg,
+                                              std::vector<int> indices) {
+  int64_t round;
+  {
+    absl::MutexLock lock(&mu_);
+    round = committing_[pg.placement_group_id()];
+  }
+  struct State {
+    rpc::PlacementGroupInfo pg;
+    std::vector<int> indices;
+    int64_t round;
+    absl::Mutex mu;
+    int replies = 0;
+    std::vector<std::string> prepared;  // addresses that prepared
+    absl::Status failure;
+  };
+  auto state = std::make_shared<State>();
+  state->pg = std::move(pg);
+  state->indices = std::move(indices);
+  state->round = round;
+  auto request_for = [state](int i) {
+    rpc::BundleRequest r;
+    r.set_placement_group_id(state->pg.placement_group_id());
+    r.set_bundle_index(i);
+    *r.mutable_resources() = state->pg.bundles(i).resources();
+    return r;
+  };
+  auto finish = [this, state](absl::Status outcome) {
+    std::vector<std::string> nodes;
+    for (int i : state->indices) nodes.push_back(state->pg.bundles(i).node_id());
+    FinishCommit(state->pg.placement_group_id(), state->round, state->indices, outcome, nodes);
+  };
+  auto cancel_all = [this, state, request_for]() {
+    for (int i : state->indices) {
+      std::string address = AddressOf(state->pg.bundles(i).node_id());
+      if (!address.empty()) node_clients_->CancelBundle(address, request_for(i), nullptr);
+    }
+  };
+  // Phase 2: commit everywhere; any failure rolls everything back.
+  auto commit = [this, state, request_for, finish, cancel_all]() {
+    auto commits = std::make_shared<std::atomic<int>>(0);
+    auto failed = std::make_shared<absl::Status>();
+    auto failed_mu = std::make_shared<absl::Mutex>();
+    for (int i : state->indices) {
+      std::string address = AddressOf(state->pg.bundles(i).node_id());
+      node_clients_->CommitBundle(
+          address, request_for(i),
+          [state, commits, failed, failed_mu, finish, cancel_all](absl::Status s) {
+            if (!s.ok()) {
+              absl::MutexLock lock(failed_mu.get());
+              if (failed->ok()) *failed = s;
+            }
+            if (commits->fetch_add(1) + 1 < static_cast<int>(state->indices.size())) return;
+            absl::Status outcome;
+            {
+              absl::MutexLock lock(failed_mu.get());
+              outcome = *failed;
+            }
+            if (!outcome.ok()) cancel_all();
+            finish(outcome);
+          });
+    }
+  };
+  // Phase 1: prepare on every node involved.
+  for (int i : state->indices) {
+    std::string node_id = state->pg.bundles(i).node_id();
+    std::string address = AddressOf(node_id);
+    auto on_prepared = [state, address, commit, finish, cancel_all](absl::Status s) {
+      bool last;
+      absl::Status outcome;
+      {
+        absl::MutexLock lock(&state->mu);
+        if (!s.ok() && state->failure.ok()) state->failure = s;
+        ++state->replies;
+        last = state->replies == static_cast<int>(state->indices.size());
+        outcome = state->failure;
+      }
+      if (!last) return;
+      if (outcome.ok()) {
+        commit();
+      } else {
+        cancel_all();
+        finish(outcome);
+      }
+    };
+    if (address.empty()) {
+      on_prepared(absl::UnavailableError(absl::StrCat("node ", ShortId(node_id), " is gone")));
+      continue;
+    }
+    node_clients_->PrepareBundle(address, request_for(i), on_prepared);
+  }
+}
+
+void GcsPlacementGroupManager::FinishCommit(const std::string& pg_id, int64_t round,
+                                            const std::vector<int>& indices, absl::Status outcome,
+                                            const std::vector<std::string>& nodes) {
+  bool created = false, retry = false;
+  std::vector<std::string> cancel_nodes;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = committing_.find(pg_id);
+    if (it == committing_.end() || it->second != round) return;
+    committing_.erase(it);
+    const rpc::PlacementGroupInfo* found = groups_.Find(pg_id);
+    if (found == nullptr) return;
+    rpc::PlacementGroupInfo pg = *found;
+    if (pg.state() == rpc::PG_REMOVED) {
+      // Removed while committing: what was reserved goes back.
+      scheduler_->ReleaseBundles(pg_id, indices);
+      if (outcome.ok()) cancel_nodes = nodes;
+    } else if (outcome.ok() && std::all_of(indices.begin(), indices.end(), [&](int i) {
+                 return scheduler_->BundleReserved(pg_id, i);
+               })) {
+      for (size_t k = 0; k < indices.size(); ++k) {
+        pg.mutable_bundles(indices[k])->set_node_id(nodes[k]);
+      }
+      pg.set_state(rpc::PG_CREATED);
+      pg.clear_pending_reason();
+      SaveLocked(pg);
+      created = true;
+      spdlog::info("{} created ({} bundles, {})", Describe(pg), pg.bundles_size(), pg.strategy());
+    } else {
+      // Rolled back: nothing stays reserved; try again shortly.
+      scheduler_->ReleaseBundles(pg_id, indices);
+      if (outcome.ok()) {
+        outcome = absl::UnavailableError("a node of the plan died before the commit finished");
+        cancel_nodes = nodes;
+      }
+      pg.set_pending_reason(
+          absl::StrCat("two-phase commit rolled back (", outcome.message(), "); retrying"));
+      for (int i : indices) pg.mutable_bundles(i)->clear_node_id();
+      SaveLocked(pg);
+      queue_.push_front(pg_id);
+      retry = true;
+      spdlog::warn("{}: {}", Describe(pg), pg.pending_reason());
+    }
+  }
+  for (size_t k = 0; k < cancel_nodes.size(); ++k) {
+    std::string address = AddressOf(cancel_nodes[k]);
+    if (address.empty()) continue;
+    rpc::BundleRequest r;
+    r.set_placement_group_id(pg_id);
+    r.set_bundle_index(indices[k]);
+    node_clients_->CancelBundle(address, r, nullptr);
+  }
+  for (const auto& node_id : nodes) {
+    if (auto available = scheduler_->Available(node_id)) {
+      nodes_->UpdateAvailable(node_id, rpc::ToProto(*available)).IgnoreError();
+    }
+  }
+  if (created) actors_->ScheduleNow();
+  if (retry) timers_.RunAfter(absl::Milliseconds(300), [this] { ScheduleNow(); });
+}
+
+absl::Status GcsPlacementGroupManager::Remove(const std::string& pg_id) {
+  std::vector<std::pair<std::string, int>> placed;
+  {
+    absl::MutexLock lock(&mu_);
+    const rpc::PlacementGroupInfo* found = groups_.Find(pg_id);
+    if (found == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no placement group ", pg_id));
+    }
+    if (found->state() == rpc::PG_REMOVED) return absl::OkStatus();
+    rpc::PlacementGroupInfo pg = *found;
+    for (int i = 0; i < pg.bundles_size(); ++i) {
+      if (!pg.bundles(i).node_id().empty()) placed.emplace_back(pg.bundles(i).node_id(), i);
+    }
+    pg.set_state(rpc::PG_REMOVED);
+    pg.clear_pending_reason();
+    SaveLocked(pg);
+    queue_.erase(std::remove(queue_.begin(), queue_.end(), pg_id), queue_.end());
+  }
+  actors_->KillGroup(pg_id);
+  scheduler_->ReleaseBundles(pg_id);
+  for (const auto& [node_id, index] : placed) {
+    std::string address = AddressOf(node_id);
+    if (address.empty()) continue;
+    rpc::BundleRequest r;
+    r.set_placement_group_id(pg_id);
+    r.set_bundle_index(index);
+    node_clients_->CancelBundle(address, r, nullptr);
+    if (auto available = scheduler_->Available(node_id)) {
+      nodes_->UpdateAvailable(node_id, rpc::ToProto(*available)).IgnoreError();
+    }
+  }
+  spdlog::info("placement group {} removed", ShortId(pg_id));
+  actors_->ScheduleNow();
+  ScheduleNow();
+  return absl::OkStatus();
+}
+
+std::optional<rpc::PlacementGroupInfo> GcsPlacementGroupManager::Get(
+    const std::string& pg_id) const {
+  absl::MutexLock lock(&mu_);
+  const rpc::PlacementGroupInfo* pg = groups_.Find(pg_id);
+  if (pg == nullptr) return std::nullopt;
+  return *pg;
+}
+
+std::optional<rpc::PlacementGroupInfo> GcsPlacementGroupManager::GetByName(
+    const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, pg] : groups_.entries()) {
+    if (pg.name() == name && pg.state() != rpc::PG_REMOVED) return pg;
+  }
+  return std::nullopt;
+}
+
+std::vector<rpc::PlacementGroupInfo> GcsPlacementGroupManager::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<rpc::PlacementGroupInfo> out;
+  for (const auto& [id, pg] : groups_.entries()) out.push_back(pg);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return std::make_tuple(a.create_time_ms(), a.placement_group_id()) <
+           std::make_tuple(b.create_time_ms(), b.placement_group_id());
+  });
+  return out;
+}
+
+absl::StatusOr<rpc::PlacementGroupInfo> GcsPlacementGroupManager::WaitReady(
+    const std::string& pg_id, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto settled = [this, &pg_id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> bool {
+    const rpc::PlacementGroupInfo* pg = groups_.Find(pg_id);
+    return pg == nullptr || pg->state() == rpc::PG_CREATED || pg->state() == rpc::PG_REMOVED;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&settled), timeout);
+  const rpc::PlacementGroupInfo* pg = groups_.Find(pg_id);
+  if (pg == nullptr) return absl::NotFoundError(absl::StrCat("no placement group ", pg_id));
+  return *pg;
+}
+
+absl::Status GcsPlacementGroupManager::CheckActorBundle(const std::string& pg_id, int bundle_index,
+                                                        const Resources& request) const {
+  absl::MutexLock lock(&mu_);
+  const rpc::PlacementGroupInfo* pg = groups_.Find(pg_id);
+  if (pg == nullptr) {
+    return absl::NotFoundError(absl::StrCat("actor: no placement group ", pg_id));
+  }
+  if (pg->state() == rpc::PG_REMOVED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("actor: ", Describe(*pg), " was removed; create the actor elsewhere"));
+  }
+  if (bundle_index < -1 || bundle_index >= pg->bundles_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "actor: bundle index ", bundle_index, " is out of range: ", Describe(*pg), " has ",
+        pg->bundles_size(), " bundles (0..", pg->bundles_size() - 1, "), or use -1 for any"));
+  }
+  for (int i = 0; i < pg->bundles_size(); ++i) {
+    if (bundle_index >= 0 && i != bundle_index) continue;
+    if (rpc::FromProto(pg->bundles(i).resources()).Contains(request)) return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "actor: needs ", request.ToString(), ", more than ",
+      bundle_index >= 0 ? absl::StrCat("bundle ", bundle_index, " of ") : "any bundle of ",
+      Describe(*pg), " holds"));
+}
+
+void GcsPlacementGroupManager::OnBundlesLost(const std::vector<std::pair<std::string, int>>& lost) {
+  if (lost.empty()) return;
+  std::vector<std::pair<rpc::PlacementGroupInfo, std::vector<int>>> starts;
+  {
+    absl::MutexLock lock(&mu_);
+    std::map<std::string, std::vector<int>> by_group;
+    for (const auto& [pg_id, index] : lost) by_group[pg_id].push_back(index);
+    for (const auto& [pg_id, indices] : by_group) {
+      const rpc::PlacementGroupInfo* found = groups_.Find(pg_id);
+      if (found == nullptr || found->state() == rpc::PG_REMOVED) continue;
+      rpc::PlacementGroupInfo pg = *found;
+      for (int i : indices) {
+        if (i < pg.bundles_size()) pg.mutable_bundles(i)->clear_node_id();
+      }
+      if (pg.state() == rpc::PG_CREATED) pg.set_state(rpc::PG_RESCHEDULING);
+      SaveLocked(pg);
+      spdlog::warn("{}: {} bundle(s) lost with their node; rescheduling them", Describe(pg),
+                   indices.size());
+      // Ahead of the groups that were never placed.
+      queue_.erase(std::remove(queue_.begin(), queue_.end(), pg_id), queue_.end());
+      queue_.push_front(pg_id);
+    }
+    ScheduleLocked(&starts);
+  }
+  Run(std::move(starts));
+}
+
+void GcsPlacementGroupManager::ScheduleNow() {
+  std::vector<std::pair<rpc::PlacementGroupInfo, std::vector<int>>> starts;
+  {
+    absl::MutexLock lock(&mu_);
+    if (queue_.empty()) return;
+    ScheduleLocked(&starts);
+  }
+  Run(std::move(starts));
+}
+
+}  // namespace phalanx::gcs

@@ -1,0 +1,89 @@
+// GcsPlacementGroupManager: placement groups (Ray's semantics): sets of resource bundles
+// reserved all-or-nothing across nodes.
+//
+//   PENDING ──► CREATED ──(a node with bundles dies)──► RESCHEDULING ──► CREATED
+//      └──────────────┴──────────────────────────────────────┴──► REMOVED
+//
+// Placing a group: the scheduler plans nodes for its bundles and reserves them in the GCS's
+// view; then every node involved is asked to prepare its bundles, and only when all prepared
+// are they committed (two-phase commit). Any failure cancels every prepared bundle and gives
+// the reservations back, and the group waits to be tried again. A node's death sends the
+// bundles that lived there (only those) back to be placed, ahead of groups still pending.
+// Removing a group kills its actors and frees everything. Thread-safe.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "gcs/actor_manager.h"
+#include "gcs/node_client_pool.h"
+#include "gcs/node_manager.h"
+#include "gcs/publisher.h"
+#include "gcs/table.h"
+#include "placement/resource_scheduler.h"
+#include "runtime/common/timer.h"
+#include "runtime/proto/gcs.pb.h"
+
+namespace phalanx::gcs {
+
+class GcsPlacementGroupManager {
+ public:
+  GcsPlacementGroupManager(Store* store, GcsPublisher* publisher, GcsNodeManager* nodes,
+                           NodeClientPool* node_clients, placement::ResourceScheduler* scheduler,
+                           GcsActorManager* actors);
+
+  // Loads the table; CREATED groups get their bundles back in the scheduler (call before the
+  // actor manager loads, so that actors find their bundles), the rest are placed again.
+  absl::Status Load();
+
+  absl::StatusOr<rpc::PlacementGroupInfo> Create(rpc::PlacementGroupInfo spec);
+  absl::Status Remove(const std::string& pg_id);
+  std::optional<rpc::PlacementGroupInfo> Get(const std::string& pg_id) const;
+  std::optional<rpc::PlacementGroupInfo> GetByName(const std::string& name) const;
+  std::vector<rpc::PlacementGroupInfo> List() const;
+  // Waits until the group is CREATED (or REMOVED) or `timeout` passes; returns its record.
+  absl::StatusOr<rpc::PlacementGroupInfo> WaitReady(const std::string& pg_id,
+                                                    absl::Duration timeout);
+
+  // For actors created into a group: the group exists and is not removed, the bundle index
+  // is in range, and the request fits the bundle (any bundle, for index -1).
+  absl::Status CheckActorBundle(const std::string& pg_id, int bundle_index,
+                                const Resources& request) const;
+
+  // Bundles whose node died (from the scheduler): placed again first.
+  void OnBundlesLost(const std::vector<std::pair<std::string, int>>& lost);
+  // Resources appeared (a node joined, something was freed): try the waiting groups.
+  void ScheduleNow();
+
+ private:
+  void SaveLocked(const rpc::PlacementGroupInfo& pg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ScheduleLocked(std::vector<std::pair<rpc::PlacementGroupInfo, std::vector<int>>>* starts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the two-phase commit of `indices` of `pg` (already reserved in the scheduler).
+  void TwoPhaseCommit(rpc::PlacementGroupInfo pg, std::vector<int> indices);
+  void FinishCommit(const std::string& pg_id, int64_t round, const std::vector<int>& indices,
+                    absl::Status outcome, const std::vector<std::string>& nodes_prepared);
+  std::string AddressOf(const std::string& node_id) const;
+  void Run(std::vector<std::pair<rpc::PlacementGroupInfo, std::vector<int>>> starts);
+
+  GcsPublisher* const publisher_;
+  GcsNodeManager* const nodes_;
+  NodeClientPool* const node_clients_;
+  placement::ResourceScheduler* const scheduler_;
+  GcsActorManager* const actors_;
+  TimerQueue timers_;
+
+  mutable absl::Mutex mu_;
+  Table<rpc::PlacementGroupInfo> groups_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);  // waiting to be placed, FIFO
+  // Groups whose two-phase commit is in flight → its round number (stale replies lose).
+  std::map<std::string, int64_t> committing_ ABSL_GUARDED_BY(mu_);
+  int64_t next_round_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace phalanx::gcs

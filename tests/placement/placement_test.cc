@@ -1,0 +1,329 @@
+// Placement groups and scheduling on several node managers with declared resources.
+#include <signal.h>
+
+#include <set>
+
+#include "actors/api.h"
+#include "gcs/gcs_client.h"
+#include "gtest/gtest.h"
+#include "runtime/proto/node.grpc.pb.h"
+#include "runtime/rpc/describe.h"
+#include "runtime/rpc/rpc.h"
+#include "tests/actors/test_actors.h"
+#include "tests/testing/test_util.h"
+
+namespace phalanx {
+namespace {
+
+using testing::Counter;
+
+class PlacementTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    redis_ = std::make_unique<testing::RedisServer>();
+    gcs_ = std::make_unique<testing::GcsProcess>(
+        *redis_, testing::GcsProcess::Options{/*node_timeout_ms=*/1000, 10000});
+    client_ = *gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
+    InitOptions init;
+    init.address = gcs_->address();
+    init.token = gcs_->token();
+    ASSERT_TRUE(Init(init).ok());
+  }
+
+  void TearDown() override {
+    Shutdown();
+    for (auto& [id, n] : nodes_) n.Terminate();
+  }
+
+  void AddNode(const std::string& id, double cpus, int prepare_delay_ms = 0) {
+    testing::NodeOptions options;
+    options.num_cpus = cpus;
+    options.debug_prepare_delay_ms = prepare_delay_ms;
+    nodes_[id] = testing::StartNode(*gcs_, id, options);
+  }
+
+  rpc::PlacementGroupInfo Info(const PlacementGroup& pg) {
+    return *client_->GetPlacementGroup(pg.id());
+  }
+
+  // The GCS's view of a node's available CPUs.
+  double AvailableCpu(const std::string& node_id) {
+    auto nodes = client_->GetAllNodes();
+    if (!nodes.ok()) return -1;
+    for (const auto& n : *nodes) {
+      if (n.node_id() == node_id) return rpc::FromProto(n.available()).Get("CPU");
+    }
+    return -1;
+  }
+
+  // The node manager's own ledger of reserved bundles.
+  rpc::GetNodeStatsReply NodeStats(const std::string& node_id) {
+    std::string address;
+    auto nodes = client_->GetAllNodes();
+    if (!nodes.ok()) return {};
+    for (const auto& n : *nodes) {
+      if (n.node_id() == node_id) address = n.address();
+    }
+    auto stub = rpc::NodeManagerService::NewStub(rpc::MakeChannel(address));
+    grpc::ClientContext ctx;
+    rpc::PrepareContext(&ctx, gcs_->token(), absl::Seconds(5));
+    rpc::GetNodeStatsReply reply;
+    stub->GetNodeStats(&ctx, rpc::GetNodeStatsRequest(), &reply);
+    return reply;
+  }
+
+  std::vector<std::string> Nodes(const PlacementGroup& pg) { return *pg.BundleNodes(); }
+
+  std::unique_ptr<testing::RedisServer> redis_;
+  std::unique_ptr<testing::GcsProcess> gcs_;
+  std::map<std::string, testing::ChildProcess> nodes_;
+  std::unique_ptr<gcs::GcsClient> client_;
+};
+
+std::vector<std::map<std::string, double>> Cpus(int n, double each) {
+  return std::vector<std::map<std::string, double>>(n, {{"CPU", each}});
+}
+
+TEST_F(PlacementTest, EachStrategyPlacesBundlesAsDefined) {
+  for (const char* id : {"node-a", "node-b", "node-c"}) AddNode(id, 4);
+
+  auto strict_pack = CreatePlacementGroup(Cpus(3, 1), "STRICT_PACK");
+  ASSERT_TRUE(strict_pack.ok()) << strict_pack.status();
+  ASSERT_TRUE(strict_pack->Wait(absl::Seconds(10)).ok());
+  auto sp = Nodes(*strict_pack);
+  EXPECT_EQ(std::set<std::string>(sp.begin(), sp.end()).size(), 1u);
+  ASSERT_TRUE(RemovePlacementGroup(*strict_pack).ok());
+
+  auto pack = CreatePlacementGroup(Cpus(3, 1), "PACK");
+  ASSERT_TRUE(pack->Wait(absl::Seconds(10)).ok());
+  auto p = Nodes(*pack);
+  EXPECT_EQ(std::set<std::string>(p.begin(), p.end()).size(), 1u) << "PACK fits on one node";
+  ASSERT_TRUE(RemovePlacementGroup(*pack).ok());
+
+  auto pack_big = CreatePlacementGroup(Cpus(3, 3), "PACK");  // 9 CPUs: cannot fit one node
+  ASSERT_TRUE(pack_big->Wait(absl::Seconds(10)).ok());
+  auto pb = Nodes(*pack_big);
+  EXPECT_EQ(std::set<std::string>(pb.begin(), pb.end()).size(), 3u);
+  ASSERT_TRUE(RemovePlacementGroup(*pack_big).ok());
+
+  for (const char* strategy : {"SPREAD", "STRICT_SPREAD"}) {
+    auto spread = CreatePlacementGroup(Cpus(3, 1), strategy);
+    ASSERT_TRUE(spread->Wait(absl::Seconds(10)).ok()) << strategy;
+    auto s = Nodes(*spread);
+    EXPECT_EQ(std::set<std::string>(s.begin(), s.end()).size(), 3u) << strategy;
+    ASSERT_TRUE(RemovePlacementGroup(*spread).ok());
+  }
+  // SPREAD is best effort: 4 bundles on 3 nodes still place (one node takes two).
+  auto spread4 = CreatePlacementGroup(Cpus(4, 1), "SPREAD");
+  ASSERT_TRUE(spread4->Wait(absl::Seconds(10)).ok());
+  auto s4 = Nodes(*spread4);
+  EXPECT_EQ(std::set<std::string>(s4.begin(), s4.end()).size(), 3u);
+  ASSERT_TRUE(RemovePlacementGroup(*spread4).ok());
+  for (const char* id : {"node-a", "node-b", "node-c"}) {
+    EXPECT_TRUE(testing::WaitFor([&] { return AvailableCpu(id) == 4; }, absl::Seconds(5))) << id;
+  }
+}
+
+TEST_F(PlacementTest, StrictSpreadWaitsForAThirdNode) {
+  AddNode("node-a", 2);
+  AddNode("node-b", 2);
+  auto pg = CreatePlacementGroup(Cpus(3, 1), "STRICT_SPREAD", "three-ways");
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  auto early = pg->Wait(absl::Milliseconds(500));
+  ASSERT_TRUE(absl::IsDeadlineExceeded(early)) << early;
+  EXPECT_NE(early.message().find("STRICT_SPREAD needs 3 nodes"), std::string::npos) << early;
+  EXPECT_EQ(Info(*pg).state(), rpc::PG_PENDING);
+  // Nothing of it is held while it waits.
+  EXPECT_EQ(AvailableCpu("node-a"), 2);
+  auto status = testing::RunCommand({testing::BinDir() + "/phalanx", "status", "--address",
+                                     gcs_->address(), "--token", gcs_->token()});
+  EXPECT_NE(status.output.find("Pending: 1x placement group 'three-ways'"), std::string::npos)
+      << status.output;
+
+  AddNode("node-c", 2);
+  ASSERT_TRUE(pg->Wait(absl::Seconds(10)).ok());
+  auto n = Nodes(*pg);
+  EXPECT_EQ(std::set<std::string>(n.begin(), n.end()),
+            (std::set<std::string>{"node-a", "node-b", "node-c"}));
+}
+
+TEST_F(PlacementTest, KilledNodeBetweenPrepareAndCommitRollsBackEverything) {
+  AddNode("node-a", 2);
+  AddNode("node-b", 2, /*prepare_delay_ms=*/1500);  // answers prepares slowly
+  auto pg = CreatePlacementGroup(Cpus(2, 1), "STRICT_SPREAD");
+  ASSERT_TRUE(pg.ok());
+  // node-a has prepared by now; node-b is still preparing when it dies.
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return NodeStats("node-a").bundles_size() == 1; }, absl::Seconds(5)));
+  nodes_["node-b"].KillAndWait();
+  // Rolled back: node-a holds nothing, in its own ledger and in the GCS's view.
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return NodeStats("node-a").bundles_size() == 0; }, absl::Seconds(10)));
+  EXPECT_EQ(rpc::FromProto(NodeStats("node-a").available()).Get("CPU"), 2);
+  ASSERT_TRUE(testing::WaitFor([&] { return AvailableCpu("node-a") == 2; }, absl::Seconds(5)));
+  EXPECT_NE(Info(*pg).state(), rpc::PG_CREATED);
+  // A new node: placed on node-a and node-c, and only those bundles are held.
+  AddNode("node-c", 2);
+  ASSERT_TRUE(pg->Wait(absl::Seconds(15)).ok());
+  auto n = Nodes(*pg);
+  EXPECT_EQ(std::set<std::string>(n.begin(), n.end()), (std::set<std::string>{"node-a", "node-c"}));
+  EXPECT_EQ(NodeStats("node-a").bundles_size(), 1);
+  EXPECT_TRUE(NodeStats("node-a").bundles(0).committed());
+  ASSERT_TRUE(testing::WaitFor([&] { return AvailableCpu("node-a") == 1; }, absl::Seconds(5)));
+}
+
+TEST_F(PlacementTest, NodeDeathReschedulesOnlyItsBundles) {
+  for (const char* id : {"node-a", "node-b", "node-c"}) AddNode(id, 2);
+  auto pg = CreatePlacementGroup(Cpus(3, 1), "SPREAD");
+  ASSERT_TRUE(pg->Wait(absl::Seconds(10)).ok());
+  std::vector<std::string> before = Nodes(*pg);
+  std::vector<ActorHandle<Counter>> members;
+  for (int i = 0; i < 3; ++i) {
+    auto a =
+        Actor<Counter>().SetResource("CPU", 1).SetPlacementGroup(*pg, i).SetMaxRestarts(-1).Remote(
+            i);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_EQ(*Get(a->Task(&Counter::Value).Remote(), absl::Seconds(20)), i);
+    EXPECT_EQ(client_->GetActor(a->id())->node_id(), before[i]);
+    members.push_back(*a);
+  }
+  int lost = static_cast<int>(std::find(before.begin(), before.end(), "node-c") - before.begin());
+  nodes_["node-c"].KillAndWait();
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return Info(*pg).state() == rpc::PG_RESCHEDULING || Nodes(*pg)[lost] != "node-c"; },
+      absl::Seconds(10)));
+  ASSERT_TRUE(pg->Wait(absl::Seconds(15)).ok());
+  std::vector<std::string> after = Nodes(*pg);
+  for (int i = 0; i < 3; ++i) {
+    if (i == lost) {
+      EXPECT_NE(after[i], "node-c");
+    } else {
+      EXPECT_EQ(after[i], before[i]) << "bundle " << i << " on a live node moved";
+    }
+  }
+  // The actor of the lost bundle came back inside its bundle's new home.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        auto a = client_->GetActor(members[lost].id());
+        return a->state() == rpc::ACTOR_ALIVE && a->num_restarts() == 1;
+      },
+      absl::Seconds(20)));
+  EXPECT_EQ(client_->GetActor(members[lost].id())->node_id(), after[lost]);
+  EXPECT_EQ(*Get(members[lost].Task(&Counter::Value).Remote(), absl::Seconds(20)), lost);
+  for (int i = 0; i < 3; ++i) {
+    if (i != lost) {
+      EXPECT_EQ(client_->GetActor(members[i].id())->num_restarts(), 0);
+    }
+  }
+}
+
+TEST_F(PlacementTest, FractionalCpusAddUpExactly) {
+  AddNode("node-a", 1);
+  std::vector<ActorHandle<Counter>> tenths;
+  for (int i = 0; i < 10; ++i) {
+    auto a = Actor<Counter>().SetResource("CPU", 0.1).Remote(i);
+    ASSERT_TRUE(a.ok());
+    tenths.push_back(*a);
+  }
+  for (auto& a : tenths) ASSERT_TRUE(Get(a.Task(&Counter::Value).Remote(), absl::Seconds(30)).ok());
+  EXPECT_EQ(AvailableCpu("node-a"), 0);
+  auto eleventh = Actor<Counter>().SetResource("CPU", 0.1).Remote(0);
+  ASSERT_TRUE(eleventh.ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(client_->GetActor(eleventh->id())->state(), rpc::ACTOR_PENDING);
+  ASSERT_TRUE(Kill(tenths[0]).ok());
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return client_->GetActor(eleventh->id())->state() == rpc::ACTOR_ALIVE; },
+      absl::Seconds(20)));
+  for (auto& a : tenths) ASSERT_TRUE(Kill(a).ok());
+  ASSERT_TRUE(Kill(*eleventh).ok());
+  ASSERT_TRUE(testing::WaitFor([&] { return AvailableCpu("node-a") == 1; }, absl::Seconds(10)));
+
+  // 0.3 + 0.3 + 0.4 is exactly one CPU.
+  auto pg = CreatePlacementGroup({{{"CPU", 0.3}}, {{"CPU", 0.3}}, {{"CPU", 0.4}}}, "STRICT_PACK");
+  ASSERT_TRUE(pg->Wait(absl::Seconds(10)).ok());
+  EXPECT_EQ(AvailableCpu("node-a"), 0);
+}
+
+TEST_F(PlacementTest, RemovalKillsTheGroupsActorsAndFreesEverything) {
+  AddNode("node-a", 2);
+  AddNode("node-b", 2);
+  auto pg = CreatePlacementGroup({{{"CPU", 2}}, {{"CPU", 1}}}, "SPREAD");
+  ASSERT_TRUE(pg->Wait(absl::Seconds(10)).ok());
+  auto in_any = Actor<Counter>().SetResource("CPU", 1).SetPlacementGroup(*pg).Remote(1);
+  auto in_zero = Actor<Counter>().SetResource("CPU", 1).SetPlacementGroup(*pg, 0).Remote(2);
+  ASSERT_TRUE(in_any.ok() && in_zero.ok());
+  ASSERT_EQ(*Get(in_any->Task(&Counter::Value).Remote(), absl::Seconds(20)), 1);
+  ASSERT_EQ(*Get(in_zero->Task(&Counter::Value).Remote(), absl::Seconds(20)), 2);
+  EXPECT_EQ(client_->GetActor(in_zero->id())->node_id(), Nodes(*pg)[0]);
+  // Bundle 0 has 2 CPUs: one taken, one left; a third actor of 2 CPUs waits.
+  auto waiting = Actor<Counter>().SetResource("CPU", 2).SetPlacementGroup(*pg, 0).Remote(3);
+  ASSERT_TRUE(waiting.ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(client_->GetActor(waiting->id())->state(), rpc::ACTOR_PENDING);
+  EXPECT_NE(client_->GetActor(waiting->id())->pending_reason().find("placement group"),
+            std::string::npos);
+
+  ASSERT_TRUE(RemovePlacementGroup(*pg).ok());
+  for (const auto* a : {&*in_any, &*in_zero, &*waiting}) {
+    ASSERT_TRUE(testing::WaitFor(
+        [&] { return client_->GetActor(a->id())->state() == rpc::ACTOR_DEAD; }, absl::Seconds(10)));
+    EXPECT_NE(client_->GetActor(a->id())->death_cause().message().find("was removed"),
+              std::string::npos);
+  }
+  for (const char* id : {"node-a", "node-b"}) {
+    EXPECT_TRUE(testing::WaitFor([&] { return AvailableCpu(id) == 2; }, absl::Seconds(10))) << id;
+    EXPECT_TRUE(
+        testing::WaitFor([&] { return NodeStats(id).bundles_size() == 0; }, absl::Seconds(10)))
+        << id;
+  }
+  EXPECT_EQ(*pg->State(), "REMOVED");
+}
+
+TEST_F(PlacementTest, BadInputGetsClearErrors) {
+  AddNode("node-a", 2);
+  auto none = CreatePlacementGroup({}, "PACK");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no bundles"), std::string::npos) << none.status();
+  auto empty = CreatePlacementGroup({{{"CPU", 1}}, {}}, "PACK");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("bundle 1 is empty"), std::string::npos);
+  auto zero = CreatePlacementGroup({{{"CPU", 0}}}, "PACK");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find("'CPU' has amount 0; amounts must be > 0"),
+            std::string::npos)
+      << zero.status();
+  auto negative = CreatePlacementGroup({{{"CPU", -2}}}, "PACK");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("amount -2"), std::string::npos);
+  auto strategy = CreatePlacementGroup(Cpus(1, 1), "SCATTER");
+  ASSERT_FALSE(strategy.ok());
+  EXPECT_NE(strategy.status().message().find("strategy 'SCATTER' is unknown"), std::string::npos);
+  auto too_big = CreatePlacementGroup(Cpus(1, 8), "PACK");
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(too_big.status()));
+  EXPECT_NE(too_big.status().message().find("bigger than every node"), std::string::npos);
+  auto strict_pack = CreatePlacementGroup(Cpus(3, 1), "STRICT_PACK");
+  ASSERT_FALSE(strict_pack.ok());
+  EXPECT_NE(strict_pack.status().message().find("STRICT_PACK needs one node with {CPU: 3}"),
+            std::string::npos)
+      << strict_pack.status();
+
+  auto pg = CreatePlacementGroup(Cpus(2, 0.5), "PACK");
+  ASSERT_TRUE(pg->Wait(absl::Seconds(10)).ok());
+  auto out_of_range = Actor<Counter>().SetPlacementGroup(*pg, 2).Remote(0);
+  ASSERT_FALSE(out_of_range.ok());
+  EXPECT_NE(out_of_range.status().message().find("bundle index 2 is out of range"),
+            std::string::npos)
+      << out_of_range.status();
+  auto too_much = Actor<Counter>().SetResource("CPU", 1).SetPlacementGroup(*pg).Remote(0);
+  ASSERT_FALSE(too_much.ok());
+  EXPECT_NE(too_much.status().message().find("more than any bundle"), std::string::npos)
+      << too_much.status();
+  auto unknown = Actor<Counter>().SetPlacementGroup(PlacementGroup("nope")).Remote(0);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_TRUE(absl::IsNotFound(unknown.status())) << unknown.status();
+}
+
+}  // namespace
+}  // namespace phalanx
