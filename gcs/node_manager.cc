@@ -166,7 +166,9 @@ absl::Status GcsNodeManager::UpdateAvailable(const std::string& node_id,
     PublishNodeLocked(updated);
     PublishResourceLocked(rpc::ResourceEvent::RESOURCES_CHANGED, updated);
   }
-  return write.Wait();
+  // Availability is derived from the actor and placement-group tables (a restarted GCS
+  // recomputes it), so nobody waits for this write.
+  return absl::OkStatus();
 }
 
 PendingWrite GcsNodeManager::MarkDeadLocked(const std::string& node_id, const std::string& reason,

@@ -53,8 +53,8 @@ class GcsNodeManager {
   // re-registers after a GCS restart).
   void AddRegisteredListener(std::function<void(const rpc::NodeInfo&)> listener);
 
-  // Updates a node's available resources (from the node or the scheduler); publishes a
-  // RESOURCES_CHANGED event when they changed.
+  // Updates a node's available resources (from the scheduler); publishes a RESOURCES_CHANGED
+  // event when they changed. Does not wait for the store.
   absl::Status UpdateAvailable(const std::string& node_id, const rpc::ResourceSet& available);
 
  private:
