@@ -1,0 +1,58 @@
+// The interface every transport implements for one formed epoch (internal). Not thread-safe:
+// the group runs one call at a time. Errors are statuses whose messages the group prefixes
+// with the group, epoch and operation.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "collectives/collective_group.h"
+#include "collectives/kv_store.h"
+
+namespace phalanx::collective {
+
+class CommBackend {
+ public:
+  virtual ~CommBackend() = default;
+  virtual absl::Status Allreduce(void* data, size_t count, DType dtype, ReduceOp op,
+                                 absl::Duration timeout) = 0;
+  virtual absl::Status Allgather(const void* in, void* out, size_t count, DType dtype,
+                                 absl::Duration timeout) = 0;
+  virtual absl::Status Broadcast(void* data, size_t count, DType dtype, int root,
+                                 absl::Duration timeout) = 0;
+  virtual absl::Status ReduceScatter(const void* in, void* out, size_t count, DType dtype,
+                                     ReduceOp op, absl::Duration timeout) = 0;
+  virtual absl::Status Barrier(absl::Duration timeout) = 0;
+  virtual absl::Status Send(const void* data, size_t count, DType dtype, int dst,
+                            absl::Duration timeout) = 0;
+  virtual absl::Status Recv(void* data, size_t count, DType dtype, int src,
+                            absl::Duration timeout) = 0;
+  // Releases the transport at once (NCCL: ncclCommAbort), even while a call is stuck.
+  virtual void Abort() {}
+};
+
+struct ConnectOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string host;
+  absl::Duration timeout;
+  int cuda_device = -1;
+  void* cuda_stream = nullptr;
+};
+
+// Forms a Gloo full mesh through `store` (keys of one epoch).
+absl::StatusOr<std::unique_ptr<CommBackend>> ConnectGloo(KvStore* store,
+                                                         const ConnectOptions& options);
+
+// Forms an NCCL communicator; `previous` (this member's communicator of the last epoch, may
+// be null) is shrunk instead of re-initialized when the new epoch only drops members
+// (`kept_ranks`: the new rank of each old rank, -1 = gone).
+absl::StatusOr<std::unique_ptr<CommBackend>> ConnectNccl(KvStore* store,
+                                                         const ConnectOptions& options,
+                                                         CommBackend* previous,
+                                                         const std::vector<int>& kept_ranks);
+
+}  // namespace phalanx::collective

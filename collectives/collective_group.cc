@@ -1,0 +1,551 @@
+#include "collectives/collective_group.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "collectives/backend.h"
+#include "gcs/gcs_client.h"
+#include "runtime/common/logging.h"
+#include "runtime/common/session.h"
+
+namespace phalanx::collective {
+
+#ifdef PHALANX_WITH_NCCL
+bool NcclBuiltImpl();
+int NcclDeviceCountImpl();
+bool NcclBuilt() { return NcclBuiltImpl(); }
+int NcclDeviceCount() { return NcclDeviceCountImpl(); }
+#else
+bool NcclBuilt() { return false; }
+int NcclDeviceCount() { return 0; }
+absl::StatusOr<std::unique_ptr<CommBackend>> ConnectNccl(KvStore*, const ConnectOptions&,
+                                                         CommBackend*, const std::vector<int>&) {
+  return absl::FailedPreconditionError(
+      "this build has no NCCL backend: rebuild where /usr/local/cuda has NCCL "
+      "(-DPHALANX_WITH_NCCL=ON), or use the Gloo backend");
+}
+#endif
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kInt32:
+      return 4;
+    case DType::kFloat64:
+    case DType::kInt64:
+      return 8;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return 2;
+  }
+  return 1;
+}
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+  }
+  return "?";
+}
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kProd:
+      return "prod";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kAvg:
+      return "avg";
+  }
+  return "?";
+}
+
+std::string NetworkCheckReport::ToString() const {
+  std::string out = absl::StrFormat("network check, epoch %d, median %.1f ms:", epoch, median_ms);
+  for (const auto& r : ranks) {
+    absl::StrAppendFormat(&out, "\n  rank %d: matmul %.1f ms, exchange %.1f ms%s%s", r.rank,
+                          r.matmul_ms, r.exchange_ms, r.straggler ? "  STRAGGLER" : "",
+                          r.faulty ? "  FAULTY" : "");
+  }
+  return out;
+}
+
+namespace {
+
+class GroupImpl final : public CollectiveGroup {
+ public:
+  GroupImpl(GroupOptions options, std::unique_ptr<gcs::GcsClient> gcs)
+      : options_(std::move(options)), gcs_(std::move(gcs)) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+
+  ~GroupImpl() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    thread_.join();
+    if (backend_) backend_->Abort();
+  }
+
+  int rank() const override {
+    absl::MutexLock lock(&mu_);
+    return rank_;
+  }
+  int world_size() const override {
+    absl::MutexLock lock(&mu_);
+    return world_;
+  }
+  int64_t epoch() const override {
+    absl::MutexLock lock(&mu_);
+    return epoch_;
+  }
+  const std::string& name() const override { return options_.name; }
+  Backend backend() const override { return options_.backend; }
+
+  absl::Status Reconfigure(int64_t epoch, int rank, int world_size,
+                           absl::Duration timeout) override {
+    if (timeout == absl::ZeroDuration()) timeout = options_.timeout;
+    return Submit([=, this] { return ReconfigureNow(epoch, rank, world_size, timeout); }).Wait();
+  }
+
+  Work AllreduceAsync(void* data, size_t count, DType dtype, ReduceOp op,
+                      absl::Duration timeout) override {
+    return Op("allreduce", timeout, [=](CommBackend* b, absl::Duration t) {
+      return b->Allreduce(data, count, dtype, op, t);
+    });
+  }
+  Work AllgatherAsync(const void* in, void* out, size_t count, DType dtype,
+                      absl::Duration timeout) override {
+    return Op("allgather", timeout, [=](CommBackend* b, absl::Duration t) {
+      return b->Allgather(in, out, count, dtype, t);
+    });
+  }
+  Work BroadcastAsync(void* data, size_t count, DType dtype, int root,
+                      absl::Duration timeout) override {
+    return Op("broadcast", timeout, [=, this](CommBackend* b, absl::Duration t) {
+      if (root < 0 || root >= world_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("broadcast: root ", root, " is not a rank (0..", world_ - 1, ")"));
+      }
+      return b->Broadcast(data, count, dtype, root, t);
+    });
+  }
+  Work ReduceScatterAsync(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                          absl::Duration timeout) override {
+    return Op("reduce-scatter", timeout, [=](CommBackend* b, absl::Duration t) {
+      return b->ReduceScatter(in, out, count, dtype, op, t);
+    });
+  }
+  Work BarrierAsync(absl::Duration timeout) override {
+    return Op("barrier", timeout, [](CommBackend* b, absl::Duration t) { return b->Barrier(t); });
+  }
+  Work SendAsync(const void* data, size_t count, DType dtype, int dst,
+                 absl::Duration timeout) override {
+    return Op("send", timeout, [=, this](CommBackend* b, absl::Duration t) {
+      if (dst < 0 || dst >= world_ || dst == rank_) {
+        return absl::InvalidArgumentError(absl::StrCat("send: destination ", dst,
+                                                       " is not another rank (0..", world_ - 1,
+                                                       ", not ", rank_, ")"));
+      }
+      return b->Send(data, count, dtype, dst, t);
+    });
+  }
+  Work RecvAsync(void* data, size_t count, DType dtype, int src, absl::Duration timeout) override {
+    return Op("recv", timeout, [=, this](CommBackend* b, absl::Duration t) {
+      if (src < 0 || src >= world_ || src == rank_) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "recv: source ", src, " is not another rank (0..", world_ - 1, ", not ", rank_, ")"));
+      }
+      return b->Recv(data, count, dtype, src, t);
+    });
+  }
+
+  absl::StatusOr<NetworkCheckReport> NetworkCheck(const NetworkCheckOptions& options) override;
+
+ private:
+  using Task = std::function<absl::Status()>;
+
+  Work Submit(Task task) {
+    auto promise = std::make_shared<std::promise<absl::Status>>();
+    Work work(promise->get_future().share());
+    absl::MutexLock lock(&mu_);
+    queue_.push_back([promise, task = std::move(task)] {
+      absl::Status s = task();
+      promise->set_value(s);
+      return s;
+    });
+    return work;
+  }
+
+  // Runs a collective on the op thread, with the group's sticky failure and error naming.
+  template <typename F>
+  Work Op(const char* what, absl::Duration timeout, F&& call) {
+    if (timeout == absl::ZeroDuration()) timeout = options_.timeout;
+    return Submit([this, what, timeout, call = std::forward<F>(call)]() -> absl::Status {
+      if (!backend_) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "collective group '", options_.name, "' has no epoch: call Reconfigure first"));
+      }
+      if (!failure_.ok()) return failure_;
+      absl::Status s = call(backend_.get(), timeout);
+      if (s.ok() || absl::IsInvalidArgument(s)) return s;
+      std::string cause = RootCause(s);
+      failure_ = absl::Status(
+          s.code(), absl::StrCat("collective group '", options_.name, "' epoch ", epoch_, " (rank ",
+                                 rank_, " of ", world_, "): ", what, " failed: ", cause,
+                                 "; form a new epoch with Reconfigure"));
+      spdlog::warn("{}", failure_.message());
+      return failure_;
+    });
+  }
+
+  // After a failed call: records what this member saw, closes its connections so that every
+  // member blocked on it fails at once too, and names the first failure any member recorded
+  // (the peer that actually died, rather than a survivor that gave up on it).
+  std::string RootCause(const absl::Status& seen) {
+    KvStore store(gcs_.get(), EpochPrefix(epoch_));
+    std::string mine = std::string(seen.message());
+    store
+        .Set(absl::StrCat("failed/", rank_),
+             absl::StrCat(absl::ToUnixMicros(absl::Now()), "|", mine))
+        .IgnoreError();
+    backend_->Abort();
+    auto reports = store.List("failed/");
+    if (!reports.ok()) return mine;
+    int64_t first_time = INT64_MAX;
+    std::string first;
+    int first_rank = -1;
+    for (const auto& [key, value] : *reports) {
+      size_t bar = value.find('|');
+      int64_t t = 0;
+      int reporter = -1;
+      if (bar == std::string::npos || !absl::SimpleAtoi(value.substr(0, bar), &t) ||
+          !absl::SimpleAtoi(key.substr(key.rfind('/') + 1), &reporter)) {
+        continue;
+      }
+      // A report about "connection closed" by a member that itself reported is an echo of
+      // the abort, not the first failure.
+      if (t < first_time) {
+        first_time = t;
+        first = value.substr(bar + 1);
+        first_rank = reporter;
+      }
+    }
+    if (first_rank < 0 || first_rank == rank_) return mine;
+    return absl::StrCat(first, " (first seen by rank ", first_rank, "; here: ", mine, ")");
+  }
+
+  void Loop() {
+    while (true) {
+      Task task;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](GroupImpl* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g->mu_) {
+              return g->stopping_ || !g->queue_.empty();
+            },
+            this));
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task().IgnoreError();  // the outcome went to the Work
+    }
+  }
+
+  std::string EpochPrefix(int64_t epoch) const {
+    return absl::StrCat(options_.name, "/e", epoch, "/");
+  }
+
+  absl::Status ReconfigureNow(int64_t epoch, int rank, int world_size, absl::Duration timeout) {
+    std::string who = absl::StrCat("collective group '", options_.name, "': epoch ", epoch,
+                                   " (rank ", rank, " of ", world_size, ")");
+    if (world_size < 1 || rank < 0 || rank >= world_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": rank must be in 0..world_size-1 and world_size >= 1"));
+    }
+    if (epoch <= epoch_) {
+      return absl::FailedPreconditionError(absl::StrCat(who, ": this member is already at epoch ",
+                                                        epoch_, "; epochs only move forward"));
+    }
+    // A member may not go back to an epoch older than one the group reached.
+    KvStore group_store(gcs_.get(), options_.name + "/");
+    auto markers = group_store.List("epochs/");
+    if (!markers.ok()) return markers.status();
+    int64_t newest = 0;
+    for (const auto& [key, value] : *markers) {
+      int64_t e = 0;
+      if (absl::SimpleAtoi(key.substr(key.rfind('/') + 1), &e)) newest = std::max(newest, e);
+    }
+    if (newest > epoch) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(who, ": refused, the group already reached epoch ", newest,
+                       "; a stale member cannot join (ask the controller for the current epoch)"));
+    }
+    if (auto s = group_store.Set(absl::StrCat("epochs/", epoch), ""); !s.ok()) return s;
+
+    KvStore store(gcs_.get(), EpochPrefix(epoch));
+    // Which old rank each member was (NCCL shrinks when the epoch only lost members).
+    std::vector<int> kept;
+    if (options_.backend == Backend::kNccl) {
+      if (auto s = store.Set(absl::StrCat("prev/", rank), absl::StrCat(epoch_, ":", rank_));
+          !s.ok()) {
+        return s;
+      }
+      kept.assign(world_, -1);
+      bool shrinkable = backend_ != nullptr && failure_.ok() && world_ > world_size;
+      int last_old = -1;
+      for (int r = 0; r < world_size && shrinkable; ++r) {
+        auto prev = store.Get(absl::StrCat("prev/", r), timeout);
+        if (!prev.ok()) return prev.status();
+        std::vector<std::string> parts = absl::StrSplit(*prev, ':');
+        int64_t old_epoch = 0;
+        int old_rank = -1;
+        if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &old_epoch) ||
+            !absl::SimpleAtoi(parts[1], &old_rank) || old_epoch != epoch_ || old_rank <= last_old ||
+            old_rank >= world_) {
+          shrinkable = false;
+          break;
+        }
+        kept[old_rank] = r;
+        last_old = old_rank;
+      }
+      if (!shrinkable) kept.clear();
+    }
+
+    ConnectOptions connect{rank,    world_size,           options_.host,
+                           timeout, options_.cuda_device, options_.cuda_stream};
+    absl::StatusOr<std::unique_ptr<CommBackend>> formed =
+        options_.backend == Backend::kGloo ? ConnectGloo(&store, connect)
+                                           : ConnectNccl(&store, connect, backend_.get(), kept);
+    if (backend_ && !(options_.backend == Backend::kNccl && !kept.empty())) backend_->Abort();
+    backend_.reset();
+    int64_t previous_epoch = epoch_;
+    {
+      absl::MutexLock lock(&mu_);
+      epoch_ = epoch;
+      rank_ = rank;
+      world_ = world_size;
+    }
+    if (!formed.ok()) {
+      failure_ = absl::Status(
+          formed.status().code(),
+          absl::StrCat(who, ": forming the group failed: ", formed.status().message()));
+      return failure_;
+    }
+    backend_ = std::move(*formed);
+    failure_ = absl::OkStatus();
+    if (rank == 0 && previous_epoch > 0) {
+      KvStore(gcs_.get(), EpochPrefix(previous_epoch)).DeletePrefix("").IgnoreError();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<NetworkCheckReport> NetworkCheckNow(const NetworkCheckOptions& options);
+
+  const GroupOptions options_;
+  std::unique_ptr<gcs::GcsClient> gcs_;
+
+  // Touched by the op thread only.
+  std::unique_ptr<CommBackend> backend_;
+  absl::Status failure_;
+
+  mutable absl::Mutex mu_;
+  int rank_ ABSL_GUARDED_BY(mu_) = 0;
+  int world_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Network check
+
+double TimeMatmulMs(int n, int iterations) {
+  std::vector<float> a(static_cast<size_t>(n) * n, 1.0f), b(a.size(), 0.5f), c(a.size());
+  std::vector<double> times;
+  for (int it = 0; it < iterations; ++it) {
+    absl::Time t0 = absl::Now();
+    for (int i = 0; i < n; ++i) {
+      for (int k = 0; k < n; ++k) {
+        float aik = a[static_cast<size_t>(i) * n + k];
+        for (int j = 0; j < n; ++j)
+          c[static_cast<size_t>(i) * n + j] += aik * b[static_cast<size_t>(k) * n + j];
+      }
+    }
+    times.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+  }
+  std::sort(times.begin(), times.end());
+  volatile float sink = c[0];
+  (void)sink;
+  return times[times.size() / 2];
+}
+
+absl::StatusOr<NetworkCheckReport> GroupImpl::NetworkCheck(const NetworkCheckOptions& options) {
+  absl::StatusOr<NetworkCheckReport> out;
+  absl::Status s = Submit([&] {
+                     out = NetworkCheckNow(options);
+                     return out.status();
+                   }).Wait();
+  (void)s;
+  return out;
+}
+
+absl::StatusOr<NetworkCheckReport> GroupImpl::NetworkCheckNow(const NetworkCheckOptions& options) {
+  if (!backend_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("collective group '", options_.name, "' has no epoch: call Reconfigure"));
+  }
+  const int n = world_, me = rank_;
+  // Round 1 pairs (0,1),(2,3)…; round 2 pairs (1,2),(3,4)…(n-1,0). An unpaired rank sits out.
+  auto partner = [n](int round, int r) {
+    int p;
+    if (round == 1) {
+      p = r ^ 1;
+    } else if (r == 0) {
+      p = n % 2 == 0 ? n - 1 : -1;
+    } else {
+      p = r % 2 == 1 ? r + 1 : r - 1;
+      if (p == n) p = n % 2 == 0 ? 0 : -1;
+    }
+    return (p >= 0 && p < n && p != r) ? p : -1;
+  };
+  double matmul_ms = TimeMatmulMs(options.matmul_size, options.matmul_iterations);
+  if (const char* delay = std::getenv("PHALANX_NETCHECK_DELAY_MS")) {  // test hook
+    int ms = 0;
+    if (absl::SimpleAtoi(delay, &ms) && ms > 0) {
+      absl::SleepFor(absl::Milliseconds(ms));
+      matmul_ms += ms;
+    }
+  }
+  std::vector<char> send(options.exchange_bytes, 1), recv(options.exchange_bytes);
+  bool ok[3] = {true, true, true};
+  absl::Status check_failure;
+  double ms[3] = {0, 0, 0};
+  for (int round = 1; round <= 2; ++round) {
+    int p = partner(round, me);
+    if (p < 0) continue;
+    absl::Time t0 = absl::Now();
+    absl::Status s;
+    if (failure_.ok()) {
+      // Exchanges `count` int32 with the partner, lower rank sending first.
+      auto exchange = [&](size_t count) {
+        absl::Status e;
+        if (me < p) {
+          e = backend_->Send(send.data(), count, DType::kInt32, p, options.timeout);
+          if (e.ok()) e = backend_->Recv(recv.data(), count, DType::kInt32, p, options.timeout);
+        } else {
+          e = backend_->Recv(recv.data(), count, DType::kInt32, p, options.timeout);
+          if (e.ok()) e = backend_->Send(send.data(), count, DType::kInt32, p, options.timeout);
+        }
+        return e;
+      };
+      // Meet first (untimed), so that a partner slow to arrive does not count as a slow link.
+      s = exchange(1);
+      t0 = absl::Now();
+      if (s.ok()) s = exchange(options.exchange_bytes / 4);
+      // A failed round leaves the group to be re-formed, but the other round still runs:
+      // its partner is another rank, and a rank is faulty only if both rounds fail.
+      if (!s.ok() && check_failure.ok()) {
+        check_failure = absl::UnavailableError(absl::StrCat(
+            "collective group '", options_.name, "' epoch ", epoch_, ": network check with rank ",
+            p, " failed: ", s.message(), "; form a new epoch with Reconfigure"));
+      }
+    } else {
+      s = failure_;
+    }
+    ok[round] = s.ok();
+    ms[round] = absl::ToDoubleMilliseconds(absl::Now() - t0);
+  }
+  if (!check_failure.ok()) failure_ = check_failure;
+  KvStore store(gcs_.get(), EpochPrefix(epoch_));
+  std::string mine = absl::StrFormat("%f,%d,%f,%d,%f", matmul_ms, ok[1], ms[1], ok[2], ms[2]);
+  if (auto s = store.Set(absl::StrCat("netcheck/", me), mine); !s.ok()) return s;
+
+  NetworkCheckReport report;
+  report.epoch = epoch_;
+  absl::Time deadline = absl::Now() + options.timeout;
+  std::vector<double> totals;
+  for (int r = 0; r < n; ++r) {
+    RankCheck check;
+    check.rank = r;
+    absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(1));
+    auto value = store.Get(absl::StrCat("netcheck/", r), left);
+    if (value.ok()) {
+      std::vector<std::string> f = absl::StrSplit(*value, ',');
+      int r1 = 0, r2 = 0;
+      double m1 = 0, m2 = 0;
+      if (f.size() == 5 && absl::SimpleAtod(f[0], &check.matmul_ms) &&
+          absl::SimpleAtoi(f[1], &r1) && absl::SimpleAtod(f[2], &m1) &&
+          absl::SimpleAtoi(f[3], &r2) && absl::SimpleAtod(f[4], &m2)) {
+        check.reported = true;
+        check.round1_ok = r1 != 0;
+        check.round2_ok = r2 != 0;
+        check.exchange_ms = std::max(m1, m2);
+        check.total_ms = check.matmul_ms + check.exchange_ms;
+        totals.push_back(check.total_ms);
+      }
+    }
+    report.ranks.push_back(check);
+  }
+  std::sort(totals.begin(), totals.end());
+  report.median_ms = totals.empty() ? 0 : totals[(totals.size() - 1) / 2];
+  for (auto& check : report.ranks) {
+    // Faulty: no report, or both of its rounds failed. (A round fails for both partners, so
+    // the one failing twice is the common factor.)
+    check.faulty = !check.reported || (!check.round1_ok && !check.round2_ok);
+    check.straggler = check.reported && !check.faulty &&
+                      check.total_ms > options.straggler_factor * report.median_ms;
+    if (check.faulty) report.faulty.push_back(check.rank);
+    if (check.straggler) report.stragglers.push_back(check.rank);
+  }
+  return report;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CollectiveGroup>> CollectiveGroup::Create(
+    const GroupOptions& options) {
+  if (options.name.empty() || options.name.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        "collective group: name must be non-empty and without '/' (e.g. the job's name)");
+  }
+  if (options.backend == Backend::kNccl && !NcclBuilt()) {
+    return absl::FailedPreconditionError(
+        "collective group: NCCL asked for, but this build has no NCCL backend (rebuild where "
+        "/usr/local/cuda has NCCL) — use Backend::kGloo");
+  }
+  auto cluster = ResolveCluster(options.gcs_address, options.token);
+  if (!cluster.ok()) return cluster.status();
+  auto gcs = gcs::GcsClient::Connect({cluster->address, cluster->token});
+  if (!gcs.ok()) return gcs.status();
+  return std::unique_ptr<CollectiveGroup>(new GroupImpl(options, std::move(*gcs)));
+}
+
+}  // namespace phalanx::collective

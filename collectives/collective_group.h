@@ -1,0 +1,191 @@
+// CollectiveGroup: the ranks of a training job exchanging buffers — allreduce, allgather,
+// broadcast, reduce-scatter, barrier, send/recv — over Gloo (host memory, TCP) or NCCL (GPU
+// memory), with membership by epoch.
+//
+//   auto group = CollectiveGroup::Create({.name = "job-7"});
+//   group->Reconfigure(/*epoch=*/1, /*rank=*/r, /*world_size=*/4);   // every member calls it
+//   group->Allreduce(grads, n, DType::kFloat32, ReduceOp::kAvg);
+//   ... a peer died: the call fails within the timeout naming the epoch and the peer ...
+//   group->Reconfigure(2, new_rank, 3);                               // the survivors go on
+//
+// Members meet through the GCS key-value store, namespaced by group name and epoch. An epoch
+// is formed by every member calling Reconfigure with the same epoch and world size; a member
+// can never go back to an older epoch than one the group already reached (its call is
+// refused), so a stale process cannot join the current members.
+//
+// A peer's death never hangs the others: the collective in flight fails as soon as the dead
+// peer's connections close (or at the call's timeout), and the group stays failed until the
+// next Reconfigure. Every call has a timeout. Calls are issued in order: collectives must be
+// called in the same order on every member (as with MPI, Gloo and NCCL).
+//
+// Thread-safe; ops on one group run one at a time in call order (the async forms queue).
+// No Gloo, NCCL or gRPC in this header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace phalanx::collective {
+
+enum class DType { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64 };
+enum class ReduceOp { kSum, kProd, kMin, kMax, kAvg };
+enum class Backend { kGloo, kNccl };
+
+size_t DTypeSize(DType dtype);
+const char* DTypeName(DType dtype);
+const char* ReduceOpName(ReduceOp op);
+
+// True when this build has the NCCL backend (CUDA/NCCL found at build time).
+bool NcclBuilt();
+// Number of CUDA devices usable by NCCL here (0 without a GPU or without NCCL).
+int NcclDeviceCount();
+
+struct GroupOptions {
+  std::string name;  // the group's name: rendezvous keys live under it
+  Backend backend = Backend::kGloo;
+  // The GCS used for rendezvous: "" reads $PHALANX_ADDRESS / $PHALANX_TOKEN, then the latest
+  // session on this machine.
+  std::string gcs_address;
+  std::string token;
+  // The address peers reach this member at (Gloo's TCP device binds it).
+  std::string host = "127.0.0.1";
+  // The default timeout of every call, and of forming an epoch.
+  absl::Duration timeout = absl::Seconds(30);
+  // NCCL: the CUDA device of this member (-1: rank % device count) and the stream ops are
+  // issued on (a cudaStream_t; nullptr: the group's own stream). Buffers are device memory.
+  int cuda_device = -1;
+  void* cuda_stream = nullptr;
+};
+
+// A pending async call; Wait() returns its outcome.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_future<absl::Status> future) : future_(std::move(future)) {}
+  absl::Status Wait() const { return future_.valid() ? future_.get() : absl::OkStatus(); }
+  bool Done() const {
+    return !future_.valid() ||
+           future_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
+
+ private:
+  std::shared_future<absl::Status> future_;
+};
+
+// DLRover-style network check: every rank times a matmul and a pairwise exchange with two
+// partners (two rounds, different pairings); a rank slower than `straggler_factor` × the
+// median is a straggler, a rank that failed both rounds (or never reported) is faulty.
+struct NetworkCheckOptions {
+  int matmul_size = 128;
+  int matmul_iterations = 5;
+  size_t exchange_bytes = 1 << 20;
+  double straggler_factor = 2.0;
+  absl::Duration timeout = absl::Seconds(10);
+};
+
+struct RankCheck {
+  int rank = 0;
+  double matmul_ms = -1;
+  double exchange_ms = -1;  // the slower of its two rounds
+  double total_ms = -1;
+  bool round1_ok = false;
+  bool round2_ok = false;
+  bool reported = false;
+  bool straggler = false;
+  bool faulty = false;
+};
+
+struct NetworkCheckReport {
+  int64_t epoch = 0;
+  double median_ms = 0;
+  std::vector<RankCheck> ranks;
+  std::vector<int> stragglers;
+  std::vector<int> faulty;
+  std::string ToString() const;
+};
+
+class CollectiveGroup {
+ public:
+  // Connects to the GCS for rendezvous; no epoch is formed yet. Errors: no GCS, bad options,
+  // NCCL asked for but not built.
+  static absl::StatusOr<std::unique_ptr<CollectiveGroup>> Create(const GroupOptions& options);
+
+  virtual ~CollectiveGroup() = default;
+  CollectiveGroup(const CollectiveGroup&) = delete;
+  CollectiveGroup& operator=(const CollectiveGroup&) = delete;
+
+  // Forms epoch `epoch` as `rank` of `world_size`: blocks until every member joined (or the
+  // timeout). Refused (FailedPrecondition) when the group already reached a newer epoch, or
+  // `epoch` is not newer than this member's current one.
+  virtual absl::Status Reconfigure(int64_t epoch, int rank, int world_size,
+                                   absl::Duration timeout = absl::ZeroDuration()) = 0;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual int64_t epoch() const = 0;  // 0 before the first Reconfigure
+  virtual const std::string& name() const = 0;
+  virtual Backend backend() const = 0;
+
+  // A timeout of zero means the group's default (GroupOptions::timeout).
+  // In place: `data` holds `count` elements in and the result out.
+  virtual Work AllreduceAsync(void* data, size_t count, DType dtype, ReduceOp op,
+                              absl::Duration timeout = absl::ZeroDuration()) = 0;
+  // `in` holds `count` elements; `out` receives world_size × count, rank-major.
+  virtual Work AllgatherAsync(const void* in, void* out, size_t count, DType dtype,
+                              absl::Duration timeout = absl::ZeroDuration()) = 0;
+  virtual Work BroadcastAsync(void* data, size_t count, DType dtype, int root,
+                              absl::Duration timeout = absl::ZeroDuration()) = 0;
+  // `in` holds world_size × count elements; `out` receives this rank's reduced `count`.
+  virtual Work ReduceScatterAsync(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                                  absl::Duration timeout = absl::ZeroDuration()) = 0;
+  virtual Work BarrierAsync(absl::Duration timeout = absl::ZeroDuration()) = 0;
+  virtual Work SendAsync(const void* data, size_t count, DType dtype, int dst,
+                         absl::Duration timeout = absl::ZeroDuration()) = 0;
+  virtual Work RecvAsync(void* data, size_t count, DType dtype, int src,
+                         absl::Duration timeout = absl::ZeroDuration()) = 0;
+
+  // Blocking forms.
+  absl::Status Allreduce(void* data, size_t count, DType dtype, ReduceOp op,
+                         absl::Duration timeout = absl::ZeroDuration()) {
+    return AllreduceAsync(data, count, dtype, op, timeout).Wait();
+  }
+  absl::Status Allgather(const void* in, void* out, size_t count, DType dtype,
+                         absl::Duration timeout = absl::ZeroDuration()) {
+    return AllgatherAsync(in, out, count, dtype, timeout).Wait();
+  }
+  absl::Status Broadcast(void* data, size_t count, DType dtype, int root,
+                         absl::Duration timeout = absl::ZeroDuration()) {
+    return BroadcastAsync(data, count, dtype, root, timeout).Wait();
+  }
+  absl::Status ReduceScatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                             absl::Duration timeout = absl::ZeroDuration()) {
+    return ReduceScatterAsync(in, out, count, dtype, op, timeout).Wait();
+  }
+  absl::Status Barrier(absl::Duration timeout = absl::ZeroDuration()) {
+    return BarrierAsync(timeout).Wait();
+  }
+  absl::Status Send(const void* data, size_t count, DType dtype, int dst,
+                    absl::Duration timeout = absl::ZeroDuration()) {
+    return SendAsync(data, count, dtype, dst, timeout).Wait();
+  }
+  absl::Status Recv(void* data, size_t count, DType dtype, int src,
+                    absl::Duration timeout = absl::ZeroDuration()) {
+    return RecvAsync(data, count, dtype, src, timeout).Wait();
+  }
+
+  // Runs the network check on every member (all must call it); see NetworkCheckOptions.
+  virtual absl::StatusOr<NetworkCheckReport> NetworkCheck(const NetworkCheckOptions& options) = 0;
+
+ protected:
+  CollectiveGroup() = default;
+};
+
+}  // namespace phalanx::collective

@@ -1,0 +1,280 @@
+// The Gloo transport: TCP between every pair of members, host memory.
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <cstring>
+#include <map>
+#include <regex>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "collectives/backend.h"
+#include "collectives/reduce.h"
+
+namespace phalanx::collective {
+namespace {
+
+// Gloo's rendezvous store over the GCS key-value store.
+class GlooStore : public gloo::rendezvous::Store {
+ public:
+  GlooStore(KvStore* kv, absl::Duration timeout) : kv_(kv), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    auto s = kv_->Set("gloo/" + key, std::string(data.begin(), data.end()));
+    if (!s.ok()) throw gloo::IoException(std::string(s.message()));
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    auto value = kv_->Get("gloo/" + key, timeout_);
+    if (!value.ok()) throw gloo::IoException(std::string(value.status().message()));
+    return std::vector<char>(value->begin(), value->end());
+  }
+
+  void wait(const std::vector<std::string>& keys) override { wait(keys, ToChrono(timeout_)); }
+
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    for (const auto& key : keys) {
+      auto value = kv_->Get("gloo/" + key, absl::FromChrono(timeout));
+      if (!value.ok()) throw gloo::IoException(std::string(value.status().message()));
+    }
+  }
+
+  static std::chrono::milliseconds ToChrono(absl::Duration d) {
+    return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+  }
+
+ private:
+  KvStore* kv_;
+  absl::Duration timeout_;
+};
+
+std::chrono::milliseconds Ms(absl::Duration d) {
+  return std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+}
+
+class GlooBackend final : public CommBackend {
+ public:
+  GlooBackend(std::shared_ptr<gloo::transport::Device> device,
+              std::shared_ptr<gloo::rendezvous::Context> context, std::map<std::string, int> peers)
+      : device_(std::move(device)), context_(std::move(context)), peers_(std::move(peers)) {}
+
+  absl::Status Allreduce(void* data, size_t count, DType dtype, ReduceOp op,
+                         absl::Duration timeout) override {
+    if (count == 0) return absl::OkStatus();
+    return Guard([&] {
+      gloo::AllreduceOptions opts(context_);
+      SetOutput(&opts, data, count, dtype);
+      opts.setReduceFunction(GlooReduce(dtype, op));
+      opts.setTimeout(Ms(timeout));
+      gloo::allreduce(opts);
+      if (op == ReduceOp::kAvg) DivideInPlace(data, count, dtype, context_->size);
+    });
+  }
+
+  absl::Status Allgather(const void* in, void* out, size_t count, DType dtype,
+                         absl::Duration timeout) override {
+    size_t bytes = count * DTypeSize(dtype);
+    return Guard([&] {
+      gloo::AllgatherOptions opts(context_);
+      opts.setInput(const_cast<uint8_t*>(static_cast<const uint8_t*>(in)), bytes);
+      opts.setOutput(static_cast<uint8_t*>(out), bytes * context_->size);
+      opts.setTimeout(Ms(timeout));
+      gloo::allgather(opts);
+    });
+  }
+
+  absl::Status Broadcast(void* data, size_t count, DType dtype, int root,
+                         absl::Duration timeout) override {
+    size_t bytes = count * DTypeSize(dtype);
+    return Guard([&] {
+      gloo::BroadcastOptions opts(context_);
+      opts.setOutput(static_cast<uint8_t*>(data), bytes);
+      opts.setRoot(root);
+      opts.setTimeout(Ms(timeout));
+      gloo::broadcast(opts);
+    });
+  }
+
+  absl::Status ReduceScatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                             absl::Duration timeout) override {
+    // Allreduce of the whole buffer, then this rank's slice.
+    size_t elem = DTypeSize(dtype);
+    std::vector<uint8_t> whole(static_cast<const uint8_t*>(in),
+                               static_cast<const uint8_t*>(in) + count * elem * context_->size);
+    if (auto s = Allreduce(whole.data(), count * context_->size, dtype, op, timeout); !s.ok()) {
+      return s;
+    }
+    std::memcpy(out, whole.data() + count * elem * context_->rank, count * elem);
+    return absl::OkStatus();
+  }
+
+  // Closes every connection of this member, so that peers blocked on it wake at once
+  // ("connection closed by peer") instead of waiting for their timeout.
+  void Abort() override {
+    if (aborted_) return;
+    aborted_ = true;
+    try {
+      context_->closeConnections();
+    } catch (const std::exception&) {
+    }
+  }
+
+  absl::Status Barrier(absl::Duration timeout) override {
+    return Guard([&] {
+      gloo::BarrierOptions opts(context_);
+      opts.setTimeout(Ms(timeout));
+      gloo::barrier(opts);
+    });
+  }
+
+  absl::Status Send(const void* data, size_t count, DType dtype, int dst,
+                    absl::Duration timeout) override {
+    return Guard([&] {
+      auto buffer =
+          context_->createUnboundBuffer(const_cast<void*>(data), count * DTypeSize(dtype));
+      buffer->send(dst, kP2pSlot + send_seq_[dst]++);
+      if (!buffer->waitSend(Ms(timeout))) {
+        throw gloo::IoException(absl::StrCat("Timed out sending to rank ", dst));
+      }
+    });
+  }
+
+  absl::Status Recv(void* data, size_t count, DType dtype, int src,
+                    absl::Duration timeout) override {
+    return Guard([&] {
+      auto buffer = context_->createUnboundBuffer(data, count * DTypeSize(dtype));
+      buffer->recv(src, kP2pSlot + recv_seq_[src]++);
+      if (!buffer->waitRecv(Ms(timeout))) {
+        throw gloo::IoException(absl::StrCat("Timed out receiving from rank ", src));
+      }
+    });
+  }
+
+ private:
+  // Point-to-point slots live far from the ones Gloo's collectives use.
+  static constexpr uint64_t kP2pSlot = 1ull << 40;
+
+  static void SetOutput(gloo::AllreduceOptions* opts, void* data, size_t count, DType dtype) {
+    switch (dtype) {
+      case DType::kFloat32:
+        opts->setOutput(static_cast<float*>(data), count);
+        break;
+      case DType::kFloat64:
+        opts->setOutput(static_cast<double*>(data), count);
+        break;
+      case DType::kInt32:
+        opts->setOutput(static_cast<int32_t*>(data), count);
+        break;
+      case DType::kInt64:
+        opts->setOutput(static_cast<int64_t*>(data), count);
+        break;
+      case DType::kFloat16:
+      case DType::kBFloat16:
+        opts->setOutput(static_cast<uint16_t*>(data), count);
+        break;
+    }
+  }
+
+  static gloo::AllreduceOptions::Func GlooReduce(DType dtype, ReduceOp op) {
+    // Gloo's own (vectorized) sums for the common case; ours for the rest.
+    if (op == ReduceOp::kSum || op == ReduceOp::kAvg) {
+      if (dtype == DType::kFloat32) {
+        return
+            [](void* c, const void* a, const void* b, size_t n) { gloo::sum<float>(c, a, b, n); };
+      }
+      if (dtype == DType::kFloat64) {
+        return
+            [](void* c, const void* a, const void* b, size_t n) { gloo::sum<double>(c, a, b, n); };
+      }
+    }
+    return ReduceFunction(dtype, op);
+  }
+
+  // Runs a Gloo call and turns its exceptions into statuses that name the peer whose
+  // connection failed, when the message lets us tell.
+  template <typename F>
+  absl::Status Guard(F&& call) {
+    try {
+      call();
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      std::string message = e.what();
+      std::string peer = PeerIn(message);
+      bool timed_out = message.find("Timed out") != std::string::npos ||
+                       message.find("timed out") != std::string::npos;
+      std::string text = absl::StrCat(peer.empty() ? "" : absl::StrCat(peer, ": "), message);
+      return timed_out ? absl::DeadlineExceededError(text) : absl::UnavailableError(text);
+    }
+  }
+
+  std::string PeerIn(const std::string& message) const {
+    static const std::regex kAddress(R"(\[([0-9a-fA-F:.]+)\]:([0-9]+))");
+    std::smatch m;
+    if (!std::regex_search(message, m, kAddress)) return "";
+    std::string address = absl::StrCat(m[1].str(), ":", m[2].str());
+    auto it = peers_.find(address);
+    if (it != peers_.end()) return absl::StrCat("peer rank ", it->second, " (", address, ")");
+    return absl::StrCat("the peer at ", address);
+  }
+
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::map<std::string, int> peers_;  // "ip:port" of each peer's connections → rank
+  std::map<int, uint64_t> send_seq_;
+  std::map<int, uint64_t> recv_seq_;
+  bool aborted_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CommBackend>> ConnectGloo(KvStore* store,
+                                                         const ConnectOptions& options) {
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.host;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
+    context->setTimeout(Ms(options.timeout));
+    GlooStore gloo_store(store, options.timeout);
+    context->connectFullMesh(gloo_store, device);
+    // Learn each peer's end of the connection it shares with us, to name a peer whose
+    // connection fails later: every member publishes its own end of each pair.
+    std::string mine;
+    for (int r = 0; r < options.world_size; ++r) {
+      if (r == options.rank) continue;
+      absl::StrAppend(&mine, r, "=", context->getPair(r)->address().str(), ";");
+    }
+    if (auto s = store->Set(absl::StrCat("pairs/", options.rank), mine); !s.ok()) return s;
+    std::map<std::string, int> peers;
+    static const std::regex kAddress(R"(\[([0-9a-fA-F:.]+)\]:([0-9]+))");
+    for (int r = 0; r < options.world_size; ++r) {
+      if (r == options.rank) continue;
+      auto theirs = store->Get(absl::StrCat("pairs/", r), options.timeout);
+      if (!theirs.ok()) return theirs.status();
+      std::string prefix = absl::StrCat(options.rank, "=");
+      for (absl::string_view entry : absl::StrSplit(*theirs, ';', absl::SkipEmpty())) {
+        if (!absl::StartsWith(entry, prefix)) continue;
+        std::string address(entry.substr(prefix.size()));
+        std::smatch m;
+        if (std::regex_search(address, m, kAddress)) {
+          peers[absl::StrCat(m[1].str(), ":", m[2].str())] = r;
+        }
+      }
+    }
+    return std::unique_ptr<CommBackend>(
+        new GlooBackend(std::move(device), std::move(context), std::move(peers)));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("forming the Gloo mesh failed: ", e.what()));
+  }
+}
+
+}  // namespace phalanx::collective

@@ -1,0 +1,366 @@
+// collective_rank: one rank of a collective-group test, run as its own process.
+//
+//   collective_rank --gcs HOST:PORT --token T --group G --scenario S [--plan E:W:R,...]
+//
+// Scenarios:
+//   ops       form each epoch of --plan and check every op and dtype against local results
+//   plan      form each epoch of --plan and check one allreduce (prints "epoch E OK")
+//   loop      form the first epoch, then allreduce big buffers until one fails; then form the
+//             remaining epochs of --plan (prints "failed at <unix ms>: <message>")
+//   netcheck  form the first epoch and run the network check (prints the report)
+// Exit codes: 0 success, 1 a check failed, 3 refused (stale epoch).
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "collectives/collective_group.h"
+#include "collectives/half.h"
+
+#ifdef PHALANX_WITH_NCCL
+#include <cuda_runtime.h>
+#endif
+
+namespace phalanx::collective {
+namespace {
+
+struct Step {
+  int64_t epoch;
+  int world;
+  int rank;
+};
+
+int failures = 0;
+
+void Check(bool ok, const std::string& what) {
+  if (!ok) {
+    ++failures;
+    std::printf("MISMATCH %s\n", what.c_str());
+  }
+}
+
+// Values as doubles, stored in a buffer of `dtype`.
+std::vector<uint8_t> Pack(const std::vector<double>& values, DType dtype) {
+  std::vector<uint8_t> out(values.size() * DTypeSize(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    double v = values[i];
+    switch (dtype) {
+      case DType::kFloat32:
+        reinterpret_cast<float*>(out.data())[i] = static_cast<float>(v);
+        break;
+      case DType::kFloat64:
+        reinterpret_cast<double*>(out.data())[i] = v;
+        break;
+      case DType::kInt32:
+        reinterpret_cast<int32_t*>(out.data())[i] = static_cast<int32_t>(v);
+        break;
+      case DType::kInt64:
+        reinterpret_cast<int64_t*>(out.data())[i] = static_cast<int64_t>(v);
+        break;
+      case DType::kFloat16:
+        reinterpret_cast<uint16_t*>(out.data())[i] = FloatToHalf(static_cast<float>(v));
+        break;
+      case DType::kBFloat16:
+        reinterpret_cast<uint16_t*>(out.data())[i] = FloatToBf16(static_cast<float>(v));
+        break;
+    }
+  }
+  return out;
+}
+
+double At(const std::vector<uint8_t>& buf, DType dtype, size_t i) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return reinterpret_cast<const float*>(buf.data())[i];
+    case DType::kFloat64:
+      return reinterpret_cast<const double*>(buf.data())[i];
+    case DType::kInt32:
+      return reinterpret_cast<const int32_t*>(buf.data())[i];
+    case DType::kInt64:
+      return static_cast<double>(reinterpret_cast<const int64_t*>(buf.data())[i]);
+    case DType::kFloat16:
+      return HalfToFloat(reinterpret_cast<const uint16_t*>(buf.data())[i]);
+    case DType::kBFloat16:
+      return Bf16ToFloat(reinterpret_cast<const uint16_t*>(buf.data())[i]);
+  }
+  return 0;
+}
+
+bool Close(double got, double want, DType dtype) {
+  double tol = dtype == DType::kFloat16 ? 1e-2 : dtype == DType::kBFloat16 ? 2e-2 : 1e-9;
+  return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
+}
+
+double Value(int rank, size_t i) { return (rank + 1) + static_cast<double>(i % 3); }
+
+void CheckOps(CollectiveGroup& g) {
+  const int n = g.world_size(), me = g.rank();
+  const DType dtypes[] = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
+                          DType::kBFloat16, DType::kInt32,   DType::kInt64};
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax,
+                          ReduceOp::kAvg};
+  for (DType dt : dtypes) {
+    for (size_t count : {size_t{1000}, size_t{1} << 17}) {
+      std::vector<double> mine(count);
+      for (size_t i = 0; i < count; ++i) mine[i] = Value(me, i);
+      for (ReduceOp op : ops) {
+        if (op == ReduceOp::kProd && count > 1000) continue;
+        auto buf = Pack(mine, dt);
+        auto s = g.Allreduce(buf.data(), count, dt, op);
+        std::string what = std::string("allreduce ") + ReduceOpName(op) + " " + DTypeName(dt);
+        if (!s.ok()) {
+          Check(false, what + ": " + std::string(s.message()));
+          continue;
+        }
+        for (size_t i = 0; i < count; ++i) {
+          double want = Value(0, i);
+          for (int r = 1; r < n; ++r) {
+            double v = Value(r, i);
+            switch (op) {
+              case ReduceOp::kSum:
+              case ReduceOp::kAvg:
+                want += v;
+                break;
+              case ReduceOp::kProd:
+                want *= v;
+                break;
+              case ReduceOp::kMin:
+                want = std::min(want, v);
+                break;
+              case ReduceOp::kMax:
+                want = std::max(want, v);
+                break;
+            }
+          }
+          if (op == ReduceOp::kAvg) {
+            want = (dt == DType::kInt32 || dt == DType::kInt64) ? std::floor(want / n) : want / n;
+          }
+          if (!Close(At(buf, dt, i), want, dt)) {
+            Check(false, what + " element " + std::to_string(i) + " got " +
+                             std::to_string(At(buf, dt, i)) + " want " + std::to_string(want));
+            break;
+          }
+        }
+      }
+      // allgather
+      auto in = Pack(mine, dt);
+      std::vector<uint8_t> out(in.size() * n);
+      auto s = g.Allgather(in.data(), out.data(), count, dt);
+      Check(s.ok(), std::string("allgather ") + DTypeName(dt) + " " + std::string(s.message()));
+      for (int r = 0; s.ok() && r < n; ++r) {
+        for (size_t i = 0; i < count; i += 97) {
+          if (!Close(At(out, dt, r * count + i), Value(r, i), dt)) {
+            Check(false, std::string("allgather ") + DTypeName(dt));
+            r = n;
+            break;
+          }
+        }
+      }
+      // broadcast from the last rank
+      int root = n - 1;
+      auto bc = Pack(mine, dt);
+      s = g.Broadcast(bc.data(), count, dt, root);
+      Check(s.ok(), std::string("broadcast ") + std::string(s.message()));
+      for (size_t i = 0; s.ok() && i < count; i += 97) {
+        if (!Close(At(bc, dt, i), Value(root, i), dt)) {
+          Check(false, std::string("broadcast ") + DTypeName(dt));
+          break;
+        }
+      }
+      // reduce-scatter (sum): rank r contributes Value(r, j) at position j of n×count
+      std::vector<double> whole(count * n);
+      for (size_t j = 0; j < whole.size(); ++j) whole[j] = Value(me, j);
+      auto rs_in = Pack(whole, dt);
+      std::vector<uint8_t> rs_out(count * DTypeSize(dt));
+      s = g.ReduceScatter(rs_in.data(), rs_out.data(), count, dt, ReduceOp::kSum);
+      Check(s.ok(), std::string("reduce-scatter ") + std::string(s.message()));
+      for (size_t i = 0; s.ok() && i < count; i += 97) {
+        double want = 0;
+        for (int r = 0; r < n; ++r) want += Value(r, me * count + i);
+        if (!Close(At(rs_out, dt, i), want, dt)) {
+          Check(false, std::string("reduce-scatter ") + DTypeName(dt));
+          break;
+        }
+      }
+    }
+  }
+  auto s = g.Barrier();
+  Check(s.ok(), "barrier " + std::string(s.message()));
+  if (n > 1) {
+    // A ring of send/recv: even ranks send first, odd ranks receive first.
+    std::vector<int64_t> out(4096, me), in(4096, -1);
+    int next = (me + 1) % n, prev = (me - 1 + n) % n;
+    absl::Status a, b;
+    if (me % 2 == 0) {
+      a = g.Send(out.data(), out.size(), DType::kInt64, next);
+      b = g.Recv(in.data(), in.size(), DType::kInt64, prev);
+    } else {
+      b = g.Recv(in.data(), in.size(), DType::kInt64, prev);
+      a = g.Send(out.data(), out.size(), DType::kInt64, next);
+    }
+    Check(a.ok() && b.ok(), "send/recv " + std::string(a.message()) + std::string(b.message()));
+    Check(in[0] == prev && in[4095] == prev, "send/recv payload");
+    // The async forms run in order.
+    std::vector<float> x(100, 1.0f);
+    auto w1 = g.AllreduceAsync(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum);
+    auto w2 = g.AllreduceAsync(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum);
+    Check(w1.Wait().ok() && w2.Wait().ok(), "async allreduce");
+    Check(x[0] == static_cast<float>(n * n), "async allreduce order");
+  }
+}
+
+bool SumCheck(CollectiveGroup& g) {
+  std::vector<float> x(1000, static_cast<float>(g.rank() + 1));
+  auto s = g.Allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum);
+  int n = g.world_size();
+  return s.ok() && x[999] == static_cast<float>(n * (n + 1) / 2);
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"collective_rank"};
+  GroupOptions options;
+  std::string scenario, plan_text, backend = "gloo";
+  int timeout_ms = 10000;
+  app.add_option("--gcs", options.gcs_address)->required();
+  app.add_option("--token", options.token)->required();
+  app.add_option("--group", options.name)->required();
+  app.add_option("--scenario", scenario)->required();
+  app.add_option("--plan", plan_text, "epoch:world:rank,...");
+  app.add_option("--timeout-ms", timeout_ms);
+  app.add_option("--backend", backend, "gloo or nccl");
+  CLI11_PARSE(app, argc, argv);
+  options.backend = backend == "nccl" ? Backend::kNccl : Backend::kGloo;
+  options.timeout = absl::Milliseconds(timeout_ms);
+  std::vector<Step> plan;
+  for (absl::string_view item : absl::StrSplit(plan_text, ',', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(item, ':');
+    Step step{};
+    if (f.size() != 3 || !absl::SimpleAtoi(f[0], &step.epoch) ||
+        !absl::SimpleAtoi(f[1], &step.world) || !absl::SimpleAtoi(f[2], &step.rank)) {
+      std::fprintf(stderr, "bad --plan item %s\n", std::string(item).c_str());
+      return 2;
+    }
+    plan.push_back(step);
+  }
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  auto group = CollectiveGroup::Create(options);
+  if (!group.ok()) {
+    std::printf("create failed: %s\n", std::string(group.status().message()).c_str());
+    return 1;
+  }
+  CollectiveGroup& g = **group;
+  size_t next_step = 0;
+  auto form = [&](const Step& step) -> int {
+    auto s = g.Reconfigure(step.epoch, step.rank, step.world);
+    if (absl::IsFailedPrecondition(s)) {
+      std::printf("refused: %s\n", std::string(s.message()).c_str());
+      return 3;
+    }
+    if (!s.ok()) {
+      std::printf("reconfigure failed: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+    return 0;
+  };
+
+  if (scenario == "loop") {
+    if (int rc = form(plan[next_step++]); rc != 0) return rc;
+    std::vector<float> big(4 << 20, 1.0f);
+    for (int iter = 0;; ++iter) {
+      auto s = g.Allreduce(big.data(), big.size(), DType::kFloat32, ReduceOp::kSum);
+      if (!s.ok()) {
+        std::printf("failed at %ld: %s\n", absl::ToUnixMillis(absl::Now()),
+                    std::string(s.message()).c_str());
+        break;
+      }
+      std::fill(big.begin(), big.end(), 1.0f);
+      std::printf("iter %d\n", iter);
+    }
+  }
+#ifdef PHALANX_WITH_NCCL
+  if (scenario == "nccl") {
+    // Device buffers: allreduce (sum, avg), allgather, broadcast and a failure-free epoch
+    // change (a pure shrink when the plan drops members).
+    for (; next_step < plan.size(); ++next_step) {
+      if (int rc = form(plan[next_step]); rc != 0) return rc;
+      int n = g.world_size(), me = g.rank();
+      size_t count = 1 << 20;
+      std::vector<float> host(count, static_cast<float>(me + 1));
+      float* dev = nullptr;
+      cudaMalloc(&dev, count * sizeof(float));
+      cudaMemcpy(dev, host.data(), count * sizeof(float), cudaMemcpyHostToDevice);
+      auto s = g.Allreduce(dev, count, DType::kFloat32, ReduceOp::kSum);
+      cudaMemcpy(host.data(), dev, count * sizeof(float), cudaMemcpyDeviceToHost);
+      cudaFree(dev);
+      if (!s.ok() || host[count - 1] != static_cast<float>(n * (n + 1) / 2)) {
+        std::printf("nccl allreduce wrong: %s\n", std::string(s.message()).c_str());
+        return 1;
+      }
+      std::printf("epoch %ld OK\n", plan[next_step].epoch);
+    }
+    std::printf("DONE\n");
+    return 0;
+  }
+#endif
+  if (scenario == "nccl") {
+    std::printf("this build has no NCCL\n");
+    return 1;
+  }
+  if (scenario == "recvwait") {  // experiment: does a peer's exit wake a pending recv?
+    if (int rc = form(plan[next_step++]); rc != 0) return rc;
+    if (g.rank() == 1) {
+      absl::SleepFor(absl::Milliseconds(500));
+      std::printf("exiting\n");
+      _exit(0);
+    }
+    std::vector<float> x(1000);
+    absl::Time t0 = absl::Now();
+    auto s = g.Recv(x.data(), x.size(), DType::kFloat32, 1);
+    std::printf("recv returned after %.0f ms: %s\n", absl::ToDoubleMilliseconds(absl::Now() - t0),
+                std::string(s.message()).c_str());
+    return 0;
+  }
+  if (scenario == "netcheck") {
+    if (int rc = form(plan[next_step++]); rc != 0) return rc;
+    if (std::getenv("TEST_EXIT_BEFORE_NETCHECK")) _exit(0);  // plays a rank that is gone
+    NetworkCheckOptions check;
+    check.timeout = absl::Seconds(5);
+    auto report = g.NetworkCheck(check);
+    if (!report.ok()) {
+      std::printf("netcheck failed: %s\n", std::string(report.status().message()).c_str());
+      return 1;
+    }
+    std::printf("%s\n", report->ToString().c_str());
+    std::string stragglers;
+    for (int r : report->stragglers) stragglers += std::to_string(r) + " ";
+    std::printf("stragglers: %s\n", stragglers.c_str());
+    std::string faulty;
+    for (int r : report->faulty) faulty += std::to_string(r) + " ";
+    std::printf("faulty: %s\n", faulty.c_str());
+    return 0;
+  }
+  for (; next_step < plan.size(); ++next_step) {
+    if (int rc = form(plan[next_step]); rc != 0) return rc;
+    if (scenario == "ops") {
+      CheckOps(g);
+    } else if (!SumCheck(g)) {
+      std::printf("epoch %ld allreduce wrong\n", plan[next_step].epoch);
+      return 1;
+    }
+    std::printf("epoch %ld OK\n", plan[next_step].epoch);
+  }
+  if (failures > 0) return 1;
+  std::printf("DONE\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace phalanx::collective
+
+int main(int argc, char** argv) { return phalanx::collective::Main(argc, argv); }

@@ -1,0 +1,168 @@
+// Collective groups with real rank processes on loopback, rendezvous through a real GCS.
+#include <signal.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "collectives/collective_group.h"
+#include "gtest/gtest.h"
+#include "runtime/common/files.h"
+#include "tests/testing/test_util.h"
+
+namespace phalanx::collective {
+namespace {
+
+class CollectiveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    redis_ = std::make_unique<testing::RedisServer>();
+    gcs_ = std::make_unique<testing::GcsProcess>(*redis_);
+  }
+
+  // Starts one rank; its output goes to a log named after `label`.
+  testing::ChildProcess Rank(const std::string& label, const std::string& scenario,
+                             const std::string& plan,
+                             std::vector<std::pair<std::string, std::string>> env = {},
+                             const std::string& backend = "gloo") {
+    logs_[label] = absl::StrCat(dir_.path(), "/", label, ".log");
+    return testing::ChildProcess(
+        {testing::BinDir() + "/collective_rank", "--gcs", gcs_->address(), "--token", gcs_->token(),
+         "--group", group_, "--scenario", scenario, "--plan", plan, "--timeout-ms", "10000",
+         "--backend", backend},
+        logs_[label], std::move(env));
+  }
+
+  std::string Output(const std::string& label) { return ReadFile(logs_[label]).value_or(""); }
+
+  bool WaitForLine(const std::string& label, const std::string& text,
+                   absl::Duration timeout = absl::Seconds(60)) {
+    return testing::WaitFor([&] { return Output(label).find(text) != std::string::npos; }, timeout);
+  }
+
+  // Waits for a rank to exit; returns its exit code (-1 on timeout or signal).
+  int ExitCode(testing::ChildProcess& p, absl::Duration timeout = absl::Seconds(120)) {
+    int status = p.WaitExit(timeout);
+    return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  std::unique_ptr<testing::RedisServer> redis_;
+  std::unique_ptr<testing::GcsProcess> gcs_;
+  testing::TempDir dir_;
+  std::string group_ = "test-group";
+  std::map<std::string, std::string> logs_;
+};
+
+TEST_F(CollectiveTest, EveryOpAndDtypeMatchesTheLocalResult) {
+  for (int world : {4, 3}) {
+    group_ = absl::StrCat("ops-", world);
+    std::vector<testing::ChildProcess> ranks;
+    for (int r = 0; r < world; ++r) {
+      ranks.push_back(
+          Rank(absl::StrCat("w", world, "r", r), "ops", absl::StrCat("1:", world, ":", r)));
+    }
+    for (int r = 0; r < world; ++r) {
+      std::string label = absl::StrCat("w", world, "r", r);
+      EXPECT_EQ(ExitCode(ranks[r]), 0) << label << ":\n" << Output(label);
+      EXPECT_NE(Output(label).find("DONE"), std::string::npos) << Output(label);
+    }
+  }
+}
+
+TEST_F(CollectiveTest, ReconfigureFourToThreeToFour) {
+  std::vector<testing::ChildProcess> stayers;
+  for (int r = 0; r < 3; ++r) {
+    stayers.push_back(
+        Rank(absl::StrCat("s", r), "plan", absl::StrCat("1:4:", r, ",2:3:", r, ",3:4:", r)));
+  }
+  auto leaver = Rank("leaver", "plan", "1:4:3");
+  EXPECT_EQ(ExitCode(leaver), 0) << Output("leaver");
+  // The newcomer joins once the three formed epoch 2 without the leaver.
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(WaitForLine(absl::StrCat("s", r), "epoch 2 OK"));
+  auto newcomer = Rank("newcomer", "plan", "3:4:3");
+  EXPECT_EQ(ExitCode(newcomer), 0) << Output("newcomer");
+  for (int r = 0; r < 3; ++r) {
+    std::string label = absl::StrCat("s", r);
+    EXPECT_EQ(ExitCode(stayers[r]), 0) << Output(label);
+    EXPECT_NE(Output(label).find("epoch 3 OK"), std::string::npos) << Output(label);
+  }
+}
+
+TEST_F(CollectiveTest, SigkilledRankFailsTheOthersFastAndTheyFormANewEpoch) {
+  std::vector<testing::ChildProcess> survivors;
+  for (int r = 0; r < 2; ++r) {
+    survivors.push_back(Rank(absl::StrCat("r", r), "loop", absl::StrCat("1:3:", r, ",2:2:", r)));
+  }
+  auto victim = Rank("r2", "loop", "1:3:2");
+  ASSERT_TRUE(WaitForLine("r0", "iter 3"));
+  victim.Kill(SIGKILL);
+  int64_t killed_at = absl::ToUnixMillis(absl::Now());
+  for (int r = 0; r < 2; ++r) {
+    std::string label = absl::StrCat("r", r);
+    EXPECT_EQ(ExitCode(survivors[r]), 0) << Output(label);
+    std::string out = Output(label);
+    EXPECT_NE(out.find("epoch 2 OK"), std::string::npos) << out;
+    size_t at = out.find("failed at ");
+    ASSERT_NE(at, std::string::npos) << out;
+    int64_t failed_at = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(out.substr(at + 10, out.find(':', at) - at - 10), &failed_at));
+    // Well inside the group's 10 s timeout: the dead peer's sockets closed.
+    EXPECT_LT(failed_at - killed_at, 10000) << out;
+    std::printf("rank %d saw the failure %ld ms after the SIGKILL\n", r, failed_at - killed_at);
+    EXPECT_NE(out.find("epoch 1"), std::string::npos) << out;
+    EXPECT_NE(out.find("peer rank 2"), std::string::npos) << out;
+  }
+}
+
+TEST_F(CollectiveTest, StaleEpochMemberIsRefused) {
+  std::vector<testing::ChildProcess> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(Rank(absl::StrCat("r", r), "plan", absl::StrCat("1:2:", r, ",2:2:", r)));
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(ExitCode(ranks[r]), 0) << Output(absl::StrCat("r", r));
+  auto stale = Rank("stale", "plan", "1:2:1");
+  EXPECT_EQ(ExitCode(stale), 3) << Output("stale");
+  EXPECT_NE(Output("stale").find("already reached epoch 2"), std::string::npos) << Output("stale");
+}
+
+TEST_F(CollectiveTest, NetworkCheckFlagsASlowedRank) {
+  std::vector<testing::ChildProcess> ranks;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<std::pair<std::string, std::string>> env;
+    if (r == 2) env.emplace_back("PHALANX_NETCHECK_DELAY_MS", "400");
+    ranks.push_back(Rank(absl::StrCat("r", r), "netcheck", absl::StrCat("1:3:", r), env));
+  }
+  for (int r = 0; r < 3; ++r) {
+    std::string label = absl::StrCat("r", r);
+    EXPECT_EQ(ExitCode(ranks[r]), 0) << Output(label);
+    EXPECT_NE(Output(label).find("stragglers: 2 \n"), std::string::npos) << Output(label);
+  }
+}
+
+TEST_F(CollectiveTest, NetworkCheckFlagsARankThatIsGoneAsFaulty) {
+  std::vector<testing::ChildProcess> ranks;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<std::pair<std::string, std::string>> env;
+    if (r == 2) env.emplace_back("TEST_EXIT_BEFORE_NETCHECK", "1");
+    ranks.push_back(Rank(absl::StrCat("r", r), "netcheck", absl::StrCat("1:3:", r), env));
+  }
+  for (int r = 0; r < 2; ++r) {
+    std::string label = absl::StrCat("r", r);
+    EXPECT_EQ(ExitCode(ranks[r]), 0) << Output(label);
+    EXPECT_NE(Output(label).find("faulty: 2 \n"), std::string::npos) << Output(label);
+  }
+}
+
+TEST_F(CollectiveTest, NcclAllreduceAndShrinkOnAGpu) {
+  if (!NcclBuilt()) GTEST_SKIP() << "this build has no NCCL backend";
+  if (NcclDeviceCount() == 0) GTEST_SKIP() << "no GPU here";
+  std::vector<std::pair<std::string, std::string>> env = {{"NCCL_SOCKET_IFNAME", "lo"}};
+  std::vector<testing::ChildProcess> ranks;
+  ranks.push_back(Rank("n0", "nccl", "1:3:0,2:2:0", env, "nccl"));
+  ranks.push_back(Rank("n1", "nccl", "1:3:1,2:2:1", env, "nccl"));
+  ranks.push_back(Rank("n2", "nccl", "1:3:2", env, "nccl"));
+  for (int r = 0; r < 3; ++r) {
+    std::string label = absl::StrCat("n", r);
+    EXPECT_EQ(ExitCode(ranks[r]), 0) << Output(label);
+  }
+}
+
+}  // namespace
+}  // namespace phalanx::collective
