@@ -109,7 +109,6 @@ class GroupImpl final : public CollectiveGroup {
       stopping_ = true;
     }
     thread_.join();
-    if (backend_) backend_->Abort();
   }
 
   int rank() const override {
@@ -343,7 +342,13 @@ class GroupImpl final : public CollectiveGroup {
     absl::StatusOr<std::unique_ptr<CommBackend>> formed =
         options_.backend == Backend::kGloo ? ConnectGloo(&store, connect)
                                            : ConnectNccl(&store, connect, backend_.get(), kept);
-    if (backend_ && !(options_.backend == Backend::kNccl && !kept.empty())) backend_->Abort();
+    const char* shm_env = std::getenv("PHALANX_COLLECTIVE_SHM");
+    bool use_shm = options_.shared_memory && !(shm_env && std::string(shm_env) == "0");
+    if (formed.ok() && options_.backend == Backend::kGloo && use_shm) {
+      formed = MaybeSharedMemory(&store, connect, std::move(*formed));
+    }
+    // The old epoch ends here: released, not aborted (peers may still be leaving its last
+    // call; a failed epoch was aborted when it failed).
     backend_.reset();
     int64_t previous_epoch = epoch_;
     {

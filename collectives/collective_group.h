@@ -59,6 +59,9 @@ struct GroupOptions {
   std::string host = "127.0.0.1";
   // The default timeout of every call, and of forming an epoch.
   absl::Duration timeout = absl::Seconds(30);
+  // Gloo: when every member runs on one machine, collectives go through shared memory
+  // instead of loopback TCP (send/recv stay on TCP). $PHALANX_COLLECTIVE_SHM=0 turns it off.
+  bool shared_memory = true;
   // NCCL: the CUDA device of this member (-1: rank % device count) and the stream ops are
   // issued on (a cudaStream_t; nullptr: the group's own stream). Buffers are device memory.
   int cuda_device = -1;

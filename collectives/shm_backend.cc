@@ -1,0 +1,296 @@
+// Shared memory for members on one machine (as NCCL does within a node): allreduce,
+// allgather, broadcast, reduce-scatter and barrier go through one shared segment instead of
+// loopback TCP; send/recv (and everything, when members span machines) stay on Gloo.
+//
+// Segment: a control block (barrier counter and generation, an abort flag, each member's pid)
+// and one slot of kChunk bytes per member. A buffer is processed chunk by chunk: each member
+// copies its part into its slot, and after a barrier reduces (or reads) the others' slots.
+// Waiting is a futex on the shared generation, in short slices; between slices a member
+// checks that every peer process still lives, so a peer's death fails the call within a few
+// milliseconds, and the abort flag tells the others at once.
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/backend.h"
+#include "collectives/reduce.h"
+#include "runtime/common/ids.h"
+#include "runtime/common/process.h"
+#include "runtime/common/system.h"
+
+namespace phalanx::collective {
+namespace {
+
+constexpr size_t kChunk = 4 << 20;  // bytes per member slot
+constexpr int kMaxMembers = 64;
+
+struct Control {
+  std::atomic<uint32_t> arrived;
+  std::atomic<uint32_t> generation;
+  std::atomic<uint32_t> aborted;  // set by the first member that fails
+  std::atomic<int32_t> failed_rank;
+  std::atomic<int32_t> pids[kMaxMembers];
+  char pad[64];
+};
+
+long Futex(std::atomic<uint32_t>* addr, int op, uint32_t value, const timespec* timeout) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, value, timeout, nullptr, 0);
+}
+
+std::string BootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  in >> id;
+  return id;
+}
+
+class ShmBackend final : public CommBackend {
+ public:
+  ShmBackend(std::unique_ptr<CommBackend> gloo, void* base, size_t size, int rank, int world)
+      : gloo_(std::move(gloo)),
+        base_(static_cast<uint8_t*>(base)),
+        size_(size),
+        rank_(rank),
+        world_(world),
+        control_(reinterpret_cast<Control*>(base_)),
+        slots_(base_ + sizeof(Control)) {}
+
+  ~ShmBackend() override { ::munmap(base_, size_); }
+
+  absl::Status Allreduce(void* data, size_t count, DType dtype, ReduceOp op,
+                         absl::Duration timeout) override {
+    absl::Time deadline = absl::Now() + timeout;
+    size_t elem = DTypeSize(dtype);
+    size_t per_chunk = kChunk / elem;
+    ReduceFn reduce = ReduceFunction(dtype, op);
+    uint8_t* bytes = static_cast<uint8_t*>(data);
+    for (size_t done = 0; done < count; done += per_chunk) {
+      size_t n = std::min(per_chunk, count - done);
+      std::memcpy(Slot(rank_), bytes + done * elem, n * elem);
+      if (auto s = Barrier(deadline); !s.ok()) return s;
+      // Each member reduces its share of the chunk across every slot, in place in slot 0…
+      size_t share = (n + world_ - 1) / world_;
+      size_t begin = std::min(n, share * rank_), end = std::min(n, begin + share);
+      if (end > begin) {
+        uint8_t* acc = bytes + (done + begin) * elem;  // reduce into our own output
+        std::memcpy(acc, Slot(0) + begin * elem, (end - begin) * elem);
+        for (int r = 1; r < world_; ++r) reduce(acc, acc, Slot(r) + begin * elem, end - begin);
+        if (op == ReduceOp::kAvg) DivideInPlace(acc, end - begin, dtype, world_);
+      }
+      if (auto s = Barrier(deadline); !s.ok()) return s;
+      // …published through our slot, then everyone collects the others' shares.
+      if (end > begin)
+        std::memcpy(Slot(rank_) + begin * elem, bytes + (done + begin) * elem,
+                    (end - begin) * elem);
+      if (auto s = Barrier(deadline); !s.ok()) return s;
+      for (int r = 0; r < world_; ++r) {
+        if (r == rank_) continue;
+        size_t b = std::min(n, share * r), e = std::min(n, b + share);
+        if (e > b) std::memcpy(bytes + (done + b) * elem, Slot(r) + b * elem, (e - b) * elem);
+      }
+      if (auto s = Barrier(deadline); !s.ok()) return s;  // slots free for the next chunk
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Allgather(const void* in, void* out, size_t count, DType dtype,
+                         absl::Duration timeout) override {
+    absl::Time deadline = absl::Now() + timeout;
+    size_t total = count * DTypeSize(dtype);
+    const uint8_t* src = static_cast<const uint8_t*>(in);
+    uint8_t* dst = static_cast<uint8_t*>(out);
+    for (size_t done = 0; done < total; done += kChunk) {
+      size_t n = std::min(kChunk, total - done);
+      std::memcpy(Slot(rank_), src + done, n);
+      if (auto s = Barrier(deadline); !s.ok()) return s;
+      for (int r = 0; r < world_; ++r) std::memcpy(dst + r * total + done, Slot(r), n);
+      if (auto s = Barrier(deadline); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Broadcast(void* data, size_t count, DType dtype, int root,
+                         absl::Duration timeout) override {
+    absl::Time deadline = absl::Now() + timeout;
+    size_t total = count * DTypeSize(dtype);
+    uint8_t* bytes = static_cast<uint8_t*>(data);
+    for (size_t done = 0; done < total; done += kChunk) {
+      size_t n = std::min(kChunk, total - done);
+      if (rank_ == root) std::memcpy(Slot(root), bytes + done, n);
+      if (auto s = Barrier(deadline); !s.ok()) return s;
+      if (rank_ != root) std::memcpy(bytes + done, Slot(root), n);
+      if (auto s = Barrier(deadline); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReduceScatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                             absl::Duration timeout) override {
+    // Member r's result is element block r: reduce it straight out of everyone's input,
+    // staged through the slots a chunk of each block at a time.
+    absl::Time deadline = absl::Now() + timeout;
+    size_t elem = DTypeSize(dtype);
+    size_t per_member = kChunk / elem / world_;  // elements of each block per round
+    ReduceFn reduce = ReduceFunction(dtype, op);
+    const uint8_t* src = static_cast<const uint8_t*>(in);
+    uint8_t* dst = static_cast<uint8_t*>(out);
+    for (size_t done = 0; done < count; done += per_member) {
+      size_t n = std::min(per_member, count - done);
+      for (int r = 0; r < world_; ++r) {
+        std::memcpy(Slot(rank_) + r * per_member * elem, src + (r * count + done) * elem, n * elem);
+      }
+      if (auto s = Barrier(deadline); !s.ok()) return s;
+      uint8_t* acc = dst + done * elem;
+      std::memcpy(acc, Slot(0) + rank_ * per_member * elem, n * elem);
+      for (int r = 1; r < world_; ++r) reduce(acc, acc, Slot(r) + rank_ * per_member * elem, n);
+      if (op == ReduceOp::kAvg) DivideInPlace(acc, n, dtype, world_);
+      if (auto s = Barrier(deadline); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Barrier(absl::Duration timeout) override { return Barrier(absl::Now() + timeout); }
+
+  absl::Status Send(const void* data, size_t count, DType dtype, int dst,
+                    absl::Duration timeout) override {
+    return gloo_->Send(data, count, dtype, dst, timeout);
+  }
+  absl::Status Recv(void* data, size_t count, DType dtype, int src,
+                    absl::Duration timeout) override {
+    return gloo_->Recv(data, count, dtype, src, timeout);
+  }
+
+  // Tells every member that this group failed: they stop waiting at once. (A normal
+  // shutdown only unmaps; see the destructor.)
+  void Abort() override {
+    control_->aborted.store(1);
+    Futex(&control_->generation, FUTEX_WAKE, INT32_MAX, nullptr);
+    gloo_->Abort();
+  }
+
+ private:
+  uint8_t* Slot(int r) { return slots_ + static_cast<size_t>(r) * kChunk; }
+
+  // Sense-reversing barrier on the shared generation counter.
+  absl::Status Barrier(absl::Time deadline) {
+    uint32_t gen = control_->generation.load(std::memory_order_acquire);
+    if (control_->aborted.load()) return Aborted();
+    if (control_->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 ==
+        static_cast<uint32_t>(world_)) {
+      control_->arrived.store(0, std::memory_order_relaxed);
+      control_->generation.fetch_add(1, std::memory_order_acq_rel);
+      Futex(&control_->generation, FUTEX_WAKE, INT32_MAX, nullptr);
+      return absl::OkStatus();
+    }
+    int spins = 0;
+    while (control_->generation.load(std::memory_order_acquire) == gen) {
+      if (control_->aborted.load()) return Aborted();
+      if (++spins < 200) continue;  // a short spin: the peer is usually just behind
+      timespec slice{0, 5 * 1000 * 1000};
+      Futex(&control_->generation, FUTEX_WAIT, gen, &slice);
+      if (control_->generation.load(std::memory_order_acquire) != gen) break;
+      for (int r = 0; r < world_; ++r) {
+        pid_t pid = control_->pids[r].load();
+        if (r != rank_ && pid > 0 && !ProcessAlive(pid)) {  // a zombie counts as dead
+          int32_t none = -1;
+          control_->failed_rank.compare_exchange_strong(none, r);
+          Abort();
+          return absl::UnavailableError(
+              absl::StrCat("peer rank ", r, " (pid ", pid, ", same machine) died"));
+        }
+      }
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError("timed out waiting for the other members");
+      }
+    }
+    return absl::OkStatus();  // the generation moved: every member arrived
+  }
+
+  absl::Status Aborted() const {
+    int failed = control_->failed_rank.load();
+    return absl::UnavailableError(
+        failed >= 0 ? absl::StrCat("peer rank ", failed, " died (shared-memory group aborted)")
+                    : std::string("another member aborted the shared-memory group"));
+  }
+
+  std::unique_ptr<CommBackend> gloo_;
+  uint8_t* base_;
+  size_t size_;
+  int rank_;
+  int world_;
+  Control* control_;
+  uint8_t* slots_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CommBackend>> MaybeSharedMemory(KvStore* store,
+                                                               const ConnectOptions& options,
+                                                               std::unique_ptr<CommBackend> gloo) {
+  if (options.world_size < 2 || options.world_size > kMaxMembers) return gloo;
+  // Only when every member runs on this machine.
+  std::string here = absl::StrCat(BootId(), "@", Hostname());
+  if (auto s = store->Set(absl::StrCat("machine/", options.rank), here); !s.ok()) return s;
+  for (int r = 0; r < options.world_size; ++r) {
+    auto there = store->Get(absl::StrCat("machine/", r), options.timeout);
+    if (!there.ok()) return there.status();
+    if (*there != here) return gloo;
+  }
+  size_t size = sizeof(Control) + kChunk * options.world_size;
+  std::string name;
+  if (options.rank == 0) {
+    name = absl::StrCat("/phalanx-", RandomHex(8));
+    int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+      if (fd >= 0) ::close(fd);
+      name = "";  // no /dev/shm: stay on TCP
+    } else {
+      ::close(fd);
+    }
+    if (auto s = store->Set("shm/name", name.empty() ? "-" : name); !s.ok()) return s;
+  } else {
+    auto value = store->Get("shm/name", options.timeout);
+    if (!value.ok()) return value.status();
+    name = *value == "-" ? "" : *value;
+  }
+  void* base = MAP_FAILED;
+  if (!name.empty()) {
+    int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd >= 0) {
+      base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      ::close(fd);
+    }
+  }
+  // Everyone reports whether it mapped the segment; all or none use it.
+  bool mapped = base != MAP_FAILED;
+  if (mapped) {
+    auto* control = static_cast<Control*>(base);
+    // Rank 0 initializes the control block; the handshake below orders that before any use.
+    if (options.rank == 0) control->failed_rank.store(-1);
+    control->pids[options.rank].store(getpid());
+  }
+  int ok = mapped ? 1 : 0;
+  if (auto s = gloo->Allreduce(&ok, 1, DType::kInt32, ReduceOp::kMin, options.timeout); !s.ok()) {
+    if (mapped) ::munmap(base, size);
+    return s;
+  }
+  if (options.rank == 0 && !name.empty()) ::shm_unlink(name.c_str());  // gone with the last map
+  if (ok == 0) {
+    if (mapped) ::munmap(base, size);
+    return gloo;
+  }
+  return std::unique_ptr<CommBackend>(
+      new ShmBackend(std::move(gloo), base, size, options.rank, options.world_size));
+}
+
+}  // namespace phalanx::collective
