@@ -86,29 +86,37 @@ TEST_F(CollectiveTest, ReconfigureFourToThreeToFour) {
   }
 }
 
+// Both paths: shared memory (all ranks on this machine) and Gloo's TCP (as across machines).
 TEST_F(CollectiveTest, SigkilledRankFailsTheOthersFastAndTheyFormANewEpoch) {
-  std::vector<testing::ChildProcess> survivors;
-  for (int r = 0; r < 2; ++r) {
-    survivors.push_back(Rank(absl::StrCat("r", r), "loop", absl::StrCat("1:3:", r, ",2:2:", r)));
-  }
-  auto victim = Rank("r2", "loop", "1:3:2");
-  ASSERT_TRUE(WaitForLine("r0", "iter 3"));
-  victim.Kill(SIGKILL);
-  int64_t killed_at = absl::ToUnixMillis(absl::Now());
-  for (int r = 0; r < 2; ++r) {
-    std::string label = absl::StrCat("r", r);
-    EXPECT_EQ(ExitCode(survivors[r]), 0) << Output(label);
-    std::string out = Output(label);
-    EXPECT_NE(out.find("epoch 2 OK"), std::string::npos) << out;
-    size_t at = out.find("failed at ");
-    ASSERT_NE(at, std::string::npos) << out;
-    int64_t failed_at = 0;
-    ASSERT_TRUE(absl::SimpleAtoi(out.substr(at + 10, out.find(':', at) - at - 10), &failed_at));
-    // Well inside the group's 10 s timeout: the dead peer's sockets closed.
-    EXPECT_LT(failed_at - killed_at, 10000) << out;
-    std::printf("rank %d saw the failure %ld ms after the SIGKILL\n", r, failed_at - killed_at);
-    EXPECT_NE(out.find("epoch 1"), std::string::npos) << out;
-    EXPECT_NE(out.find("peer rank 2"), std::string::npos) << out;
+  for (const char* shm : {"1", "0"}) {
+    group_ = absl::StrCat("kill-shm", shm);
+    std::vector<std::pair<std::string, std::string>> env = {{"PHALANX_COLLECTIVE_SHM", shm}};
+    std::vector<testing::ChildProcess> survivors;
+    for (int r = 0; r < 2; ++r) {
+      survivors.push_back(
+          Rank(absl::StrCat(shm, "r", r), "loop", absl::StrCat("1:3:", r, ",2:2:", r), env));
+    }
+    auto victim = Rank(absl::StrCat(shm, "r2"), "loop", "1:3:2", env);
+    ASSERT_TRUE(WaitForLine(absl::StrCat(shm, "r0"), "iter 3"));
+    victim.Kill(SIGKILL);
+    int64_t killed_at = absl::ToUnixMillis(absl::Now());
+    for (int r = 0; r < 2; ++r) {
+      std::string label = absl::StrCat(shm, "r", r);
+      EXPECT_EQ(ExitCode(survivors[r]), 0) << Output(label);
+      std::string out = Output(label);
+      EXPECT_NE(out.find("epoch 2 OK"), std::string::npos) << out;
+      size_t at = out.find("failed at ");
+      ASSERT_NE(at, std::string::npos) << out;
+      int64_t failed_at = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(out.substr(at + 10, out.find(':', at) - at - 10), &failed_at));
+      // Within the group's 10 s timeout (in practice milliseconds: the dead peer's
+      // connections close, or its process is seen gone).
+      EXPECT_LT(failed_at - killed_at, 10000) << out;
+      std::printf("shm=%s: rank %d saw the failure %ld ms after the SIGKILL\n", shm, r,
+                  failed_at - killed_at);
+      EXPECT_NE(out.find("epoch 1"), std::string::npos) << out;
+      EXPECT_NE(out.find("peer rank 2"), std::string::npos) << out;
+    }
   }
 }
 
