@@ -4,6 +4,7 @@
 #include <boost/fiber/operations.hpp>
 #include <cstdlib>
 
+#include "actors/elastic/controller.h"
 #include "runtime/common/session.h"
 #include "runtime/worker/core_worker.h"
 #include "runtime/worker/worker_host.h"
@@ -18,6 +19,8 @@ absl::Status NotInitialized() {
 }  // namespace
 
 absl::Status Init(const InitOptions& options) {
+  // Every program that uses Phalanx can host a job's elastic controller.
+  elastic::RegisterController();
   if (InWorkerMode()) std::exit(RunWorker());
   auto cluster = ResolveCluster(options.address, options.token);
   if (!cluster.ok()) return cluster.status();
@@ -143,6 +146,7 @@ absl::StatusOr<std::string> CreateActor(const std::string& class_name, const Act
   spec.set_detached(o.detached);
   for (const auto& [k, v] : o.env) (*spec.mutable_env())[k] = v;
   spec.set_code_path(o.code_path);
+  for (const auto& n : o.avoid_node_ids) spec.add_avoid_node_ids(n);
   spec.set_init_args(std::move(packed_args));
   auto created = cw->CreateActor(std::move(spec));
   if (!created.ok()) return created.status();

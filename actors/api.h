@@ -203,6 +203,7 @@ struct ActorOptions {
   bool detached = false;
   std::map<std::string, std::string> env;
   std::string code_path;
+  std::vector<std::string> avoid_node_ids;
 };
 
 // Non-template entry points into the runtime (actors/api.cc).
@@ -411,6 +412,11 @@ class ActorCreator {
     options_.env[key] = value;
     return *this;
   }
+  // Never place the actor on these nodes (e.g. where its predecessor was slow).
+  ActorCreator& SetAvoidNodes(const std::vector<std::string>& node_ids) {
+    options_.avoid_node_ids = node_ids;
+    return *this;
+  }
   // The program that hosts this actor (default: InitOptions::code_path, or this program).
   ActorCreator& SetCodePath(const std::string& path) {
     options_.code_path = path;
@@ -541,6 +547,12 @@ Invoker<T> MakeInvoker(const std::string& what, M method) {
               ""};
     }
   };
+}
+
+// An invoker for member function `fn` of T, deducing its signature.
+template <typename T, typename R, typename... Params>
+Invoker<T> MethodInvokerFor(const std::string& what, R (T::*fn)(Params...)) {
+  return MakeInvoker<T, R, Params...>(what, fn);
 }
 
 template <typename T>

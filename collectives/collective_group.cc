@@ -186,6 +186,13 @@ class GroupImpl final : public CollectiveGroup {
 
   absl::StatusOr<NetworkCheckReport> NetworkCheck(const NetworkCheckOptions& options) override;
 
+  void Abort(const std::string& reason) override {
+    absl::MutexLock lock(&backend_mu_);
+    if (live_backend_ == nullptr) return;
+    spdlog::warn("collective group '{}': aborting the call in flight ({})", options_.name, reason);
+    live_backend_->Abort();
+  }
+
  private:
   using Task = std::function<absl::Status()>;
 
@@ -349,6 +356,10 @@ class GroupImpl final : public CollectiveGroup {
     }
     // The old epoch ends here: released, not aborted (peers may still be leaving its last
     // call; a failed epoch was aborted when it failed).
+    {
+      absl::MutexLock lock(&backend_mu_);
+      live_backend_ = nullptr;
+    }
     backend_.reset();
     int64_t previous_epoch = epoch_;
     {
@@ -364,6 +375,10 @@ class GroupImpl final : public CollectiveGroup {
       return failure_;
     }
     backend_ = std::move(*formed);
+    {
+      absl::MutexLock lock(&backend_mu_);
+      live_backend_ = backend_.get();
+    }
     failure_ = absl::OkStatus();
     if (rank == 0 && previous_epoch > 0) {
       KvStore(gcs_.get(), EpochPrefix(previous_epoch)).DeletePrefix("").IgnoreError();
@@ -376,8 +391,10 @@ class GroupImpl final : public CollectiveGroup {
   const GroupOptions options_;
   std::unique_ptr<gcs::GcsClient> gcs_;
 
-  // Touched by the op thread only.
+  // Touched by the op thread only; Abort reaches it through live_backend_.
   std::unique_ptr<CommBackend> backend_;
+  absl::Mutex backend_mu_;
+  CommBackend* live_backend_ ABSL_GUARDED_BY(backend_mu_) = nullptr;
   absl::Status failure_;
 
   mutable absl::Mutex mu_;

@@ -184,6 +184,11 @@ class CollectiveGroup {
     return RecvAsync(data, count, dtype, src, timeout).Wait();
   }
 
+  // Makes the call in flight (if any) fail at once, from any thread, and leaves the group
+  // failed until the next Reconfigure; peers blocked on this member fail too. For a
+  // controller that knows a peer is gone before the transport does.
+  virtual void Abort(const std::string& reason) = 0;
+
   // Runs the network check on every member (all must call it); see NetworkCheckOptions.
   virtual absl::StatusOr<NetworkCheckReport> NetworkCheck(const NetworkCheckOptions& options) = 0;
 

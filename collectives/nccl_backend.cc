@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -81,13 +82,7 @@ class NcclBackend final : public CommBackend {
 
   ~NcclBackend() override {
     cudaSetDevice(device_);
-    if (comm_ != nullptr) {
-      if (aborted_) {
-        ncclCommAbort(comm_);
-      } else {
-        ncclCommDestroy(comm_);
-      }
-    }
+    if (comm_ != nullptr && !aborted_) ncclCommDestroy(comm_);
     if (scratch_ != nullptr) cudaFree(scratch_);
     if (own_stream_) cudaStreamDestroy(stream_);
   }
@@ -147,12 +142,9 @@ class NcclBackend final : public CommBackend {
                [&] { return ncclRecv(data, count, NcclType(dtype), src, comm_, stream_); });
   }
 
+  // Safe from another thread while a call waits (ncclCommAbort is how NCCL cancels).
   void Abort() override {
-    if (comm_ != nullptr && !aborted_) {
-      aborted_ = true;
-      ncclCommAbort(comm_);
-      comm_ = nullptr;
-    }
+    if (comm_ != nullptr && !aborted_.exchange(true)) ncclCommAbort(comm_);
   }
 
  private:
@@ -160,7 +152,9 @@ class NcclBackend final : public CommBackend {
   // errors; a timeout or an error aborts the communicator so that no one hangs on it.
   template <typename F>
   absl::Status Run(const char* what, absl::Duration timeout, F&& issue) {
-    if (comm_ == nullptr) return absl::FailedPreconditionError("the communicator was aborted");
+    if (comm_ == nullptr || aborted_) {
+      return absl::FailedPreconditionError("the communicator was aborted");
+    }
     cudaSetDevice(device_);
     absl::Time deadline = absl::Now() + timeout;
     if (auto s = AwaitIssued(comm_, issue(), deadline, what); !s.ok()) {
@@ -197,7 +191,7 @@ class NcclBackend final : public CommBackend {
   int size_;
   int device_;
   void* scratch_ = nullptr;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "placement/scheduling_policy.h"
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -91,6 +92,10 @@ Placement NodeSelector::Select(const ClusterResourceView& view, const Scheduling
 
   std::vector<std::pair<std::string, double>> fits;  // node, utilization after placement
   for (const auto& [id, node] : view.nodes()) {
+    if (std::find(request.avoid_node_ids.begin(), request.avoid_node_ids.end(), id) !=
+        request.avoid_node_ids.end()) {
+      continue;
+    }
     if (node.available.Contains(request.resources)) {
       fits.emplace_back(id, UtilizationAfter(node, request.resources));
     }

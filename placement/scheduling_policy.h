@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "placement/resource_view.h"
@@ -24,6 +25,7 @@ struct SchedulingRequest {
   Strategy strategy = Strategy::kDefault;
   std::string affinity_node_id;
   bool affinity_soft = false;
+  std::vector<std::string> avoid_node_ids;  // never these nodes
 };
 
 struct SchedulingOptions {

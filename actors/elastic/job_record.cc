@@ -1,0 +1,139 @@
+#include "actors/elastic/job_record.h"
+
+#include <ctime>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "runtime/common/ids.h"
+#include "runtime/common/system.h"
+
+namespace phalanx::elastic {
+namespace {
+
+constexpr char kKvNamespace[] = "elastic";
+
+std::string StateName(rpc::JobState state) {
+  switch (state) {
+    case rpc::JOB_PENDING:
+      return "PENDING";
+    case rpc::JOB_RUNNING:
+      return "RUNNING";
+    case rpc::JOB_SUCCEEDED:
+      return "SUCCEEDED";
+    case rpc::JOB_FAILED:
+      return "FAILED";
+    case rpc::JOB_STOPPED:
+      return "STOPPED";
+    default:
+      return "UNKNOWN";
+  }
+}
+
+std::string Clock(int64_t ms) {
+  std::time_t t = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%H:%M:%S", &tm);
+  return absl::StrFormat("%s.%03d", buf, static_cast<int>(ms % 1000));
+}
+
+}  // namespace
+
+JobStatus ToStatus(const rpc::JobInfo& job) {
+  JobStatus s;
+  s.job_id = job.job_id();
+  s.name = job.name();
+  s.state = StateName(job.state());
+  s.message = job.message();
+  const auto& el = job.elastic();
+  s.world_size = el.world_size();
+  s.epoch = el.epoch();
+  s.step = el.step();
+  s.loss = el.loss();
+  s.restarts = el.restarts();
+  s.last_checkpoint_step = el.last_checkpoint_step();
+  s.steps_per_second = el.steps_per_second();
+  s.results = el.results();
+  auto spec = ParseJobSpec(job.spec_yaml());
+  if (spec.ok()) s.total_steps = spec->TotalSteps();
+  for (const auto& m : el.members()) {
+    s.ranks.push_back({m.rank(), m.actor_id(), m.node_id(), m.memory_bytes()});
+  }
+  for (const auto& c : job.conditions()) {
+    s.conditions.push_back({c.type(), c.time_ms(), c.reason(), c.message()});
+  }
+  for (const auto& e : job.events()) {
+    s.events.push_back({e.time_ms(), e.kind(), e.message(), e.world_size(), e.epoch()});
+  }
+  return s;
+}
+
+absl::StatusOr<JobStatus> ReadStatus(gcs::GcsClient& gcs, const std::string& job_id) {
+  auto job = gcs.GetJob(job_id);
+  if (!job.ok()) return job.status();
+  return ToStatus(*job);
+}
+
+absl::Status RequestScale(gcs::GcsClient& gcs, const std::string& job_id, int replicas,
+                          const std::vector<int>& ranks) {
+  auto job = gcs.GetJob(job_id);
+  if (!job.ok()) return job.status();
+  if (job->kind() != "elastic") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " is not an elastic training job: it cannot be scaled"));
+  }
+  auto spec = ParseJobSpec(job->spec_yaml());
+  if (spec.ok() && ranks.empty() &&
+      (replicas < spec->min_replicas || replicas > spec->max_replicas)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--replicas ", replicas, " is outside the job's minReplicas..maxReplicas (",
+                     spec->min_replicas, "..", spec->max_replicas, ")"));
+  }
+  for (int r : ranks) {
+    if (r < 0 || r >= job->elastic().world_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", r, " is not a rank of job ", job_id,
+                                                     " (world size ", job->elastic().world_size(),
+                                                     ")"));
+    }
+  }
+  std::string request = absl::StrCat(RandomHex(4), ":", replicas, ":", absl::StrJoin(ranks, ","));
+  return gcs.KvPut(kKvNamespace, absl::StrCat(job_id, "/scale"), request).status();
+}
+
+absl::Status RequestStop(gcs::GcsClient& gcs, const std::string& job_id) {
+  auto job = gcs.GetJob(job_id);
+  if (!job.ok()) return job.status();
+  return gcs.KvPut(kKvNamespace, absl::StrCat(job_id, "/stop"), "1").status();
+}
+
+std::string FormatStatus(const JobStatus& s, bool with_events) {
+  std::string out = absl::StrFormat("job %s (%s): %s", s.job_id, s.name, s.state);
+  absl::StrAppendFormat(&out, " — world size %d, epoch %d, step %d/%d, loss %.6g", s.world_size,
+                        s.epoch, s.step, s.total_steps, s.loss);
+  if (s.restarts > 0) absl::StrAppendFormat(&out, ", %d respawn(s)", s.restarts);
+  if (s.steps_per_second > 0) absl::StrAppendFormat(&out, ", %.1f steps/s", s.steps_per_second);
+  if (!s.message.empty()) absl::StrAppend(&out, "\n  ", s.message);
+  absl::StrAppend(&out, "\nRanks:");
+  for (const auto& r : s.ranks) {
+    absl::StrAppendFormat(
+        &out, "\n  %d  actor %s  node %s%s", r.rank, ShortId(r.actor_id), ShortId(r.node_id),
+        r.memory_bytes > 0 ? absl::StrCat("  memory ", FormatBytes(r.memory_bytes)) : "");
+  }
+  absl::StrAppend(&out, "\nConditions:");
+  for (const auto& c : s.conditions) {
+    absl::StrAppendFormat(&out, "\n  %s  %-10s %-16s %s", Clock(c.time_ms), c.type, c.reason,
+                          c.message);
+  }
+  if (with_events) {
+    absl::StrAppend(&out, "\nEvents:");
+    for (const auto& e : s.events) {
+      absl::StrAppendFormat(&out, "\n  %s  %-14s %s (world %d, epoch %d)", Clock(e.time_ms), e.kind,
+                            e.message, e.world_size, e.epoch);
+    }
+  }
+  return out;
+}
+
+}  // namespace phalanx::elastic

@@ -1,0 +1,491 @@
+#include "actors/elastic/job_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace phalanx::elastic {
+namespace {
+
+absl::Status Bad(const std::string& field, const std::string& value, const std::string& fix) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("job spec field '", field, "': ", value, " — ", fix));
+}
+
+const std::set<std::string> kEvents = {"oom", "nodeDied", "straggler", "hang", "exited"};
+
+absl::StatusOr<Action> ParseAction(const std::string& field, const std::string& text) {
+  if (text == "restart") return Action::kRestart;
+  if (text == "reschedule") return Action::kReschedule;
+  if (text == "respawnLarger") return Action::kRespawnLarger;
+  if (text == "shrink") return Action::kShrink;
+  if (text == "failJob") return Action::kFailJob;
+  return Bad(field, absl::StrCat("'", text, "' is not an action"),
+             "use restart, reschedule, respawnLarger, shrink or failJob");
+}
+
+std::string Scalar(const YAML::Node& n) { return n.IsScalar() ? n.Scalar() : ""; }
+
+// Reads a field of a map node with the conversion `parse`; absent fields keep *out.
+template <typename T, typename Parse>
+absl::Status Read(const YAML::Node& node, const std::string& key, const std::string& field,
+                  const std::string& want, Parse parse, T* out) {
+  YAML::Node v = node[key];
+  if (!v) return absl::OkStatus();
+  if (!v.IsScalar() || !parse(v.Scalar(), out)) {
+    return Bad(field,
+               absl::StrCat("'",
+                            v.IsScalar() ? v.Scalar()
+                                         : std::string("(a ") + (v.IsMap() ? "map" : "list") + ")",
+                            "' is not ", want),
+               absl::StrCat("give ", want));
+  }
+  return absl::OkStatus();
+}
+
+bool ToInt(const std::string& s, int* out) { return absl::SimpleAtoi(s, out); }
+bool ToInt64(const std::string& s, int64_t* out) { return absl::SimpleAtoi(s, out); }
+bool ToDouble(const std::string& s, double* out) {
+  return absl::SimpleAtod(s, out) && std::isfinite(*out);
+}
+bool ToBool(const std::string& s, bool* out) {
+  std::string l = absl::AsciiStrToLower(s);
+  if (l == "true" || l == "yes" || l == "1") return *out = true, true;
+  if (l == "false" || l == "no" || l == "0") return *out = false, true;
+  return false;
+}
+bool ToBytes(const std::string& s, int64_t* out) {
+  auto b = ParseBytes(s);
+  if (!b.ok()) return false;
+  *out = *b;
+  return true;
+}
+
+std::vector<FaultPolicy> DefaultPolicies() {
+  FaultPolicy oom;
+  oom.event = "oom";
+  oom.action = Action::kRespawnLarger;
+  FaultPolicy node;
+  node.event = "nodeDied";
+  node.action = Action::kReschedule;
+  FaultPolicy straggler;
+  straggler.event = "straggler";
+  straggler.action = Action::kReschedule;
+  FaultPolicy hang;
+  hang.event = "hang";
+  hang.action = Action::kRestart;
+  FaultPolicy exited;
+  exited.event = "exited";
+  exited.action = Action::kRestart;
+  return {oom, node, straggler, hang, exited};
+}
+
+const std::set<std::string> kTopLevel = {"name",
+                                         "trainer",
+                                         "codePath",
+                                         "replicas",
+                                         "minReplicas",
+                                         "maxReplicas",
+                                         "resources",
+                                         "faultTolerantPolicy",
+                                         "restartLimit",
+                                         "restartTimeLimit",
+                                         "failPolicy",
+                                         "checkpoint",
+                                         "straggler",
+                                         "hang",
+                                         "data",
+                                         "steps",
+                                         "dataEpochs",
+                                         "config",
+                                         "placementStrategy",
+                                         "scaleOutDebounceSeconds"};
+
+}  // namespace
+
+const char* ActionName(Action action) {
+  switch (action) {
+    case Action::kRestart:
+      return "restart";
+    case Action::kReschedule:
+      return "reschedule";
+    case Action::kRespawnLarger:
+      return "respawnLarger";
+    case Action::kShrink:
+      return "shrink";
+    case Action::kFailJob:
+      return "failJob";
+  }
+  return "?";
+}
+
+absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
+  std::string t(absl::StripAsciiWhitespace(text));
+  static const std::pair<const char*, double> kUnits[] = {
+      {"Ki", 1024.0}, {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
+      {"K", 1e3},     {"M", 1e6},        {"G", 1e9},           {"T", 1e12}};
+  double scale = 1;
+  for (const auto& [suffix, factor] : kUnits) {
+    if (absl::EndsWith(t, suffix)) {
+      t = t.substr(0, t.size() - std::string(suffix).size());
+      scale = factor;
+      break;
+    }
+  }
+  double value;
+  if (!absl::SimpleAtod(t, &value) || !std::isfinite(value) || value < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", text, "' is not a size; give bytes or a number with Ki, Mi, Gi (e.g. 512Mi)"));
+  }
+  return static_cast<int64_t>(std::llround(value * scale));
+}
+
+int64_t JobSpec::TotalSteps() const {
+  if (steps > 0) return steps;
+  if (data_epochs > 0 && global_batch > 0) {
+    return data_epochs * ((num_samples + global_batch - 1) / global_batch);
+  }
+  return 0;
+}
+
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec is not valid YAML (line ",
+                                                   e.mark.line + 1, ", column ", e.mark.column + 1,
+                                                   "): ", e.msg));
+  }
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError("job spec must be a YAML map (name: …, trainer: …)");
+  }
+  for (const auto& kv : root) {
+    std::string key = kv.first.as<std::string>();
+    if (!kTopLevel.count(key)) {
+      return Bad(
+          key, "unknown field",
+          absl::StrCat(
+              "remove it, or use one of: ",
+              absl::StrJoin(std::vector<std::string>(kTopLevel.begin(), kTopLevel.end()), ", ")));
+    }
+  }
+  JobSpec spec;
+  spec.name = Scalar(root["name"]);
+  spec.trainer = Scalar(root["trainer"]);
+  spec.code_path = Scalar(root["codePath"]);
+  spec.placement_strategy =
+      root["placementStrategy"] ? Scalar(root["placementStrategy"]) : spec.placement_strategy;
+  if (auto s = Read(root, "replicas", "replicas", "a whole number", ToInt, &spec.replicas); !s.ok())
+    return s;
+  spec.min_replicas = spec.replicas;
+  spec.max_replicas = spec.replicas;
+  if (auto s =
+          Read(root, "minReplicas", "minReplicas", "a whole number", ToInt, &spec.min_replicas);
+      !s.ok())
+    return s;
+  if (auto s =
+          Read(root, "maxReplicas", "maxReplicas", "a whole number", ToInt, &spec.max_replicas);
+      !s.ok())
+    return s;
+  if (auto s =
+          Read(root, "restartLimit", "restartLimit", "a whole number", ToInt, &spec.restart_limit);
+      !s.ok())
+    return s;
+  if (auto s = Read(root, "restartTimeLimit", "restartTimeLimit", "a number of seconds", ToDouble,
+                    &spec.restart_time_limit_s);
+      !s.ok())
+    return s;
+  if (auto s = Read(root, "steps", "steps", "a whole number", ToInt64, &spec.steps); !s.ok())
+    return s;
+  if (auto s = Read(root, "dataEpochs", "dataEpochs", "a whole number", ToInt64, &spec.data_epochs);
+      !s.ok())
+    return s;
+  if (auto s = Read(root, "scaleOutDebounceSeconds", "scaleOutDebounceSeconds",
+                    "a number of seconds", ToDouble, &spec.scale_out_debounce_s);
+      !s.ok())
+    return s;
+
+  if (YAML::Node r = root["resources"]) {
+    if (!r.IsMap()) return Bad("resources", "not a map", "give e.g. {CPU: 1, memory: 1Gi}");
+    for (const auto& kv : r) {
+      std::string name = kv.first.as<std::string>();
+      std::string value = Scalar(kv.second);
+      std::string field = absl::StrCat("resources.", name);
+      if (name == "memory") {
+        auto bytes = ParseBytes(value);
+        if (!bytes.ok())
+          return Bad(field, std::string(bytes.status().message()), "e.g. memory: 1Gi");
+        spec.resources[name] = static_cast<double>(*bytes);
+      } else {
+        double amount;
+        if (!ToDouble(value, &amount))
+          return Bad(field, absl::StrCat("'", value, "' is not a number"), "e.g. CPU: 1");
+        spec.resources[name] = amount;
+      }
+    }
+  }
+  if (YAML::Node d = root["data"]) {
+    if (!d.IsMap()) return Bad("data", "not a map", "give {numSamples: N, globalBatch: B}");
+    if (auto s =
+            Read(d, "numSamples", "data.numSamples", "a whole number", ToInt64, &spec.num_samples);
+        !s.ok())
+      return s;
+    if (auto s = Read(d, "globalBatch", "data.globalBatch", "a whole number", ToInt64,
+                      &spec.global_batch);
+        !s.ok())
+      return s;
+    if (auto s = Read(d, "seed", "data.seed", "a whole number", ToInt64, &spec.seed); !s.ok())
+      return s;
+  }
+  if (YAML::Node c = root["checkpoint"]) {
+    spec.checkpoint_dir = Scalar(c["dir"]);
+    if (auto s = Read(c, "intervalSteps", "checkpoint.intervalSteps", "a whole number", ToInt64,
+                      &spec.checkpoint_interval);
+        !s.ok())
+      return s;
+  }
+  if (YAML::Node st = root["straggler"]) {
+    if (auto s =
+            Read(st, "check", "straggler.check", "true or false", ToBool, &spec.straggler_check);
+        !s.ok())
+      return s;
+    if (auto s =
+            Read(st, "factor", "straggler.factor", "a number", ToDouble, &spec.straggler_factor);
+        !s.ok())
+      return s;
+  }
+  if (YAML::Node h = root["hang"]) {
+    if (auto s = Read(h, "timeoutSeconds", "hang.timeoutSeconds", "a number of seconds", ToDouble,
+                      &spec.hang_timeout_s);
+        !s.ok())
+      return s;
+  }
+  if (YAML::Node f = root["failPolicy"]) {
+    if (auto s = Read(f, "belowMinTimeoutSeconds", "failPolicy.belowMinTimeoutSeconds",
+                      "a number of seconds", ToDouble, &spec.below_min_timeout_s);
+        !s.ok())
+      return s;
+  }
+  if (YAML::Node c = root["config"]) {
+    if (!c.IsMap()) return Bad("config", "not a map", "give key: value pairs");
+    for (const auto& kv : c) spec.config[kv.first.as<std::string>()] = Scalar(kv.second);
+  }
+  if (YAML::Node p = root["faultTolerantPolicy"]) {
+    if (!p.IsSequence()) {
+      return Bad("faultTolerantPolicy", "not a list", "give a list of {exitCodes|event, action}");
+    }
+    for (size_t i = 0; i < p.size(); ++i) {
+      std::string field = absl::StrCat("faultTolerantPolicy[", i, "]");
+      const YAML::Node& e = p[i];
+      if (!e.IsMap()) return Bad(field, "not a map", "give {event: oom, action: respawnLarger}");
+      FaultPolicy policy;
+      std::string codes = Scalar(e["exitCodes"]);
+      policy.event = Scalar(e["event"]);
+      if (codes.empty() == policy.event.empty()) {
+        return Bad(field, "needs exactly one of exitCodes and event",
+                   "e.g. {exitCodes: \"129,101\", action: restart} or {event: oom, action: "
+                   "respawnLarger}");
+      }
+      for (absl::string_view c : absl::StrSplit(codes, ',', absl::SkipWhitespace())) {
+        int code;
+        if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(c), &code) || code < 0 || code > 255) {
+          return Bad(field + ".exitCodes", absl::StrCat("'", codes, "'"),
+                     "give comma-separated exit codes 0..255, e.g. \"129,101\"");
+        }
+        policy.exit_codes.push_back(code);
+      }
+      if (!policy.event.empty() && !kEvents.count(policy.event)) {
+        return Bad(field + ".event", absl::StrCat("'", policy.event, "'"),
+                   "use oom, nodeDied, straggler, hang or exited");
+      }
+      auto action = ParseAction(field + ".action", Scalar(e["action"]));
+      if (!action.ok()) return action.status();
+      policy.action = *action;
+      if (auto s = Read(e, "memoryGrowth", field + ".memoryGrowth", "a number", ToDouble,
+                        &policy.memory_growth);
+          !s.ok())
+        return s;
+      if (auto s = Read(e, "maxMemoryStep", field + ".maxMemoryStep", "a size like 8Gi", ToBytes,
+                        &policy.max_memory_step);
+          !s.ok())
+        return s;
+      if (auto s = Read(e, "memoryCap", field + ".memoryCap", "a size like 64Gi", ToBytes,
+                        &policy.memory_cap);
+          !s.ok())
+        return s;
+      spec.policies.push_back(policy);
+    }
+  }
+  if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
+  return spec;
+}
+
+absl::Status ValidateJobSpec(const JobSpec& spec) {
+  if (spec.name.empty()) return Bad("name", "missing", "name the job, e.g. name: regression");
+  for (char c : spec.name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      return Bad("name", absl::StrCat("'", spec.name, "'"),
+                 "use letters, digits, '-', '_' and '.' only");
+    }
+  }
+  if (spec.trainer.empty()) {
+    return Bad("trainer", "missing", "name a class registered with PHALANX_TRAINER");
+  }
+  if (spec.replicas < 1) return Bad("replicas", std::to_string(spec.replicas), "give 1 or more");
+  if (spec.min_replicas < 1 || spec.min_replicas > spec.replicas) {
+    return Bad("minReplicas", std::to_string(spec.min_replicas),
+               absl::StrCat("give 1 <= minReplicas <= replicas (", spec.replicas, ")"));
+  }
+  if (spec.max_replicas < spec.replicas) {
+    return Bad("maxReplicas", std::to_string(spec.max_replicas),
+               absl::StrCat("give maxReplicas >= replicas (", spec.replicas, ")"));
+  }
+  for (const auto& [name, amount] : spec.resources) {
+    if (amount < 0) {
+      return Bad(absl::StrCat("resources.", name), std::to_string(amount), "give 0 or more");
+    }
+  }
+  if (spec.num_samples <= 0) {
+    return Bad("data.numSamples", std::to_string(spec.num_samples), "give the dataset size (> 0)");
+  }
+  if (spec.global_batch <= 0 || spec.global_batch > spec.num_samples) {
+    return Bad("data.globalBatch", std::to_string(spec.global_batch),
+               absl::StrCat("give 1 <= globalBatch <= numSamples (", spec.num_samples, ")"));
+  }
+  if (spec.global_batch < spec.max_replicas) {
+    return Bad("data.globalBatch", std::to_string(spec.global_batch),
+               absl::StrCat("give at least maxReplicas (", spec.max_replicas,
+                            ") so that every rank gets a sample"));
+  }
+  if (spec.steps <= 0 && spec.data_epochs <= 0) {
+    return Bad("steps", "missing", "give steps: N or dataEpochs: N");
+  }
+  if (spec.restart_limit < 0) {
+    return Bad("restartLimit", std::to_string(spec.restart_limit), "give 0 or more");
+  }
+  if (spec.restart_time_limit_s <= 0) {
+    return Bad("restartTimeLimit", std::to_string(spec.restart_time_limit_s),
+               "give a window in seconds (> 0)");
+  }
+  if (spec.checkpoint_interval < 0 ||
+      (spec.checkpoint_interval > 0 && spec.checkpoint_dir.empty())) {
+    return Bad("checkpoint", absl::StrCat("intervalSteps ", spec.checkpoint_interval),
+               "give checkpoint.dir with intervalSteps > 0, or leave both out");
+  }
+  if (spec.straggler_factor <= 1) {
+    return Bad("straggler.factor", std::to_string(spec.straggler_factor), "give a factor > 1");
+  }
+  if (spec.hang_timeout_s <= 0) {
+    return Bad("hang.timeoutSeconds", std::to_string(spec.hang_timeout_s), "give seconds > 0");
+  }
+  if (spec.placement_strategy != "PACK" && spec.placement_strategy != "SPREAD" &&
+      spec.placement_strategy != "STRICT_PACK" && spec.placement_strategy != "STRICT_SPREAD") {
+    return Bad("placementStrategy", absl::StrCat("'", spec.placement_strategy, "'"),
+               "use PACK, SPREAD, STRICT_PACK or STRICT_SPREAD");
+  }
+  for (size_t i = 0; i < spec.policies.size(); ++i) {
+    const auto& p = spec.policies[i];
+    std::string field = absl::StrCat("faultTolerantPolicy[", i, "]");
+    if (p.memory_growth < 1) {
+      return Bad(field + ".memoryGrowth", std::to_string(p.memory_growth), "give a factor >= 1");
+    }
+    if (p.action == Action::kRespawnLarger && spec.resources.count("memory") == 0) {
+      return Bad(field + ".action", "respawnLarger",
+                 "give resources.memory (the limit to grow), or another action");
+    }
+  }
+  return absl::OkStatus();
+}
+
+FaultPolicy MatchPolicy(const JobSpec& spec, const std::string& event, int exit_code, int signal) {
+  auto matches = [&](const FaultPolicy& p) {
+    if (!p.event.empty()) return p.event == event;
+    for (int code : p.exit_codes) {
+      if (event == "exited" && code == exit_code) return true;
+      if (signal > 0 && code == 128 + signal) return true;
+    }
+    return false;
+  };
+  for (const auto& p : spec.policies) {
+    if (matches(p)) return p;
+  }
+  for (const auto& p : DefaultPolicies()) {
+    if (matches(p)) return p;
+  }
+  FaultPolicy restart;
+  restart.action = Action::kRestart;
+  return restart;
+}
+
+std::string JobSpecToYaml(const JobSpec& spec) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << spec.name;
+  out << YAML::Key << "trainer" << YAML::Value << spec.trainer;
+  if (!spec.code_path.empty()) out << YAML::Key << "codePath" << YAML::Value << spec.code_path;
+  out << YAML::Key << "replicas" << YAML::Value << spec.replicas;
+  out << YAML::Key << "minReplicas" << YAML::Value << spec.min_replicas;
+  out << YAML::Key << "maxReplicas" << YAML::Value << spec.max_replicas;
+  if (!spec.resources.empty()) {
+    out << YAML::Key << "resources" << YAML::Value << YAML::BeginMap;
+    for (const auto& [k, v] : spec.resources) out << YAML::Key << k << YAML::Value << v;
+    out << YAML::EndMap;
+  }
+  out << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "numSamples"
+      << YAML::Value << spec.num_samples << YAML::Key << "globalBatch" << YAML::Value
+      << spec.global_batch << YAML::Key << "seed" << YAML::Value << spec.seed << YAML::EndMap;
+  if (spec.steps > 0) out << YAML::Key << "steps" << YAML::Value << spec.steps;
+  if (spec.data_epochs > 0) out << YAML::Key << "dataEpochs" << YAML::Value << spec.data_epochs;
+  if (!spec.policies.empty()) {
+    out << YAML::Key << "faultTolerantPolicy" << YAML::Value << YAML::BeginSeq;
+    for (const auto& p : spec.policies) {
+      out << YAML::BeginMap;
+      if (!p.event.empty()) {
+        out << YAML::Key << "event" << YAML::Value << p.event;
+      } else {
+        std::vector<std::string> codes;
+        for (int c : p.exit_codes) codes.push_back(std::to_string(c));
+        out << YAML::Key << "exitCodes" << YAML::Value << absl::StrJoin(codes, ",");
+      }
+      out << YAML::Key << "action" << YAML::Value << ActionName(p.action);
+      out << YAML::Key << "memoryGrowth" << YAML::Value << p.memory_growth;
+      out << YAML::Key << "maxMemoryStep" << YAML::Value << p.max_memory_step;
+      out << YAML::Key << "memoryCap" << YAML::Value << p.memory_cap;
+      out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
+  out << YAML::Key << "restartLimit" << YAML::Value << spec.restart_limit;
+  out << YAML::Key << "restartTimeLimit" << YAML::Value << spec.restart_time_limit_s;
+  out << YAML::Key << "failPolicy" << YAML::Value << YAML::BeginMap << YAML::Key
+      << "belowMinTimeoutSeconds" << YAML::Value << spec.below_min_timeout_s << YAML::EndMap;
+  if (!spec.checkpoint_dir.empty()) {
+    out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "dir"
+        << YAML::Value << spec.checkpoint_dir << YAML::Key << "intervalSteps" << YAML::Value
+        << spec.checkpoint_interval << YAML::EndMap;
+  }
+  out << YAML::Key << "straggler" << YAML::Value << YAML::BeginMap << YAML::Key << "check"
+      << YAML::Value << spec.straggler_check << YAML::Key << "factor" << YAML::Value
+      << spec.straggler_factor << YAML::EndMap;
+  out << YAML::Key << "hang" << YAML::Value << YAML::BeginMap << YAML::Key << "timeoutSeconds"
+      << YAML::Value << spec.hang_timeout_s << YAML::EndMap;
+  out << YAML::Key << "placementStrategy" << YAML::Value << spec.placement_strategy;
+  out << YAML::Key << "scaleOutDebounceSeconds" << YAML::Value << spec.scale_out_debounce_s;
+  if (!spec.config.empty()) {
+    out << YAML::Key << "config" << YAML::Value << YAML::BeginMap;
+    for (const auto& [k, v] : spec.config) out << YAML::Key << k << YAML::Value << v;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+  return out.c_str();
+}
+
+}  // namespace phalanx::elastic

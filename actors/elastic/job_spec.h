@@ -1,0 +1,95 @@
+// The elastic training job spec: a YAML file (or the same struct in C++), with the fields
+// users of Kubernetes training operators know.
+//
+//   name: regression
+//   trainer: RegressionTrainer          # a class registered with PHALANX_TRAINER
+//   codePath: /opt/app/elastic_regression   # the program that registers it (default: the
+//   submitter) replicas: 3                          # ranks at start minReplicas: 1 # below this
+//   the job waits for replacements, then fails maxReplicas: 4                       # grows toward
+//   this when resources appear resources: {CPU: 1, memory: 1Gi}     # per rank data: {numSamples:
+//   4096, globalBatch: 64, seed: 7} steps: 300                           # or dataEpochs: 5
+//   faultTolerantPolicy:
+//     - exitCodes: "129,101"             # EXITED(code), or 128+signal for SIGNALED
+//       action: restart                  # restart | reschedule | respawnLarger | shrink | failJob
+//     - event: oom                       # oom | nodeDied | straggler | hang | exited
+//       action: respawnLarger
+//       memoryGrowth: 2                  # defaults follow DLRover: ×2, ≤ +8Gi a step, ≤ 64Gi
+//       maxMemoryStep: 8Gi
+//       memoryCap: 64Gi
+//   restartLimit: 10                     # respawns allowed within restartTimeLimit seconds
+//   restartTimeLimit: 3600
+//   failPolicy: {belowMinTimeoutSeconds: 60}
+//   checkpoint: {dir: /tmp/ckpt, intervalSteps: 50}
+//   straggler: {check: true, factor: 2.0}   # network check at start and each membership change
+//   hang: {timeoutSeconds: 120}          # no step completed for this long: restart the stuck rank
+//   scaleOutDebounceSeconds: 2
+//   config: {lr: "0.05"}                 # passed to the trainer's Setup
+//
+// A malformed spec is refused before anything starts, with the field, the value and the fix.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace phalanx::elastic {
+
+enum class Action { kRestart, kReschedule, kRespawnLarger, kShrink, kFailJob };
+const char* ActionName(Action action);
+
+struct FaultPolicy {
+  std::vector<int> exit_codes;  // matched against EXITED(code) and 128 + signal
+  std::string event;            // "", "oom", "nodeDied", "straggler", "hang", "exited"
+  Action action = Action::kRestart;
+  double memory_growth = 2.0;
+  int64_t max_memory_step = 8ll << 30;
+  int64_t memory_cap = 64ll << 30;
+};
+
+struct JobSpec {
+  std::string name;
+  std::string trainer;
+  std::string code_path;
+  int replicas = 1;
+  int min_replicas = 1;
+  int max_replicas = 1;
+  std::map<std::string, double> resources;
+  std::vector<FaultPolicy> policies;  // the user's, then the defaults (first match wins)
+  int restart_limit = 10;
+  double restart_time_limit_s = 3600;
+  double below_min_timeout_s = 60;
+  std::string checkpoint_dir;
+  int64_t checkpoint_interval = 0;  // steps; 0: no checkpoints
+  bool straggler_check = false;
+  double straggler_factor = 2.0;
+  double hang_timeout_s = 300;
+  int64_t num_samples = 0;
+  int64_t global_batch = 0;
+  int64_t seed = 0;
+  int64_t steps = 0;        // stop after this many steps (0: use data_epochs)
+  int64_t data_epochs = 0;  // or after this many passes over the data
+  std::map<std::string, std::string> config;
+  std::string placement_strategy = "SPREAD";
+  double scale_out_debounce_s = 2.0;
+
+  // The total number of steps the job runs.
+  int64_t TotalSteps() const;
+};
+
+// Parses and validates a YAML spec. Errors name the field, the value and the fix.
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml);
+absl::Status ValidateJobSpec(const JobSpec& spec);
+
+// The spec as YAML (round-trips through ParseJobSpec).
+std::string JobSpecToYaml(const JobSpec& spec);
+
+// "1Gi", "512Mi", "2G", "1000" → bytes.
+absl::StatusOr<int64_t> ParseBytes(const std::string& text);
+
+// The policy for a rank's death (first match of the spec's policies, then the defaults).
+FaultPolicy MatchPolicy(const JobSpec& spec, const std::string& event, int exit_code, int signal);
+
+}  // namespace phalanx::elastic

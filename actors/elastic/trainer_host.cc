@@ -1,0 +1,275 @@
+#include "actors/elastic/trainer_host.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/common/files.h"
+#include "runtime/common/logging.h"
+#include "runtime/worker/actor_registry.h"
+
+namespace phalanx::elastic {
+
+std::vector<int64_t> StepIndices(int64_t num_samples, int64_t global_batch, int64_t seed,
+                                 int64_t step, int rank, int world_size, int64_t* data_epoch,
+                                 int64_t* step_samples) {
+  int64_t steps_per_pass = (num_samples + global_batch - 1) / global_batch;
+  int64_t pass = step / steps_per_pass;
+  int64_t begin = (step % steps_per_pass) * global_batch;
+  int64_t end = std::min(num_samples, begin + global_batch);
+  // The pass's order: a deterministic shuffle of 0..N-1 seeded by (seed, pass).
+  std::vector<int64_t> order(num_samples);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(static_cast<uint64_t>(seed) * 1000003ull + static_cast<uint64_t>(pass));
+  for (int64_t i = num_samples - 1; i > 0; --i) {
+    std::uniform_int_distribution<int64_t> pick(0, i);
+    std::swap(order[i], order[pick(rng)]);
+  }
+  int64_t n = end - begin;
+  int64_t from = begin + n * rank / world_size, to = begin + n * (rank + 1) / world_size;
+  if (data_epoch) *data_epoch = pass;
+  if (step_samples) *step_samples = n;
+  return std::vector<int64_t>(order.begin() + from, order.begin() + to);
+}
+
+bool TrainerHostBase::Setup(std::string job_id, std::string spec_yaml) {
+  auto spec = ParseJobSpec(spec_yaml);
+  if (!spec.ok()) throw std::runtime_error(std::string(spec.status().message()));
+  absl::MutexLock lock(&mu_);
+  spec_ = *spec;
+  job_id_ = job_id;
+  TrainerContext context{job_id, spec_.config, spec_.num_samples, spec_.global_batch, spec_.seed};
+  if (auto s = trainer_->Setup(context); !s.ok()) {
+    throw std::runtime_error(absl::StrCat("Setup: ", s.message()));
+  }
+  committed_ = trainer_->SaveState();
+  committed_step_ = 0;
+  return true;
+}
+
+void TrainerHostBase::Commit(int64_t agreed) {
+  if (pending_step_ == agreed && pending_step_ > committed_step_) {
+    committed_ = std::move(pending_);
+    committed_step_ = pending_step_;
+  }
+  pending_.clear();
+  pending_step_ = -1;
+}
+
+std::map<std::string, double> TrainerHostBase::Step(int64_t step, int64_t agreed) {
+  absl::MutexLock lock(&mu_);
+  Commit(agreed);
+  if (committed_step_ != step) {
+    throw std::runtime_error(absl::StrCat("rank ", rank_, " holds the state of ", committed_step_,
+                                          " steps, asked to run step ", step));
+  }
+  if (!group_) throw std::runtime_error("no collective group yet: Reconfigure first");
+  StepInput in;
+  in.step = step;
+  in.rank = rank_;
+  in.world_size = world_;
+  in.epoch = epoch_;
+  in.group = group_.get();
+  in.indices = StepIndices(spec_.num_samples, spec_.global_batch, spec_.seed, step, rank_, world_,
+                           &in.data_epoch, &in.global_batch);
+  running_step_ = step;
+  phase_ = kComputing;
+  absl::StatusOr<StepResult> result = trainer_->Step(in);
+  phase_ = kIdle;
+  running_step_ = -1;
+  if (!result.ok()) {
+    // The live state may be half-updated: the next Reconfigure restores the committed one.
+    throw std::runtime_error(std::string(result.status().message()));
+  }
+  pending_ = trainer_->SaveState();
+  pending_step_ = step + 1;
+  std::map<std::string, double> out = result->metrics;
+  out["loss"] = result->loss;
+  out["samples"] = static_cast<double>(in.indices.size());
+  out["data_epoch"] = static_cast<double>(in.data_epoch);
+  return out;
+}
+
+int64_t TrainerHostBase::Reconfigure(std::string group, int64_t epoch, int rank, int world,
+                                     int64_t agreed) {
+  absl::MutexLock lock(&mu_);
+  if (!group_ || group_->name() != group) {
+    collective::GroupOptions options;
+    options.name = group;
+    if (const char* node = std::getenv("PHALANX_NODE_ADDRESS")) {
+      std::string address = node;
+      options.host = address.substr(0, address.rfind(':'));
+    }
+    options.timeout = absl::Seconds(std::min(60.0, spec_.hang_timeout_s));
+    auto made = collective::CollectiveGroup::Create(options);
+    if (!made.ok()) throw std::runtime_error(std::string(made.status().message()));
+    live_group_ = nullptr;
+    group_ = std::move(*made);
+  }
+  live_group_ = group_.get();
+  if (auto s = group_->Reconfigure(epoch, rank, world); !s.ok()) {
+    throw std::runtime_error(std::string(s.message()));
+  }
+  rank_ = rank;
+  world_ = world;
+  epoch_ = epoch;
+  Commit(agreed);
+  // Back to the committed state: a failed step may have changed the live one.
+  if (auto s = trainer_->LoadState(committed_); !s.ok()) {
+    throw std::runtime_error(absl::StrCat("LoadState: ", s.message()));
+  }
+  return committed_step_;
+}
+
+int64_t TrainerHostBase::SyncState(int root) {
+  absl::MutexLock lock(&mu_);
+  if (!group_) throw std::runtime_error("no collective group yet: Reconfigure first");
+  phase_ = kCollective;
+  int64_t header[2] = {static_cast<int64_t>(committed_.size()), committed_step_};
+  auto s = group_->Broadcast(header, 2, collective::DType::kInt64, root);
+  std::string bytes = rank_ == root ? committed_ : std::string(header[0], '\0');
+  if (s.ok() && header[0] > 0) {
+    // Broadcast in int64 words; pad to a multiple of 8 bytes.
+    size_t words = (bytes.size() + 7) / 8;
+    std::vector<int64_t> buffer(words, 0);
+    std::memcpy(buffer.data(), bytes.data(), bytes.size());
+    s = group_->Broadcast(buffer.data(), words, collective::DType::kInt64, root);
+    std::memcpy(bytes.data(), buffer.data(), bytes.size());
+  }
+  phase_ = kIdle;
+  if (!s.ok()) throw std::runtime_error(std::string(s.message()));
+  if (rank_ != root) {
+    if (auto l = trainer_->LoadState(bytes); !l.ok()) {
+      throw std::runtime_error(absl::StrCat("LoadState: ", l.message()));
+    }
+    committed_ = std::move(bytes);
+    committed_step_ = header[1];
+    pending_.clear();
+    pending_step_ = -1;
+  }
+  return committed_step_;
+}
+
+bool TrainerHostBase::SaveCheckpoint(std::string path) {
+  absl::MutexLock lock(&mu_);
+  std::string content = absl::StrCat(committed_step_, "\n", committed_);
+  auto dir = path.substr(0, path.rfind('/'));
+  if (auto s = MakeDirs(dir); !s.ok()) throw std::runtime_error(std::string(s.message()));
+  if (auto s = WriteFile(path, content, 0644); !s.ok()) {
+    throw std::runtime_error(std::string(s.message()));
+  }
+  return true;
+}
+
+int64_t TrainerHostBase::LoadCheckpoint(std::string path) {
+  absl::MutexLock lock(&mu_);
+  auto content = ReadFile(path);
+  if (!content.ok()) return -1;
+  size_t nl = content->find('\n');
+  int64_t step = std::stoll(content->substr(0, nl));
+  std::string state = content->substr(nl + 1);
+  if (auto s = trainer_->LoadState(state); !s.ok()) {
+    throw std::runtime_error(absl::StrCat("checkpoint ", path, ": ", s.message()));
+  }
+  committed_ = std::move(state);
+  committed_step_ = step;
+  pending_.clear();
+  pending_step_ = -1;
+  return step;
+}
+
+std::vector<int> TrainerHostBase::NetworkCheck(double factor) {
+  absl::MutexLock lock(&mu_);
+  if (!group_) throw std::runtime_error("no collective group yet");
+  collective::NetworkCheckOptions options;
+  options.straggler_factor = factor;
+  phase_ = kCollective;
+  auto report = group_->NetworkCheck(options);
+  phase_ = kIdle;
+  if (!report.ok()) throw std::runtime_error(std::string(report.status().message()));
+  std::vector<int> out = report->stragglers;
+  out.push_back(-1);
+  out.insert(out.end(), report->faulty.begin(), report->faulty.end());
+  return out;
+}
+
+std::vector<int64_t> TrainerHostBase::Ping() { return {phase_.load(), -1, running_step_.load()}; }
+
+bool TrainerHostBase::Abort() {
+  if (collective::CollectiveGroup* g = live_group_.load()) g->Abort("the controller asked");
+  return true;
+}
+
+std::string TrainerHostBase::Query(std::string key) {
+  absl::MutexLock lock(&mu_);
+  if (key == "committed_step") return std::to_string(committed_step_);
+  return trainer_->Query(key);
+}
+
+namespace {
+
+using Invoker = internal::Invoker<TrainerHostBase>;
+
+std::map<std::string, Invoker>& HostMethods() {
+  static auto* methods = [] {
+    auto* m = new std::map<std::string, Invoker>();
+    auto add = [&](const char* name, auto fn) {
+      (*m)[name] = internal::MethodInvokerFor<TrainerHostBase>(absl::StrCat("Trainer.", name), fn);
+    };
+    add("Setup", &TrainerHostBase::Setup);
+    add("Step", &TrainerHostBase::Step);
+    add("Reconfigure", &TrainerHostBase::Reconfigure);
+    add("SyncState", &TrainerHostBase::SyncState);
+    add("SaveCheckpoint", &TrainerHostBase::SaveCheckpoint);
+    add("LoadCheckpoint", &TrainerHostBase::LoadCheckpoint);
+    add("NetworkCheck", &TrainerHostBase::NetworkCheck);
+    add("Ping", &TrainerHostBase::Ping);
+    add("Abort", &TrainerHostBase::Abort);
+    add("Query", &TrainerHostBase::Query);
+    return m;
+  }();
+  return *methods;
+}
+
+class HostInstance final : public ActorInstance {
+ public:
+  explicit HostInstance(std::unique_ptr<TrainerHostBase> host) : host_(std::move(host)) {}
+  CallOutcome Call(const std::string& method, const std::string& args) override {
+    auto it = HostMethods().find(method);
+    if (it == HostMethods().end()) {
+      return {MakeError(absl::StatusCode::kInvalidArgument, error_kind::kInvalidCall,
+                        absl::StrCat("a trainer has no method '", method, "'")),
+              ""};
+    }
+    return it->second(host_.get(), args);
+  }
+
+ private:
+  std::unique_ptr<TrainerHostBase> host_;
+};
+
+}  // namespace
+
+void RegisterTrainerHost(const std::string& name,
+                         std::function<std::unique_ptr<TrainerHostBase>()> make) {
+  ActorClass cls;
+  cls.name = name;
+  cls.create = [make](const std::string&) -> absl::StatusOr<std::unique_ptr<ActorInstance>> {
+    return std::unique_ptr<ActorInstance>(new HostInstance(make()));
+  };
+  for (const auto& [method, fn] : HostMethods()) cls.methods.push_back(method);
+  // Lanes: the controller talks to a rank while its step runs.
+  for (const char* m :
+       {"Reconfigure", "SyncState", "SaveCheckpoint", "LoadCheckpoint", "NetworkCheck"}) {
+    cls.method_group[m] = "control";
+  }
+  for (const char* m : {"Ping", "Abort", "Query"}) cls.method_group[m] = "ping";
+  cls.group_concurrency["control"] = 1;
+  cls.group_concurrency["ping"] = 1;
+  ActorRegistry::Global().Register(std::move(cls));
+}
+
+}  // namespace phalanx::elastic

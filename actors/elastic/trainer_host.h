@@ -1,0 +1,91 @@
+// TrainerHost<T>: the actor that hosts a Trainer as a rank of an elastic job (internal: the
+// controller calls these methods; users register with PHALANX_TRAINER). Step runs on the
+// actor's default lane; the rest on lanes of their own, so that a controller can ping a rank
+// or abort its collective while a step runs.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "actors/api.h"
+#include "actors/elastic/job_spec.h"
+#include "actors/elastic/trainer.h"
+
+namespace phalanx::elastic {
+
+// Phases a rank reports to Ping.
+enum Phase : int { kIdle = 0, kComputing = 1, kCollective = 2 };
+
+class TrainerHostBase {
+ public:
+  explicit TrainerHostBase(std::unique_ptr<Trainer> trainer) : trainer_(std::move(trainer)) {}
+  virtual ~TrainerHostBase() = default;
+
+  // Builds the trainer for job `job_id` from its spec.
+  bool Setup(std::string job_id, std::string spec_yaml);
+  // Runs step `step` once `agreed` steps are committed everywhere; returns {loss, metrics…}.
+  std::map<std::string, double> Step(int64_t step, int64_t agreed);
+  // Forms the group's epoch and rolls back to the state of `agreed` steps; returns the number
+  // of steps this rank's state holds (a newcomer's may differ: SyncState fixes it).
+  int64_t Reconfigure(std::string group, int64_t epoch, int rank, int world, int64_t agreed);
+  // Every member calls it: `root` broadcasts its committed state; returns the steps it holds.
+  int64_t SyncState(int root);
+  bool SaveCheckpoint(std::string path);
+  // Loads a checkpoint; returns its step count (-1: none at `path`).
+  int64_t LoadCheckpoint(std::string path);
+  // {straggler ranks…} then -1 then {faulty ranks…}.
+  std::vector<int> NetworkCheck(double factor);
+  // {phase, committed steps, step in progress}.
+  std::vector<int64_t> Ping();
+  bool Abort();
+  std::string Query(std::string key);
+
+ private:
+  void Commit(int64_t agreed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::unique_ptr<Trainer> trainer_;
+  absl::Mutex mu_;  // the state: Step vs Reconfigure/SyncState/checkpoints
+  JobSpec spec_ ABSL_GUARDED_BY(mu_);
+  std::string job_id_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<collective::CollectiveGroup> group_ ABSL_GUARDED_BY(mu_);
+  std::string committed_ ABSL_GUARDED_BY(mu_);
+  int64_t committed_step_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string pending_ ABSL_GUARDED_BY(mu_);
+  int64_t pending_step_ ABSL_GUARDED_BY(mu_) = -1;
+  int rank_ ABSL_GUARDED_BY(mu_) = 0;
+  int world_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int> phase_{kIdle};
+  std::atomic<int64_t> running_step_{-1};
+  // Lets Abort reach the group without the state lock (a stuck step holds it).
+  std::atomic<collective::CollectiveGroup*> live_group_{nullptr};
+};
+
+template <typename T>
+class TrainerHost : public TrainerHostBase {
+ public:
+  TrainerHost() : TrainerHostBase(std::make_unique<T>()) {}
+};
+
+// Registers the host of trainer class T under T's name (with its methods and lanes).
+void RegisterTrainerHost(const std::string& name,
+                         std::function<std::unique_ptr<TrainerHostBase>()> make);
+
+template <typename T>
+struct TrainerRegistrar {
+  explicit TrainerRegistrar(const char* name) {
+    RegisterTrainerHost(name, [] { return std::make_unique<TrainerHost<T>>(); });
+  }
+};
+
+}  // namespace phalanx::elastic
+
+// PHALANX_TRAINER(Class): registers a Trainer subclass (default-constructible) as the trainer
+// class named "Class", for job specs (`trainer: Class`).
+#define PHALANX_TRAINER(Class)                                             \
+  static ::phalanx::elastic::TrainerRegistrar<Class> PHALANX_INTERNAL_CAT( \
+      phalanx_trainer_registrar_, __LINE__)(#Class)

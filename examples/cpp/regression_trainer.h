@@ -1,0 +1,177 @@
+// RegressionTrainer: data-parallel SGD on a synthetic linear-regression set with known
+// weights (y = x · w*), gradients summed with an allreduce. Used by the elastic_regression
+// example and the elastic tests.
+//
+// Config (the job spec's `config`):
+//   dims (8), lr (0.5)             model size and step size
+//   stepMs (0)                     extra time per step (stands in for real compute)
+//   trackSamples (true)            keep, in the state, how often each sample was used
+//   oomAtStep / exitAtStep (-1)    test hooks: at that step, rank `faultRank` (0) allocates
+//   exitCode (3), faultRank (0)    past its memory limit, or exits with exitCode — once per
+//   faultMarker ("")               job (a marker file records that it happened)
+#pragma once
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "actors/elastic/trainer.h"
+#include "runtime/common/files.h"
+
+namespace phalanx::examples {
+
+class RegressionTrainer : public elastic::Trainer {
+ public:
+  absl::Status Setup(const elastic::TrainerContext& ctx) override {
+    auto get = [&](const char* key, double def) {
+      auto it = ctx.config.find(key);
+      double v;
+      return it != ctx.config.end() && absl::SimpleAtod(it->second, &v) ? v : def;
+    };
+    dims_ = static_cast<int>(get("dims", 8));
+    lr_ = get("lr", 0.5);
+    step_ms_ = static_cast<int>(get("stepMs", 0));
+    track_ = get("trackSamples", 1) != 0;
+    oom_at_ = static_cast<int64_t>(get("oomAtStep", -1));
+    exit_at_ = static_cast<int64_t>(get("exitAtStep", -1));
+    exit_code_ = static_cast<int>(get("exitCode", 3));
+    fault_rank_ = static_cast<int>(get("faultRank", 0));
+    auto marker = ctx.config.find("faultMarker");
+    marker_ = marker == ctx.config.end() ? "" : marker->second;
+    seed_ = ctx.seed;
+    num_samples_ = ctx.num_samples;
+    weights_.assign(dims_, 0.0);
+    visits_.assign(track_ ? num_samples_ : 0, 0);
+    return absl::OkStatus();
+  }
+
+  // The known weights: w*_j = (j + 1) / dims × (-1)^j.
+  double TrueWeight(int j) const { return (j + 1.0) / dims_ * (j % 2 ? -1 : 1); }
+
+  // Feature j of sample i: a deterministic value in [-1, 1].
+  double Feature(int64_t i, int j) const {
+    uint64_t h = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull ^
+                 (static_cast<uint64_t>(j) + 1) * 0xC2B2AE3D27D4EB4Full ^
+                 static_cast<uint64_t>(seed_) * 0x165667B19E3779F9ull;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 32;
+    return static_cast<double>(h % 2000001) / 1000000.0 - 1.0;
+  }
+
+  absl::StatusOr<elastic::StepResult> Step(const elastic::StepInput& in) override {
+    MaybeFault(in);
+    if (step_ms_ > 0) usleep(static_cast<useconds_t>(step_ms_) * 1000);
+    // Local sums over this rank's samples: gradient, loss, and (for the checks) visits.
+    std::vector<double> sums(dims_ + 1, 0.0);
+    std::vector<int32_t> seen(track_ ? num_samples_ : 0, 0);
+    for (int64_t i : in.indices) {
+      double pred = 0, y = 0;
+      for (int j = 0; j < dims_; ++j) {
+        pred += weights_[j] * Feature(i, j);
+        y += TrueWeight(j) * Feature(i, j);
+      }
+      double err = pred - y;
+      for (int j = 0; j < dims_; ++j) sums[j] += err * Feature(i, j);
+      sums[dims_] += 0.5 * err * err;
+      if (track_) seen[i] += 1;
+    }
+    auto s = in.group->Allreduce(sums.data(), sums.size(), collective::DType::kFloat64,
+                                 collective::ReduceOp::kSum);
+    if (!s.ok()) return s;
+    if (track_) {
+      s = in.group->Allreduce(seen.data(), seen.size(), collective::DType::kInt32,
+                              collective::ReduceOp::kSum);
+      if (!s.ok()) return s;
+      for (int64_t i = 0; i < num_samples_; ++i) visits_[i] += seen[i];
+    }
+    double scale = 1.0 / static_cast<double>(in.global_batch);
+    for (int j = 0; j < dims_; ++j) weights_[j] -= lr_ * sums[j] * scale;
+    return elastic::StepResult{sums[dims_] * scale, {}};
+  }
+
+  std::string SaveState() const override {
+    std::string out(sizeof(double) * weights_.size() + sizeof(int32_t) * visits_.size(), '\0');
+    std::memcpy(out.data(), weights_.data(), sizeof(double) * weights_.size());
+    std::memcpy(out.data() + sizeof(double) * weights_.size(), visits_.data(),
+                sizeof(int32_t) * visits_.size());
+    return out;
+  }
+
+  absl::Status LoadState(const std::string& state) override {
+    size_t want = sizeof(double) * weights_.size() + sizeof(int32_t) * visits_.size();
+    if (state.size() != want) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("state of ", state.size(), " bytes, expected ", want));
+    }
+    std::memcpy(weights_.data(), state.data(), sizeof(double) * weights_.size());
+    std::memcpy(visits_.data(), state.data() + sizeof(double) * weights_.size(),
+                sizeof(int32_t) * visits_.size());
+    return absl::OkStatus();
+  }
+
+  std::string Query(const std::string& key) const override {
+    if (key == "weights") {
+      std::vector<std::string> w;
+      for (double v : weights_) w.push_back(absl::StrCat(v));
+      return absl::StrJoin(w, ",");
+    }
+    if (key == "true_weights") {
+      std::vector<std::string> w;
+      for (int j = 0; j < dims_; ++j) w.push_back(absl::StrCat(TrueWeight(j)));
+      return absl::StrJoin(w, ",");
+    }
+    if (key == "results")
+      return absl::StrCat("weights=", Query("weights"), ";visits=", Query("visits"));
+    if (key == "visits") {  // "min,max" visits over all samples
+      if (visits_.empty()) return "";
+      int32_t lo = visits_[0], hi = visits_[0];
+      for (int32_t v : visits_) {
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+      return absl::StrCat(lo, ",", hi);
+    }
+    return "";
+  }
+
+ private:
+  void MaybeFault(const elastic::StepInput& in) {
+    if (in.rank != fault_rank_ || (in.step != oom_at_ && in.step != exit_at_)) return;
+    if (!marker_.empty()) {
+      if (PathExists(marker_)) return;  // it happened once: the respawned rank carries on
+      WriteFile(marker_, "1").IgnoreError();
+    }
+    if (in.step == exit_at_) std::exit(exit_code_);
+    // Allocate until the node's monitor kills us for going past the memory limit.
+    std::vector<std::vector<char>> hog;
+    for (int i = 0; i < 4096; ++i) {
+      hog.emplace_back(16 << 20);
+      std::memset(hog.back().data(), 1, hog.back().size());
+      usleep(5000);
+    }
+  }
+
+  int dims_ = 8;
+  double lr_ = 0.5;
+  int step_ms_ = 0;
+  bool track_ = true;
+  int64_t oom_at_ = -1, exit_at_ = -1;
+  int exit_code_ = 3;
+  int fault_rank_ = 0;
+  std::string marker_;
+  int64_t seed_ = 0;
+  int64_t num_samples_ = 0;
+  std::vector<double> weights_;
+  std::vector<int32_t> visits_;
+};
+
+}  // namespace phalanx::examples
