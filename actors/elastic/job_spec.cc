@@ -31,7 +31,7 @@ absl::StatusOr<Action> ParseAction(const std::string& field, const std::string& 
              "use restart, reschedule, respawnLarger, shrink or failJob");
 }
 
-std::string Scalar(const YAML::Node& n) { return n.IsScalar() ? n.Scalar() : ""; }
+std::string Scalar(const YAML::Node& n) { return n && n.IsScalar() ? n.Scalar() : ""; }
 
 // Reads a field of a map node with the conversion `parse`; absent fields keep *out.
 template <typename T, typename Parse>
@@ -155,15 +155,19 @@ int64_t JobSpec::TotalSteps() const {
   return 0;
 }
 
+absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root);
+
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml) {
-  YAML::Node root;
   try {
-    root = YAML::Load(yaml);
+    return ParseSpecNode(YAML::Load(yaml));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("job spec is not valid YAML (line ",
                                                    e.mark.line + 1, ", column ", e.mark.column + 1,
                                                    "): ", e.msg));
   }
+}
+
+absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root) {
   if (!root.IsMap()) {
     return absl::InvalidArgumentError("job spec must be a YAML map (name: …, trainer: …)");
   }

@@ -183,7 +183,8 @@ void GcsProcess::Restart() {
 }
 
 ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
-                       const NodeOptions& options) {
+                       const NodeOptions& options,
+                       std::vector<std::pair<std::string, std::string>> env) {
   ChildProcess node({BinDir() + "/phalanx-node",
                      "--gcs-address",
                      gcs.address(),
@@ -207,7 +208,7 @@ ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
                      "127.0.0.1",
                      "--debug-prepare-delay-ms",
                      absl::StrCat(options.debug_prepare_delay_ms)},
-                    absl::StrCat(gcs.dir(), "/node-", node_id, ".log"));
+                    absl::StrCat(gcs.dir(), "/node-", node_id, ".log"), std::move(env));
   auto client = gcs::GcsClient::Connect({gcs.address(), gcs.token()});
   WaitFor(
       [&] {

@@ -110,7 +110,8 @@ struct NodeOptions {
   int debug_prepare_delay_ms = 0;
 };
 ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
-                       const NodeOptions& options);
+                       const NodeOptions& options,
+                       std::vector<std::pair<std::string, std::string>> env = {});
 inline ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id) {
   return StartNode(gcs, node_id, NodeOptions());
 }

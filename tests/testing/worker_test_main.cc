@@ -1,11 +1,12 @@
 // main() of test binaries that host actors: in a worker process (started by a node manager)
-// it hosts an actor of this binary's classes; otherwise it runs the tests.
+// it hosts an actor of this binary's classes (phalanx::Init does not return there); otherwise
+// it runs the tests.
 #include "actors/api.h"
 #include "gtest/gtest.h"
 #include "runtime/worker/worker_host.h"
 
 int main(int argc, char** argv) {
-  if (phalanx::InWorkerMode()) return phalanx::RunWorker();
+  if (phalanx::InWorkerMode()) phalanx::Init().IgnoreError();
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

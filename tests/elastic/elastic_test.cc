@@ -1,0 +1,432 @@
+// Elastic training under real faults: SIGKILL, OOM, exit codes, node-manager death, a node
+// joining, a slowed rank, a SIGSTOPped rank, GCS kill -9, scale requests. Each test checks
+// that the job heals, the world size after healing, that no committed step was lost (the
+// final weights equal those of an uninterrupted run within 1e-5, after all steps), that each
+// sample was used exactly once per pass, and that no process is left behind.
+#include "actors/elastic/elastic.h"
+
+#include <signal.h>
+
+#include <cmath>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "actors/api.h"
+#include "actors/elastic/trainer_host.h"
+#include "examples/cpp/regression_trainer.h"
+#include "gcs/gcs_client.h"
+#include "gtest/gtest.h"
+#include "runtime/common/process.h"
+#include "tests/testing/test_util.h"
+
+using phalanx::examples::RegressionTrainer;
+PHALANX_TRAINER(RegressionTrainer);
+
+namespace phalanx::elastic {
+namespace {
+
+std::vector<double> Weights(const JobStatus& s) {
+  std::vector<double> out;
+  for (absl::string_view part : absl::StrSplit(s.results, ';')) {
+    if (!absl::StartsWith(part, "weights=")) continue;
+    for (absl::string_view w : absl::StrSplit(part.substr(8), ',', absl::SkipEmpty())) {
+      double v = 0;
+      EXPECT_TRUE(absl::SimpleAtod(w, &v));
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+// "min,max" of per-sample visits.
+std::pair<int, int> Visits(const JobStatus& s) {
+  for (absl::string_view part : absl::StrSplit(s.results, ';')) {
+    if (!absl::StartsWith(part, "visits=")) continue;
+    std::vector<std::string> f = absl::StrSplit(part.substr(7), ',');
+    int lo = -1, hi = -1;
+    if (f.size() == 2 && absl::SimpleAtoi(f[0], &lo) && absl::SimpleAtoi(f[1], &hi)) {
+      return {lo, hi};
+    }
+  }
+  return {-1, -1};
+}
+
+bool HasEvent(const JobStatus& s, const std::string& kind, const std::string& text = "") {
+  for (const auto& e : s.events) {
+    if (e.kind == kind && e.message.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+class ElasticTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    redis_ = std::make_unique<testing::RedisServer>();
+    gcs_ = std::make_unique<testing::GcsProcess>(
+        *redis_, testing::GcsProcess::Options{/*node_timeout_ms=*/1000, 10000});
+    client_ = *gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
+    InitOptions init;
+    init.address = gcs_->address();
+    init.token = gcs_->token();
+    ASSERT_TRUE(Init(init).ok());
+  }
+
+  void TearDown() override {
+    // Every worker that ever ran must be gone once the nodes stop.
+    std::vector<int> pids;
+    auto actors = client_->ListActors();
+    if (actors.ok()) {
+      for (const auto& a : *actors) {
+        if (a.pid() > 0) pids.push_back(a.pid());
+      }
+    }
+    Shutdown();
+    for (auto& [id, n] : nodes_) n.Terminate();
+    for (int pid : pids) {
+      EXPECT_TRUE(testing::WaitFor([&] { return !ProcessAlive(pid); }, absl::Seconds(5)))
+          << "worker " << pid << " outlived its node";
+    }
+  }
+
+  void AddNode(const std::string& id, double cpus,
+               std::vector<std::pair<std::string, std::string>> env = {}) {
+    testing::NodeOptions options;
+    options.num_cpus = cpus;
+    options.memory = 16.0 * (1 << 30);
+    nodes_[id] = testing::StartNode(*gcs_, id, options, std::move(env));
+  }
+
+  JobSpec Spec(int replicas, int min, int max) {
+    JobSpec spec;
+    spec.name = "reg";
+    spec.trainer = "RegressionTrainer";
+    spec.replicas = replicas;
+    spec.min_replicas = min;
+    spec.max_replicas = max;
+    spec.num_samples = 512;
+    spec.global_batch = 32;
+    spec.seed = 3;
+    spec.data_epochs = 8;  // 128 steps
+    spec.resources = {{"CPU", 1}};
+    spec.hang_timeout_s = 5;
+    spec.below_min_timeout_s = 20;
+    spec.scale_out_debounce_s = 0.5;
+    spec.config = {{"stepMs", "15"}, {"dims", "8"}, {"lr", "0.3"}};
+    return spec;
+  }
+
+  // Runs `spec` to the end; `chaos` is called with each status while it runs.
+  JobStatus Run(const JobSpec& spec, const std::function<void(const JobStatus&)>& chaos = nullptr) {
+    auto job = Submit(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    if (!job.ok()) return {};
+    JobStatus last;
+    absl::Time deadline = absl::Now() + absl::Seconds(120);
+    while (absl::Now() < deadline) {
+      auto s = Status(*job);
+      if (s.ok()) {
+        last = *s;
+        if (last.Done()) break;
+        if (chaos) chaos(last);
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    EXPECT_TRUE(last.Done()) << FormatStatus(last);
+    return last;
+  }
+
+  // The uninterrupted run every faulty run is compared with.
+  std::vector<double> Baseline(const JobSpec& spec) {
+    JobSpec quiet = spec;
+    quiet.name = "baseline";
+    quiet.config.erase("oomAtStep");
+    quiet.config.erase("exitAtStep");
+    JobStatus s = Run(quiet);
+    EXPECT_EQ(s.state, "SUCCEEDED") << FormatStatus(s);
+    return Weights(s);
+  }
+
+  // The checks every healed run passes.
+  void ExpectHealed(const JobStatus& s, const JobSpec& spec, const std::vector<double>& baseline,
+                    int world) {
+    EXPECT_EQ(s.state, "SUCCEEDED") << FormatStatus(s);
+    EXPECT_EQ(s.step, spec.TotalSteps()) << FormatStatus(s);
+    EXPECT_EQ(s.world_size, world) << FormatStatus(s);
+    std::vector<double> w = Weights(s);
+    ASSERT_EQ(w.size(), baseline.size()) << s.results;
+    for (size_t j = 0; j < w.size(); ++j) EXPECT_NEAR(w[j], baseline[j], 1e-5) << "weight " << j;
+    auto [lo, hi] = Visits(s);
+    EXPECT_EQ(lo, spec.data_epochs) << "a sample was used fewer times than there were passes";
+    EXPECT_EQ(hi, spec.data_epochs) << "a sample was used more than once in a pass";
+  }
+
+  int PidOfRank(const JobStatus& s, int rank) {
+    if (rank >= static_cast<int>(s.ranks.size())) return -1;
+    auto a = client_->GetActor(s.ranks[rank].actor_id);
+    return a.ok() ? a->pid() : -1;
+  }
+
+  std::unique_ptr<testing::RedisServer> redis_;
+  std::unique_ptr<testing::GcsProcess> gcs_;
+  std::map<std::string, testing::ChildProcess> nodes_;
+  std::unique_ptr<gcs::GcsClient> client_;
+  testing::TempDir dir_;
+};
+
+TEST_F(ElasticTest, SigkilledRankSurvivorsGoOnAndTheRespawnJoins) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  auto baseline = Baseline(spec);
+  bool killed = false;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (!killed && now.step >= 30 && now.world_size == 3) {
+      int pid = PidOfRank(now, 1);
+      if (pid > 0) killed = ::kill(pid, SIGKILL) == 0;
+    }
+  });
+  ASSERT_TRUE(killed);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "rank_died", "SIGNALED(9")) << FormatStatus(s);
+  // The survivors formed an epoch of two before the replacement joined (epoch of three).
+  bool shrank = false, restored = false;
+  for (const auto& e : s.events) {
+    if (e.kind == "epoch" && e.world_size == 2) shrank = true;
+    if (e.kind == "epoch" && shrank && e.world_size == 3) restored = true;
+  }
+  EXPECT_TRUE(shrank && restored) << FormatStatus(s);
+  EXPECT_EQ(s.restarts, 1);
+}
+
+TEST_F(ElasticTest, ExhaustedRestartBudgetShrinksThenBelowMinFails) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 2, 3);
+  spec.restart_limit = 0;
+  auto baseline = Baseline(spec);
+  bool killed = false;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (!killed && now.step >= 20 && now.world_size == 3) {
+      int pid = PidOfRank(now, 2);
+      if (pid > 0) killed = ::kill(pid, SIGKILL) == 0;
+    }
+  });
+  ASSERT_TRUE(killed);
+  ExpectHealed(s, spec, baseline, 2);  // shrunk to 2, never respawned
+  EXPECT_TRUE(HasEvent(s, "rank_died", "restart budget exhausted")) << FormatStatus(s);
+  EXPECT_EQ(s.restarts, 0);
+
+  // Two ranks, two needed, no respawns allowed: losing one fails the job.
+  JobSpec strict = Spec(2, 2, 2);
+  strict.restart_limit = 0;
+  strict.below_min_timeout_s = 3;
+  killed = false;
+  JobStatus f = Run(strict, [&](const JobStatus& now) {
+    if (!killed && now.step >= 10 && now.world_size == 2) {
+      int pid = PidOfRank(now, 1);
+      if (pid > 0) killed = ::kill(pid, SIGKILL) == 0;
+    }
+  });
+  EXPECT_EQ(f.state, "FAILED") << FormatStatus(f);
+  EXPECT_NE(f.message.find("minReplicas"), std::string::npos) << f.message;
+}
+
+TEST_F(ElasticTest, ExitCodePolicyPicksTheAction) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  auto baseline = Baseline(spec);
+  spec.config["exitAtStep"] = "25";
+  spec.config["exitCode"] = "101";
+  spec.config["faultRank"] = "1";
+  spec.config["faultMarker"] = dir_.path() + "/exit-marker";
+  FaultPolicy shrink;
+  shrink.exit_codes = {129, 101};
+  shrink.action = Action::kShrink;
+  spec.policies = {shrink};
+  JobStatus s = Run(spec);
+  ExpectHealed(s, spec, baseline, 2);
+  EXPECT_TRUE(HasEvent(s, "rank_died", "EXITED(101); policy: shrink")) << FormatStatus(s);
+  EXPECT_EQ(s.restarts, 0);
+
+  // failJob on that code fails the job at once.
+  JobSpec fatal = Spec(2, 1, 2);
+  fatal.config["exitAtStep"] = "10";
+  fatal.config["exitCode"] = "129";
+  FaultPolicy fail;
+  fail.exit_codes = {129};
+  fail.action = Action::kFailJob;
+  fatal.policies = {fail};
+  JobStatus f = Run(fatal);
+  EXPECT_EQ(f.state, "FAILED") << FormatStatus(f);
+  EXPECT_NE(f.message.find("EXITED(129)"), std::string::npos) << f.message;
+}
+
+TEST_F(ElasticTest, OomKilledRankComesBackWithTwiceTheMemory) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  spec.resources["memory"] = 256.0 * (1 << 20);
+  auto baseline = Baseline(spec);
+  spec.config["oomAtStep"] = "20";
+  spec.config["faultRank"] = "2";
+  spec.config["faultMarker"] = dir_.path() + "/oom-marker";
+  JobStatus s = Run(spec);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "rank_died", "OOM_KILLED")) << FormatStatus(s);
+  EXPECT_TRUE(HasEvent(s, "rank_died", "respawnLarger: memory 256.0 MiB → 512.0 MiB"))
+      << FormatStatus(s);
+  int larger = 0;
+  for (const auto& r : s.ranks) larger += r.memory_bytes == 512.0 * (1 << 20) ? 1 : 0;
+  EXPECT_EQ(larger, 1) << FormatStatus(s);
+}
+
+TEST_F(ElasticTest, NodeManagerDeathRespawnsItsRanksElsewhere) {
+  AddNode("node-a", 4);
+  AddNode("node-b", 1);
+  JobSpec spec = Spec(3, 1, 3);
+  auto baseline = Baseline(spec);
+  bool killed = false;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (!killed && now.step >= 20) {
+      bool on_b = false;
+      for (const auto& r : now.ranks) on_b |= r.node_id == "node-b";
+      if (on_b) {
+        nodes_["node-b"].KillAndWait();
+        killed = true;
+      }
+    }
+  });
+  ASSERT_TRUE(killed);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "rank_died", "NODE_DIED")) << FormatStatus(s);
+  for (const auto& r : s.ranks) EXPECT_EQ(r.node_id, "node-a") << FormatStatus(s);
+}
+
+TEST_F(ElasticTest, ANodeJoiningGrowsTheJobTowardMax) {
+  AddNode("node-a", 2);
+  JobSpec spec = Spec(2, 1, 3);
+  auto baseline = Baseline(spec);
+  bool added = false;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (!added && now.step >= 15) {
+      AddNode("node-b", 1);
+      added = true;
+    }
+  });
+  ASSERT_TRUE(added);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "scaling_out")) << FormatStatus(s);
+}
+
+TEST_F(ElasticTest, AStragglerFoundByTheNetworkCheckIsReplaced) {
+  AddNode("node-a", 4);
+  AddNode("node-slow", 1, {{"PHALANX_NETCHECK_DELAY_MS", "300"}});
+  JobSpec spec = Spec(3, 1, 3);
+  spec.straggler_check = true;
+  auto baseline = Baseline(spec);
+  JobStatus s = Run(spec);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "straggler", "node-slo")) << FormatStatus(s);
+  for (const auto& r : s.ranks) EXPECT_NE(r.node_id, "node-slow") << FormatStatus(s);
+}
+
+TEST_F(ElasticTest, AStoppedRankIsFoundByTheHangTimeoutAndRestarted) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  spec.hang_timeout_s = 2;
+  auto baseline = Baseline(spec);
+  bool stopped = false;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (!stopped && now.step >= 20 && now.world_size == 3) {
+      int pid = PidOfRank(now, 1);
+      if (pid > 0) stopped = ::kill(pid, SIGSTOP) == 0;
+    }
+  });
+  ASSERT_TRUE(stopped);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "hang", "does not answer")) << FormatStatus(s);
+}
+
+TEST_F(ElasticTest, ScaleRequestsAreGraceful) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  spec.data_epochs = 12;
+  auto baseline = Baseline(spec);
+  int phase = 0;
+  std::string job;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    job = now.job_id;
+    if (phase == 0 && now.step >= 15 && now.world_size == 3) {
+      ASSERT_TRUE(Scale(job, 0, {0}).ok());  // rank 0 leaves by name
+      phase = 1;
+    } else if (phase == 1 && now.world_size == 2) {
+      ASSERT_TRUE(Scale(job, 3).ok());
+      phase = 2;
+    }
+  });
+  EXPECT_EQ(phase, 2);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "scaled_in")) << FormatStatus(s);
+  auto bad = Scale(s.job_id, 9);
+  EXPECT_TRUE(absl::IsInvalidArgument(bad)) << bad;
+}
+
+TEST_F(ElasticTest, TrainingGoesOnThroughAGcsRestart) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  auto baseline = Baseline(spec);
+  bool restarted = false;
+  int64_t step_at_kill = 0;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (!restarted && now.step >= 20) {
+      step_at_kill = now.step;
+      gcs_->Kill9();
+      absl::SleepFor(absl::Milliseconds(500));  // the ranks keep stepping meanwhile
+      gcs_->Restart();
+      restarted = true;
+    }
+  });
+  ASSERT_TRUE(restarted);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_EQ(s.restarts, 0) << FormatStatus(s);
+}
+
+TEST_F(ElasticTest, MalformedSpecsAreRefusedBeforeAnythingStarts) {
+  auto missing = ParseJobSpec("name: x\ntrainer: T\nreplicas: 2\n");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("'data.numSamples'"), std::string::npos)
+      << missing.status();
+  auto range = ParseJobSpec(
+      "name: x\ntrainer: T\nreplicas: 2\nminReplicas: 3\ndata: {numSamples: 10, globalBatch: 4}\n"
+      "steps: 5\n");
+  ASSERT_FALSE(range.ok());
+  EXPECT_NE(range.status().message().find("'minReplicas': 3"), std::string::npos) << range.status();
+  auto action = ParseJobSpec(
+      "name: x\ntrainer: T\nreplicas: 1\ndata: {numSamples: 10, globalBatch: 4}\nsteps: 5\n"
+      "faultTolerantPolicy:\n  - event: oom\n    action: reboot\n");
+  ASSERT_FALSE(action.ok());
+  EXPECT_NE(action.status().message().find("'reboot' is not an action"), std::string::npos)
+      << action.status();
+  auto typo = ParseJobSpec("name: x\ntrainer: T\nrepliacs: 2\n");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("'repliacs': unknown field"), std::string::npos)
+      << typo.status();
+  auto memory = ParseJobSpec(
+      "name: x\ntrainer: T\nreplicas: 1\nresources: {memory: lots}\n"
+      "data: {numSamples: 10, globalBatch: 4}\nsteps: 5\n");
+  ASSERT_FALSE(memory.ok());
+  EXPECT_NE(memory.status().message().find("resources.memory"), std::string::npos)
+      << memory.status();
+  auto ok = ParseJobSpec(
+      "name: x\ntrainer: T\nreplicas: 2\nminReplicas: 1\nmaxReplicas: 4\n"
+      "resources: {CPU: 1, memory: 1Gi}\ndata: {numSamples: 100, globalBatch: 10}\n"
+      "dataEpochs: 2\nfaultTolerantPolicy:\n  - exitCodes: \"129,101\"\n    action: shrink\n");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->resources.at("memory"), 1073741824.0);
+  EXPECT_EQ(ok->TotalSteps(), 20);
+  EXPECT_EQ(MatchPolicy(*ok, "exited", 101, 0).action, Action::kShrink);
+  EXPECT_EQ(MatchPolicy(*ok, "oom", 0, 0).action, Action::kRespawnLarger);
+  // Nothing ran: no job was recorded.
+  EXPECT_TRUE(client_->ListJobs()->empty());
+}
+
+}  // namespace
+}  // namespace phalanx::elastic
