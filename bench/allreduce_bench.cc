@@ -189,7 +189,9 @@ int Main(int argc, char** argv) {
       absl::StrCat("GLOO_SOCKET_IFNAME=lo timeout 600 /usr/bin/python3 ", peer, " --nproc 2 2>&1"));
   std::printf("%s", theirs.c_str());
   std::string reconfigure = run_ranks("reconfigure", 4, "1");
-  std::printf("%s", reconfigure.c_str());
+  std::printf("shared memory: %s", reconfigure.c_str());
+  std::string reconfigure_tcp = run_ranks("reconfigure", 4, "0");
+  std::printf("Gloo over TCP (as across machines): %s", reconfigure_tcp.c_str());
 
   for (const char* size : {"1MiB", "16MiB", "64MiB"}) {
     double a = Busbw(ours, "allreduce", size), t = Busbw(tcp, "allreduce", size),

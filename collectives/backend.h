@@ -47,11 +47,11 @@ struct ConnectOptions {
 absl::StatusOr<std::unique_ptr<CommBackend>> ConnectGloo(KvStore* store,
                                                          const ConnectOptions& options);
 
-// When every member runs on this machine, wraps `gloo` so that the collectives go through a
-// shared-memory segment (send/recv stay on Gloo); otherwise returns `gloo` as it is.
-absl::StatusOr<std::unique_ptr<CommBackend>> MaybeSharedMemory(KvStore* store,
-                                                               const ConnectOptions& options,
-                                                               std::unique_ptr<CommBackend> gloo);
+// The host-memory transport: when every member runs on this machine (and
+// `allow_shared_memory`), a shared-memory segment carries every call; otherwise Gloo.
+absl::StatusOr<std::unique_ptr<CommBackend>> ConnectHost(KvStore* store,
+                                                         const ConnectOptions& options,
+                                                         bool allow_shared_memory);
 
 // Forms an NCCL communicator; `previous` (this member's communicator of the last epoch, may
 // be null) is shrunk instead of re-initialized when the new epoch only drops members

@@ -346,14 +346,11 @@ class GroupImpl final : public CollectiveGroup {
 
     ConnectOptions connect{rank,    world_size,           options_.host,
                            timeout, options_.cuda_device, options_.cuda_stream};
-    absl::StatusOr<std::unique_ptr<CommBackend>> formed =
-        options_.backend == Backend::kGloo ? ConnectGloo(&store, connect)
-                                           : ConnectNccl(&store, connect, backend_.get(), kept);
     const char* shm_env = std::getenv("PHALANX_COLLECTIVE_SHM");
     bool use_shm = options_.shared_memory && !(shm_env && std::string(shm_env) == "0");
-    if (formed.ok() && options_.backend == Backend::kGloo && use_shm) {
-      formed = MaybeSharedMemory(&store, connect, std::move(*formed));
-    }
+    absl::StatusOr<std::unique_ptr<CommBackend>> formed =
+        options_.backend == Backend::kGloo ? ConnectHost(&store, connect, use_shm)
+                                           : ConnectNccl(&store, connect, backend_.get(), kept);
     // The old epoch ends here: released, not aborted (peers may still be leaving its last
     // call; a failed epoch was aborted when it failed).
     {

@@ -14,6 +14,7 @@
 #include <regex>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "collectives/backend.h"
@@ -33,19 +34,21 @@ class GlooStore : public gloo::rendezvous::Store {
   }
 
   std::vector<char> get(const std::string& key) override {
-    auto value = kv_->Get("gloo/" + key, timeout_);
-    if (!value.ok()) throw gloo::IoException(std::string(value.status().message()));
-    return std::vector<char>(value->begin(), value->end());
+    std::string value = Wait(key, timeout_);
+    return std::vector<char>(value.begin(), value.end());
   }
 
   void wait(const std::vector<std::string>& keys) override { wait(keys, ToChrono(timeout_)); }
 
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
-    for (const auto& key : keys) {
-      auto value = kv_->Get("gloo/" + key, absl::FromChrono(timeout));
-      if (!value.ok()) throw gloo::IoException(std::string(value.status().message()));
-    }
+    for (const auto& key : keys) Wait(key, absl::FromChrono(timeout));
+  }
+
+  std::string Wait(const std::string& key, absl::Duration timeout) {
+    auto value = kv_->Get("gloo/" + key, timeout);
+    if (!value.ok()) throw gloo::IoException(std::string(value.status().message()));
+    return *value;
   }
 
   static std::chrono::milliseconds ToChrono(absl::Duration d) {
@@ -64,8 +67,8 @@ std::chrono::milliseconds Ms(absl::Duration d) {
 class GlooBackend final : public CommBackend {
  public:
   GlooBackend(std::shared_ptr<gloo::transport::Device> device,
-              std::shared_ptr<gloo::rendezvous::Context> context, std::map<std::string, int> peers)
-      : device_(std::move(device)), context_(std::move(context)), peers_(std::move(peers)) {}
+              std::shared_ptr<gloo::rendezvous::Context> context, KvStore store, int rank)
+      : device_(std::move(device)), context_(std::move(context)), store_(store), rank_(rank) {}
 
   absl::Status Allreduce(void* data, size_t count, DType dtype, ReduceOp op,
                          absl::Duration timeout) override {
@@ -216,11 +219,12 @@ class GlooBackend final : public CommBackend {
     }
   }
 
-  std::string PeerIn(const std::string& message) const {
+  std::string PeerIn(const std::string& message) {
     static const std::regex kAddress(R"(\[([0-9a-fA-F:.]+)\]:([0-9]+))");
     std::smatch m;
     if (!std::regex_search(message, m, kAddress)) return "";
     std::string address = absl::StrCat(m[1].str(), ":", m[2].str());
+    if (peers_.empty()) LoadPeers();
     auto it = peers_.find(address);
     if (it != peers_.end()) return absl::StrCat("peer rank ", it->second, " (", address, ")");
     return absl::StrCat("the peer at ", address);
@@ -228,7 +232,30 @@ class GlooBackend final : public CommBackend {
 
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
-  std::map<std::string, int> peers_;  // "ip:port" of each peer's connections → rank
+  // Each peer's end of the pair it shares with us ("ip:port" → rank), from what they
+  // published when the epoch formed.
+  void LoadPeers() {
+    static const std::regex kAddress(R"(\[([0-9a-fA-F:.]+)\]:([0-9]+))");
+    auto all = store_.List("pairs/");
+    if (!all.ok()) return;
+    std::string prefix = absl::StrCat(rank_, "=");
+    for (const auto& [key, value] : *all) {
+      int r = -1;
+      if (!absl::SimpleAtoi(key.substr(key.rfind('/') + 1), &r)) continue;
+      for (absl::string_view entry : absl::StrSplit(value, ';', absl::SkipEmpty())) {
+        if (!absl::StartsWith(entry, prefix)) continue;
+        std::string address(entry.substr(prefix.size()));
+        std::smatch m;
+        if (std::regex_search(address, m, kAddress)) {
+          peers_[absl::StrCat(m[1].str(), ":", m[2].str())] = r;
+        }
+      }
+    }
+  }
+
+  KvStore store_;
+  int rank_;
+  std::map<std::string, int> peers_;
   std::map<int, uint64_t> send_seq_;
   std::map<int, uint64_t> recv_seq_;
   bool aborted_ = false;
@@ -246,32 +273,17 @@ absl::StatusOr<std::unique_ptr<CommBackend>> ConnectGloo(KvStore* store,
     context->setTimeout(Ms(options.timeout));
     GlooStore gloo_store(store, options.timeout);
     context->connectFullMesh(gloo_store, device);
-    // Learn each peer's end of the connection it shares with us, to name a peer whose
-    // connection fails later: every member publishes its own end of each pair.
+    // Every member publishes its own end of each pair, so that a member whose connection to
+    // a peer fails later can name that peer (read only then: forming the epoch never waits
+    // for it).
     std::string mine;
     for (int r = 0; r < options.world_size; ++r) {
       if (r == options.rank) continue;
       absl::StrAppend(&mine, r, "=", context->getPair(r)->address().str(), ";");
     }
     if (auto s = store->Set(absl::StrCat("pairs/", options.rank), mine); !s.ok()) return s;
-    std::map<std::string, int> peers;
-    static const std::regex kAddress(R"(\[([0-9a-fA-F:.]+)\]:([0-9]+))");
-    for (int r = 0; r < options.world_size; ++r) {
-      if (r == options.rank) continue;
-      auto theirs = store->Get(absl::StrCat("pairs/", r), options.timeout);
-      if (!theirs.ok()) return theirs.status();
-      std::string prefix = absl::StrCat(options.rank, "=");
-      for (absl::string_view entry : absl::StrSplit(*theirs, ';', absl::SkipEmpty())) {
-        if (!absl::StartsWith(entry, prefix)) continue;
-        std::string address(entry.substr(prefix.size()));
-        std::smatch m;
-        if (std::regex_search(address, m, kAddress)) {
-          peers[absl::StrCat(m[1].str(), ":", m[2].str())] = r;
-        }
-      }
-    }
     return std::unique_ptr<CommBackend>(
-        new GlooBackend(std::move(device), std::move(context), std::move(peers)));
+        new GlooBackend(std::move(device), std::move(context), *store, options.rank));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("forming the Gloo mesh failed: ", e.what()));
   }

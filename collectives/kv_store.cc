@@ -27,7 +27,7 @@ absl::StatusOr<std::string> KvStore::Get(const std::string& key, absl::Duration 
                                                       absl::FormatDuration(timeout)));
     }
     absl::SleepFor(pause);
-    pause = std::min(pause * 2, absl::Milliseconds(10));
+    pause = std::min(pause * 2, absl::Milliseconds(2));
   }
 }
 

@@ -1,6 +1,6 @@
-// Shared memory for members on one machine (as NCCL does within a node): allreduce,
-// allgather, broadcast, reduce-scatter and barrier go through one shared segment instead of
-// loopback TCP; send/recv (and everything, when members span machines) stay on Gloo.
+// Shared memory for members on one machine (as NCCL does within a node): every call goes
+// through one shared segment instead of loopback TCP, and forming an epoch needs no TCP mesh
+// at all (a few key-value exchanges). Groups that span machines use Gloo.
 //
 // Segment: a control block (barrier counter and generation, an abort flag, each member's pid)
 // and one slot of kChunk bytes per member. A buffer is processed chunk by chunk: each member
@@ -40,6 +40,11 @@ struct Control {
   std::atomic<uint32_t> aborted;  // set by the first member that fails
   std::atomic<int32_t> failed_rank;
   std::atomic<int32_t> pids[kMaxMembers];
+  // Send/recv: the sender's slot carries one chunk at a time; sent[s][d] counts chunks put
+  // there for d, taken[s][d] the ones d copied out. Every change bumps p2p_event (a futex).
+  std::atomic<uint32_t> p2p_event;
+  std::atomic<uint32_t> sent[kMaxMembers][kMaxMembers];
+  std::atomic<uint32_t> taken[kMaxMembers][kMaxMembers];
   char pad[64];
 };
 
@@ -56,9 +61,8 @@ std::string BootId() {
 
 class ShmBackend final : public CommBackend {
  public:
-  ShmBackend(std::unique_ptr<CommBackend> gloo, void* base, size_t size, int rank, int world)
-      : gloo_(std::move(gloo)),
-        base_(static_cast<uint8_t*>(base)),
+  ShmBackend(void* base, size_t size, int rank, int world)
+      : base_(static_cast<uint8_t*>(base)),
         size_(size),
         rank_(rank),
         world_(world),
@@ -161,13 +165,51 @@ class ShmBackend final : public CommBackend {
 
   absl::Status Barrier(absl::Duration timeout) override { return Barrier(absl::Now() + timeout); }
 
+  // One chunk at a time through our slot; each waits until the receiver took it, so the
+  // slot is free again when Send returns.
   absl::Status Send(const void* data, size_t count, DType dtype, int dst,
                     absl::Duration timeout) override {
-    return gloo_->Send(data, count, dtype, dst, timeout);
+    absl::Time deadline = absl::Now() + timeout;
+    size_t total = count * DTypeSize(dtype);
+    const uint8_t* src = static_cast<const uint8_t*>(data);
+    auto& sent = control_->sent[rank_][dst];
+    auto& taken = control_->taken[rank_][dst];
+    for (size_t done = 0; done < total || total == 0; done += kChunk) {
+      size_t n = std::min(kChunk, total - done);
+      std::memcpy(Slot(rank_), src + done, n);
+      uint32_t mine = sent.fetch_add(1, std::memory_order_acq_rel) + 1;
+      Signal();
+      if (auto s = WaitUntil([&] { return taken.load(std::memory_order_acquire) >= mine; },
+                             deadline, dst);
+          !s.ok()) {
+        return s;
+      }
+      if (total == 0) break;
+    }
+    return absl::OkStatus();
   }
+
   absl::Status Recv(void* data, size_t count, DType dtype, int src,
                     absl::Duration timeout) override {
-    return gloo_->Recv(data, count, dtype, src, timeout);
+    absl::Time deadline = absl::Now() + timeout;
+    size_t total = count * DTypeSize(dtype);
+    uint8_t* dst = static_cast<uint8_t*>(data);
+    auto& sent = control_->sent[src][rank_];
+    auto& taken = control_->taken[src][rank_];
+    for (size_t done = 0; done < total || total == 0; done += kChunk) {
+      uint32_t next = taken.load(std::memory_order_acquire) + 1;
+      if (auto s = WaitUntil([&] { return sent.load(std::memory_order_acquire) >= next; }, deadline,
+                             src);
+          !s.ok()) {
+        return s;
+      }
+      size_t n = std::min(kChunk, total - done);
+      std::memcpy(dst + done, Slot(src), n);
+      taken.store(next, std::memory_order_release);
+      Signal();
+      if (total == 0) break;
+    }
+    return absl::OkStatus();
   }
 
   // Tells every member that this group failed: they stop waiting at once. (A normal
@@ -175,11 +217,43 @@ class ShmBackend final : public CommBackend {
   void Abort() override {
     control_->aborted.store(1);
     Futex(&control_->generation, FUTEX_WAKE, INT32_MAX, nullptr);
-    gloo_->Abort();
+    Signal();
   }
 
  private:
   uint8_t* Slot(int r) { return slots_ + static_cast<size_t>(r) * kChunk; }
+
+  void Signal() {
+    control_->p2p_event.fetch_add(1, std::memory_order_acq_rel);
+    Futex(&control_->p2p_event, FUTEX_WAKE, INT32_MAX, nullptr);
+  }
+
+  // Waits until `ready()`, in futex slices; fails when the group aborted, `peer` died, or the
+  // deadline passed.
+  template <typename Ready>
+  absl::Status WaitUntil(Ready ready, absl::Time deadline, int peer) {
+    int spins = 0;
+    while (true) {
+      uint32_t event = control_->p2p_event.load(std::memory_order_acquire);
+      if (ready()) return absl::OkStatus();
+      if (control_->aborted.load()) return Aborted();
+      if (++spins < 200) continue;
+      timespec slice{0, 5 * 1000 * 1000};
+      Futex(&control_->p2p_event, FUTEX_WAIT, event, &slice);
+      if (ready()) return absl::OkStatus();
+      pid_t pid = control_->pids[peer].load();
+      if (pid > 0 && !ProcessAlive(pid)) {
+        int32_t none = -1;
+        control_->failed_rank.compare_exchange_strong(none, peer);
+        Abort();
+        return absl::UnavailableError(
+            absl::StrCat("peer rank ", peer, " (pid ", pid, ", same machine) died"));
+      }
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat("timed out waiting for rank ", peer));
+      }
+    }
+  }
 
   // Sense-reversing barrier on the shared generation counter.
   absl::Status Barrier(absl::Time deadline) {
@@ -223,7 +297,6 @@ class ShmBackend final : public CommBackend {
                     : std::string("another member aborted the shared-memory group"));
   }
 
-  std::unique_ptr<CommBackend> gloo_;
   uint8_t* base_;
   size_t size_;
   int rank_;
@@ -234,17 +307,19 @@ class ShmBackend final : public CommBackend {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CommBackend>> MaybeSharedMemory(KvStore* store,
-                                                               const ConnectOptions& options,
-                                                               std::unique_ptr<CommBackend> gloo) {
-  if (options.world_size < 2 || options.world_size > kMaxMembers) return gloo;
+absl::StatusOr<std::unique_ptr<CommBackend>> ConnectHost(KvStore* store,
+                                                         const ConnectOptions& options,
+                                                         bool allow_shared_memory) {
+  if (!allow_shared_memory || options.world_size < 2 || options.world_size > kMaxMembers) {
+    return ConnectGloo(store, options);
+  }
   // Only when every member runs on this machine.
   std::string here = absl::StrCat(BootId(), "@", Hostname());
   if (auto s = store->Set(absl::StrCat("machine/", options.rank), here); !s.ok()) return s;
   for (int r = 0; r < options.world_size; ++r) {
     auto there = store->Get(absl::StrCat("machine/", r), options.timeout);
     if (!there.ok()) return there.status();
-    if (*there != here) return gloo;
+    if (*there != here) return ConnectGloo(store, options);
   }
   size_t size = sizeof(Control) + kChunk * options.world_size;
   std::string name;
@@ -253,7 +328,7 @@ absl::StatusOr<std::unique_ptr<CommBackend>> MaybeSharedMemory(KvStore* store,
     int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
       if (fd >= 0) ::close(fd);
-      name = "";  // no /dev/shm: stay on TCP
+      name = "";  // no /dev/shm: TCP it is
     } else {
       ::close(fd);
     }
@@ -271,26 +346,34 @@ absl::StatusOr<std::unique_ptr<CommBackend>> MaybeSharedMemory(KvStore* store,
       ::close(fd);
     }
   }
-  // Everyone reports whether it mapped the segment; all or none use it.
   bool mapped = base != MAP_FAILED;
   if (mapped) {
     auto* control = static_cast<Control*>(base);
-    // Rank 0 initializes the control block; the handshake below orders that before any use.
+    // Rank 0 initializes the control block before it says it mapped; the others use it only
+    // after reading that.
     if (options.rank == 0) control->failed_rank.store(-1);
     control->pids[options.rank].store(getpid());
   }
-  int ok = mapped ? 1 : 0;
-  if (auto s = gloo->Allreduce(&ok, 1, DType::kInt32, ReduceOp::kMin, options.timeout); !s.ok()) {
+  // Everyone says whether it mapped the segment; all use it, or none.
+  if (auto s = store->Set(absl::StrCat("mapped/", options.rank), mapped ? "1" : "0"); !s.ok()) {
     if (mapped) ::munmap(base, size);
     return s;
   }
-  if (options.rank == 0 && !name.empty()) ::shm_unlink(name.c_str());  // gone with the last map
-  if (ok == 0) {
-    if (mapped) ::munmap(base, size);
-    return gloo;
+  bool all = true;
+  for (int r = 0; r < options.world_size; ++r) {
+    auto m = store->Get(absl::StrCat("mapped/", r), options.timeout);
+    if (!m.ok()) {
+      if (mapped) ::munmap(base, size);
+      return m.status();
+    }
+    all &= *m == "1";
   }
-  return std::unique_ptr<CommBackend>(
-      new ShmBackend(std::move(gloo), base, size, options.rank, options.world_size));
+  if (options.rank == 0 && !name.empty()) ::shm_unlink(name.c_str());  // gone with the last map
+  if (!all) {
+    if (mapped) ::munmap(base, size);
+    return ConnectGloo(store, options);
+  }
+  return std::unique_ptr<CommBackend>(new ShmBackend(base, size, options.rank, options.world_size));
 }
 
 }  // namespace phalanx::collective

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <fstream>
 #include <numeric>
 #include <set>
 #include <thread>
@@ -705,6 +706,9 @@ class Controller {
       job_.set_name(spec_.name);
     }
     group_name_ = absl::StrCat("elastic-", job_id_);
+    if (auto log = spec_.config.find("controllerStepLog"); log != spec_.config.end()) {
+      step_log_ = std::make_unique<std::ofstream>(log->second, std::ios::app);
+    }
     target_ = spec_.max_replicas;
     auto subscription =
         gcs_->Subscribe({rpc::RESOURCES}, [this](const rpc::PubMessage& m) { OnMessage(m); });
@@ -848,6 +852,11 @@ class Controller {
       if (RunStep(&lost, &error)) {
         consecutive_failures_ = 0;
         ++agreed_;
+        if (step_log_) {
+          // For benchmarks: when each step was agreed, and by how many ranks.
+          *step_log_ << agreed_ << " " << absl::ToUnixMillis(absl::Now()) << " " << members_.size()
+                     << std::endl;
+        }
         double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
         if (elapsed > 0) steps_per_second_ = static_cast<double>(agreed_ - start_step) / elapsed;
         CheckpointIfDue();
@@ -946,6 +955,7 @@ class Controller {
   bool failed_ = false;
   bool stop_requested_ = false;
   std::string failure_;
+  std::unique_ptr<std::ofstream> step_log_;
   absl::Time grow_after_ = absl::InfiniteFuture();
 
   absl::Mutex mu_;
