@@ -339,6 +339,7 @@ class Controller {
                                                 ? "; policy: shrink"
                                                 : "; restart budget exhausted: shrinking"));
       target_ = std::max(spec_.min_replicas, target_ - 1);
+      ceiling_ = target_;
       return;
     }
     ++restarts_;
@@ -601,6 +602,7 @@ class Controller {
                       : absl::StrCat(", ranks ", absl::StrJoin(scale_in_ranks_, ","), " leave")));
     requested_ = clamped;
     target_ = clamped;
+    ceiling_ = std::max(clamped, ceiling_);
     grow_after_ = absl::Now();
   }
 
@@ -610,6 +612,7 @@ class Controller {
       if (kind == rpc::ResourceEvent::NODE_ADDED || kind == rpc::ResourceEvent::RESOURCES_CHANGED) {
         absl::MutexLock lock(&mu_);
         resource_event_ = true;
+        node_added_ |= kind == rpc::ResourceEvent::NODE_ADDED;
       }
     }
   }
@@ -780,8 +783,13 @@ class Controller {
         if (stopping_) return;
         if (resource_event_) {
           resource_event_ = false;
+          // A new node lifts a ceiling left by a shrink; freed resources alone do not (the
+          // resources a shrunk rank freed are not a reason to bring it back).
+          if (node_added_) ceiling_ = spec_.max_replicas;
+          node_added_ = false;
           // Grow toward maxReplicas (or the requested size) once things settle.
-          target_ = requested_ > 0 ? requested_ : spec_.max_replicas;
+          target_ = std::min(requested_ > 0 ? requested_ : spec_.max_replicas, ceiling_);
+          target_ = std::max(target_, static_cast<int>(members_.size()));
           grow_after_ = absl::Now() + absl::Seconds(spec_.scale_out_debounce_s);
         }
       }
@@ -948,7 +956,8 @@ class Controller {
   double steps_per_second_ = 0;
   int restarts_ = 0;
   int target_ = 0;
-  int requested_ = 0;  // a user's scale request (0: none)
+  int requested_ = 0;      // a user's scale request (0: none)
+  int ceiling_ = 1 << 30;  // after a shrink: no growth past this until a node joins
   int consecutive_failures_ = 0;
   bool had_members_ = false;
   bool running_ = false;
@@ -965,6 +974,7 @@ class Controller {
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool resource_event_ ABSL_GUARDED_BY(mu_) = false;
+  bool node_added_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::string> pending_kv_ ABSL_GUARDED_BY(mu_);
   std::string last_scale_request_ ABSL_GUARDED_BY(mu_);
   std::string new_scale_request_ ABSL_GUARDED_BY(mu_);
