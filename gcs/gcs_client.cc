@@ -299,6 +299,63 @@ class GcsClientImpl final : public GcsClient {
     return std::vector<rpc::JobInfo>(reply->jobs().begin(), reply->jobs().end());
   }
 
+  absl::StatusOr<rpc::JobInfo> SubmitJob(const rpc::SubmitJobRequest& request) override {
+    auto reply = Call(&Stub::SubmitJob, request);
+    if (!reply.ok()) return reply.status();
+    return reply->job();
+  }
+
+  absl::StatusOr<rpc::JobInfo> StopJob(const std::string& job_id, double grace_s) override {
+    rpc::StopJobRequest request;
+    request.set_job_id(job_id);
+    request.set_grace_s(grace_s);
+    auto reply = Call(&Stub::StopJob, request);
+    if (!reply.ok()) return reply.status();
+    return reply->job();
+  }
+
+  absl::Status ReportJob(const rpc::ReportJobRequest& report) override {
+    return Call(&Stub::ReportJob, report).status();
+  }
+
+  absl::Status JobLogs(const std::string& job_id, int64_t offset, bool follow,
+                       const std::function<bool(const rpc::JobLogsChunk&)>& on_chunk) override {
+    absl::Time give_up = absl::Now() + options_.rpc_timeout;
+    while (true) {
+      rpc::JobLogsRequest request;
+      request.set_job_id(job_id);
+      request.set_offset(offset);
+      request.set_follow(follow);
+      grpc::ClientContext context;
+      if (!options_.token.empty()) context.AddMetadata(rpc::kTokenHeader, options_.token);
+      context.set_wait_for_ready(true);
+      if (!follow) {
+        context.set_deadline(std::chrono::system_clock::now() +
+                             absl::ToChronoMilliseconds(options_.rpc_timeout));
+      }
+      auto reader = stub_->JobLogs(&context, request);
+      rpc::JobLogsChunk chunk;
+      bool stopped = false;
+      while (reader->Read(&chunk)) {
+        offset = chunk.offset() + static_cast<int64_t>(chunk.data().size());
+        give_up = absl::Now() + options_.rpc_timeout;
+        if (!on_chunk(chunk)) {
+          stopped = true;
+          context.TryCancel();
+          break;
+        }
+      }
+      grpc::Status status = reader->Finish();
+      if (stopped || status.ok()) return absl::OkStatus();
+      // A GCS restart cuts the stream: resume from the offset reached.
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE && absl::Now() < give_up) {
+        absl::SleepFor(absl::Milliseconds(100));
+        continue;
+      }
+      return rpc::FromGrpc(status, absl::StrCat("GCS at ", options_.address));
+    }
+  }
+
   absl::StatusOr<rpc::PlacementGroupInfo> CreatePlacementGroup(
       const rpc::PlacementGroupInfo& spec) override {
     rpc::CreatePlacementGroupRequest request;

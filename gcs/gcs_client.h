@@ -82,6 +82,14 @@ class GcsClient {
   virtual absl::Status UpdateJob(const rpc::JobInfo& job) = 0;
   virtual absl::StatusOr<rpc::JobInfo> GetJob(const std::string& job_id) = 0;
   virtual absl::StatusOr<std::vector<rpc::JobInfo>> ListJobs() = 0;
+  // Job submission (the job manager on the head; see gcs/job_manager.h).
+  virtual absl::StatusOr<rpc::JobInfo> SubmitJob(const rpc::SubmitJobRequest& request) = 0;
+  virtual absl::StatusOr<rpc::JobInfo> StopJob(const std::string& job_id, double grace_s) = 0;
+  virtual absl::Status ReportJob(const rpc::ReportJobRequest& report) = 0;
+  // Calls `on_chunk` with the job's log from `offset` (with `follow`: until the job ended).
+  // A GCS restart in the middle resumes where it stopped. `on_chunk` returning false stops.
+  virtual absl::Status JobLogs(const std::string& job_id, int64_t offset, bool follow,
+                               const std::function<bool(const rpc::JobLogsChunk&)>& on_chunk) = 0;
 
   // Creates a placement group (validated, stored PENDING, reserved by two-phase commit).
   virtual absl::StatusOr<rpc::PlacementGroupInfo> CreatePlacementGroup(

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gcs/actor_manager.h"
+#include "gcs/job_manager.h"
 #include "gcs/kv_manager.h"
 #include "gcs/node_client_pool.h"
 #include "gcs/node_manager.h"
@@ -36,7 +37,8 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
  public:
   GcsServiceImpl(std::string token, std::string cluster_id, GcsPublisher* publisher,
                  GcsNodeManager* nodes, GcsKvManager* kv, GcsActorManager* actors,
-                 RecordTable<rpc::JobInfo>* jobs, GcsPlacementGroupManager* placement_groups)
+                 RecordTable<rpc::JobInfo>* jobs, GcsPlacementGroupManager* placement_groups,
+                 GcsJobManager* job_manager)
       : token_(std::move(token)),
         cluster_id_(std::move(cluster_id)),
         start_time_ms_(NowMs()),
@@ -45,7 +47,8 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
         kv_(kv),
         actors_(actors),
         jobs_(jobs),
-        placement_groups_(placement_groups) {}
+        placement_groups_(placement_groups),
+        job_manager_(job_manager) {}
 
   void Stop() { stopping_ = true; }
 
@@ -232,6 +235,38 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status SubmitJob(grpc::ServerContext* context, const rpc::SubmitJobRequest* request,
+                         rpc::SubmitJobReply* reply) override {
+    PHX_AUTH(context);
+    auto job = job_manager_->Submit(*request);
+    if (!job.ok()) return rpc::ToGrpc(job.status());
+    *reply->mutable_job() = std::move(*job);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status StopJob(grpc::ServerContext* context, const rpc::StopJobRequest* request,
+                       rpc::StopJobReply* reply) override {
+    PHX_AUTH(context);
+    auto job = job_manager_->Stop(request->job_id(), request->grace_s());
+    if (!job.ok()) return rpc::ToGrpc(job.status());
+    *reply->mutable_job() = std::move(*job);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ReportJob(grpc::ServerContext* context, const rpc::ReportJobRequest* request,
+                         rpc::ReportJobReply*) override {
+    PHX_AUTH(context);
+    return rpc::ToGrpc(job_manager_->Report(*request));
+  }
+
+  grpc::Status JobLogs(grpc::ServerContext* context, const rpc::JobLogsRequest* request,
+                       grpc::ServerWriter<rpc::JobLogsChunk>* writer) override {
+    PHX_AUTH(context);
+    return rpc::ToGrpc(job_manager_->StreamLogs(
+        *request, [&](const rpc::JobLogsChunk& chunk) { return writer->Write(chunk); },
+        [&] { return context->IsCancelled() || stopping_.load(); }));
+  }
+
   grpc::Status CreatePlacementGroup(grpc::ServerContext* context,
                                     const rpc::CreatePlacementGroupRequest* request,
                                     rpc::CreatePlacementGroupReply* reply) override {
@@ -330,6 +365,7 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
   GcsActorManager* actors_;
   RecordTable<rpc::JobInfo>* jobs_;
   GcsPlacementGroupManager* placement_groups_;
+  GcsJobManager* job_manager_;
   std::atomic<bool> stopping_{false};
 };
 
@@ -369,7 +405,10 @@ class GcsServerImpl final : public GcsServer {
         actors_(store_.get(), &publisher_, &nodes_, &node_clients_, &scheduler_),
         jobs_(store_.get(), &publisher_, "jobs", rpc::JOB, &SetJobBody),
         placement_groups_(store_.get(), &publisher_, &nodes_, &node_clients_, &scheduler_,
-                          &actors_) {
+                          &actors_),
+        job_manager_(&jobs_, &actors_, &kv_,
+                     {options.session_dir, options.token, ExecutableDir() + "/phalanx-job-runner",
+                      options.max_working_dir_bytes}) {
     // One path for node events: the scheduler first, then the managers.
     nodes_.AddRegisteredListener([this](const rpc::NodeInfo& node) {
       scheduler_.AddNode(node.node_id(), rpc::FromProto(node.total()),
@@ -404,8 +443,9 @@ class GcsServerImpl final : public GcsServer {
     if (auto s = placement_groups_.Load(); !s.ok()) return s;
     if (auto s = actors_.Load(); !s.ok()) return s;
     if (auto s = jobs_.Load(); !s.ok()) return s;
-    service_ = std::make_unique<GcsServiceImpl>(options_.token, cluster_id, &publisher_, &nodes_,
-                                                &kv_, &actors_, &jobs_, &placement_groups_);
+    service_ =
+        std::make_unique<GcsServiceImpl>(options_.token, cluster_id, &publisher_, &nodes_, &kv_,
+                                         &actors_, &jobs_, &placement_groups_, &job_manager_);
     auto started =
         rpc::StartServer(absl::StrCat(options_.listen_host, ":", options_.port), {service_.get()});
     if (!started.ok()) {
@@ -414,6 +454,7 @@ class GcsServerImpl final : public GcsServer {
     }
     server_ = std::move(started->server);
     port_ = started->port;
+    job_manager_.Start(port_);
     health_thread_ = std::thread([this] { HealthLoop(); });
     spdlog::info("GCS for cluster {} listening on port {} (incarnation {})", cluster_id, port_,
                  publisher_.incarnation());
@@ -435,6 +476,7 @@ class GcsServerImpl final : public GcsServer {
     publisher_.Shutdown();
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     if (health_thread_.joinable()) health_thread_.join();
+    job_manager_.Shutdown();
     stopped_.Notify();
   }
 
@@ -456,6 +498,7 @@ class GcsServerImpl final : public GcsServer {
   GcsActorManager actors_;
   RecordTable<rpc::JobInfo> jobs_;
   GcsPlacementGroupManager placement_groups_;
+  GcsJobManager job_manager_;
   std::unique_ptr<GcsServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

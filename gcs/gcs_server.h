@@ -21,6 +21,9 @@ struct GcsServerOptions {
   absl::Duration node_timeout = absl::Seconds(3);
   absl::Duration restart_grace = absl::Seconds(10);
   absl::Duration health_check_period = absl::Milliseconds(100);
+  // Where jobs keep their working dirs and logs (the head's session dir); empty: no jobs.
+  std::string session_dir;
+  int64_t max_working_dir_bytes = 100ll << 20;
 };
 
 class GcsServer {

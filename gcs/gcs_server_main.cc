@@ -29,6 +29,14 @@ int main(int argc, char** argv) {
   app.add_option("--restart-grace-ms", restart_grace_ms,
                  "after a restart, how long live nodes have to heartbeat again");
   app.add_option("--log-file", log_file, "log here instead of stderr");
+  app.add_option("--session-dir", options.session_dir,
+                 "the head's session dir: jobs keep their working dirs and logs there");
+  double max_working_dir_mb = 100;
+  if (const char* env = std::getenv("PHALANX_MAX_WORKING_DIR_MB"); env && *env) {
+    max_working_dir_mb = std::atof(env);
+  }
+  app.add_option("--max-working-dir-mb", max_working_dir_mb,
+                 "the largest job working dir accepted (or $PHALANX_MAX_WORKING_DIR_MB)");
   CLI11_PARSE(app, argc, argv);
 
   phalanx::BlockTerminationSignals();
@@ -56,6 +64,7 @@ int main(int argc, char** argv) {
   }
   options.token = std::string(absl::StripAsciiWhitespace(*token));
   options.node_timeout = absl::Milliseconds(node_timeout_ms);
+  options.max_working_dir_bytes = static_cast<int64_t>(max_working_dir_mb * (1 << 20));
   options.restart_grace = absl::Milliseconds(restart_grace_ms);
 
   auto server = phalanx::gcs::GcsServer::Start(options);

@@ -38,38 +38,12 @@ absl::StatusOr<std::string> Submit(JobSpec spec) {
     CoreWorker* cw = CoreWorker::Get();
     spec.code_path = cw->options().code_path.empty() ? SelfExe() : cw->options().code_path;
   }
-  std::string job_id = absl::StrCat(spec.name, "-", RandomHex(3));
-  std::string yaml = JobSpecToYaml(spec);
-  rpc::JobInfo job;
-  job.set_job_id(job_id);
-  job.set_name(spec.name);
-  job.set_kind("elastic");
-  job.set_state(rpc::JOB_PENDING);
-  job.set_spec_yaml(yaml);
-  job.set_submit_time_ms(NowMs());
-  auto* c = job.add_conditions();
-  c->set_type("Pending");
-  c->set_time_ms(NowMs());
-  c->set_reason("Submitted");
-  c->set_message(absl::StrCat(spec.replicas, " replicas (min ", spec.min_replicas, ", max ",
-                              spec.max_replicas, ")"));
-  if (auto s = (*gcs)->UpdateJob(job); !s.ok()) return s;
-  // The controller: detached (the job outlives this driver), restarted if its process dies.
-  auto controller = ActorOf("ElasticController")
-                        .SetCodePath(spec.code_path)
-                        .SetName(absl::StrCat("elastic-controller-", job_id))
-                        .SetDetached()
-                        .SetMaxRestarts(-1)
-                        .SetEnv("PHALANX_JOB_ID", job_id)
-                        .Remote(job_id, yaml);
-  if (!controller.ok()) {
-    job.set_state(rpc::JOB_FAILED);
-    job.set_message(
-        absl::StrCat("the controller could not start: ", controller.status().message()));
-    (*gcs)->UpdateJob(job).IgnoreError();
-    return controller.status();
-  }
-  return job_id;
+  // The job manager records the job and starts its controller (as for `phalanx job submit -f`).
+  rpc::SubmitJobRequest request;
+  request.set_spec_yaml(JobSpecToYaml(spec));
+  auto job = (*gcs)->SubmitJob(request);
+  if (!job.ok()) return job.status();
+  return job->job_id();
 }
 
 absl::StatusOr<std::string> SubmitYaml(const std::string& yaml) {

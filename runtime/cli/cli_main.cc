@@ -47,9 +47,48 @@ int main(int argc, char** argv) {
   list_cmd->require_subcommand(1);
   bool list_all = false;
   list_actors->add_flag("--all", list_all, "include every dead actor");
-  for (auto* cmd : {status_cmd, list_actors}) {
-    cmd->add_option("--address", cluster.address, "GCS HOST:PORT (default: this machine's)");
-    cmd->add_option("--token", cluster.token, "cluster token (default: this machine's)");
+
+  auto* job_cmd =
+      app.add_subcommand("job", "submit and manage jobs (drivers and elastic training)");
+  job_cmd->require_subcommand(1);
+  JobSubmitOptions submit;
+  auto* job_submit = job_cmd->add_subcommand(
+      "submit",
+      "run a program on the head: `phalanx job submit [--working-dir DIR] -- COMMAND ARGS...`, "
+      "or an elastic training job: `phalanx job submit -f job.yaml`");
+  job_submit->add_option("--working-dir", submit.working_dir,
+                         "a directory to copy to the head; the job runs in the copy");
+  job_submit->add_option("--env", submit.env, "NAME=VALUE for the job (repeatable)");
+  job_submit->add_flag("--no-wait", submit.no_wait, "return once submitted");
+  job_submit->add_option("--submission-id", submit.submission_id, "the job id to use");
+  job_submit->add_option("-f,--file", submit.spec_file, "an elastic training job spec (YAML)");
+  job_submit->add_option("entrypoint", submit.entrypoint, "the command, after `--`");
+  std::string job_id;
+  auto* job_status = job_cmd->add_subcommand("status", "a job's state (conditions and events)");
+  auto* job_logs = job_cmd->add_subcommand("logs", "a job's driver output");
+  bool follow = false;
+  job_logs->add_flag("-f,--follow", follow, "keep printing new output until the job ends");
+  auto* job_stop = job_cmd->add_subcommand("stop", "stop a job: SIGTERM, then SIGKILL");
+  double stop_grace = 10;
+  bool stop_no_wait = false;
+  job_stop->add_option("--grace", stop_grace, "seconds between SIGTERM and SIGKILL")
+      ->capture_default_str();
+  job_stop->add_flag("--no-wait", stop_no_wait, "return once asked");
+  auto* job_list = job_cmd->add_subcommand("list", "every job, oldest first");
+  auto* job_scale = job_cmd->add_subcommand("scale", "resize an elastic training job");
+  int scale_replicas = -1;
+  std::vector<int> remove_ranks;
+  job_scale->add_option("--replicas", scale_replicas, "the new world size");
+  job_scale->add_option("--remove-ranks", remove_ranks, "take these ranks out (graceful)")
+      ->delimiter(',');
+  for (auto* cmd : {job_status, job_logs, job_stop, job_scale}) {
+    cmd->add_option("job_id", job_id, "the job's id (`phalanx job list`)")->required();
+  }
+  for (auto* cmd :
+       {status_cmd, list_actors, job_submit, job_status, job_logs, job_stop, job_list, job_scale}) {
+    auto& flags = cmd == job_submit ? submit.cluster : cluster;
+    cmd->add_option("--address", flags.address, "GCS HOST:PORT (default: this machine's)");
+    cmd->add_option("--token", flags.token, "cluster token (default: this machine's)");
   }
 
   try {
@@ -61,5 +100,11 @@ int main(int argc, char** argv) {
   if (*stop_cmd) return RunStop(stop);
   if (*status_cmd) return RunStatus(cluster);
   if (*list_actors) return RunListActors(cluster, list_all);
+  if (*job_submit) return RunJobSubmit(submit);
+  if (*job_status) return RunJobStatus(cluster, job_id);
+  if (*job_logs) return RunJobLogs(cluster, job_id, follow);
+  if (*job_stop) return RunJobStop(cluster, job_id, stop_grace, stop_no_wait);
+  if (*job_list) return RunJobList(cluster);
+  if (*job_scale) return RunJobScale(cluster, job_id, scale_replicas, remove_ranks);
   return 2;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace phalanx::cli {
 
@@ -36,5 +37,23 @@ struct ClusterFlags {
 };
 int RunStatus(const ClusterFlags& flags);
 int RunListActors(const ClusterFlags& flags, bool all);
+
+// `phalanx job …`: jobs on the head's job manager, and elastic training jobs.
+struct JobSubmitOptions {
+  ClusterFlags cluster;
+  std::string working_dir;
+  std::vector<std::string> env;  // NAME=VALUE
+  bool no_wait = false;
+  std::string submission_id;
+  std::string spec_file;  // -f: an elastic training job
+  std::vector<std::string> entrypoint;
+};
+int RunJobSubmit(const JobSubmitOptions& options);
+int RunJobList(const ClusterFlags& flags);
+int RunJobStatus(const ClusterFlags& flags, const std::string& job_id);
+int RunJobLogs(const ClusterFlags& flags, const std::string& job_id, bool follow);
+int RunJobStop(const ClusterFlags& flags, const std::string& job_id, double grace_s, bool no_wait);
+int RunJobScale(const ClusterFlags& flags, const std::string& job_id, int replicas,
+                const std::vector<int>& ranks);
 
 }  // namespace phalanx::cli

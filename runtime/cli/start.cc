@@ -271,7 +271,9 @@ class Starter {
                                          "--node-timeout-ms",
                                          absl::StrCat(o_.node_timeout_ms),
                                          "--log-file",
-                                         session_ + "/logs/gcs.log"};
+                                         session_ + "/logs/gcs.log",
+                                         "--session-dir",
+                                         session_};
     WriteFile(session_ + "/gcs.args", absl::StrJoin(gcs_args, "\n") + "\n").IgnoreError();
     auto gcs_pid = Spawn("gcs", gcs_args);
     if (!gcs_pid.ok()) return Fail(std::string(gcs_pid.status().message()));

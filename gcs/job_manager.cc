@@ -1,0 +1,454 @@
+#include "gcs/job_manager.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <msgpack.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "actors/elastic/job_spec.h"
+#include "runtime/common/files.h"
+#include "runtime/common/ids.h"
+#include "runtime/common/logging.h"
+#include "runtime/common/process.h"
+#include "runtime/common/session.h"
+#include "runtime/common/system.h"
+
+namespace phalanx::gcs {
+namespace {
+
+bool Finished(rpc::JobState state) {
+  return state == rpc::JOB_SUCCEEDED || state == rpc::JOB_FAILED || state == rpc::JOB_STOPPED;
+}
+
+absl::Status CheckJobId(const std::string& id) {
+  if (id.empty() || id.size() > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--submission-id '", id, "' must be 1 to 64 characters"));
+  }
+  for (char c : id) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--submission-id '", id,
+                       "' may only hold letters, digits, '-', '_' and '.'; pick another"));
+    }
+  }
+  if (id == "." || id == "..") {
+    return absl::InvalidArgumentError("--submission-id may not be '.' or '..'");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRelativePath(const std::string& path) {
+  if (path.empty() || path[0] == '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("working dir file '", path, "': the path must be relative"));
+  }
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part == ".." || part.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("working dir file '", path, "': empty or '..' path components"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string DescribeEnd(int exit_code, int signal, bool stopped) {
+  if (stopped) {
+    return signal > 0 ? absl::StrCat("stopped by `phalanx job stop` (the driver ended by signal ",
+                                     signal, ", ", strsignal(signal), ")")
+                      : absl::StrCat("stopped by `phalanx job stop` (the driver exited with code ",
+                                     exit_code, ")");
+  }
+  if (signal > 0)
+    return absl::StrCat("the driver was killed by signal ", signal, " (", strsignal(signal), ")");
+  if (exit_code == 0) return "the driver exited with code 0";
+  return absl::StrCat("the driver exited with code ", exit_code);
+}
+
+}  // namespace
+
+GcsJobManager::GcsJobManager(RecordTable<rpc::JobInfo>* jobs, GcsActorManager* actors,
+                             GcsKvManager* kv, JobManagerOptions options)
+    : jobs_(jobs), actors_(actors), kv_(kv), options_(std::move(options)) {}
+
+GcsJobManager::~GcsJobManager() { Shutdown(); }
+
+void GcsJobManager::Start(int gcs_port) {
+  {
+    absl::MutexLock lock(&mu_);
+    gcs_address_ = absl::StrCat("127.0.0.1:", gcs_port);
+  }
+  for (const auto& job : jobs_->List()) {
+    if (job.kind() == "elastic" || Finished(job.state())) continue;
+    if (job.runner_pid() > 0 && ProcessAlive(job.runner_pid()) &&
+        absl::StrContains(ProcessCmdline(job.runner_pid()), job.job_id())) {
+      spdlog::info("job {}: its runner (pid {}) is still running", job.job_id(), job.runner_pid());
+      continue;
+    }
+    Reconcile(job);
+  }
+  watch_thread_ = std::thread([this] { WatchLoop(); });
+}
+
+void GcsJobManager::Shutdown() {
+  stopping_ = true;
+  if (watch_thread_.joinable()) watch_thread_.join();
+}
+
+std::string GcsJobManager::JobDir(const std::string& job_id) const {
+  return absl::StrCat(options_.session_dir, "/jobs/", job_id);
+}
+
+absl::StatusOr<rpc::JobInfo> GcsJobManager::Submit(const rpc::SubmitJobRequest& request) {
+  std::string job_id = request.submission_id();
+  if (!job_id.empty()) {
+    if (auto s = CheckJobId(job_id); !s.ok()) return s;
+    if (auto existing = jobs_->Get(job_id)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("--submission-id '", job_id, "' is taken by a job that is ",
+                       rpc::JobState_Name(existing->state()).substr(4), "; pick another id"));
+    }
+  }
+  if (!request.spec_yaml().empty()) return SubmitElastic(request, job_id);
+  if (request.entrypoint().empty() || request.entrypoint(0).empty()) {
+    return absl::InvalidArgumentError(
+        "entrypoint: empty: put the command after `--`, e.g. "
+        "`phalanx job submit --working-dir . -- python3 train.py`");
+  }
+  if (options_.session_dir.empty()) {
+    return absl::FailedPreconditionError(
+        "this GCS was started without --session-dir, so it cannot run jobs; start the head "
+        "with `phalanx start --head`");
+  }
+  if (job_id.empty()) job_id = absl::StrCat("job-", RandomHex(4));
+  return SubmitDriver(request, job_id);
+}
+
+absl::StatusOr<rpc::JobInfo> GcsJobManager::SubmitDriver(const rpc::SubmitJobRequest& request,
+                                                         const std::string& job_id) {
+  int64_t total = 0;
+  for (const auto& f : request.files()) {
+    if (auto s = CheckRelativePath(f.path()); !s.ok()) return s;
+    total += static_cast<int64_t>(f.content().size());
+  }
+  if (total > options_.max_working_dir_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--working-dir '", request.working_dir(), "' holds ", FormatBytes(total),
+        ", over the limit of ", FormatBytes(options_.max_working_dir_bytes),
+        ": leave data sets and checkpoints out of it and read them from shared storage"));
+  }
+  std::string dir = JobDir(job_id);
+  std::string cwd = dir + "/working_dir";
+  if (auto s = MakeDirs(cwd, 0700); !s.ok()) return s;
+  for (const auto& f : request.files()) {
+    std::string path = absl::StrCat(cwd, "/", f.path());
+    std::string parent = path.substr(0, path.rfind('/'));
+    if (auto s = MakeDirs(parent); !s.ok()) return s;
+    mode_t mode = f.mode() != 0 ? static_cast<mode_t>(f.mode() & 07777) : 0644;
+    if (auto s = WriteFile(path, f.content(), mode); !s.ok()) return s;
+    ::chmod(path.c_str(), mode);  // WriteFile's mode is masked by the umask
+  }
+
+  rpc::JobInfo job;
+  job.set_job_id(job_id);
+  job.set_kind("driver");
+  job.set_state(rpc::JOB_PENDING);
+  for (const auto& a : request.entrypoint()) job.add_entrypoint(a);
+  job.set_working_dir(request.working_dir());
+  for (const auto& [k, v] : request.env()) (*job.mutable_env())[k] = v;
+  job.set_submit_time_ms(NowMs());
+  job.set_log_path(dir + "/driver.log");
+  job.set_driver_node_id("head");
+
+  SpawnOptions spawn;
+  spawn.argv = {options_.runner_path, "--job-id",           job_id, "--job-dir", dir,
+                "--session-dir",      options_.session_dir, "--"};
+  for (const auto& a : request.entrypoint()) spawn.argv.push_back(a);
+  for (const auto& [k, v] : request.env()) spawn.env.emplace_back(k, v);
+  {
+    absl::MutexLock lock(&mu_);
+    if (gcs_address_.empty()) return absl::UnavailableError("the GCS is still starting; retry");
+    spawn.env.emplace_back("PHALANX_ADDRESS", gcs_address_);
+  }
+  spawn.env.emplace_back("PHALANX_TOKEN", options_.token);
+  spawn.env.emplace_back("PHALANX_JOB_ID", job_id);
+  spawn.cwd = cwd;
+  spawn.stdout_path = dir + "/runner.log";
+  spawn.new_session = true;  // not a child of the GCS's fate: a GCS restart leaves it running
+  // The record first: the runner's first report must find it.
+  if (auto s = jobs_->Put(job_id, job); !s.ok()) return s;
+  auto pid = Spawn(spawn);
+  if (!pid.ok()) {
+    Finish(job_id, -1, 0, false,
+           absl::StrCat("the job runner could not start: ", pid.status().message()));
+    return pid.status();
+  }
+  WritePidFile(options_.session_dir, absl::StrCat("job-", job_id), *pid, "phalanx-job-runner")
+      .IgnoreError();
+  jobs_
+      ->Update(job_id,
+               [&](rpc::JobInfo* j, bool exists) {
+                 if (!exists) return false;
+                 j->set_runner_pid(*pid);
+                 return true;
+               })
+      .IgnoreError();
+  spdlog::info("job {}: runner pid {} runs `{}`", job_id, *pid,
+               absl::StrJoin(request.entrypoint(), " "));
+  auto stored = jobs_->Get(job_id);
+  return stored ? *stored : job;
+}
+
+absl::StatusOr<rpc::JobInfo> GcsJobManager::SubmitElastic(const rpc::SubmitJobRequest& request,
+                                                          std::string job_id) {
+  auto spec = elastic::ParseJobSpec(request.spec_yaml());
+  if (!spec.ok()) return spec.status();
+  if (spec->code_path.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("codePath: empty: set it to the program that registers trainer '",
+                     spec->trainer, "' with PHALANX_TRAINER (the same path on every node)"));
+  }
+  if (!PathExists(spec->code_path)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("codePath: '", spec->code_path,
+                     "' does not exist on the head node; build it there (same path on every "
+                     "node) or fix the path"));
+  }
+  if (job_id.empty()) job_id = absl::StrCat(spec->name, "-", RandomHex(3));
+  std::string yaml = elastic::JobSpecToYaml(*spec);
+  rpc::JobInfo job;
+  job.set_job_id(job_id);
+  job.set_name(spec->name);
+  job.set_kind("elastic");
+  job.set_state(rpc::JOB_PENDING);
+  job.set_spec_yaml(yaml);
+  job.set_submit_time_ms(NowMs());
+  auto* c = job.add_conditions();
+  c->set_type("Pending");
+  c->set_time_ms(NowMs());
+  c->set_reason("Submitted");
+  c->set_message(absl::StrCat(spec->replicas, " replicas (min ", spec->min_replicas, ", max ",
+                              spec->max_replicas, ")"));
+  if (auto s = jobs_->Put(job_id, job); !s.ok()) return s;
+
+  // The controller: detached (the job outlives its submitter), restarted if its process dies.
+  msgpack::sbuffer args;
+  msgpack::packer<msgpack::sbuffer> packer(args);
+  packer.pack_array(2);
+  packer.pack(job_id);
+  packer.pack(yaml);
+  rpc::ActorInfo controller;
+  controller.set_class_name("ElasticController");
+  controller.set_language("cpp");
+  controller.set_code_path(spec->code_path);
+  controller.set_name(absl::StrCat("elastic-controller-", job_id));
+  controller.set_detached(true);
+  controller.set_max_restarts(-1);
+  controller.set_max_concurrency(1);
+  controller.set_job_id(job_id);
+  (*controller.mutable_env())["PHALANX_JOB_ID"] = job_id;
+  for (const auto& [k, v] : request.env()) (*controller.mutable_env())[k] = v;
+  controller.set_init_args(std::string(args.data(), args.size()));
+  auto created = actors_->Create(controller);
+  if (!created.ok()) {
+    jobs_
+        ->Update(job_id,
+                 [&](rpc::JobInfo* j, bool exists) {
+                   if (!exists) return false;
+                   j->set_state(rpc::JOB_FAILED);
+                   j->set_end_time_ms(NowMs());
+                   j->set_message(absl::StrCat("the controller could not start: ",
+                                               created.status().message()));
+                   return true;
+                 })
+        .IgnoreError();
+    return created.status();
+  }
+  jobs_
+      ->Update(job_id,
+               [&](rpc::JobInfo* j, bool exists) {
+                 if (!exists) return false;
+                 if (j->controller_actor_id().empty()) {
+                   j->set_controller_actor_id(created->actor_id());
+                 }
+                 return true;
+               })
+      .IgnoreError();
+  auto stored = jobs_->Get(job_id);
+  return stored ? *stored : job;
+}
+
+absl::StatusOr<rpc::JobInfo> GcsJobManager::Stop(const std::string& job_id, double grace_s) {
+  auto job = jobs_->Get(job_id);
+  if (!job) {
+    return absl::NotFoundError(
+        absl::StrCat("no job '", job_id, "'; `phalanx job list` shows the known ones"));
+  }
+  if (Finished(job->state())) return *job;
+  if (job->kind() == "elastic") {
+    auto put = kv_->Put("elastic", absl::StrCat(job_id, "/stop"), "1", true);
+    if (!put.ok()) return put.status();
+    return *job;
+  }
+  if (grace_s <= 0) grace_s = 10;
+  WriteFile(JobDir(job_id) + "/stop_grace", absl::StrCat(grace_s, "\n")).IgnoreError();
+  jobs_
+      ->Update(job_id,
+               [](rpc::JobInfo* j, bool exists) {
+                 if (!exists || Finished(j->state())) return false;
+                 j->set_stop_requested(true);
+                 j->set_message("stopping: SIGTERM sent to the driver");
+                 return true;
+               })
+      .IgnoreError();
+  pid_t runner = job->runner_pid();
+  if (runner > 0 && ProcessAlive(runner) && absl::StrContains(ProcessCmdline(runner), job_id)) {
+    ::kill(runner, SIGTERM);
+  } else {
+    Reconcile(*job);
+  }
+  auto stored = jobs_->Get(job_id);
+  return stored ? *stored : *job;
+}
+
+absl::Status GcsJobManager::Report(const rpc::ReportJobRequest& report) {
+  auto job = jobs_->Get(report.job_id());
+  if (!job) return absl::NotFoundError(absl::StrCat("no job '", report.job_id(), "'"));
+  if (!report.finished()) {
+    return jobs_->Update(report.job_id(), [&](rpc::JobInfo* j, bool exists) {
+      if (!exists || Finished(j->state())) return false;
+      j->set_state(rpc::JOB_RUNNING);
+      j->set_driver_pid(report.driver_pid());
+      j->set_start_time_ms(report.time_ms() > 0 ? report.time_ms() : NowMs());
+      return true;
+    });
+  }
+  Finish(report.job_id(), report.exit_code(), report.signal(), report.stopped(), report.message());
+  return absl::OkStatus();
+}
+
+void GcsJobManager::Finish(const std::string& job_id, int exit_code, int signal, bool stopped,
+                           const std::string& message) {
+  bool changed = false;
+  jobs_
+      ->Update(
+          job_id,
+          [&](rpc::JobInfo* j, bool exists) {
+            if (!exists || Finished(j->state())) return false;
+            bool was_stopped = stopped || j->stop_requested();
+            j->set_state(was_stopped      ? rpc::JOB_STOPPED
+                         : exit_code == 0 ? rpc::JOB_SUCCEEDED
+                                          : rpc::JOB_FAILED);
+            j->set_exit_code(exit_code);
+            j->set_signal(signal);
+            j->set_end_time_ms(NowMs());
+            if (j->start_time_ms() == 0) j->set_start_time_ms(j->end_time_ms());
+            j->set_message(message.empty() ? DescribeEnd(exit_code, signal, was_stopped) : message);
+            changed = true;
+            return true;
+          })
+      .IgnoreError();
+  if (!changed) return;
+  auto job = jobs_->Get(job_id);
+  spdlog::info("job {}: {} ({})", job_id, job ? rpc::JobState_Name(job->state()) : "?",
+               job ? job->message() : "");
+  // The job's actors go with it, unless detached.
+  int killed = 0;
+  for (const auto& actor : actors_->List(job_id)) {
+    if (actor.detached() || actor.state() == rpc::ACTOR_DEAD) continue;
+    if (actors_->Kill(actor.actor_id(), /*no_restart=*/true).ok()) ++killed;
+  }
+  if (killed > 0) spdlog::info("job {}: killed its {} actor(s)", job_id, killed);
+  if (!options_.session_dir.empty()) {
+    ::unlink(absl::StrCat(options_.session_dir, "/pids/job-", job_id, ".pid").c_str());
+  }
+}
+
+void GcsJobManager::Reconcile(const rpc::JobInfo& job) {
+  auto result = ReadFile(JobDir(job.job_id()) + "/result");
+  if (result.ok()) {
+    std::vector<std::string> parts = absl::StrSplit(absl::StripAsciiWhitespace(*result), ' ');
+    int exit_code = -1, signal = 0, stopped = 0;
+    if (parts.size() >= 3 && absl::SimpleAtoi(parts[0], &exit_code) &&
+        absl::SimpleAtoi(parts[1], &signal) && absl::SimpleAtoi(parts[2], &stopped)) {
+      Finish(job.job_id(), exit_code, signal, stopped != 0, "");
+      return;
+    }
+  }
+  Finish(job.job_id(), -1, 0, false,
+         absl::StrCat("the job's runner (pid ", job.runner_pid(),
+                      ") ended without a result; the driver's log may say why: ", job.log_path()));
+}
+
+void GcsJobManager::WatchLoop() {
+  while (!stopping_) {
+    absl::SleepFor(absl::Milliseconds(250));
+    for (const auto& job : jobs_->List()) {
+      if (job.kind() == "elastic" || Finished(job.state()) || job.runner_pid() <= 0) continue;
+      ::waitpid(job.runner_pid(), nullptr, WNOHANG);  // reap our own runners
+      if (ProcessAlive(job.runner_pid()) &&
+          absl::StrContains(ProcessCmdline(job.runner_pid()), job.job_id())) {
+        continue;
+      }
+      // Gone: give its last report a moment to land, then settle from the result file.
+      absl::SleepFor(absl::Milliseconds(200));
+      auto fresh = jobs_->Get(job.job_id());
+      if (fresh && !Finished(fresh->state())) Reconcile(*fresh);
+    }
+  }
+}
+
+absl::Status GcsJobManager::StreamLogs(const rpc::JobLogsRequest& request,
+                                       const std::function<bool(const rpc::JobLogsChunk&)>& write,
+                                       const std::function<bool()>& cancelled) {
+  auto job = jobs_->Get(request.job_id());
+  if (!job) {
+    return absl::NotFoundError(
+        absl::StrCat("no job '", request.job_id(), "'; `phalanx job list` shows the known ones"));
+  }
+  if (job->log_path().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", request.job_id(),
+        " is an elastic training job and has no driver log: `phalanx job status ", request.job_id(),
+        "` shows its events; its workers' logs are in the nodes' session "
+        "dirs (logs/worker-*.log)"));
+  }
+  int64_t offset = std::max<int64_t>(0, request.offset());
+  std::string buffer(64 << 10, '\0');
+  int fd = -1;
+  while (true) {
+    if (fd < 0) fd = ::open(job->log_path().c_str(), O_RDONLY | O_CLOEXEC);
+    bool finished = false;
+    if (auto fresh = jobs_->Get(request.job_id())) finished = Finished(fresh->state());
+    // Drain what is there now.
+    while (fd >= 0) {
+      ssize_t n = ::pread(fd, buffer.data(), buffer.size(), offset);
+      if (n <= 0) break;
+      rpc::JobLogsChunk chunk;
+      chunk.set_offset(offset);
+      chunk.set_data(buffer.data(), static_cast<size_t>(n));
+      offset += n;
+      if (!write(chunk)) {
+        ::close(fd);
+        return absl::OkStatus();
+      }
+    }
+    if (!request.follow() || finished || stopping_ || cancelled()) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (fd >= 0) ::close(fd);
+  return absl::OkStatus();
+}
+
+}  // namespace phalanx::gcs

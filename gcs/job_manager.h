@@ -1,0 +1,88 @@
+// GcsJobManager: jobs submitted to the head (`phalanx job submit`).
+//
+// A driver job runs its entrypoint under a phalanx-job-runner, a small supervisor process
+// that the GCS starts in a session of its own: the runner starts the driver, writes its output
+// to the job's log, forwards a stop (SIGTERM, then SIGKILL after the grace period), and
+// reports the result to the GCS (retrying while the GCS restarts) and to a result file. So a
+// GCS killed with -9 leaves running drivers running; the restarted GCS loads every job from
+// Redis and finds its runners again (or their result files).
+//
+//   <session>/jobs/<job id>/
+//     working_dir/   the client's working dir, copied (the driver's cwd)
+//     driver.log     the driver's stdout and stderr
+//     result         "<exit code> <signal> <stopped>" once the driver ended
+//
+// An elastic job (a spec) records the job and creates its elastic controller actor, which
+// owns the job's record from then on; stop requests go to it through the KV.
+//
+// When a job ends, its actors that are not detached are killed (like Ray's job cleanup).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "gcs/actor_manager.h"
+#include "gcs/kv_manager.h"
+#include "gcs/record_table.h"
+#include "runtime/proto/gcs.pb.h"
+
+namespace phalanx::gcs {
+
+struct JobManagerOptions {
+  std::string session_dir;  // empty: no driver jobs (submission fails with a clear error)
+
+  std::string token;        // PHALANX_TOKEN for drivers
+  std::string runner_path;  // phalanx-job-runner
+  int64_t max_working_dir_bytes = 100ll << 20;
+};
+
+class GcsJobManager {
+ public:
+  GcsJobManager(RecordTable<rpc::JobInfo>* jobs, GcsActorManager* actors, GcsKvManager* kv,
+                JobManagerOptions options);
+  ~GcsJobManager();
+
+  // After the job table is loaded: finds the runners of unfinished driver jobs (or their
+  // results) and starts watching them.
+  // `gcs_port`: drivers run on the head and reach the GCS at 127.0.0.1:port.
+  void Start(int gcs_port);
+  void Shutdown();
+
+  absl::StatusOr<rpc::JobInfo> Submit(const rpc::SubmitJobRequest& request);
+  absl::StatusOr<rpc::JobInfo> Stop(const std::string& job_id, double grace_s);
+  absl::Status Report(const rpc::ReportJobRequest& report);
+
+  // Streams the job's log from `offset` to `write` (false: the reader went away); with
+  // `follow`, until the job ended and its log is drained, or `cancelled` returns true.
+  absl::Status StreamLogs(const rpc::JobLogsRequest& request,
+                          const std::function<bool(const rpc::JobLogsChunk&)>& write,
+                          const std::function<bool()>& cancelled);
+
+ private:
+  absl::StatusOr<rpc::JobInfo> SubmitDriver(const rpc::SubmitJobRequest& request,
+                                            const std::string& job_id);
+  absl::StatusOr<rpc::JobInfo> SubmitElastic(const rpc::SubmitJobRequest& request,
+                                             std::string job_id);
+  std::string JobDir(const std::string& job_id) const;
+  // Marks a driver job finished (once) and cleans up its actors.
+  void Finish(const std::string& job_id, int exit_code, int signal, bool stopped,
+              const std::string& message);
+  // A job whose runner is gone: its result file, or FAILED.
+  void Reconcile(const rpc::JobInfo& job);
+  void WatchLoop();
+
+  RecordTable<rpc::JobInfo>* jobs_;
+  GcsActorManager* actors_;
+  GcsKvManager* kv_;
+  const JobManagerOptions options_;
+  absl::Mutex mu_;
+  std::string gcs_address_ ABSL_GUARDED_BY(mu_);  // set by Start()
+  std::atomic<bool> stopping_{false};
+  std::thread watch_thread_;
+};
+
+}  // namespace phalanx::gcs
