@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
       "or an elastic training job: `phalanx job submit -f job.yaml`");
   job_submit->add_option("--working-dir", submit.working_dir,
                          "a directory to copy to the head; the job runs in the copy");
-  job_submit->add_option("--env", submit.env, "NAME=VALUE for the job (repeatable)");
+  job_submit->add_option("--env", submit.env, "NAME=VALUE for the job (repeatable)")
+      ->allow_extra_args(false);
   job_submit->add_flag("--no-wait", submit.no_wait, "return once submitted");
   job_submit->add_option("--submission-id", submit.submission_id, "the job id to use");
   job_submit->add_option("-f,--file", submit.spec_file, "an elastic training job spec (YAML)");
@@ -80,7 +81,8 @@ int main(int argc, char** argv) {
   std::vector<int> remove_ranks;
   job_scale->add_option("--replicas", scale_replicas, "the new world size");
   job_scale->add_option("--remove-ranks", remove_ranks, "take these ranks out (graceful)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->allow_extra_args(false);
   for (auto* cmd : {job_status, job_logs, job_stop, job_scale}) {
     cmd->add_option("job_id", job_id, "the job's id (`phalanx job list`)")->required();
   }
