@@ -146,6 +146,7 @@ absl::StatusOr<std::string> CreateActor(const std::string& class_name, const Act
   spec.set_detached(o.detached);
   for (const auto& [k, v] : o.env) (*spec.mutable_env())[k] = v;
   spec.set_code_path(o.code_path);
+  spec.set_language(o.language);
   for (const auto& n : o.avoid_node_ids) spec.add_avoid_node_ids(n);
   spec.set_init_args(std::move(packed_args));
   auto created = cw->CreateActor(std::move(spec));

@@ -203,6 +203,7 @@ struct ActorOptions {
   bool detached = false;
   std::map<std::string, std::string> env;
   std::string code_path;
+  std::string language;  // "" / "cpp"; "python": hosted by a Python worker
   std::vector<std::string> avoid_node_ids;
 };
 
@@ -418,6 +419,12 @@ class ActorCreator {
     return *this;
   }
   // The program that hosts this actor (default: InitOptions::code_path, or this program).
+  // "python": the actor runs in a Python worker (python3 -m phalanx._worker), which also
+  // hosts the C++ classes of the phalanx module (the elastic controller and trainer hosts).
+  ActorCreator& SetLanguage(const std::string& language) {
+    options_.language = language;
+    return *this;
+  }
   ActorCreator& SetCodePath(const std::string& path) {
     options_.code_path = path;
     return *this;

@@ -214,12 +214,13 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::SubmitElastic(const rpc::SubmitJobRe
                                                           std::string job_id) {
   auto spec = elastic::ParseJobSpec(request.spec_yaml());
   if (!spec.ok()) return spec.status();
-  if (spec->code_path.empty()) {
+  const bool python = spec->language == "python";
+  if (!python && spec->code_path.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("codePath: empty: set it to the program that registers trainer '",
                      spec->trainer, "' with PHALANX_TRAINER (the same path on every node)"));
   }
-  if (!PathExists(spec->code_path)) {
+  if (!python && !PathExists(spec->code_path)) {
     return absl::InvalidArgumentError(
         absl::StrCat("codePath: '", spec->code_path,
                      "' does not exist on the head node; build it there (same path on every "
@@ -250,8 +251,9 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::SubmitElastic(const rpc::SubmitJobRe
   packer.pack(yaml);
   rpc::ActorInfo controller;
   controller.set_class_name("ElasticController");
-  controller.set_language("cpp");
-  controller.set_code_path(spec->code_path);
+  // A Python job's controller runs in a Python worker (the phalanx module holds the class).
+  controller.set_language(python ? "python" : "cpp");
+  if (!python) controller.set_code_path(spec->code_path);
   controller.set_name(absl::StrCat("elastic-controller-", job_id));
   controller.set_detached(true);
   controller.set_max_restarts(-1);

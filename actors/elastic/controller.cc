@@ -186,6 +186,7 @@ class Controller {
                        .SetMaxRestarts(0)
                        .SetEnv("PHALANX_JOB_ID", job_id_);
     if (!spec_.code_path.empty()) creator.SetCodePath(spec_.code_path);
+    creator.SetLanguage(spec_.language);
     if (bundle >= 0) {
       creator.SetPlacementGroup(pg_, bundle);
     } else if (!avoid.empty()) {
@@ -381,6 +382,7 @@ class Controller {
     auto waited = Wait(refs, static_cast<int>(refs.size()), absl::Seconds(spec_.hang_timeout_s));
     if (!waited.not_ready.empty()) HandleHang(refs);
     bool all_ok = true;
+    bool done = false;
     double loss = 0;
     for (size_t r = 0; r < refs.size(); ++r) {
       auto result = Get(refs[r], absl::Seconds(30));
@@ -396,9 +398,13 @@ class Controller {
       if (r == 0) {
         loss = result->at("loss");
         data_epoch_ = static_cast<int64_t>(result->at("data_epoch"));
+        // A trainer-driven loop (Python) ends when it returns.
+        auto it = result->find("done");
+        done = it != result->end() && it->second != 0;
       }
     }
     if (all_ok) last_loss_ = loss;
+    trainer_done_ = all_ok && done;
     return all_ok;
   }
 
@@ -854,7 +860,8 @@ class Controller {
         start = absl::Now();
         start_step = agreed_;
       }
-      if (agreed_ >= spec_.TotalSteps()) break;
+      if (spec_.TotalSteps() > 0 && agreed_ >= spec_.TotalSteps()) break;
+      if (trainer_done_) break;
       std::vector<size_t> lost;
       std::string error;
       if (RunStep(&lost, &error)) {
@@ -979,6 +986,7 @@ class Controller {
   std::string last_scale_request_ ABSL_GUARDED_BY(mu_);
   std::string new_scale_request_ ABSL_GUARDED_BY(mu_);
   bool stop_asked_ ABSL_GUARDED_BY(mu_) = false;
+  bool trainer_done_ = false;  // rank 0's last step said its loop returned
   std::thread thread_;
 };
 

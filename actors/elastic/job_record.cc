@@ -110,8 +110,9 @@ absl::Status RequestStop(gcs::GcsClient& gcs, const std::string& job_id) {
 
 std::string FormatStatus(const JobStatus& s, bool with_events) {
   std::string out = absl::StrFormat("job %s (%s): %s", s.job_id, s.name, s.state);
-  absl::StrAppendFormat(&out, " — world size %d, epoch %d, step %d/%d, loss %.6g", s.world_size,
-                        s.epoch, s.step, s.total_steps, s.loss);
+  absl::StrAppendFormat(&out, " — world size %d, epoch %d, step %d", s.world_size, s.epoch, s.step);
+  if (s.total_steps > 0) absl::StrAppendFormat(&out, "/%d", s.total_steps);
+  absl::StrAppendFormat(&out, ", loss %.6g", s.loss);
   if (s.restarts > 0) absl::StrAppendFormat(&out, ", %d respawn(s)", s.restarts);
   if (s.steps_per_second > 0) absl::StrAppendFormat(&out, ", %.1f steps/s", s.steps_per_second);
   if (!s.message.empty()) absl::StrAppend(&out, "\n  ", s.message);

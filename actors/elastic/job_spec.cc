@@ -90,6 +90,7 @@ std::vector<FaultPolicy> DefaultPolicies() {
 const std::set<std::string> kTopLevel = {"name",
                                          "trainer",
                                          "codePath",
+                                         "language",
                                          "replicas",
                                          "minReplicas",
                                          "maxReplicas",
@@ -185,6 +186,7 @@ absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root) {
   spec.name = Scalar(root["name"]);
   spec.trainer = Scalar(root["trainer"]);
   spec.code_path = Scalar(root["codePath"]);
+  if (root["language"]) spec.language = Scalar(root["language"]);
   spec.placement_strategy =
       root["placementStrategy"] ? Scalar(root["placementStrategy"]) : spec.placement_strategy;
   if (auto s = Read(root, "replicas", "replicas", "a whole number", ToInt, &spec.replicas); !s.ok())
@@ -343,6 +345,12 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.trainer.empty()) {
     return Bad("trainer", "missing", "name a class registered with PHALANX_TRAINER");
   }
+  if (spec.language != "cpp" && spec.language != "python") {
+    return Bad("language", absl::StrCat("'", spec.language, "'"),
+               "give cpp (a C++ trainer in codePath) or python (phalanx.train)");
+  }
+  // A Python trainer runs its own loop over its own data until it returns.
+  const bool trainer_driven = spec.language == "python";
   if (spec.replicas < 1) return Bad("replicas", std::to_string(spec.replicas), "give 1 or more");
   if (spec.min_replicas < 1 || spec.min_replicas > spec.replicas) {
     return Bad("minReplicas", std::to_string(spec.min_replicas),
@@ -357,19 +365,22 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
       return Bad(absl::StrCat("resources.", name), std::to_string(amount), "give 0 or more");
     }
   }
-  if (spec.num_samples <= 0) {
+  if (trainer_driven && spec.num_samples == 0 && spec.global_batch == 0) {
+    // no data section: the trainer's ElasticSampler splits its data
+  } else if (spec.num_samples <= 0) {
     return Bad("data.numSamples", std::to_string(spec.num_samples), "give the dataset size (> 0)");
   }
-  if (spec.global_batch <= 0 || spec.global_batch > spec.num_samples) {
+  if (trainer_driven && spec.num_samples == 0) {
+  } else if (spec.global_batch <= 0 || spec.global_batch > spec.num_samples) {
     return Bad("data.globalBatch", std::to_string(spec.global_batch),
                absl::StrCat("give 1 <= globalBatch <= numSamples (", spec.num_samples, ")"));
   }
-  if (spec.global_batch < spec.max_replicas) {
+  if (spec.num_samples > 0 && spec.global_batch < spec.max_replicas) {
     return Bad("data.globalBatch", std::to_string(spec.global_batch),
                absl::StrCat("give at least maxReplicas (", spec.max_replicas,
                             ") so that every rank gets a sample"));
   }
-  if (spec.steps <= 0 && spec.data_epochs <= 0) {
+  if (spec.steps <= 0 && spec.data_epochs <= 0 && !trainer_driven) {
     return Bad("steps", "missing", "give steps: N or dataEpochs: N");
   }
   if (spec.restart_limit < 0) {
@@ -435,6 +446,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "name" << YAML::Value << spec.name;
   out << YAML::Key << "trainer" << YAML::Value << spec.trainer;
   if (!spec.code_path.empty()) out << YAML::Key << "codePath" << YAML::Value << spec.code_path;
+  if (spec.language != "cpp") out << YAML::Key << "language" << YAML::Value << spec.language;
   out << YAML::Key << "replicas" << YAML::Value << spec.replicas;
   out << YAML::Key << "minReplicas" << YAML::Value << spec.min_replicas;
   out << YAML::Key << "maxReplicas" << YAML::Value << spec.max_replicas;

@@ -53,6 +53,10 @@ struct JobSpec {
   std::string name;
   std::string trainer;
   std::string code_path;
+  // "cpp": the trainer is a C++ class in code_path, stepped by the controller over the spec's
+  // data. "python": a phalanx.train loop (trainer PythonTrainer) that runs until it returns,
+  // with its own data; steps are its state.commit() calls.
+  std::string language = "cpp";
   int replicas = 1;
   int min_replicas = 1;
   int max_replicas = 1;
@@ -75,7 +79,7 @@ struct JobSpec {
   std::string placement_strategy = "SPREAD";
   double scale_out_debounce_s = 2.0;
 
-  // The total number of steps the job runs.
+  // The total number of steps the job runs (0: until the trainer says it is done).
   int64_t TotalSteps() const;
 };
 

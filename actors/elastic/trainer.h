@@ -71,6 +71,10 @@ class Trainer {
   // The whole training state (weights, optimizer, counters) as bytes, and back.
   virtual std::string SaveState() const = 0;
   virtual absl::Status LoadState(const std::string& state) = 0;
+  // Called from another thread while a Step may be running: make that Step fail soon (its
+  // collectives over `group` are aborted by the runtime; a trainer with collectives of its
+  // own aborts those).
+  virtual void Abort() {}
   // Free-form questions from drivers and tests (e.g. "weights"); "" if unknown.
   virtual std::string Query(const std::string& key) const {
     (void)key;

@@ -16,6 +16,11 @@ namespace phalanx::elastic {
 std::vector<int64_t> StepIndices(int64_t num_samples, int64_t global_batch, int64_t seed,
                                  int64_t step, int rank, int world_size, int64_t* data_epoch,
                                  int64_t* step_samples) {
+  if (num_samples <= 0 || global_batch <= 0) {  // the trainer brings its own data
+    if (data_epoch) *data_epoch = 0;
+    if (step_samples) *step_samples = 0;
+    return {};
+  }
   int64_t steps_per_pass = (num_samples + global_batch - 1) / global_batch;
   int64_t pass = step / steps_per_pass;
   int64_t begin = (step % steps_per_pass) * global_batch;
@@ -200,6 +205,7 @@ std::vector<int64_t> TrainerHostBase::Ping() { return {phase_.load(), -1, runnin
 
 bool TrainerHostBase::Abort() {
   if (collective::CollectiveGroup* g = live_group_.load()) g->Abort("the controller asked");
+  trainer_->Abort();
   return true;
 }
 

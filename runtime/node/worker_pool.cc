@@ -250,6 +250,16 @@ absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int atte
                {"PHALANX_NODE_ID", options_.node_id},
                {"PHALANX_ADDRESS", options_.gcs_address},
                {"PHALANX_TOKEN", options_.token}};
+  if (actor.language() == "python") {
+    // The phalanx package (sources) and its native module (build tree) of this build, ahead
+    // of whatever else is on the path.
+    std::string path = PHALANX_PYTHON_PATH;
+    if (const char* old = std::getenv("PYTHONPATH"); old && *old) {
+      path = absl::StrCat(path, ":", old);
+    }
+    spawn.env.emplace_back("PYTHONPATH", path);
+    spawn.env.emplace_back("PYTHONUNBUFFERED", "1");
+  }
   for (const auto& [k, v] : actor.env()) spawn.env.emplace_back(k, v);
   static std::atomic<int> prestarted_count{0};
   spawn.stdout_path =

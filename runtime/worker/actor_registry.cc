@@ -23,7 +23,13 @@ void ActorRegistry::Register(ActorClass actor_class) {
 const ActorClass* ActorRegistry::Find(const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = classes_.find(name);
-  return it == classes_.end() || !it->second.create ? nullptr : &it->second;
+  if (it != classes_.end() && it->second.create) return &it->second;
+  return fallback_ ? fallback_.get() : nullptr;
+}
+
+void ActorRegistry::SetFallback(ActorClass fallback) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fallback_ = std::make_unique<ActorClass>(std::move(fallback));
 }
 
 std::vector<std::string> ActorRegistry::Names() const {

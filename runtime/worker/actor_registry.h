@@ -39,6 +39,8 @@ struct ActorClass {
   // named run in the default group, whose concurrency is the actor's max_concurrency.
   std::map<std::string, std::string> method_group;
   std::map<std::string, int> group_concurrency;
+  // Concurrent calls run on threads rather than fibers (Python actors).
+  bool threaded = false;
 };
 
 class ActorRegistry {
@@ -46,8 +48,11 @@ class ActorRegistry {
   static ActorRegistry& Global();
 
   void Register(ActorClass actor_class);
-  // nullptr when no class of that name is registered.
+  // nullptr when no class of that name is registered (and no fallback is set).
   const ActorClass* Find(const std::string& name) const;
+  // The class for every name not registered: a language runtime that builds its actors from
+  // their constructor arguments (the Python worker: the pickled class travels with them).
+  void SetFallback(ActorClass fallback);
   std::vector<std::string> Names() const;
   // Adds methods to an already registered class (used by method-registration macros that
   // may run before or after the class's own registration).
@@ -57,6 +62,7 @@ class ActorRegistry {
  private:
   mutable std::mutex mu_;
   std::map<std::string, ActorClass> classes_;
+  std::unique_ptr<ActorClass> fallback_;
 };
 
 }  // namespace phalanx

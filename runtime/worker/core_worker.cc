@@ -127,8 +127,8 @@ absl::StatusOr<rpc::ActorInfo> CoreWorker::CreateActor(rpc::ActorInfo spec) {
   CoreWorkerOptions o = options();
   if (spec.job_id().empty()) spec.set_job_id(o.job_id);
   if (spec.namespace_().empty()) spec.set_namespace_(o.namespace_);
-  if (spec.code_path().empty()) spec.set_code_path(o.code_path);
   if (spec.language().empty()) spec.set_language("cpp");
+  if (spec.code_path().empty() && spec.language() == "cpp") spec.set_code_path(o.code_path);
   spec.set_owner_address(caller_id_);
   auto created = gcs_->CreateActor(spec);
   if (!created.ok()) return created.status();

@@ -2,9 +2,11 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <boost/fiber/all.hpp>
 #include <deque>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 
@@ -15,13 +17,16 @@ void NameThread(const std::string& name) {
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
 }
 
+// One or more threads taking tasks in order (one thread: strictly one at a time).
 class SerialExecutor final : public Executor {
  public:
-  explicit SerialExecutor(std::string name) {
-    thread_ = std::thread([this, name] {
-      NameThread(name);
-      Loop();
-    });
+  SerialExecutor(std::string name, int threads) {
+    for (int i = 0; i < threads; ++i) {
+      threads_.emplace_back([this, name] {
+        NameThread(name);
+        Loop();
+      });
+    }
   }
   ~SerialExecutor() override { Stop(); }
 
@@ -36,7 +41,9 @@ class SerialExecutor final : public Executor {
       if (stopping_) return;
       stopping_ = true;
     }
-    if (thread_.joinable()) thread_.join();
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
   }
 
  private:
@@ -61,7 +68,7 @@ class SerialExecutor final : public Executor {
   absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 class FiberExecutor final : public Executor {
@@ -117,7 +124,11 @@ class FiberExecutor final : public Executor {
 }  // namespace
 
 std::unique_ptr<Executor> MakeSerialExecutor(std::string name) {
-  return std::make_unique<SerialExecutor>(std::move(name));
+  return std::make_unique<SerialExecutor>(std::move(name), 1);
+}
+
+std::unique_ptr<Executor> MakeThreadPoolExecutor(std::string name, int threads) {
+  return std::make_unique<SerialExecutor>(std::move(name), std::max(1, threads));
 }
 
 std::unique_ptr<Executor> MakeFiberExecutor(std::string name, int max_concurrency) {

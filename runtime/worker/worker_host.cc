@@ -198,12 +198,15 @@ class Host {
 
     int default_concurrency = std::max(1, actor_.max_concurrency());
     default_serial_ = default_concurrency == 1;
-    default_executor_ = default_serial_ ? MakeSerialExecutor("actor-default")
-                                        : MakeFiberExecutor("actor-default", default_concurrency);
+    auto make = [&](const std::string& name, int concurrency) {
+      if (concurrency <= 1) return MakeSerialExecutor(name);
+      return cls->threaded ? MakeThreadPoolExecutor(name, concurrency)
+                           : MakeFiberExecutor(name, concurrency);
+    };
+    default_executor_ = make("actor-default", default_concurrency);
     for (const auto& [group, concurrency] : cls->group_concurrency) {
       group_serial_[group] = concurrency <= 1;
-      group_executors_[group] = concurrency <= 1 ? MakeSerialExecutor("actor-" + group)
-                                                 : MakeFiberExecutor("actor-" + group, concurrency);
+      group_executors_[group] = make("actor-" + group, concurrency);
     }
     method_group_ = cls->method_group;
     if (int rc = Ready(""); rc != 0) return rc;

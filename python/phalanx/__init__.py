@@ -1,0 +1,36 @@
+"""Phalanx: an actor runtime for elastic, fault-tolerant distributed training.
+
+    import phalanx
+
+    phalanx.init()                      # a local cluster for this script, or "auto"/"host:port"
+
+    @phalanx.remote(num_cpus=1, max_restarts=2)
+    class Counter:
+        def __init__(self, start):
+            self.value = start
+        def add(self, x):
+            self.value += x
+            return self.value
+
+    c = Counter.remote(5)
+    print(phalanx.get(c.add.remote(3)))  # 8
+
+See phalanx.collective for collective groups and phalanx.train for elastic training.
+"""
+
+from ._api import (ActorClass, ActorHandle, NodeAffinitySchedulingStrategy, ObjectRef,
+                   PlacementGroup, PlacementGroupSchedulingStrategy, actor_info, cpp_actor_class,
+                   get, get_actor, init, is_initialized, kill, placement_group,
+                   remove_placement_group, remote, shutdown, wait)
+from .exceptions import (ActorDiedError, ActorError, ActorUnavailableError, CollectiveError,
+                         GetTimeoutError, InvalidCallError, PhalanxError, PlacementGroupError,
+                         TaskError)
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "remote", "get", "wait", "kill", "get_actor",
+    "actor_info", "placement_group", "remove_placement_group", "cpp_actor_class",
+    "ActorClass", "ActorHandle", "ObjectRef", "PlacementGroup",
+    "PlacementGroupSchedulingStrategy", "NodeAffinitySchedulingStrategy",
+    "PhalanxError", "ActorError", "ActorDiedError", "ActorUnavailableError", "TaskError",
+    "InvalidCallError", "GetTimeoutError", "PlacementGroupError", "CollectiveError",
+]

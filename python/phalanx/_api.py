@@ -1,0 +1,494 @@
+"""The actor API: init/shutdown, @remote classes, handles, get/wait/kill, placement groups."""
+
+import atexit
+import inspect
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+
+import cloudpickle
+
+import _phalanx
+
+from . import _serialization as ser
+from .exceptions import (ActorDiedError, ActorUnavailableError, GetTimeoutError,
+                         InvalidCallError, PhalanxError, PlacementGroupError, TaskError)
+
+_lock = threading.Lock()
+_local_cluster = None  # (tmpdir, port) of a cluster init() started for this script
+
+
+# ---- init / shutdown ------------------------------------------------------------------------
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _phalanx_cli():
+    return os.path.join(_phalanx.BIN_DIR, "phalanx")
+
+
+def _start_local_cluster(num_cpus=None, num_gpus=None, resources=None):
+    tmp = tempfile.mkdtemp(prefix="phalanx-local-")
+    port = _free_port()
+    cmd = [_phalanx_cli(), "start", "--head", "--port", str(port), "--node-ip-address",
+           "127.0.0.1"]
+    if num_cpus is not None:
+        cmd += ["--num-cpus", str(num_cpus)]
+    if num_gpus is not None:
+        cmd += ["--num-gpus", str(num_gpus)]
+    if resources:
+        import json
+        cmd += ["--resources", json.dumps(resources)]
+    env = dict(os.environ, PHALANX_TMPDIR=tmp)
+    env.pop("PHALANX_ADDRESS", None)
+    env.pop("PHALANX_TOKEN", None)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise PhalanxError("phalanx.init() could not start a local cluster:\n" + out.stdout +
+                           out.stderr)
+    with open(os.path.join(tmp, "session_latest", "token")) as f:
+        token = f.read().strip()
+    return tmp, port, token
+
+
+def _stop_local_cluster():
+    global _local_cluster
+    if _local_cluster is None:
+        return
+    tmp, _ = _local_cluster
+    _local_cluster = None
+    subprocess.run([_phalanx_cli(), "stop", "--grace", "3"], env=dict(os.environ,
+                   PHALANX_TMPDIR=tmp), capture_output=True, timeout=120)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def init(address=None, *, token=None, namespace="", num_cpus=None, num_gpus=None,
+         resources=None, ignore_reinit_error=False):
+    """Connects this process to a cluster, like ``ray.init()``.
+
+    ``address``: ``None`` connects to ``$PHALANX_ADDRESS`` when set (a job submitted with
+    ``phalanx job submit``), else starts a local single-node cluster for this script (stopped
+    at exit; ``num_cpus``/``num_gpus``/``resources`` size it); ``"auto"`` connects to the
+    cluster this machine runs (``phalanx start``); ``"host:port"`` to that GCS. The token comes
+    from ``token``, ``$PHALANX_TOKEN`` or this machine's session of that address.
+    """
+    global _local_cluster
+    with _lock:
+        if _phalanx.is_initialized():
+            if ignore_reinit_error or _phalanx.in_worker_mode():
+                return
+            raise PhalanxError("phalanx.init() was already called (pass "
+                               "ignore_reinit_error=True to allow it)")
+        if address is None:
+            address = os.environ.get("PHALANX_ADDRESS") or None
+        if address is None:
+            tmp, port, tok = _start_local_cluster(num_cpus, num_gpus, resources)
+            _local_cluster = (tmp, port)
+            address, token = f"127.0.0.1:{port}", tok
+        elif address == "auto":
+            address = ""
+        try:
+            _phalanx.init(address, token or "", namespace)
+        except RuntimeError as e:
+            _stop_local_cluster()
+            raise PhalanxError(str(e)) from None
+        atexit.register(shutdown)
+
+
+def is_initialized():
+    return _phalanx.is_initialized()
+
+
+def shutdown():
+    """Disconnects; the actors this driver created (unless detached) are killed, and a local
+    cluster started by init() is stopped."""
+    with _lock:
+        if _phalanx.is_initialized() and not _phalanx.in_worker_mode():
+            _phalanx.shutdown()
+        _stop_local_cluster()
+
+
+def _ensure_init():
+    if not _phalanx.is_initialized():
+        init()
+
+
+# ---- object refs, get, wait ----------------------------------------------------------------
+
+class ObjectRef:
+    """The future result of an actor call (``handle.method.remote(...)``)."""
+
+    __slots__ = ("_ref", "_encoding")
+
+    def __init__(self, ref, encoding):
+        self._ref = ref
+        self._encoding = encoding
+
+    def done(self):
+        return self._ref.done()
+
+    def __repr__(self):
+        state = "done" if self._ref.done() else "pending"
+        return f"ObjectRef({self._ref.method} on actor {self._ref.actor_id[:8]}, {state})"
+
+    def future(self):
+        """A concurrent.futures.Future of the result."""
+        import concurrent.futures
+        f = concurrent.futures.Future()
+
+        def fill():
+            try:
+                f.set_result(get(self))
+            except BaseException as e:  # noqa: BLE001 - handed to the future
+                f.set_exception(e)
+        threading.Thread(target=fill, daemon=True).start()
+        return f
+
+
+def _raise_for(ref, kind, message):
+    actor_id = ref._ref.actor_id
+    if kind in ("ActorDied", "CreationFailed"):
+        cause = ""
+        try:
+            cause = _phalanx.actor_info(actor_id)["death_cause"]
+        except Exception:  # noqa: BLE001 - the message still says it
+            pass
+        raise ActorDiedError(message, actor_id=actor_id, cause=cause)
+    if kind == "ActorUnavailable":
+        raise ActorUnavailableError(message, actor_id=actor_id)
+    if kind == "TaskError":
+        first = message.split("\n", 1)[0]
+        cause_type = first.split(":", 1)[0] if ":" in first else ""
+        raise TaskError(message, cause_type=cause_type.strip(), remote_traceback=message)
+    if kind == "InvalidCall":
+        raise InvalidCallError(message)
+    if kind == "GetTimeout":
+        raise GetTimeoutError(message)
+    raise PhalanxError(message)
+
+
+def _decode(ref, outcome):
+    ok, value, kind, message = outcome
+    if not ok:
+        _raise_for(ref, kind, message)
+    return ser.loads_value(value, ref._encoding)
+
+
+def get(refs, *, timeout=None):
+    """The result of one ref, or the results of a list of refs (in order). Raises the first
+    call's error (``ActorDiedError``, ``TaskError``, ...), or ``GetTimeoutError`` after
+    ``timeout`` seconds."""
+    if isinstance(refs, _PlacementGroupReady):
+        return refs._get(timeout)
+    single = isinstance(refs, ObjectRef)
+    items = [refs] if single else list(refs)
+    for r in items:
+        if not isinstance(r, ObjectRef):
+            raise TypeError(f"phalanx.get takes ObjectRefs (or a list of them), not "
+                            f"{type(r).__name__}")
+    outcomes = _phalanx.get([r._ref for r in items], -1.0 if timeout is None else float(timeout))
+    values = [_decode(r, o) for r, o in zip(items, outcomes)]
+    return values[0] if single else values
+
+
+def wait(refs, *, num_returns=1, timeout=None):
+    """(ready, not_ready): the first ``num_returns`` refs done, or whatever is done when
+    ``timeout`` seconds pass. Order within each list follows ``refs``."""
+    refs = list(refs)
+    if num_returns < 0 or num_returns > len(refs):
+        raise ValueError(f"num_returns={num_returns} must be between 0 and len(refs)="
+                         f"{len(refs)}")
+    done = _phalanx.wait([r._ref for r in refs], num_returns,
+                         -1.0 if timeout is None else float(timeout))
+    ready = [r for r, d in zip(refs, done) if d][:num_returns]
+    taken = set(map(id, ready))
+    return ready, [r for r in refs if id(r) not in taken]
+
+
+# ---- actors -------------------------------------------------------------------------------
+
+class PlacementGroupSchedulingStrategy:
+    """Ray's: put the actor in a bundle of a placement group (-1: any bundle)."""
+
+    def __init__(self, placement_group, placement_group_bundle_index=-1):
+        self.placement_group = placement_group
+        self.placement_group_bundle_index = placement_group_bundle_index
+
+
+class NodeAffinitySchedulingStrategy:
+    """Ray's: run on this node (``soft``: elsewhere if it cannot)."""
+
+    def __init__(self, node_id, soft=False):
+        self.node_id = node_id
+        self.soft = soft
+
+
+_OPTION_NAMES = {"num_cpus", "num_gpus", "memory", "resources", "max_restarts",
+                 "max_task_retries", "max_concurrency", "name", "namespace", "lifetime",
+                 "placement_group", "placement_group_bundle_index", "scheduling_strategy",
+                 "runtime_env", "code_path"}
+
+
+def _check_options(options):
+    unknown = set(options) - _OPTION_NAMES
+    if unknown:
+        raise ValueError(f"unknown actor option(s) {sorted(unknown)}; the options are "
+                         f"{sorted(_OPTION_NAMES)}")
+    for key in ("num_cpus", "num_gpus", "memory"):
+        value = options.get(key)
+        if value is not None and (not isinstance(value, (int, float)) or value < 0):
+            raise ValueError(f"{key}={value!r}: give a number >= 0")
+    lifetime = options.get("lifetime")
+    if lifetime not in (None, "detached", "non_detached"):
+        raise ValueError(f"lifetime={lifetime!r}: give 'detached' or None")
+
+
+def _native_options(options):
+    o = {}
+    resources = dict(options.get("resources") or {})
+    if options.get("num_cpus") is not None:
+        resources["CPU"] = float(options["num_cpus"])
+    if options.get("num_gpus") is not None:
+        resources["GPU"] = float(options["num_gpus"])
+    if options.get("memory") is not None:
+        resources["memory"] = float(options["memory"])
+    o["resources"] = {k: float(v) for k, v in resources.items()}
+    for key in ("max_restarts", "max_task_retries", "max_concurrency", "name", "namespace",
+                "code_path"):
+        if options.get(key) is not None:
+            o[key] = options[key]
+    o["detached"] = options.get("lifetime") == "detached"
+    env = ((options.get("runtime_env") or {}).get("env_vars")) or {}
+    if env:
+        o["env"] = {str(k): str(v) for k, v in env.items()}
+    strategy = options.get("scheduling_strategy")
+    pg = options.get("placement_group")
+    index = options.get("placement_group_bundle_index", -1)
+    if isinstance(strategy, PlacementGroupSchedulingStrategy):
+        pg, index = strategy.placement_group, strategy.placement_group_bundle_index
+    elif isinstance(strategy, NodeAffinitySchedulingStrategy):
+        o["scheduling_strategy"] = "NODE_AFFINITY"
+        o["node_id"] = strategy.node_id
+        o["soft"] = bool(strategy.soft)
+    elif isinstance(strategy, str):
+        o["scheduling_strategy"] = strategy
+    elif strategy is not None:
+        raise ValueError(f"scheduling_strategy={strategy!r}: give 'DEFAULT', 'SPREAD', a "
+                         f"PlacementGroupSchedulingStrategy or a NodeAffinitySchedulingStrategy")
+    if pg is not None:
+        o["placement_group_id"] = pg.id
+        o["bundle_index"] = int(index if index is not None else -1)
+    return o
+
+
+class ActorMethod:
+    __slots__ = ("_handle", "_name")
+
+    def __init__(self, handle, name):
+        self._handle = handle
+        self._name = name
+
+    def remote(self, *args, **kwargs):
+        h = self._handle
+        encoding = ser.PICKLE if h._language == "python" else ser.MSGPACK
+        payload = ser.dumps_call(args, kwargs, encoding)
+        return ObjectRef(_phalanx.submit(h._actor_id, self._name, payload), encoding)
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"actor methods are called with .remote(): "
+                        f"handle.{self._name}.remote(...)")
+
+
+class ActorHandle:
+    """A handle to an actor: ``handle.method.remote(*args)`` returns an ObjectRef. Handles can
+    be passed to other actors."""
+
+    def __init__(self, actor_id, class_name, language="python"):
+        self._actor_id = actor_id
+        self._class_name = class_name
+        self._language = language
+
+    @property
+    def actor_id(self):
+        return self._actor_id
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return ActorMethod(self, name)
+
+    def __reduce__(self):
+        return (ActorHandle, (self._actor_id, self._class_name, self._language))
+
+    def __repr__(self):
+        return f"ActorHandle({self._class_name}, {self._actor_id[:8]})"
+
+    def __eq__(self, other):
+        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
+
+    def __hash__(self):
+        return hash(self._actor_id)
+
+
+class ActorClass:
+    """What ``@phalanx.remote`` makes of a class: ``.remote(*args)`` creates an actor,
+    ``.options(...)`` overrides the decorator's options for one creation."""
+
+    def __init__(self, cls, options, language="python", class_name=None):
+        self._cls = cls
+        self._options = dict(options)
+        self._language = language
+        self._class_name = class_name or (f"{cls.__module__}.{cls.__qualname__}" if cls else "")
+        _check_options(self._options)
+
+    def options(self, **options):
+        merged = dict(self._options)
+        merged.update(options)
+        return ActorClass(self._cls, merged, self._language, self._class_name)
+
+    def remote(self, *args, **kwargs):
+        _ensure_init()
+        if self._language == "python":
+            # The driver's import path travels along, so the worker can import the modules
+            # the class comes from (classes of __main__ travel by value).
+            paths = [p for p in sys.path if p and os.path.isdir(p)]
+            if "" in sys.path or not sys.path[0]:
+                paths.insert(0, os.getcwd())
+            init_args = cloudpickle.dumps((paths, cloudpickle.dumps((self._cls, args, kwargs),
+                                                                    protocol=5)), protocol=5)
+        else:
+            init_args = ser.dumps_call(args, kwargs, ser.MSGPACK)
+        options = _native_options(self._options)
+        try:
+            actor_id = _phalanx.create_actor(self._class_name, self._language, init_args, options)
+        except RuntimeError as e:
+            raise PhalanxError(str(e)) from None
+        return ActorHandle(actor_id, self._class_name, self._language)
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"actor classes are created with .remote(): "
+                        f"{self._class_name}.remote(...)")
+
+
+def remote(*args, **options):
+    """``@phalanx.remote`` or ``@phalanx.remote(num_cpus=1, memory=2 << 30, max_restarts=3,
+    max_task_retries=-1, max_concurrency=4, resources={...})`` on a class."""
+    if len(args) == 1 and not options and inspect.isclass(args[0]):
+        return ActorClass(args[0], {})
+    if args:
+        if len(args) == 1 and callable(args[0]):
+            raise TypeError("phalanx.remote applies to classes (actors); remote functions "
+                            "(tasks) are not supported: wrap the function in an actor")
+        raise TypeError("use @phalanx.remote or @phalanx.remote(option=value, ...)")
+    _check_options(options)
+
+    def decorate(cls):
+        if not inspect.isclass(cls):
+            raise TypeError("phalanx.remote applies to classes (actors); remote functions "
+                            "(tasks) are not supported: wrap the function in an actor")
+        return ActorClass(cls, options)
+    return decorate
+
+
+def cpp_actor_class(class_name, code_path):
+    """A C++ actor class (registered with PHALANX_ACTOR in the program ``code_path``), to
+    create from Python: ``phalanx.cpp_actor_class("Greeter", "/opt/app/greeter").remote(...)``.
+    Arguments and results travel as msgpack; methods are called by name."""
+    return ActorClass(None, {"code_path": code_path}, language="cpp", class_name=class_name)
+
+
+def kill(handle, *, no_restart=True):
+    """Kills the actor's process; with ``no_restart=False`` it restarts if its
+    ``max_restarts`` allows."""
+    if not isinstance(handle, ActorHandle):
+        raise TypeError(f"phalanx.kill takes an ActorHandle, not {type(handle).__name__}")
+    try:
+        _phalanx.kill(handle._actor_id, no_restart)
+    except RuntimeError as e:
+        raise PhalanxError(str(e)) from None
+
+
+def get_actor(name, namespace=None):
+    """The handle of the live actor named ``name``; ValueError if there is none."""
+    _ensure_init()
+    ns = namespace if namespace is not None else _phalanx.cluster()[3]
+    try:
+        info = _phalanx.named_actor(name, ns)
+    except RuntimeError as e:
+        raise ValueError(str(e)) from None
+    return ActorHandle(info["actor_id"], info["class_name"], info["language"])
+
+
+def actor_info(handle):
+    """State, pid, node, restarts and death cause of an actor (a dict)."""
+    info = dict(_phalanx.actor_info(handle._actor_id))
+    info.pop("json", None)
+    return info
+
+
+# ---- placement groups ---------------------------------------------------------------------
+
+class _PlacementGroupReady:
+    def __init__(self, pg):
+        self._pg = pg
+
+    def _get(self, timeout):
+        ok, message = _phalanx.wait_placement_group(self._pg.id,
+                                                    -1.0 if timeout is None else float(timeout))
+        if ok:
+            return self._pg
+        if "DEADLINE" in message.upper() or "within" in message:
+            raise GetTimeoutError(message)
+        raise PlacementGroupError(message)
+
+
+class PlacementGroup:
+    def __init__(self, pg_id, bundles, strategy):
+        self.id = pg_id
+        self.bundle_specs = bundles
+        self.strategy = strategy
+
+    def ready(self):
+        """A ref that ``phalanx.get`` resolves once every bundle is reserved."""
+        return _PlacementGroupReady(self)
+
+    def wait(self, timeout_seconds=30):
+        """True once every bundle is reserved; False if that did not happen in time."""
+        ok, _ = _phalanx.wait_placement_group(self.id, float(timeout_seconds))
+        return ok
+
+    @property
+    def state(self):
+        return _phalanx.placement_group_state(self.id)
+
+    def __reduce__(self):
+        return (PlacementGroup, (self.id, self.bundle_specs, self.strategy))
+
+
+def placement_group(bundles, strategy="PACK", name=""):
+    """Reserves ``bundles`` (e.g. ``[{"CPU": 1}, {"CPU": 1, "GPU": 1}]``) all-or-nothing:
+    PACK, SPREAD, STRICT_PACK or STRICT_SPREAD."""
+    _ensure_init()
+    if strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
+        raise ValueError(f"strategy={strategy!r}: give PACK, SPREAD, STRICT_PACK or "
+                         f"STRICT_SPREAD")
+    converted = []
+    for b in bundles:
+        converted.append({("memory" if k == "memory" else k): float(v) for k, v in b.items()})
+    try:
+        pg_id = _phalanx.create_placement_group(converted, strategy, name)
+    except RuntimeError as e:
+        raise PlacementGroupError(str(e)) from None
+    return PlacementGroup(pg_id, bundles, strategy)
+
+
+def remove_placement_group(pg):
+    _phalanx.remove_placement_group(pg.id)

@@ -1,0 +1,71 @@
+"""The Python worker: ``python3 -m phalanx._worker``, started by a node manager to host one
+actor. The native module runs the worker host (gRPC, calls, lanes) and calls ``create`` and
+``call`` below, holding the GIL only while Python code runs."""
+
+import asyncio
+import inspect
+import os
+import pickle
+import sys
+import traceback
+
+from . import _serialization as ser
+
+
+def create(init_args: bytes):
+    """Builds the actor object from its pickled (class, args, kwargs)."""
+    if not ser.is_pickled(init_args):
+        raise RuntimeError("this actor's constructor arguments are not pickled: a Python actor "
+                           "is created from Python (phalanx.remote)")
+    paths, payload = pickle.loads(init_args)
+    for p in paths:
+        if p not in sys.path:
+            sys.path.append(p)
+    try:
+        cls, args, kwargs = pickle.loads(payload)
+        return cls(*args, **kwargs)
+    except Exception:
+        raise RuntimeError(traceback.format_exc().rstrip()) from None
+
+
+def call(obj, method: str, payload: bytes):
+    """Runs ``obj.method`` on the decoded arguments: (ok, value, error kind, message)."""
+    fn = getattr(obj, method, None) if not method.startswith("_") else None
+    if fn is None or not callable(fn):
+        return (False, b"", "InvalidCall",
+                f"actor class {type(obj).__name__} has no method '{method}'")
+    try:
+        args, kwargs, encoding = ser.loads_call(payload)
+    except Exception as e:  # noqa: BLE001
+        return False, b"", "InvalidCall", f"cannot decode the arguments of {method}: {e}"
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as e:
+        return False, b"", "InvalidCall", f"{type(obj).__name__}.{method}: {e}"
+    except ValueError:
+        pass  # builtins without a signature: let the call say it
+    try:
+        result = fn(*args, **kwargs)
+        if inspect.iscoroutine(result):
+            result = asyncio.run(result)
+    except Exception as e:  # noqa: BLE001 - handed to the caller as a TaskError
+        tb = traceback.format_exc().rstrip()
+        return (False, b"", "TaskError",
+                f"{type(e).__name__}: {e}\n\n{type(obj).__name__}.{method} raised:\n{tb}")
+    try:
+        return True, ser.dumps_value(result, encoding), "", ""
+    except Exception as e:  # noqa: BLE001
+        return False, b"", "TaskError", f"{type(obj).__name__}.{method}: the result cannot be " \
+                                        f"sent back ({type(e).__name__}: {e})"
+
+
+def main():
+    import _phalanx
+    code = _phalanx.run_worker()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
