@@ -47,4 +47,10 @@ cmake --build build -j "${JOBS:-$(nproc)}"
 if [ -w /usr/local/bin ]; then
   ln -sf "$(pwd)/build/bin/phalanx" /usr/local/bin/phalanx
 fi
+# `import phalanx` from Debian's python3 with nothing to set: a .pth file in its site dir puts
+# the package (python/) and its native module (build/python/) on the path.
+SITE=$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
+if mkdir -p "$SITE" 2>/dev/null && [ -w "$SITE" ]; then
+  printf '%s\n%s\n' "$(pwd)/python" "$(pwd)/build/python" > "$SITE/phalanx.pth"
+fi
 echo "setup: built into $(pwd)/build; phalanx is $(command -v phalanx || echo "$(pwd)/build/bin/phalanx")"

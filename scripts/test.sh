@@ -11,5 +11,7 @@ scripts/setup.sh
 # two at a time fit two cores.
 (cd build && ctest --output-on-failure -j "${TEST_JOBS:-2}" --timeout 300 "$@")
 if [ $# -eq 0 ] && [ -d python/tests ]; then
-  /usr/bin/python3 -m pytest -q python/tests
+    # This checkout's package, whichever checkout the .pth file points at.
+  PYTHONPATH="$(pwd)/python:$(pwd)/build/python${PYTHONPATH:+:$PYTHONPATH}" \
+    /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
 fi

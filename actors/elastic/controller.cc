@@ -887,6 +887,11 @@ class Controller {
         Fail(absl::StrCat("step ", agreed_, " failed three times without a rank dying: ", error));
         break;
       }
+      if (members_.size() == before) {
+        // Nobody died: say what failed (the first line of the error).
+        Event("step_failed",
+              absl::StrCat("step ", agreed_, ": ", error.substr(0, error.find('\n'))));
+      }
       Condition("Restarting", members_.size() < before ? "RankLost" : "StepFailed",
                 absl::StrCat("step ", agreed_, " failed; world size now ", members_.size()));
       need_epoch = true;

@@ -19,7 +19,22 @@ from .exceptions import (ActorDiedError, ActorUnavailableError, GetTimeoutError,
                          InvalidCallError, PhalanxError, PlacementGroupError, TaskError)
 
 _lock = threading.Lock()
-_local_cluster = None  # (tmpdir, port) of a cluster init() started for this script
+_local_cluster = None  # (tmpdir, port, watchdog) of a cluster init() started for this script
+
+# Stops a local cluster when its driver dies without shutdown() (SIGKILL, SIGTERM).
+_WATCHDOG = r'''
+import os, shutil, subprocess, sys, time
+pid, tmp, cli = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+while True:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        break
+    time.sleep(0.5)
+subprocess.run([cli, "stop", "--grace", "3"], env=dict(os.environ, PHALANX_TMPDIR=tmp),
+               capture_output=True, timeout=120)
+shutil.rmtree(tmp, ignore_errors=True)
+'''
 
 
 # ---- init / shutdown ------------------------------------------------------------------------
@@ -63,8 +78,10 @@ def _stop_local_cluster():
     global _local_cluster
     if _local_cluster is None:
         return
-    tmp, _ = _local_cluster
+    tmp, _, watchdog = _local_cluster
     _local_cluster = None
+    watchdog.kill()
+    watchdog.wait()
     subprocess.run([_phalanx_cli(), "stop", "--grace", "3"], env=dict(os.environ,
                    PHALANX_TMPDIR=tmp), capture_output=True, timeout=120)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -91,7 +108,11 @@ def init(address=None, *, token=None, namespace="", num_cpus=None, num_gpus=None
             address = os.environ.get("PHALANX_ADDRESS") or None
         if address is None:
             tmp, port, tok = _start_local_cluster(num_cpus, num_gpus, resources)
-            _local_cluster = (tmp, port)
+            watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), tmp,
+                                         _phalanx_cli()], start_new_session=True,
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+            _local_cluster = (tmp, port, watchdog)
             address, token = f"127.0.0.1:{port}", tok
         elif address == "auto":
             address = ""

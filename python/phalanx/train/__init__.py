@@ -1,0 +1,431 @@
+"""Elastic training in Python, modelled on Ray Train and Horovod Elastic.
+
+    from phalanx import train
+
+    def train_loop(config):
+        model = train.prepare_model(Net())          # DDP over this epoch's process group
+        opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
+        state = train.State(model=model, optimizer=opt, epoch=0)
+        state.restore()                             # the newest committed state, if any
+        for epoch in range(state.epoch, config["epochs"]):
+            for batch in train.ElasticSampler(len(data), 32, epoch):
+                ...                                 # forward, backward, opt.step()
+                state.commit()                      # a step boundary: cheap, every step
+                train.report({"loss": loss.item()})
+            state.epoch = epoch + 1
+            state.commit()
+
+    result = train.ElasticTrainer(
+        train_loop, train_loop_config={"lr": 0.1, "epochs": 5},
+        scaling=train.ScalingConfig(num_workers=(1, 4), initial_workers=3,
+                                    resources_per_worker={"CPU": 1, "memory": 2 << 30}),
+        failure=train.FailureConfig(max_failures=5)).fit()
+    print(result.metrics, result.restarts)
+
+Each worker is an actor of the job; the job's elastic controller (the same one as for C++
+jobs and `phalanx job submit -f`) places them, reacts to deaths, OOM kills (respawned with
+more memory), node changes and scale requests, and re-forms the group. After a membership
+change ``train_loop`` runs again on every rank and ``state.restore()`` brings back the last
+committed step: survivors their own, newcomers a survivor's by broadcast, and only when every
+rank was lost the last checkpoint on disk.
+"""
+
+import json
+import os
+import pickle
+import secrets
+import sys
+import time
+
+import cloudpickle
+
+import _phalanx
+
+from .._api import _ensure_init
+from ..exceptions import PhalanxError
+from ._runtime import RUNTIME
+
+
+# ---- inside train_loop ----------------------------------------------------------------------
+
+class TrainContext:
+    def __init__(self, rank, world_size, epoch, job_id):
+        self.rank = rank
+        self.world_size = world_size
+        self.epoch = epoch          # the collective group's epoch (one per membership)
+        self.job_id = job_id
+
+    def get_world_rank(self):
+        return self.rank
+
+    def get_world_size(self):
+        return self.world_size
+
+    def __repr__(self):
+        return (f"TrainContext(rank={self.rank}, world_size={self.world_size}, "
+                f"epoch={self.epoch}, job_id={self.job_id!r})")
+
+
+def get_context():
+    """Rank, world size and group epoch of this worker (in ``train_loop``)."""
+    return TrainContext(RUNTIME.rank, RUNTIME.world, RUNTIME.epoch, RUNTIME.job_id)
+
+
+def report(metrics):
+    """Records this step's metrics (a dict; ``loss`` shows in the job status). The last dict
+    reported by rank 0 becomes ``Result.metrics``."""
+    if not isinstance(metrics, dict):
+        raise TypeError("train.report takes a dict of metrics")
+    RUNTIME.last_report = dict(metrics)
+
+
+def torch_process_group(backend=None):
+    """This epoch's torch.distributed process group (formed on first use per epoch)."""
+    return RUNTIME.torch_process_group(backend)
+
+
+def collective_group():
+    """phalanx's collective group of this epoch (phalanx.collective.CollectiveGroup): for
+    collectives of your own in ``train_loop`` (a dead peer fails them at once, where a
+    torch.distributed call would wait for the group's timeout)."""
+    return RUNTIME.collective_group()
+
+
+def allreduce(tensor, op="sum"):
+    """Allreduces a numpy array or CPU tensor in place over this epoch's ranks."""
+    return RUNTIME.collective_group().allreduce(tensor, op)
+
+
+def _allreduce_hook(group, bucket):
+    """DDP communication hook: average the gradient bucket over phalanx's group."""
+    import torch
+    buffer = bucket.buffer()
+    future = torch.futures.Future()
+    try:
+        group.allreduce(buffer, "avg")
+        future.set_result(buffer)
+    except Exception as e:  # noqa: BLE001 - backward() raises it
+        future.set_exception(e)
+    return future
+
+
+def prepare_model(model, *, backend=None):
+    """Wraps ``model`` in DistributedDataParallel over this epoch's process group (Gloo on
+    CPU; NCCL with ``backend="nccl"`` and the model on the GPU). Call it inside
+    ``train_loop``: after a resize the loop runs again and gets a DDP of the new group.
+
+    On CPU the gradients are averaged through phalanx's collective group (a DDP
+    communication hook) rather than torch's Gloo group: when a peer dies, backward() fails at
+    once instead of waiting for torch's timeout."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+    torch_process_group(backend)
+    if backend == "nccl" and torch.cuda.is_available():
+        device = torch.cuda.current_device()
+        return DistributedDataParallel(model.to(device), device_ids=[device])
+    ddp = DistributedDataParallel(model)
+    ddp.register_comm_hook(RUNTIME.collective_group(), _allreduce_hook)
+    return ddp
+
+
+def _unwrap(obj):
+    return getattr(obj, "module", obj) if type(obj).__name__ == "DistributedDataParallel" \
+        else obj
+
+
+class State:
+    """The training state of one rank: objects with ``state_dict()`` (model, optimizer,
+    scheduler) and plain values (``state.epoch``). ``commit()`` snapshots them in this process
+    (a step boundary: call it after every optimizer step); ``restore()`` fills them from the
+    newest committed state in the group, or leaves them as initialised."""
+
+    def __init__(self, model=None, optimizer=None, **values):
+        objects = {}
+        if model is not None:
+            objects["model"] = model
+        if optimizer is not None:
+            objects["optimizer"] = optimizer
+        plain = {}
+        for k, v in values.items():
+            if hasattr(v, "state_dict") and hasattr(v, "load_state_dict"):
+                objects[k] = v
+            else:
+                plain[k] = v
+        object.__setattr__(self, "_objects", objects)
+        object.__setattr__(self, "_values", plain)
+        object.__setattr__(self, "commits", 0)
+
+    def __getattr__(self, name):
+        values = object.__getattribute__(self, "_values")
+        if name in values:
+            return values[name]
+        objects = object.__getattribute__(self, "_objects")
+        if name in objects:
+            return objects[name]
+        raise AttributeError(name)
+
+    def __setattr__(self, name, value):
+        if name in self._objects:
+            self._objects[name] = value
+        else:
+            self._values[name] = value
+
+    def _snapshot(self):
+        return pickle.dumps({
+            "objects": {k: _unwrap(v).state_dict() for k, v in self._objects.items()},
+            "values": dict(self._values),
+            "progress": dict(RUNTIME.progress),
+            "report": dict(RUNTIME.last_report),
+        }, protocol=5)
+
+    def commit(self):
+        object.__setattr__(self, "commits", self.commits + 1)
+        RUNTIME.commit(self._snapshot())
+
+    def restore(self):
+        """True if a committed state was loaded."""
+        source = RUNTIME.restore_from
+        if not source:
+            return False
+        saved = pickle.loads(source)
+        for k, sd in saved["objects"].items():
+            if k in self._objects:
+                _unwrap(self._objects[k]).load_state_dict(sd)
+        self._values.update(saved["values"])
+        RUNTIME.progress = dict(saved["progress"])
+        RUNTIME.last_report = dict(saved.get("report", {}))
+        return True
+
+
+class ElasticSampler:
+    """This rank's batches (``batch_size`` indices each) over the samples of data epoch
+    ``epoch`` that no rank has consumed yet. Every step takes the next world_size ×
+    batch_size samples of a shuffled order (seeded by ``seed`` and ``epoch``) and splits them
+    among the ranks; its progress is part of ``State``, so after a resize the remaining
+    samples are split among the new ranks and each sample is used exactly once per epoch."""
+
+    def __init__(self, num_samples, batch_size, epoch=0, *, shuffle=True, seed=0):
+        if num_samples <= 0 or batch_size <= 0:
+            raise ValueError("num_samples and batch_size must be > 0")
+        self.num_samples = int(num_samples)
+        self.batch_size = int(batch_size)
+        self.epoch = int(epoch)
+        self.shuffle = shuffle
+        self.seed = seed
+
+    def _order(self):
+        import numpy as np
+        if not self.shuffle:
+            return np.arange(self.num_samples)
+        return np.random.RandomState(self.seed * 100003 + self.epoch).permutation(self.num_samples)
+
+    def __iter__(self):
+        order = self._order()
+        while True:
+            consumed = RUNTIME.progress.get(self.epoch, 0)
+            if consumed >= self.num_samples:
+                return
+            world, rank = RUNTIME.world, RUNTIME.rank
+            take = min(world * self.batch_size, self.num_samples - consumed)
+            lo = consumed + take * rank // world
+            hi = consumed + take * (rank + 1) // world
+            RUNTIME.progress[self.epoch] = consumed + take
+            yield order[lo:hi].tolist()
+
+    def __len__(self):
+        left = self.num_samples - RUNTIME.progress.get(self.epoch, 0)
+        per_step = RUNTIME.world * self.batch_size
+        return max(0, (left + per_step - 1) // per_step)
+
+
+# ---- the driver side ------------------------------------------------------------------------
+
+class ScalingConfig:
+    """``num_workers``: a fixed count or ``(min, max)``; ``initial_workers``: how many to start
+    with (default: max); ``resources_per_worker``: e.g. ``{"CPU": 1, "memory": 2 << 30}``
+    (memory is a limit; "memory" also takes "2Gi")."""
+
+    def __init__(self, num_workers=1, initial_workers=None, resources_per_worker=None,
+                 use_gpu=False):
+        if isinstance(num_workers, int):
+            lo = hi = num_workers
+        else:
+            lo, hi = num_workers
+        if lo < 1 or hi < lo:
+            raise ValueError(f"num_workers={num_workers!r}: give n >= 1 or (min, max) with "
+                             f"1 <= min <= max")
+        initial = hi if initial_workers is None else initial_workers
+        if not lo <= initial <= hi:
+            raise ValueError(f"initial_workers={initial} must be within num_workers "
+                             f"({lo}..{hi})")
+        self.min_workers, self.max_workers, self.initial_workers = lo, hi, initial
+        self.resources_per_worker = dict(resources_per_worker or {"CPU": 1})
+        memory = self.resources_per_worker.get("memory")
+        if isinstance(memory, float) and memory.is_integer():
+            self.resources_per_worker["memory"] = int(memory)
+        self.use_gpu = use_gpu
+        if use_gpu:
+            self.resources_per_worker.setdefault("GPU", 1)
+
+
+class FailureConfig:
+    """``max_failures``: respawns allowed within ``window_s`` seconds; ``policies``: the job
+    spec's faultTolerantPolicy (first match wins, then the defaults: OOM → respawnLarger with
+    twice the memory, node died → reschedule, exited → restart), e.g.
+    ``[{"event": "oom", "action": "respawnLarger", "memoryGrowth": 2}]``."""
+
+    def __init__(self, max_failures=10, window_s=3600, policies=None, below_min_timeout_s=60,
+                 hang_timeout_s=300, straggler_check=False, straggler_factor=2.0):
+        self.max_failures = max_failures
+        self.window_s = window_s
+        self.policies = list(policies or [])
+        self.below_min_timeout_s = below_min_timeout_s
+        self.hang_timeout_s = hang_timeout_s
+        self.straggler_check = straggler_check
+        self.straggler_factor = straggler_factor
+
+
+class CheckpointConfig:
+    """Committed state written to ``dir`` every ``interval_steps`` steps; used only when every
+    rank is lost."""
+
+    def __init__(self, dir, interval_steps=50):
+        self.dir = dir
+        self.interval_steps = interval_steps
+
+
+class Result:
+    def __init__(self, job):
+        elastic = job.get("elastic", {})
+        self.job_id = job.get("job_id", "")
+        self.state = job.get("state", "JOB_PENDING").replace("JOB_", "")
+        self.message = job.get("message", "")
+        self.world_size = int(elastic.get("world_size", 0))
+        self.steps = int(elastic.get("step", 0))
+        self.restarts = int(elastic.get("restarts", 0))
+        results = elastic.get("results", "")
+        try:
+            self.metrics = json.loads(results) if results else {}
+        except ValueError:
+            self.metrics = {"results": results}
+        self.events = [{"time_ms": int(e.get("time_ms", 0)), "kind": e.get("kind", ""),
+                        "message": e.get("message", ""),
+                        "world_size": int(e.get("world_size", 0)),
+                        "epoch": int(e.get("epoch", 0))} for e in job.get("events", [])]
+        self.conditions = [{"type": c.get("type", ""), "reason": c.get("reason", ""),
+                            "message": c.get("message", ""), "time_ms": int(c.get("time_ms", 0))}
+                           for c in job.get("conditions", [])]
+        self.ranks = [{"rank": int(m.get("rank", 0)), "actor_id": m.get("actor_id", ""),
+                       "node_id": m.get("node_id", ""),
+                       "memory_bytes": float(m.get("memory_bytes", 0))}
+                      for m in elastic.get("members", [])]
+        self.error = self.message if self.state == "FAILED" else None
+
+    def __repr__(self):
+        return (f"Result(job_id={self.job_id!r}, state={self.state}, metrics={self.metrics}, "
+                f"restarts={self.restarts}, world_size={self.world_size})")
+
+
+class TrainingFailedError(PhalanxError):
+    def __init__(self, result):
+        super().__init__(f"elastic job {result.job_id} failed: {result.message}")
+        self.result = result
+
+
+_DONE = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+def job_status(job_id):
+    """The job's record (state, world size, events, ...) as a Result."""
+    return Result(json.loads(_phalanx.get_job(job_id)))
+
+
+class ElasticTrainer:
+    def __init__(self, train_loop, train_loop_config=None, *, scaling=None, failure=None,
+                 checkpoint=None, name="train", verbose=True, env=None):
+        if not callable(train_loop):
+            raise TypeError("train_loop must be a function taking the config dict")
+        self.train_loop = train_loop
+        self.train_loop_config = train_loop_config
+        self.scaling = scaling or ScalingConfig()
+        self.failure = failure or FailureConfig()
+        self.checkpoint = checkpoint
+        self.name = name
+        self.verbose = verbose
+        self.env = dict(env or {})
+        self.job_id = None
+
+    def _spec(self, fn_key):
+        s, f = self.scaling, self.failure
+        spec = {
+            "name": self.name,
+            "trainer": "PythonTrainer",
+            "language": "python",
+            "replicas": s.initial_workers,
+            "minReplicas": s.min_workers,
+            "maxReplicas": s.max_workers,
+            "resources": s.resources_per_worker,
+            "restartLimit": f.max_failures,
+            "restartTimeLimit": f.window_s,
+            "failPolicy": {"belowMinTimeoutSeconds": f.below_min_timeout_s},
+            "hang": {"timeoutSeconds": f.hang_timeout_s},
+            "straggler": {"check": f.straggler_check, "factor": f.straggler_factor},
+            "config": {"pyfn": fn_key},
+        }
+        if f.policies:
+            spec["faultTolerantPolicy"] = f.policies
+        if self.checkpoint is not None:
+            spec["checkpoint"] = {"dir": self.checkpoint.dir,
+                                  "intervalSteps": self.checkpoint.interval_steps}
+        return json.dumps(spec)  # JSON is YAML
+
+    def submit(self):
+        """Starts the job and returns its id (``fit`` waits for it)."""
+        _ensure_init()
+        paths = [p for p in sys.path if p and os.path.isdir(p)]
+        if "" in sys.path:
+            paths.insert(0, os.getcwd())
+        inner = cloudpickle.dumps((self.train_loop, self.train_loop_config), protocol=5)
+        key = f"pyfn/{self.name}-{secrets.token_hex(6)}"
+        _phalanx.kv_put("elastic", key, cloudpickle.dumps((paths, inner), protocol=5), True)
+        try:
+            self.job_id = _phalanx.submit_job(self._spec(key))
+        except RuntimeError as e:
+            raise PhalanxError(str(e)) from None
+        return self.job_id
+
+    def fit(self, timeout=None):
+        """Runs the job to its end; returns its Result (raises TrainingFailedError if it
+        failed). With ``verbose``, prints conditions and events as they come."""
+        job_id = self.submit()
+        if self.verbose:
+            print(f"[phalanx.train] job {job_id} submitted", flush=True)
+        deadline = None if timeout is None else time.time() + timeout
+        shown_c = shown_e = 0
+        while True:
+            job = json.loads(_phalanx.get_job(job_id))
+            if self.verbose:
+                for c in job.get("conditions", [])[shown_c:]:
+                    print(f"[condition] {c.get('type', ''):<10} {c.get('reason', ''):<16} "
+                          f"{c.get('message', '')}", flush=True)
+                for e in job.get("events", [])[shown_e:]:
+                    print(f"[event]     {e.get('kind', ''):<14} {e.get('message', '')}",
+                          flush=True)
+                shown_c = len(job.get("conditions", []))
+                shown_e = len(job.get("events", []))
+            state = job.get("state", "JOB_PENDING").replace("JOB_", "")
+            if state in _DONE:
+                result = Result(job)
+                if state != "SUCCEEDED":
+                    raise TrainingFailedError(result)
+                return result
+            if deadline is not None and time.time() > deadline:
+                _phalanx.stop_job(job_id)
+                raise PhalanxError(f"elastic job {job_id} did not finish within {timeout} s; "
+                                   f"it was asked to stop")
+            time.sleep(0.2)
+
+
+__all__ = ["ElasticTrainer", "ScalingConfig", "FailureConfig", "CheckpointConfig", "Result",
+           "TrainingFailedError", "State", "ElasticSampler", "get_context", "report",
+           "prepare_model", "torch_process_group", "collective_group", "allreduce", "job_status"]

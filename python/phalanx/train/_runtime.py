@@ -1,0 +1,293 @@
+"""The worker side of phalanx.train: how a trainer-driven Python loop runs as a rank of an
+elastic job.
+
+The job's elastic controller (C++) drives every rank step by step, as for C++ trainers: it
+calls ``step`` on all ranks, commits a step once every rank finished it, and on a membership
+change forms a new epoch, rolls survivors back to the last commit (``load_state``) and sends
+that state to newcomers. Here a "step" is the stretch of the user's ``train_loop`` between two
+``state.commit()`` calls: the loop runs on a thread of its own, and ``commit()`` hands the
+step's snapshot back and waits for the controller's next ``step``. When the group changes,
+the loop is stopped at its next ``commit()`` (or has already failed on the dead peer) and
+``train_loop`` runs again from the start on every rank (Horovod's way); ``state.restore()``
+at its top brings back the committed state, so nothing committed is lost or repeated.
+
+The native PythonTrainer (python/src/py_trainer.cc) calls the module functions at the bottom.
+"""
+
+import json
+import math
+import os
+import pickle
+import socket
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+
+import _phalanx
+
+
+class _Reset(BaseException):
+    """Stops a loop at its commit(): the group changed (BaseException, so that a user's
+    ``except Exception`` does not catch it)."""
+
+
+class Runtime:
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.job_id = ""
+        self.fn = None
+        self.fn_config = None
+        # The group, as of the controller's last step() call.
+        self.rank = 0
+        self.world = 1
+        self.epoch = 0
+        # The loop thread and its handshake with step().
+        self.thread = None
+        self.generation = 0       # bumped per loop start; an older loop resets at commit()
+        self.loop_epoch = None
+        self.allowed = 0          # commits the loop may make (the controller's steps)
+        self.reached = 0          # commits it made
+        self.finished = False
+        self.error = None
+        self.aborted = False
+        self.need_restart = True
+        # State.
+        self.snapshot = b""       # this process's last commit
+        self.restore_from = b""   # what restore() loads
+        self.progress = {}        # ElasticSampler: data epoch -> samples consumed (all ranks)
+        self.last_report = {}
+        # torch.distributed, formed per epoch on first use.
+        self.pg_lock = threading.Lock()
+        self.pg_epoch = None
+        self.store = None
+        # phalanx's own collective group of this epoch (DDP's gradients go through it: a dead
+        # peer fails it at once, and the controller can abort it).
+        self.group = None
+        self.local = threading.local()
+
+    # ---- called by the native trainer -------------------------------------------------
+
+    def setup(self, job_id, config):
+        self.job_id = job_id
+        key = config.get("pyfn", "")
+        payload = _phalanx.kv_get("elastic", key) if key else None
+        if payload is None:
+            raise RuntimeError(f"the training function of job {job_id} is not in the GCS "
+                               f"(KV elastic/{key}); submit it with phalanx.train.ElasticTrainer")
+        paths, inner = pickle.loads(payload)
+        for p in paths:
+            if p not in sys.path:
+                sys.path.append(p)
+        self.fn, self.fn_config = pickle.loads(inner)
+
+    def step(self, step, rank, world, epoch):
+        with self.cond:
+            self.rank, self.world, self.epoch = rank, world, epoch
+            self.aborted = False
+            restart = (self.need_restart or self.thread is None or self.finished or
+                       self.error is not None or self.loop_epoch != epoch)
+        if restart:
+            self._restart(epoch)
+        with self.cond:
+            self.allowed += 1
+            self.cond.notify_all()
+            while not (self.reached >= self.allowed or self.finished or self.error is not None
+                       or self.aborted):
+                self.cond.wait(0.5)
+            if self.error is not None:
+                self.need_restart = True
+                raise RuntimeError(self.error)
+            if self.aborted and not self.finished and self.reached < self.allowed:
+                self.need_restart = True
+                raise RuntimeError("the step was aborted by the job's controller")
+            out = {"done": 1.0 if self.finished and self.reached < self.allowed else 0.0}
+            for k, v in self.last_report.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                    out[str(k)] = float(v)
+            out.setdefault("loss", 0.0)
+            return out
+
+    def save_state(self):
+        return self.snapshot
+
+    def load_state(self, state):
+        with self.cond:
+            self.restore_from = bytes(state)
+            self.snapshot = bytes(state)
+            self.need_restart = True
+
+    def abort(self):
+        with self.cond:
+            self.aborted = True
+            self.cond.notify_all()
+        group = self.group
+        if group is not None:
+            group.abort("the job's controller aborted the step")
+
+    def query(self, key):
+        if key == "results":
+            return json.dumps(self.last_report, default=str)
+        return ""
+
+    # ---- the loop --------------------------------------------------------------------
+
+    def _restart(self, epoch):
+        with self.cond:
+            self.generation += 1
+            old = self.thread
+            self.cond.notify_all()  # an old loop waiting in commit() resets
+        if old is not None and old.is_alive():
+            old.join(timeout=10)  # one stuck in a collective of a dead group is left behind
+        with self.cond:
+            self.progress = {}
+            self.allowed = 0
+            self.reached = 0
+            self.finished = False
+            self.error = None
+            self.need_restart = False
+            self.loop_epoch = epoch
+            generation = self.generation
+            self.thread = threading.Thread(target=self._run, args=(generation,),
+                                           name=f"train-loop-{generation}", daemon=True)
+        self.thread.start()
+
+    def _run(self, generation):
+        self.local.generation = generation
+        try:
+            cfg = self.fn_config
+            if cfg is None and _takes_no_args(self.fn):
+                self.fn()
+            else:
+                self.fn(cfg if cfg is not None else {})
+            with self.cond:
+                if self.generation == generation:
+                    self.finished = True
+                    self.cond.notify_all()
+        except _Reset:
+            pass
+        except BaseException as e:  # noqa: BLE001 - the step reports it
+            with self.cond:
+                if self.generation == generation:
+                    self.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+                    self.cond.notify_all()
+
+    def commit(self, snapshot):
+        """The loop's step boundary: keep the snapshot, then wait for the next step."""
+        generation = getattr(self.local, "generation", None)
+        with self.cond:
+            if generation != self.generation:
+                raise _Reset()
+            self.snapshot = snapshot
+            self.reached += 1
+            self.cond.notify_all()
+            while self.allowed <= self.reached and generation == self.generation:
+                self.cond.wait(0.5)
+            if generation != self.generation:
+                raise _Reset()
+
+    # ---- collectives ------------------------------------------------------------------
+
+    def collective_group(self):
+        """phalanx's collective group of this epoch (formed on first use per epoch)."""
+        from ..collective import CollectiveGroup
+        with self.pg_lock:
+            if self.group is None:
+                self.group = CollectiveGroup(f"{self.job_id}-train", timeout=60)
+            if self.group.epoch != self.epoch:
+                self.group.reconfigure(self.epoch, self.rank, self.world)
+            return self.group
+
+    # ---- torch.distributed ------------------------------------------------------------
+
+
+    def torch_process_group(self, backend=None):
+        """Forms (once per epoch) the torch.distributed process group of this epoch: Gloo on
+        CPU, NCCL when asked and CUDA is there. Its store lives in rank 0's process; its
+        address goes through the GCS KV."""
+        import torch.distributed as dist
+        with self.pg_lock:
+            if self.pg_epoch == self.epoch and dist.is_initialized():
+                return dist.group.WORLD
+            if dist.is_initialized():
+                try:
+                    dist.destroy_process_group()
+                except Exception:  # noqa: BLE001 - a broken group may not destroy cleanly
+                    pass
+            rank, world, epoch = self.rank, self.world, self.epoch
+            host = _node_host()
+            if host in ("127.0.0.1", "localhost"):
+                os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            key = f"{self.job_id}/torch/{epoch}/{world}"
+            timeout = timedelta(seconds=60)
+            if rank == 0:
+                port = _free_port(host)
+                store = dist.TCPStore(host, port, world, True, timeout, wait_for_workers=False)
+                _phalanx.kv_put("elastic", key, f"{host}:{port}".encode(), True)
+            else:
+                deadline = time.time() + 60
+                while True:
+                    value = _phalanx.kv_get("elastic", key)
+                    if value is not None:
+                        break
+                    if time.time() > deadline:
+                        raise RuntimeError(f"rank 0 of epoch {epoch} did not publish its "
+                                           f"torch.distributed store within 60 s")
+                    time.sleep(0.01)
+                h, p = value.decode().rsplit(":", 1)
+                store = dist.TCPStore(h, int(p), world, False, timeout)
+            if backend is None:
+                backend = "gloo"
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                                    timeout=timedelta(seconds=60))
+            self.store = store
+            self.pg_epoch = epoch
+            return dist.group.WORLD
+
+
+def _takes_no_args(fn):
+    import inspect
+    try:
+        return len(inspect.signature(fn).parameters) == 0
+    except (TypeError, ValueError):
+        return False
+
+
+def _node_host():
+    node = os.environ.get("PHALANX_NODE_ADDRESS", "")
+    return node.rsplit(":", 1)[0] if node else "127.0.0.1"
+
+
+def _free_port(host):
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+RUNTIME = Runtime()
+
+
+# The native PythonTrainer's entry points.
+def setup(job_id, config):
+    RUNTIME.setup(job_id, dict(config))
+
+
+def step(step_index, rank, world, epoch):
+    return RUNTIME.step(step_index, rank, world, epoch)
+
+
+def save_state():
+    return RUNTIME.save_state()
+
+
+def load_state(state):
+    RUNTIME.load_state(state)
+
+
+def abort():
+    RUNTIME.abort()
+
+
+def query(key):
+    return RUNTIME.query(key)
