@@ -49,13 +49,6 @@ def train_loop(config):
                         seen=np.zeros(len(x)), exactly_once=[])
     state.restore()                       # the last committed step, if there is one
     ctx = train.get_context()
-    if config.get("oom_at_step") is not None and ctx.rank == 1:
-        marker = config["oom_marker"]
-        if state.step >= config["oom_at_step"] and not os.path.exists(marker):
-            open(marker, "w").close()
-            ballast = np.ones(config["oom_bytes"] // 8)  # more than this worker's memory limit
-            time.sleep(5)
-            del ballast
     for epoch in range(state.epoch, config["epochs"]):
         for idx in train.ElasticSampler(len(x), config["batch_size"], epoch, seed=1):
             optimizer.zero_grad()
@@ -74,6 +67,13 @@ def train_loop(config):
                           "world_size": ctx.world_size})
             if config.get("step_sleep"):
                 time.sleep(config["step_sleep"])
+            if state.step == config.get("oom_at_step") and ctx.rank == 1 and \
+                    not os.path.exists(config["oom_marker"]):
+                # Chaos (tests): use more memory than this worker's limit, once.
+                open(config["oom_marker"], "w").close()
+                ballast = np.ones(config["oom_bytes"] // 8)
+                time.sleep(10)
+                del ballast
         state.exactly_once = state.exactly_once + [bool((state.seen == 1).all())]
         state.seen = np.zeros(len(x))
         state.epoch = epoch + 1

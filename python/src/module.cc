@@ -460,7 +460,8 @@ PYBIND11_MODULE(_phalanx, m) {
   elastic::RegisterController();
   RegisterPythonTrainer();
 
-  static py::exception<PyCollectiveGroup::CollectiveError> collective_error(m, "CollectiveError");
+  py::register_exception<PyCollectiveGroup::CollectiveError>(m, "CollectiveError",
+                                                             PyExc_RuntimeError);
 
   m.attr("BIN_DIR") = PHALANX_BIN_DIR;
   m.def("in_worker_mode", &InWorkerMode);

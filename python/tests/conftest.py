@@ -1,0 +1,84 @@
+"""A real cluster per test module: `phalanx start --head` (Redis, GCS, node manager) on a free
+loopback port in a temporary directory, stopped by `phalanx stop` (and checked: no process
+of it is left) when the module's tests are done."""
+
+import os
+import socket
+import subprocess
+import time
+
+import pytest
+
+import _phalanx
+import phalanx
+
+PHALANX = os.path.join(_phalanx.BIN_DIR, "phalanx")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _processes_with(needle):
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in cmd and int(pid) != os.getpid():
+            found.append((int(pid), cmd))
+    return found
+
+
+class Cluster:
+    def __init__(self, root, num_cpus=4):
+        self.root = str(root)
+        self.port = _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.env = dict(os.environ, PHALANX_TMPDIR=self.root)
+        self.env.pop("PHALANX_ADDRESS", None)
+        self.env.pop("PHALANX_TOKEN", None)
+        out = self.cli("start", "--head", "--port", str(self.port), "--node-ip-address",
+                       "127.0.0.1", "--num-cpus", str(num_cpus), "--heartbeat-ms", "200")
+        assert out.returncode == 0, out.stdout + out.stderr
+        with open(os.path.join(self.root, "session_latest", "token")) as f:
+            self.token = f.read().strip()
+
+    def cli(self, *args, timeout=60):
+        return subprocess.run([PHALANX, *args], env=self.env, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def stop(self):
+        self.cli("stop", "--grace", "5", timeout=120)
+        deadline = time.time() + 10
+        while _processes_with(self.root) and time.time() < deadline:
+            time.sleep(0.1)
+        left = _processes_with(self.root)
+        assert not left, f"processes left behind: {left}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("phx"))
+    phalanx.init(c.address, token=c.token)
+    try:
+        yield c
+    finally:
+        phalanx.shutdown()
+        c.stop()
+
+
+def wait_for(condition, timeout=30.0, interval=0.05):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    return condition()

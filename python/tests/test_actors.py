@@ -1,0 +1,157 @@
+"""The Python actor API against a real cluster: basics, ordering, errors with causes,
+kill -9 and restarts, OOM kills, C++ actors from Python, wait, placement groups."""
+
+import os
+import signal
+import time
+
+import pytest
+
+import _phalanx
+import phalanx
+from conftest import wait_for
+from helpers import BrokenInit, Counter
+
+
+def test_create_call_and_named_lookup(cluster):
+    c = Counter.options(name="counter-a", num_cpus=0.5).remote(5)
+    assert phalanx.get(c.add.remote(3)) == 8
+    assert phalanx.get([c.add.remote(1), c.add.remote(1)]) == [9, 10]
+    same = phalanx.get_actor("counter-a")
+    assert same == c
+    assert phalanx.get(same.get.remote()) == 10
+    with pytest.raises(ValueError, match="no-such-actor"):
+        phalanx.get_actor("no-such-actor")
+    info = phalanx.actor_info(c)
+    assert info["state"] == "ALIVE" and info["pid"] > 0
+
+
+def test_calls_from_one_caller_run_in_order(cluster):
+    c = Counter.remote()
+    refs = [c.record.remote(i) for i in range(300)]
+    assert phalanx.get(refs, timeout=60) == list(range(300))
+
+
+def test_handles_travel_to_other_actors(cluster):
+    a, b = Counter.remote(100), Counter.remote()
+    assert phalanx.get(b.call_other.remote(a, 5), timeout=60) == 105
+
+
+def test_wait_returns_the_finished_first(cluster):
+    c = Counter.options(max_concurrency=2).remote()
+    slow, fast = c.sleep.remote(3), c.sleep.remote(0)
+    ready, not_ready = phalanx.wait([slow, fast], num_returns=1, timeout=30)
+    assert ready == [fast] and not_ready == [slow]
+    assert phalanx.get(slow, timeout=30) == 3
+
+
+def test_errors_are_exceptions_with_causes(cluster):
+    c = Counter.remote()
+    with pytest.raises(phalanx.TaskError) as e:
+        phalanx.get(c.fail.remote("boom"))
+    assert e.value.cause_type == "ValueError"
+    assert "boom" in str(e.value) and "Traceback" in e.value.remote_traceback
+    with pytest.raises(phalanx.InvalidCallError, match="no method 'nope'"):
+        phalanx.get(c.nope.remote())
+    with pytest.raises(phalanx.InvalidCallError, match="add"):
+        phalanx.get(c.add.remote(1, 2, 3))
+    with pytest.raises(phalanx.GetTimeoutError):
+        phalanx.get(c.sleep.remote(5), timeout=0.5)
+    # The actor still works after all of that.
+    assert phalanx.get(c.add.remote(1), timeout=30) == 1
+    with pytest.raises(TypeError, match=r"\.remote"):
+        c.add(1)
+    with pytest.raises(ValueError, match="unknown actor option"):
+        Counter.options(num_cpu=1)
+    with pytest.raises(ValueError, match="num_cpus"):
+        Counter.options(num_cpus=-1)
+
+
+def test_a_constructor_that_raises_kills_the_actor_with_its_cause(cluster):
+    bad = phalanx.remote(BrokenInit).remote()
+    with pytest.raises(phalanx.ActorDiedError) as e:
+        phalanx.get(bad.anything.remote(), timeout=60)
+    assert e.value.cause.startswith("CREATION_FAILED")
+    assert "the constructor failed on purpose" in e.value.cause
+
+
+def test_an_impossible_request_is_refused_at_once(cluster):
+    with pytest.raises(phalanx.PhalanxError, match="CPU"):
+        Counter.options(num_cpus=1000).remote()
+
+
+def test_kill9_restarts_the_actor_and_kill_ends_it(cluster):
+    c = Counter.options(max_restarts=1, max_task_retries=-1).remote(7)
+    pid = phalanx.get(c.pid.remote())
+    os.kill(pid, signal.SIGKILL)
+    # The next call waits for the restart and runs on the new process (state starts over).
+    assert phalanx.get(c.get.remote(), timeout=60) == 7
+    new_pid = phalanx.get(c.pid.remote())
+    assert new_pid != pid
+    assert phalanx.actor_info(c)["num_restarts"] == 1
+    phalanx.kill(c)
+    with pytest.raises(phalanx.ActorDiedError) as e:
+        phalanx.get(c.get.remote(), timeout=30)
+    assert e.value.cause == "KILLED_BY_USER"
+
+
+def test_a_restart_budget_that_runs_out_ends_in_the_signal_cause(cluster):
+    c = Counter.options(max_restarts=0).remote()
+    os.kill(phalanx.get(c.pid.remote()), signal.SIGKILL)
+    with pytest.raises(phalanx.ActorDiedError) as e:
+        phalanx.get(c.get.remote(), timeout=30)
+    assert e.value.cause.startswith("SIGNALED(9")
+
+
+def test_an_actor_over_its_memory_limit_dies_of_oom_with_peak_and_limit(cluster):
+    c = Counter.options(memory=300 << 20).remote()
+    with pytest.raises(phalanx.ActorDiedError) as e:
+        phalanx.get(c.allocate.remote(700 << 20), timeout=60)
+    assert e.value.cause.startswith("OOM_KILLED: peak ")
+    assert "> limit 300.0 MiB" in e.value.cause
+
+
+def test_python_calls_a_cpp_actor(cluster):
+    Greeter = phalanx.cpp_actor_class("Greeter",
+                                      os.path.join(_phalanx.BIN_DIR, "actors_quickstart"))
+    g = Greeter.remote("hello")
+    assert phalanx.get(g.Greet.remote("Ada"), timeout=60) == "hello, Ada"
+    assert phalanx.get(g.Count.remote()) == 1
+    with pytest.raises(phalanx.InvalidCallError):
+        phalanx.get(g.Greet.remote(1, 2))
+    with pytest.raises(TypeError, match="positional"):
+        g.Greet.remote(name="x")
+
+
+def test_placement_groups(cluster):
+    pg = phalanx.placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK")
+    assert phalanx.get(pg.ready(), timeout=30) is pg
+    assert pg.state == "CREATED"
+    c = Counter.options(num_cpus=1, scheduling_strategy=phalanx.PlacementGroupSchedulingStrategy(
+        pg, 1)).remote(1)
+    assert phalanx.get(c.add.remote(1), timeout=60) == 2
+    phalanx.remove_placement_group(pg)
+    with pytest.raises(phalanx.ActorDiedError):
+        wait_for(lambda: phalanx.actor_info(c)["state"] == "DEAD", timeout=20)
+        phalanx.get(c.add.remote(1), timeout=10)
+    with pytest.raises(phalanx.PlacementGroupError, match="CPU"):
+        phalanx.placement_group([{"CPU": 1000}], strategy="STRICT_PACK")
+    with pytest.raises(ValueError, match="strategy"):
+        phalanx.placement_group([{"CPU": 1}], strategy="TIGHT")
+
+
+def test_init_errors_are_clear(cluster):
+    with pytest.raises(phalanx.PhalanxError, match="already called"):
+        phalanx.init(cluster.address)
+    phalanx.init(cluster.address, ignore_reinit_error=True)
+    env = dict(os.environ, PHALANX_ADDRESS="", PHALANX_TOKEN="")
+    import subprocess
+    import sys
+    dead = subprocess.run([sys.executable, "-c", "import phalanx; phalanx.init('127.0.0.1:1', token='x')"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert dead.returncode != 0
+    assert "cannot reach the GCS at 127.0.0.1:1" in dead.stderr
+    wrong = subprocess.run([sys.executable, "-c",
+                            f"import phalanx; phalanx.init('{cluster.address}', token='nope')"],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert "wrong cluster token" in wrong.stderr

@@ -1,0 +1,96 @@
+"""phalanx.train end to end: the digits classifier (examples/python/elastic_digits.py) on 3
+workers (min 1, max 4) heals from a SIGKILL and from an OOM kill (respawned with twice the
+memory), with every sample used once per epoch and the final accuracy still >= 0.9."""
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import pytest
+
+import phalanx
+from phalanx import train
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python"))
+import elastic_digits  # noqa: E402
+
+GiB = 1 << 30
+
+
+def run(config, memory=GiB, chaos=None):
+    trainer = train.ElasticTrainer(
+        elastic_digits.train_loop,
+        train_loop_config=dict({"lr": 0.01, "epochs": 12, "batch_size": 32}, **config),
+        scaling=train.ScalingConfig(num_workers=(1, 4), initial_workers=3,
+                                    resources_per_worker={"CPU": 0.5, "memory": memory}),
+        failure=train.FailureConfig(max_failures=5), name="digits", verbose=False)
+    job_id = trainer.submit()
+    if chaos:
+        threading.Thread(target=chaos, args=(job_id,), daemon=True).start()
+    deadline = time.time() + 240
+    while True:
+        result = train.job_status(job_id)
+        if result.state in ("SUCCEEDED", "FAILED", "STOPPED") or time.time() > deadline:
+            return result
+        time.sleep(0.2)
+
+
+def check_converged(result):
+    assert result.state == "SUCCEEDED", (result.message, result.events)
+    assert result.metrics["accuracy"] >= 0.9, result.metrics
+    assert result.metrics["each_sample_once_per_epoch"] is True, result.metrics
+    assert result.metrics["epochs"] == 12
+
+
+def test_the_trainer_heals_from_a_sigkill(cluster):
+    killed = {}
+
+    def chaos(job_id):
+        while True:
+            r = train.job_status(job_id)
+            if r.steps >= 40 and len(r.ranks) >= 3:
+                handle = phalanx.ActorHandle(r.ranks[1]["actor_id"], "PythonTrainer", "cpp")
+                killed["pid"] = phalanx.actor_info(handle)["pid"]
+                os.kill(killed["pid"], signal.SIGKILL)
+                return
+            if r.state in ("SUCCEEDED", "FAILED"):
+                return
+            time.sleep(0.02)
+
+    result = run({"step_sleep": 0.01}, chaos=chaos)
+    assert "pid" in killed, "the job ended before the kill"
+    check_converged(result)
+    kinds = [e["kind"] for e in result.events]
+    assert "rank_died" in kinds, result.events
+    died = next(e for e in result.events if e["kind"] == "rank_died")
+    assert "SIGNALED(9" in died["message"] and "action: restart" in died["message"]
+    assert result.restarts == 1
+    assert result.world_size >= 3
+    # The survivors went on at once: a recovery epoch right after the death.
+    assert any("(recovery)" in e["message"] for e in result.events), result.events
+
+
+def test_the_trainer_heals_from_an_oom_with_twice_the_memory(cluster, tmp_path):
+    result = run({"oom_at_step": 30, "oom_marker": str(tmp_path / "oom-once"),
+                  "oom_bytes": int(1.6 * GiB)}, memory=GiB)
+    assert os.path.exists(tmp_path / "oom-once"), "the OOM was never triggered"
+    check_converged(result)
+    died = [e for e in result.events if e["kind"] == "rank_died"]
+    assert died and "OOM_KILLED" in died[0]["message"], result.events
+    assert "respawnLarger" in died[0]["message"], died[0]
+    memories = sorted(r["memory_bytes"] for r in result.ranks)
+    assert memories[-1] == 2 * GiB, memories
+    assert result.restarts == 1
+
+
+def test_bad_configs_are_refused(cluster):
+    with pytest.raises(ValueError, match="num_workers"):
+        train.ScalingConfig(num_workers=(3, 1))
+    with pytest.raises(ValueError, match="initial_workers"):
+        train.ScalingConfig(num_workers=(1, 2), initial_workers=5)
+    bad = train.ElasticTrainer(lambda c: None, failure=train.FailureConfig(
+        policies=[{"event": "meteor", "action": "restart"}]), verbose=False)
+    with pytest.raises(phalanx.PhalanxError, match="meteor"):
+        bad.fit()
