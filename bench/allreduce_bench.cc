@@ -143,7 +143,7 @@ double Busbw(const std::string& text, const std::string& op, const std::string& 
 }
 
 int Main(int argc, char** argv) {
-  std::string peer = "../shared/bench/allreduce_gloo_torch.py";
+  std::string peer = PHALANX_SOURCE_DIR "/../shared/bench/allreduce_gloo_torch.py";
   std::string mode, gcs_address, token;
   int rank = -1, world = 0;
   CLI::App app{"allreduce_bench"};
@@ -155,6 +155,12 @@ int Main(int argc, char** argv) {
   app.add_option("--world", world);
   CLI11_PARSE(app, argc, argv);
   if (rank >= 0) return RunRank(mode, gcs_address, token, rank, world);
+  if (::access(peer.c_str(), R_OK) != 0) {
+    std::fprintf(stderr, "the peer %s is missing: give its path as the first argument\n",
+                 peer.c_str());
+    return 2;
+  }
+
 
   testing::RedisServer redis;
   testing::GcsProcess gcs(redis);

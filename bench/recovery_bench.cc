@@ -110,7 +110,13 @@ Outcome OneRun(gcs::GcsClient& gcs, const std::string& dir, int run) {
 
 int Main(int argc, char** argv) {
   int runs = argc > 1 ? std::atoi(argv[1]) : 5;
-  std::string peer = argc > 2 ? argv[2] : "../shared/bench/torchrun_recovery.sh";
+  std::string peer =
+      argc > 2 ? argv[2] : PHALANX_SOURCE_DIR "/../shared/bench/torchrun_recovery.sh";
+  if (::access(peer.c_str(), R_OK) != 0) {
+    std::fprintf(stderr, "the peer %s is missing: give its path as the second argument\n",
+                 peer.c_str());
+    return 2;
+  }
   testing::RedisServer redis;
   testing::GcsProcess gcs(redis);
   testing::NodeOptions node;
