@@ -122,7 +122,9 @@ int RunReconfigureRank(CollectiveGroup& g, int world) {
 int RunRank(const std::string& mode, const std::string& gcs, const std::string& token, int rank,
             int world) {
   collective::GroupOptions options;
-  options.name = absl::StrCat("bench-", mode);
+  // One group per run: a later run must not meet the epochs of an earlier one.
+  const char* shm = std::getenv("PHALANX_COLLECTIVE_SHM");
+  options.name = absl::StrCat("bench-", mode, "-shm", shm ? shm : "");
   options.gcs_address = gcs;
   options.token = token;
   auto group = CollectiveGroup::Create(options);
@@ -160,7 +162,6 @@ int Main(int argc, char** argv) {
                  peer.c_str());
     return 2;
   }
-
 
   testing::RedisServer redis;
   testing::GcsProcess gcs(redis);

@@ -7,28 +7,12 @@
 #include "absl/strings/str_join.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/system.h"
+#include "runtime/rpc/describe.h"
 
 namespace phalanx::elastic {
 namespace {
 
 constexpr char kKvNamespace[] = "elastic";
-
-std::string StateName(rpc::JobState state) {
-  switch (state) {
-    case rpc::JOB_PENDING:
-      return "PENDING";
-    case rpc::JOB_RUNNING:
-      return "RUNNING";
-    case rpc::JOB_SUCCEEDED:
-      return "SUCCEEDED";
-    case rpc::JOB_FAILED:
-      return "FAILED";
-    case rpc::JOB_STOPPED:
-      return "STOPPED";
-    default:
-      return "UNKNOWN";
-  }
-}
 
 std::string Clock(int64_t ms) {
   std::time_t t = static_cast<std::time_t>(ms / 1000);
@@ -45,7 +29,7 @@ JobStatus ToStatus(const rpc::JobInfo& job) {
   JobStatus s;
   s.job_id = job.job_id();
   s.name = job.name();
-  s.state = StateName(job.state());
+  s.state = rpc::StateName(job.state());
   s.message = job.message();
   const auto& el = job.elastic();
   s.world_size = el.world_size();

@@ -21,6 +21,7 @@
 #include "runtime/common/ids.h"
 #include "runtime/common/session.h"
 #include "runtime/common/system.h"
+#include "runtime/rpc/describe.h"
 
 namespace phalanx::cli {
 namespace {
@@ -43,26 +44,9 @@ std::string Duration(int64_t ms) {
   return absl::StrFormat("%dh%02dm", ms / 3'600'000, (ms / 60'000) % 60);
 }
 
-std::string JobStateName(int state) {
-  switch (state) {
-    case rpc::JOB_PENDING:
-      return "PENDING";
-    case rpc::JOB_RUNNING:
-      return "RUNNING";
-    case rpc::JOB_SUCCEEDED:
-      return "SUCCEEDED";
-    case rpc::JOB_FAILED:
-      return "FAILED";
-    case rpc::JOB_STOPPED:
-      return "STOPPED";
-    default:
-      return "UNKNOWN";
-  }
-}
-
 std::string FormatDriverJob(const rpc::JobInfo& job) {
   int64_t end = job.end_time_ms() > 0 ? job.end_time_ms() : NowMs();
-  std::string out = absl::StrFormat("job %s: %s", job.job_id(), JobStateName(job.state()));
+  std::string out = absl::StrFormat("job %s: %s", job.job_id(), rpc::StateName(job.state()));
   if (job.start_time_ms() > 0) {
     absl::StrAppend(&out, " after ", Duration(end - job.start_time_ms()));
   }
@@ -108,7 +92,7 @@ int RunJobList(const ClusterFlags& flags) {
     if (detail.size() > 60) detail = absl::StrCat(detail.substr(0, 57), "...");
     std::cout << absl::StrFormat("%-24s %-8s %-10s %-9s %-6s %s\n", job.job_id(),
                                  job.kind().empty() ? "driver" : job.kind(),
-                                 JobStateName(job.state()), Duration(end - start), exit, detail);
+                                 rpc::StateName(job.state()), Duration(end - start), exit, detail);
   }
   return 0;
 }
@@ -246,7 +230,7 @@ std::string ProgressKey(const rpc::JobInfo& job) {
 std::string ProgressText(const rpc::JobInfo& job) {
   int64_t start = job.start_time_ms() > 0 ? job.start_time_ms() : job.submit_time_ms();
   int64_t end = job.end_time_ms() > 0 ? job.end_time_ms() : NowMs();
-  std::string line = absl::StrFormat("[job %s] %s %s", job.job_id(), JobStateName(job.state()),
+  std::string line = absl::StrFormat("[job %s] %s %s", job.job_id(), rpc::StateName(job.state()),
                                      Duration(end - start));
   if (job.kind() == "elastic") {
     absl::StrAppendFormat(&line, ", world size %d, step %d", job.elastic().world_size(),
@@ -256,7 +240,7 @@ std::string ProgressText(const rpc::JobInfo& job) {
 }
 
 int FinalLine(const rpc::JobInfo& job) {
-  std::cout << "Job " << job.job_id() << " " << JobStateName(job.state());
+  std::cout << "Job " << job.job_id() << " " << rpc::StateName(job.state());
   if (job.kind() != "elastic" && Terminal(job.state())) {
     std::cout << " (exit code " << job.exit_code() << ")";
   }
@@ -355,11 +339,19 @@ int RunJobSubmit(const JobSubmitOptions& o) {
                                 absl::StrCat("-f ", o.spec_file, ": ", yaml.status().message())));
     }
     // Check it here too, so a typo is reported before anything is sent.
-    if (auto spec = elastic::ParseJobSpec(*yaml); !spec.ok()) {
+    auto spec = elastic::ParseJobSpec(*yaml);
+    if (!spec.ok()) {
       return Fail("submit", absl::InvalidArgumentError(
                                 absl::StrCat(o.spec_file, ": ", spec.status().message())));
     }
-    request.set_spec_yaml(*yaml);
+    // A relative codePath is relative to the spec file.
+    if (!spec->code_path.empty() && spec->code_path[0] != '/') {
+      std::filesystem::path base = std::filesystem::absolute(o.spec_file).parent_path();
+      spec->code_path = (base / spec->code_path).lexically_normal().string();
+      request.set_spec_yaml(elastic::JobSpecToYaml(*spec));
+    } else {
+      request.set_spec_yaml(*yaml);
+    }
   } else {
     if (o.entrypoint.empty()) {
       return Fail("submit", absl::InvalidArgumentError(
@@ -420,7 +412,7 @@ int RunJobStop(const ClusterFlags& flags, const std::string& job_id, double grac
   auto job = (*gcs)->StopJob(job_id, grace_s);
   if (!job.ok()) return Fail("stop", job.status());
   if (Terminal(job->state())) {
-    std::cout << "Job " << job_id << " had already ended: " << JobStateName(job->state()) << "\n";
+    std::cout << "Job " << job_id << " had already ended: " << rpc::StateName(job->state()) << "\n";
     return 0;
   }
   if (no_wait) {

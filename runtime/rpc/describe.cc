@@ -51,6 +51,23 @@ std::string StateName(ActorState state) {
   }
 }
 
+std::string StateName(JobState state) {
+  switch (state) {
+    case JOB_PENDING:
+      return "PENDING";
+    case JOB_RUNNING:
+      return "RUNNING";
+    case JOB_SUCCEEDED:
+      return "SUCCEEDED";
+    case JOB_FAILED:
+      return "FAILED";
+    case JOB_STOPPED:
+      return "STOPPED";
+    default:
+      return "UNKNOWN";
+  }
+}
+
 std::string DescribeActor(const ActorInfo& actor) {
   std::string out = absl::StrCat("actor ", actor.actor_id().substr(0, 8), " (", actor.class_name());
   if (!actor.name().empty()) absl::StrAppend(&out, " '", actor.name(), "'");

@@ -15,6 +15,9 @@ std::string DescribeCause(const DeathCause& cause);
 // "PENDING", "ALIVE", …
 std::string StateName(ActorState state);
 
+// "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"
+std::string StateName(JobState state);
+
 // "actor 3f2a9c1d (Counter 'name')"
 std::string DescribeActor(const ActorInfo& actor);
 
