@@ -90,7 +90,8 @@ void GcsJobManager::Start(int gcs_port) {
     gcs_address_ = absl::StrCat("127.0.0.1:", gcs_port);
   }
   for (const auto& job : jobs_->List()) {
-    if (job.kind() == "elastic" || Finished(job.state())) continue;
+    // Only the drivers this job manager started (records written by other clients are theirs).
+    if (job.kind() != "driver" || Finished(job.state())) continue;
     if (job.runner_pid() > 0 && ProcessAlive(job.runner_pid()) &&
         absl::StrContains(ProcessCmdline(job.runner_pid()), job.job_id())) {
       spdlog::info("job {}: its runner (pid {}) is still running", job.job_id(), job.runner_pid());
@@ -303,6 +304,12 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::Stop(const std::string& job_id, doub
     if (!put.ok()) return put.status();
     return *job;
   }
+  if (job->kind() != "driver") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id,
+                     " was not started by `phalanx job submit`: stop its driver "
+                     "where it runs"));
+  }
   if (grace_s <= 0) grace_s = 10;
   WriteFile(JobDir(job_id) + "/stop_grace", absl::StrCat(grace_s, "\n")).IgnoreError();
   jobs_
@@ -397,7 +404,7 @@ void GcsJobManager::WatchLoop() {
   while (!stopping_) {
     absl::SleepFor(absl::Milliseconds(250));
     for (const auto& job : jobs_->List()) {
-      if (job.kind() == "elastic" || Finished(job.state()) || job.runner_pid() <= 0) continue;
+      if (job.kind() != "driver" || Finished(job.state()) || job.runner_pid() <= 0) continue;
       ::waitpid(job.runner_pid(), nullptr, WNOHANG);  // reap our own runners
       if (ProcessAlive(job.runner_pid()) &&
           absl::StrContains(ProcessCmdline(job.runner_pid()), job.job_id())) {
