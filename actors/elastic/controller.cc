@@ -638,6 +638,7 @@ class Controller {
     last_checkpoint_ = agreed_;
     absl::MutexLock lock(&mu_);
     pending_kv_[absl::StrCat(job_id_, "/checkpoint")] = path;
+    pending_kv_[absl::StrCat(job_id_, "/checkpoint_step")] = absl::StrCat(agreed_);
     dirty_ = true;
   }
 

@@ -327,6 +327,8 @@ absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root) {
                         &policy.memory_cap);
           !s.ok())
         return s;
+      if (auto s = Read(e, "dump", field + ".dump", "true or false", ToBool, &policy.dump); !s.ok())
+        return s;
       spec.policies.push_back(policy);
     }
   }
@@ -412,12 +414,23 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     if (p.memory_growth < 1) {
       return Bad(field + ".memoryGrowth", std::to_string(p.memory_growth), "give a factor >= 1");
     }
+    if (p.dump && spec.checkpoint_dir.empty()) {
+      return Bad(field + ".dump", "true",
+                 "give checkpoint: {dir: …}: the dying gasp is written there");
+    }
     if (p.action == Action::kRespawnLarger && spec.resources.count("memory") == 0) {
       return Bad(field + ".action", "respawnLarger",
                  "give resources.memory (the limit to grow), or another action");
     }
   }
   return absl::OkStatus();
+}
+
+bool DumpOnDeath(const JobSpec& spec) {
+  for (const auto& p : spec.policies) {
+    if (p.dump) return true;
+  }
+  return false;
 }
 
 FaultPolicy MatchPolicy(const JobSpec& spec, const std::string& event, int exit_code, int signal) {
@@ -475,6 +488,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
       out << YAML::Key << "memoryGrowth" << YAML::Value << p.memory_growth;
       out << YAML::Key << "maxMemoryStep" << YAML::Value << p.max_memory_step;
       out << YAML::Key << "memoryCap" << YAML::Value << p.memory_cap;
+      if (p.dump) out << YAML::Key << "dump" << YAML::Value << true;
       out << YAML::EndMap;
     }
     out << YAML::EndSeq;

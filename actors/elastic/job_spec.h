@@ -47,6 +47,10 @@ struct FaultPolicy {
   double memory_growth = 2.0;
   int64_t max_memory_step = 8ll << 30;
   int64_t memory_cap = 64ll << 30;
+  // MindCluster's dump: a rank that is dying but can still run (SIGTERM, or its node warns
+  // that it nears its memory limit) first writes its committed state to checkpoint.dir, so a
+  // job that loses every rank resumes from there rather than from an older checkpoint.
+  bool dump = false;
 };
 
 struct JobSpec {
@@ -92,6 +96,9 @@ std::string JobSpecToYaml(const JobSpec& spec);
 
 // "1Gi", "512Mi", "2G", "1000" → bytes.
 absl::StatusOr<int64_t> ParseBytes(const std::string& text);
+
+// True when a policy asks for dying-gasp checkpoints (`dump: true`).
+bool DumpOnDeath(const JobSpec& spec);
 
 // The policy for a rank's death (first match of the spec's policies, then the defaults).
 FaultPolicy MatchPolicy(const JobSpec& spec, const std::string& event, int exit_code, int signal);

@@ -6,10 +6,13 @@
 #include <numeric>
 #include <random>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "gcs/gcs_client.h"
 #include "runtime/common/files.h"
 #include "runtime/common/logging.h"
 #include "runtime/worker/actor_registry.h"
+#include "runtime/worker/core_worker.h"
 
 namespace phalanx::elastic {
 
@@ -52,7 +55,45 @@ bool TrainerHostBase::Setup(std::string job_id, std::string spec_yaml) {
   }
   committed_ = trainer_->SaveState();
   committed_step_ = 0;
+  if (DumpOnDeath(spec_)) {
+    static std::atomic<bool> added{false};
+    if (!added.exchange(true)) {
+      AddDyingGaspHook([this](const std::string& why) { DyingGasp(why); });
+    }
+  }
   return true;
+}
+
+void TrainerHostBase::DyingGasp(const std::string& why) {
+  // A step stuck in a collective may hold the lock: do not wait for it for long.
+  if (!mu_.LockWhenWithTimeout(absl::Condition::kTrue, absl::Seconds(2))) {
+    mu_.Unlock();
+    spdlog::warn("dying gasp ({}): the state is locked by a running step; nothing written", why);
+    return;
+  }
+  std::string state = committed_;
+  int64_t step = committed_step_;
+  int rank = rank_;
+  std::string dir = spec_.checkpoint_dir, name = spec_.name, job = job_id_;
+  mu_.Unlock();
+  if (step <= 0 || dir.empty()) return;
+  std::string path = absl::StrCat(dir, "/", name, "-dying-rank", rank, "-step", step, ".ckpt");
+  if (!MakeDirs(dir).ok() || !WriteFile(path, absl::StrCat(step, "\n", state), 0644).ok()) {
+    spdlog::warn("dying gasp ({}): cannot write {}", why, path);
+    return;
+  }
+  spdlog::warn("dying gasp ({}): the committed state of {} steps is in {}", why, step, path);
+  CoreWorker* cw = CoreWorker::Get();
+  if (cw == nullptr) return;
+  auto last = cw->gcs().KvGet("elastic", absl::StrCat(job, "/checkpoint_step"));
+  int64_t last_step = 0;
+  if (last.ok() && last->has_value()) (void)absl::SimpleAtoi(**last, &last_step);
+  if (step > last_step) {
+    cw->gcs().KvPut("elastic", absl::StrCat(job, "/checkpoint"), path, true).IgnoreError();
+    cw->gcs()
+        .KvPut("elastic", absl::StrCat(job, "/checkpoint_step"), absl::StrCat(step), true)
+        .IgnoreError();
+  }
 }
 
 void TrainerHostBase::Commit(int64_t agreed) {

@@ -46,6 +46,9 @@ class TrainerHostBase {
 
  private:
   void Commit(int64_t agreed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `dump: true`: writes the committed state to checkpoint.dir and points the job at it when
+  // it is newer than the job's last checkpoint (the process is dying, or warned).
+  void DyingGasp(const std::string& why);
 
   std::unique_ptr<Trainer> trainer_;
   absl::Mutex mu_;  // the state: Step vs Reconfigure/SyncState/checkpoints

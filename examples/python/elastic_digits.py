@@ -67,8 +67,8 @@ def train_loop(config):
                           "world_size": ctx.world_size})
             if config.get("step_sleep"):
                 time.sleep(config["step_sleep"])
-            if state.step == config.get("oom_at_step") and ctx.rank == 1 and \
-                    not os.path.exists(config["oom_marker"]):
+            if config.get("oom_at_step") is not None and state.step >= config["oom_at_step"] \
+                    and ctx.rank == 1 and not os.path.exists(config["oom_marker"]):
                 # Chaos (tests): use more memory than this worker's limit, once.
                 open(config["oom_marker"], "w").close()
                 ballast = np.ones(config["oom_bytes"] // 8)

@@ -75,7 +75,8 @@ def test_the_trainer_heals_from_a_sigkill(cluster):
 def test_the_trainer_heals_from_an_oom_with_twice_the_memory(cluster, tmp_path):
     result = run({"oom_at_step": 30, "oom_marker": str(tmp_path / "oom-once"),
                   "oom_bytes": int(1.6 * GiB)}, memory=GiB)
-    assert os.path.exists(tmp_path / "oom-once"), "the OOM was never triggered"
+    assert os.path.exists(tmp_path / "oom-once"), \
+        f"the OOM was never triggered: {result.state} {result.message} {result.events}"
     check_converged(result)
     died = [e for e in result.events if e["kind"] == "rank_died"]
     assert died and "OOM_KILLED" in died[0]["message"], result.events

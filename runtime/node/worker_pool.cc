@@ -74,6 +74,9 @@ int64_t ReadCgroupValue(const std::string& path, const std::string& key = "") {
   return -1;
 }
 
+// A worker whose RSS passes this share of its memory limit gets SIGUSR1 (once).
+constexpr double kMemoryWarningFraction = 0.9;
+
 std::string CodeKey(const rpc::ActorInfo& actor) {
   return absl::StrCat(actor.language(), "|", actor.code_path());
 }
@@ -451,6 +454,14 @@ void WorkerPool::MonitorLoop() {
         if (rss < 0) continue;
         w.last_rss = rss;
         w.peak_rss = std::max(w.peak_rss, rss);
+        // Near the limit: warn the worker once (an elastic rank with `dump: true` writes its
+        // committed state while it still can).
+        if (w.memory_limit > 0 && !w.warned && !w.idle &&
+            static_cast<double>(rss) >
+                kMemoryWarningFraction * static_cast<double>(w.memory_limit)) {
+          w.warned = true;
+          ::kill(pid, SIGUSR1);
+        }
         if (w.memory_limit > 0 && w.cgroup.empty() && rss > w.memory_limit &&
             w.kill_cause.kind() == rpc::DeathCause::NONE) {
           w.kill_cause.set_kind(rpc::DeathCause::OOM_KILLED);

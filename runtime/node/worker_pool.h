@@ -57,6 +57,7 @@ struct WorkerRecord {
   std::string address;       // set once the worker is ready
   int64_t memory_limit = 0;  // bytes; 0 = none
   int64_t peak_rss = 0;
+  bool warned = false;  // SIGUSR1 sent: near its memory limit (its dying gasp may run)
   int64_t last_rss = 0;
   absl::Time started;
   std::string creation_error;    // the constructor failed with this

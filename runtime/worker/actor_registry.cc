@@ -1,9 +1,48 @@
 #include "runtime/worker/actor_registry.h"
 
 #include <algorithm>
+#include <future>
+#include <memory>
 #include <mutex>
+#include <thread>
 
 namespace phalanx {
+
+namespace {
+
+std::mutex hooks_mu;
+std::vector<std::function<void(const std::string&)>>& Hooks() {
+  static auto* hooks = new std::vector<std::function<void(const std::string&)>>();
+  return *hooks;
+}
+
+}  // namespace
+
+void AddDyingGaspHook(std::function<void(const std::string& why)> hook) {
+  std::lock_guard<std::mutex> lock(hooks_mu);
+  Hooks().push_back(std::move(hook));
+}
+
+void RunDyingGaspHooks(const std::string& why, int timeout_ms) {
+  std::vector<std::function<void(const std::string&)>> hooks;
+  {
+    std::lock_guard<std::mutex> lock(hooks_mu);
+    hooks = Hooks();
+  }
+  if (hooks.empty()) return;
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> finished = done->get_future();
+  std::thread([hooks, why, done] {
+    for (const auto& hook : hooks) {
+      try {
+        hook(why);
+      } catch (...) {
+      }
+    }
+    done->set_value();
+  }).detach();
+  finished.wait_for(std::chrono::milliseconds(timeout_ms));
+}
 
 ActorRegistry& ActorRegistry::Global() {
   static ActorRegistry* registry = new ActorRegistry();

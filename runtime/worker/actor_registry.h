@@ -43,6 +43,12 @@ struct ActorClass {
   bool threaded = false;
 };
 
+// Dying-gasp hooks: the worker host runs them when its process is told to end (SIGTERM) or
+// warned by its node that it nears its memory limit (SIGUSR1), before anything else; each run
+// is bounded, so a stuck hook cannot keep a dying process alive.
+void AddDyingGaspHook(std::function<void(const std::string& why)> hook);
+void RunDyingGaspHooks(const std::string& why, int timeout_ms);
+
 class ActorRegistry {
  public:
   static ActorRegistry& Global();

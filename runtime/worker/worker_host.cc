@@ -1,6 +1,7 @@
 #include "runtime/worker/worker_host.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -121,6 +122,20 @@ class Host {
  public:
   int Run() {
     BlockTerminationSignals();
+    // SIGUSR1: the node's warning that this worker nears its memory limit.
+    sigset_t warn;
+    sigemptyset(&warn);
+    sigaddset(&warn, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &warn, nullptr);
+    std::thread([warn] {
+      while (true) {
+        int sig = 0;
+        if (sigwait(&warn, &sig) == 0 && sig == SIGUSR1) {
+          spdlog::warn("near the memory limit: dying gasp");
+          RunDyingGaspHooks("memory warning", 5000);
+        }
+      }
+    }).detach();
     actor_id_ = Env("PHALANX_WORKER_ACTOR_ID");
     absl::SimpleAtoi(Env("PHALANX_WORKER_ATTEMPT"), &attempt_);
     token_ = Env("PHALANX_TOKEN");
@@ -217,10 +232,17 @@ class Host {
       mu_.Await(absl::Condition(&exit_requested_));
       RequestTermination();
     });
-    WaitForTerminationSignal();
+    int sig = WaitForTerminationSignal();
+    bool asked;
     {
       absl::MutexLock lock(&mu_);
+      asked = exit_requested_;
       exit_requested_ = true;
+    }
+    if (!asked) {
+      // Told to end from outside (SIGTERM): the actor's last words first.
+      spdlog::info("signal {}: dying gasp", sig);
+      RunDyingGaspHooks(sig == SIGTERM ? "SIGTERM" : absl::StrCat("signal ", sig), 5000);
     }
     exit_watch.join();
     spdlog::info("exiting");

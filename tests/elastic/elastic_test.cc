@@ -17,6 +17,7 @@
 #include "examples/cpp/regression_trainer.h"
 #include "gcs/gcs_client.h"
 #include "gtest/gtest.h"
+#include "runtime/common/files.h"
 #include "runtime/common/process.h"
 #include "tests/testing/test_util.h"
 
@@ -196,6 +197,44 @@ TEST_F(ElasticTest, SigkilledRankSurvivorsGoOnAndTheRespawnJoins) {
   }
   EXPECT_TRUE(shrank && restored) << FormatStatus(s);
   EXPECT_EQ(s.restarts, 1);
+}
+
+TEST_F(ElasticTest, DyingRanksWithDumpLeaveTheCheckpointTheJobResumesFrom) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  spec.checkpoint_dir = dir_.path() + "/ckpt";
+  spec.checkpoint_interval = 0;  // no periodic checkpoints: only the dying gasps
+  FaultPolicy dump;
+  dump.event = "exited";
+  dump.action = Action::kRestart;
+  dump.dump = true;
+  spec.policies = {dump};
+  auto baseline = Baseline(spec);
+  int64_t stopped_at = -1;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (stopped_at < 0 && now.step >= 40 && now.world_size == 3) {
+      // Every rank told to end at once (as a node drain would): each writes its last words.
+      for (int r = 0; r < 3; ++r) {
+        int pid = PidOfRank(now, r);
+        if (pid > 0) ::kill(pid, SIGTERM);
+      }
+      stopped_at = now.step;
+    }
+  });
+  ASSERT_GE(stopped_at, 40);
+  ExpectHealed(s, spec, baseline, 3);
+  // Every rank was lost, and the job went on from the dying gasp, not from step 0.
+  int64_t resumed = -1;
+  for (const auto& e : s.events) {
+    if (e.kind != "restart_from_checkpoint") continue;
+    size_t at = e.message.find("starting from step ");
+    if (at != std::string::npos) resumed = std::atoll(e.message.c_str() + at + 19);
+  }
+  EXPECT_GE(resumed, stopped_at) << FormatStatus(s);
+  bool gasp_file = false;
+  for (const auto& f : ListDir(spec.checkpoint_dir))
+    gasp_file |= f.find("-dying-rank") != std::string::npos;
+  EXPECT_TRUE(gasp_file);
 }
 
 TEST_F(ElasticTest, ExhaustedRestartBudgetShrinksThenBelowMinFails) {
