@@ -9,6 +9,7 @@
 #include "runtime/common/system.h"
 #include "runtime/rpc/describe.h"
 #include "tests/actors/test_actors.h"
+#include "tests/testing/cluster_test.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx {
@@ -16,24 +17,18 @@ namespace {
 
 using testing::Counter;
 
-class ActorTest : public ::testing::Test {
+class ActorTest : public testing::ClusterTest {
  protected:
   void SetUp() override {
-    redis_ = std::make_unique<testing::RedisServer>();
-    gcs_ = std::make_unique<testing::GcsProcess>(
-        *redis_, testing::GcsProcess::Options{/*node_timeout_ms=*/1000, 10000});
+    ClusterTest::SetUp();
+    if (HasFatalFailure()) return;
     testing::NodeOptions node;
     node.num_cpus = 4;
     node_ = testing::StartNode(*gcs_, "node-a", node);
-    client_ = *gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
-    InitOptions init;
-    init.address = gcs_->address();
-    init.token = gcs_->token();
-    ASSERT_TRUE(Init(init).ok());
   }
 
   void TearDown() override {
-    Shutdown();
+    ClusterTest::TearDown();
     node_.Terminate();
     for (auto& n : more_nodes_) n.Terminate();
   }
@@ -45,11 +40,8 @@ class ActorTest : public ::testing::Test {
     return testing::WaitFor([&] { return Info(id).state() == state; }, timeout);
   }
 
-  std::unique_ptr<testing::RedisServer> redis_;
-  std::unique_ptr<testing::GcsProcess> gcs_;
   testing::ChildProcess node_;
   std::vector<testing::ChildProcess> more_nodes_;
-  std::unique_ptr<gcs::GcsClient> client_;
 };
 
 TEST_F(ActorTest, CreateCallKill) {

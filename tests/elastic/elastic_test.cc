@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "runtime/common/files.h"
 #include "runtime/common/process.h"
+#include "tests/testing/cluster_test.h"
 #include "tests/testing/test_util.h"
 
 using phalanx::examples::RegressionTrainer;
@@ -60,17 +61,11 @@ bool HasEvent(const JobStatus& s, const std::string& kind, const std::string& te
   return false;
 }
 
-class ElasticTest : public ::testing::Test {
+class ElasticTest : public testing::ClusterTest {
  protected:
   void SetUp() override {
-    redis_ = std::make_unique<testing::RedisServer>();
-    gcs_ = std::make_unique<testing::GcsProcess>(
-        *redis_, testing::GcsProcess::Options{/*node_timeout_ms=*/1000, 10000});
-    client_ = *gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
-    InitOptions init;
-    init.address = gcs_->address();
-    init.token = gcs_->token();
-    ASSERT_TRUE(Init(init).ok());
+    ClusterTest::SetUp();
+    if (HasFatalFailure()) return;
   }
 
   void TearDown() override {
@@ -82,7 +77,7 @@ class ElasticTest : public ::testing::Test {
         if (a.pid() > 0) pids.push_back(a.pid());
       }
     }
-    Shutdown();
+    ClusterTest::TearDown();
     for (auto& [id, n] : nodes_) n.Terminate();
     for (int pid : pids) {
       EXPECT_TRUE(testing::WaitFor([&] { return !ProcessAlive(pid); }, absl::Seconds(5)))
@@ -168,10 +163,7 @@ class ElasticTest : public ::testing::Test {
     return a.ok() ? a->pid() : -1;
   }
 
-  std::unique_ptr<testing::RedisServer> redis_;
-  std::unique_ptr<testing::GcsProcess> gcs_;
   std::map<std::string, testing::ChildProcess> nodes_;
-  std::unique_ptr<gcs::GcsClient> client_;
   testing::TempDir dir_;
 };
 

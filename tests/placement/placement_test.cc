@@ -10,6 +10,7 @@
 #include "runtime/rpc/describe.h"
 #include "runtime/rpc/rpc.h"
 #include "tests/actors/test_actors.h"
+#include "tests/testing/cluster_test.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx {
@@ -17,21 +18,15 @@ namespace {
 
 using testing::Counter;
 
-class PlacementTest : public ::testing::Test {
+class PlacementTest : public testing::ClusterTest {
  protected:
   void SetUp() override {
-    redis_ = std::make_unique<testing::RedisServer>();
-    gcs_ = std::make_unique<testing::GcsProcess>(
-        *redis_, testing::GcsProcess::Options{/*node_timeout_ms=*/1000, 10000});
-    client_ = *gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
-    InitOptions init;
-    init.address = gcs_->address();
-    init.token = gcs_->token();
-    ASSERT_TRUE(Init(init).ok());
+    ClusterTest::SetUp();
+    if (HasFatalFailure()) return;
   }
 
   void TearDown() override {
-    Shutdown();
+    ClusterTest::TearDown();
     for (auto& [id, n] : nodes_) n.Terminate();
   }
 
@@ -74,10 +69,7 @@ class PlacementTest : public ::testing::Test {
 
   std::vector<std::string> Nodes(const PlacementGroup& pg) { return *pg.BundleNodes(); }
 
-  std::unique_ptr<testing::RedisServer> redis_;
-  std::unique_ptr<testing::GcsProcess> gcs_;
   std::map<std::string, testing::ChildProcess> nodes_;
-  std::unique_ptr<gcs::GcsClient> client_;
 };
 
 std::vector<std::map<std::string, double>> Cpus(int n, double each) {
