@@ -121,7 +121,9 @@ class Controller {
       m->set_actor_id(members_[r].actor_id);
       m->set_node_id(members_[r].node_id);
       m->set_memory_bytes(members_[r].memory);
+      m->set_bundle(members_[r].bundle);
     }
+    el->set_placement_group_id(pg_.id());
     job_.set_world_size(static_cast<int>(members_.size()));
     job_.set_epoch(epoch_);
     dirty_ = true;
@@ -684,13 +686,12 @@ class Controller {
     gcs_ = &cw->gcs();
     auto spec = ParseJobSpec(spec_yaml_);
     auto existing = gcs_->GetJob(job_id_);
-    std::vector<std::string> orphans;
     {
       absl::MutexLock lock(&mu_);
       if (existing.ok()) job_ = *existing;
-      // A previous incarnation of this controller died: its ranks cannot be trusted to be in
-      // step with us; they go, and the job goes on from its last checkpoint.
-      for (const auto& m : job_.elastic().members()) orphans.push_back(m.actor_id());
+      // A previous incarnation of this controller died: Train() adopts the ranks it left.
+      restarted_ = job_.state() == rpc::JOB_RUNNING;
+      previous_ = job_.elastic();
       job_.set_job_id(job_id_);
       job_.set_kind("elastic");
       job_.set_spec_yaml(spec_yaml_);
@@ -698,12 +699,6 @@ class Controller {
       job_.set_state(rpc::JOB_RUNNING);
     }
     std::thread writer([this] { WriterLoop(); });
-    if (!orphans.empty()) {
-      for (const auto& id : orphans) gcs_->KillActor(id, true).IgnoreError();
-      Event("controller_restarted",
-            absl::StrCat("the previous controller died; its ", orphans.size(),
-                         " ranks were stopped and the job resumes from its last checkpoint"));
-    }
     if (!spec.ok()) {
       Condition("Failed", "InvalidSpec", std::string(spec.status().message()));
       SetState(rpc::JOB_FAILED, std::string(spec.status().message()), 1);
@@ -741,7 +736,9 @@ class Controller {
     writer->join();
   }
 
-  void Train() {
+  // The job's first start: reserves the ranks' resources (one placement group) and starts
+  // them. False (and the job Failed) when they cannot be placed or started.
+  bool PlaceAndStart() {
     Condition("Pending", "Placing", absl::StrCat(spec_.replicas, " ranks with ", [&] {
                 std::vector<std::string> r;
                 for (const auto& [k, v] : spec_.resources)
@@ -756,14 +753,15 @@ class Controller {
       if (!pg.ok()) {
         Condition("Failed", "Unplaceable", std::string(pg.status().message()));
         SetState(rpc::JOB_FAILED, std::string(pg.status().message()), 1);
-        return;
+        return false;
       }
       pg_ = *pg;
+      PublishStatus();  // the record names the reservation (a restarted controller frees it)
       absl::Status ready = pg_.Wait(absl::Seconds(spec_.below_min_timeout_s));
       if (!ready.ok()) {
         Condition("Failed", "Unplaceable", std::string(ready.message()));
         SetState(rpc::JOB_FAILED, std::string(ready.message()), 1);
-        return;
+        return false;
       }
     }
     Condition("Creating", "StartingRanks", absl::StrCat(spec_.replicas, " ranks"));
@@ -773,13 +771,117 @@ class Controller {
       if (m.actor_id.empty()) {
         Condition("Failed", "CannotStart", "a rank could not be created");
         SetState(rpc::JOB_FAILED, "a rank could not be created", 1);
-        return;
+        return false;
       }
       joining_.push_back(std::move(m));
     }
     // Wait until the initial ranks are up (or enough of them).
     WaitForJoiners(spec_.replicas, absl::Seconds(spec_.below_min_timeout_s));
     target_ = spec_.replicas;  // grow beyond only when resources appear
+    return true;
+  }
+
+  // A previous incarnation of this controller died (its process was killed, or its node):
+  // the ranks it left still hold their state in memory. The live ones are adopted, the lost
+  // ones replaced, and the job goes on from the newest step they hold, without a checkpoint.
+  // False when no rank is left to adopt (the job then restarts from its last checkpoint).
+  bool Adopt(const rpc::ElasticStatus& previous) {
+    pg_ = PlacementGroup(previous.placement_group_id());
+    std::vector<Member> alive, lost;
+    std::set<std::string> known;
+    for (const auto& pm : previous.members()) {
+      Member m;
+      m.actor_id = pm.actor_id();
+      m.handle = Handle(pm.actor_id(), spec_.trainer);
+      m.node_id = pm.node_id();
+      m.memory = pm.memory_bytes();
+      m.bundle = pm.bundle();
+      known.insert(m.actor_id);
+      (ActorState(m.actor_id).state() == rpc::ACTOR_ALIVE ? alive : lost).push_back(m);
+    }
+    KillStrays(known);
+    // The steps the dead controller left running end (their collectives abort), then each
+    // rank says the newest step it holds.
+    for (auto& m : alive) m.handle.Call<bool>("Abort");
+    std::vector<ObjectRef<std::string>> held_refs;
+    for (auto& m : alive) {
+      held_refs.push_back(m.handle.Call<std::string>("Query", std::string("held_step")));
+    }
+    std::vector<std::pair<int64_t, Member>> held;
+    for (size_t i = 0; i < alive.size(); ++i) {
+      auto h = Get(held_refs[i], absl::Seconds(spec_.hang_timeout_s + 30));
+      int64_t step = -1;
+      if (h.ok() && absl::SimpleAtoi(*h, &step) && step >= 0) {
+        held.emplace_back(step, alive[i]);
+      } else {
+        Kill(alive[i].handle).IgnoreError();
+        lost.push_back(alive[i]);
+      }
+    }
+    if (held.empty()) {
+      Event("controller_restarted",
+            absl::StrCat("the previous controller died and none of its ", lost.size(),
+                         " ranks is left: the job resumes from its last checkpoint"));
+      for (auto& m : lost) Kill(m.handle).IgnoreError();
+      had_members_ = true;
+      return false;
+    }
+    // Rank 0 holds the newest step: the others catch up from it when the epoch forms.
+    std::stable_sort(held.begin(), held.end(),
+                     [](const auto& x, const auto& y) { return x.first > y.first; });
+    for (auto& [step, m] : held) members_.push_back(std::move(m));
+    agreed_ = held.front().first;
+    // Epochs the dead controller began but never recorded are skipped.
+    epoch_ = previous.epoch() + 10;
+    restarts_ = previous.restarts();
+    last_checkpoint_ = previous.last_checkpoint_step();
+    data_epoch_ = previous.data_epoch();
+    target_ = std::max(previous.target_replicas(), spec_.min_replicas);
+    for (const auto& m : lost) {
+      Member replacement =
+          Spawn(m.bundle, m.memory, {},
+                absl::StrCat("replaces ", ShortId(m.actor_id), ", lost with the controller"));
+      if (!replacement.actor_id.empty()) joining_.push_back(std::move(replacement));
+    }
+    Event("controller_restarted",
+          absl::StrCat("the previous controller died; adopted its ", members_.size(),
+                       " live ranks at step ", agreed_,
+                       lost.empty() ? "" : absl::StrCat(", replacing ", lost.size())));
+    return true;
+  }
+
+  // Kills this job's trainer actors that are not in `keep`: those a dead controller was
+  // starting or retiring (they are not in its record).
+  void KillStrays(const std::set<std::string>& keep) {
+    auto actors = gcs_->ListActors(job_id_);
+    if (!actors.ok()) return;
+    for (const auto& a : *actors) {
+      if (a.class_name() == spec_.trainer && a.state() != rpc::ACTOR_DEAD &&
+          !keep.count(a.actor_id())) {
+        gcs_->KillActor(a.actor_id(), true).IgnoreError();
+      }
+    }
+  }
+
+  void Train() {
+    bool adopted = false;
+    if (!previous_.members().empty()) {
+      adopted = Adopt(previous_);
+    } else {
+      KillStrays({});  // none on a first start
+      if (restarted_) {
+        Event("controller_restarted",
+              "the previous controller died before the first step: starting the ranks again");
+      }
+    }
+    if (!adopted) {
+      // A reservation a dead controller made and did not fill: ours replaces it.
+      if (!previous_.placement_group_id().empty()) {
+        RemovePlacementGroup(PlacementGroup(previous_.placement_group_id())).IgnoreError();
+      }
+      pg_ = PlacementGroup();
+      if (!PlaceAndStart()) return;
+    }
     absl::Time start = absl::Now();
     int64_t start_step = 0;
     bool need_epoch = true;
@@ -955,6 +1057,8 @@ class Controller {
   gcs::GcsClient* gcs_ = nullptr;
   std::string group_name_;
   PlacementGroup pg_;
+  bool restarted_ = false;       // a previous incarnation of this controller died
+  rpc::ElasticStatus previous_;  // what it left
   std::vector<Member> members_;  // rank order
   std::vector<Member> joining_;
   std::vector<Member> retiring_;

@@ -253,6 +253,9 @@ bool TrainerHostBase::Abort() {
 std::string TrainerHostBase::Query(std::string key) {
   absl::MutexLock lock(&mu_);
   if (key == "committed_step") return std::to_string(committed_step_);
+  // The newest step this rank holds: a finished step not yet committed counts (every rank
+  // took part in its collectives, so it is the same everywhere it was finished).
+  if (key == "held_step") return std::to_string(std::max(committed_step_, pending_step_));
   return trainer_->Query(key);
 }
 

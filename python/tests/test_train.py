@@ -72,6 +72,32 @@ def test_the_trainer_heals_from_a_sigkill(cluster):
     assert any("(recovery)" in e["message"] for e in result.events), result.events
 
 
+def test_a_killed_controller_comes_back_and_adopts_the_live_workers(cluster):
+    seen = {}
+
+    def chaos(job_id):
+        while True:
+            r = train.job_status(job_id)
+            if r.steps >= 40 and len(r.ranks) >= 3 and r.controller_actor_id:
+                handle = phalanx.ActorHandle(r.controller_actor_id, "ElasticController", "cpp")
+                seen["ranks"] = {m["actor_id"] for m in r.ranks}
+                os.kill(phalanx.actor_info(handle)["pid"], signal.SIGKILL)
+                return
+            if r.state in ("SUCCEEDED", "FAILED"):
+                return
+            time.sleep(0.02)
+
+    result = run({"step_sleep": 0.01}, chaos=chaos)
+    assert "ranks" in seen, "the job ended before the kill"
+    check_converged(result)
+    adopted = [e for e in result.events if e["kind"] == "controller_restarted"]
+    assert adopted and f"adopted its {len(seen['ranks'])} live ranks" in adopted[0]["message"], \
+        result.events
+    assert not any(e["kind"] == "restart_from_checkpoint" for e in result.events), result.events
+    assert {m["actor_id"] for m in result.ranks} == seen["ranks"]
+    assert result.restarts == 0
+
+
 def test_the_trainer_heals_from_an_oom_with_twice_the_memory(cluster, tmp_path):
     result = run({"oom_at_step": 30, "oom_marker": str(tmp_path / "oom-once"),
                   "oom_bytes": int(1.6 * GiB)}, memory=GiB)

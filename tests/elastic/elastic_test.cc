@@ -420,6 +420,65 @@ TEST_F(ElasticTest, TrainingGoesOnThroughAGcsRestart) {
   EXPECT_EQ(s.restarts, 0) << FormatStatus(s);
 }
 
+TEST_F(ElasticTest, AKilledControllerComesBackAndAdoptsTheLiveRanks) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  auto baseline = Baseline(spec);
+  int64_t killed_at = -1;
+  std::set<std::string> ranks_before;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (killed_at >= 0 || now.step < 40 || now.world_size != 3) return;
+    auto job = client_->GetJob(now.job_id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    auto controller = client_->GetActor(job->controller_actor_id());
+    ASSERT_TRUE(controller.ok() && controller->pid() > 0) << controller.status();
+    for (const auto& r : now.ranks) ranks_before.insert(r.actor_id);
+    ::kill(controller->pid(), SIGKILL);
+    killed_at = now.step;
+  });
+  ASSERT_GE(killed_at, 40);
+  ExpectHealed(s, spec, baseline, 3);
+  // The same three ranks finished the job: adopted, not restarted from a checkpoint.
+  EXPECT_TRUE(HasEvent(s, "controller_restarted", "adopted its 3 live ranks")) << FormatStatus(s);
+  EXPECT_FALSE(HasEvent(s, "restart_from_checkpoint")) << FormatStatus(s);
+  std::set<std::string> ranks_after;
+  for (const auto& r : s.ranks) ranks_after.insert(r.actor_id);
+  EXPECT_EQ(ranks_after, ranks_before);
+  EXPECT_EQ(s.restarts, 0) << FormatStatus(s);
+}
+
+TEST_F(ElasticTest, AControllerKilledWhileStartingTheJobStartsItAgain) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  auto baseline = Baseline(spec);
+  bool killed = false;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (killed) return;
+    // As soon as it runs: it is placing or starting the ranks, or forming the first epoch.
+    auto job = client_->GetJob(now.job_id);
+    if (!job.ok() || job->controller_actor_id().empty()) return;
+    auto controller = client_->GetActor(job->controller_actor_id());
+    if (!controller.ok() || controller->pid() <= 0) return;
+    ::kill(controller->pid(), SIGKILL);
+    killed = true;
+  });
+  ASSERT_TRUE(killed);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "controller_restarted")) << FormatStatus(s);
+  // Nothing the first controller started is left once the job ended.
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        auto now = client_->ListActors(s.job_id);
+        if (!now.ok()) return false;
+        for (const auto& a : *now) {
+          if (a.class_name() == "RegressionTrainer" && a.state() != rpc::ACTOR_DEAD) return false;
+        }
+        return true;
+      },
+      absl::Seconds(10)))
+      << "a trainer outlived its job";
+}
+
 TEST_F(ElasticTest, MalformedSpecsAreRefusedBeforeAnythingStarts) {
   auto missing = ParseJobSpec("name: x\ntrainer: T\nreplicas: 2\n");
   ASSERT_FALSE(missing.ok());

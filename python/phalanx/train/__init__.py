@@ -303,6 +303,7 @@ class Result:
         self.world_size = int(elastic.get("world_size", 0))
         self.steps = int(elastic.get("step", 0))
         self.restarts = int(elastic.get("restarts", 0))
+        self.controller_actor_id = job.get("controller_actor_id", "")
         results = elastic.get("results", "")
         try:
             self.metrics = json.loads(results) if results else {}
