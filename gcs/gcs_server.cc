@@ -483,7 +483,10 @@ class GcsServerImpl final : public GcsServer {
  private:
   void HealthLoop() {
     while (!shutdown_started_) {
+      absl::Time slept = absl::Now();
       absl::SleepFor(options_.health_check_period);
+      absl::Duration late = absl::Now() - slept - options_.health_check_period;
+      if (late > options_.node_timeout / 4) nodes_.Stalled(late);
       nodes_.CheckHeartbeats();
     }
   }

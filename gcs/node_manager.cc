@@ -205,6 +205,13 @@ absl::Status GcsNodeManager::MarkDead(const std::string& node_id, const std::str
   return s;
 }
 
+void GcsNodeManager::Stalled(absl::Duration how_long) {
+  spdlog::warn("the GCS was stalled for {}: node heartbeat deadlines move by as much",
+               absl::FormatDuration(how_long));
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, deadline] : deadline_) deadline += how_long;
+}
+
 void GcsNodeManager::CheckHeartbeats() {
   std::vector<std::string> expired;
   {

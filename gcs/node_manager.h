@@ -47,6 +47,11 @@ class GcsNodeManager {
   // Declares dead every node whose heartbeat deadline passed. Called by the health checker.
   void CheckHeartbeats();
 
+  // This process was stalled for `how_long` (starved of CPU, stopped, swapped out): the
+  // heartbeats of that time may still wait in its queue, and the stall is not the nodes'
+  // fault, so every deadline moves by it. Called by the health checker when it ran late.
+  void Stalled(absl::Duration how_long);
+
   // Called (outside any lock) after a node is declared dead.
   void AddDeadListener(std::function<void(const rpc::NodeInfo&)> listener);
   // Called (outside any lock) after every registration, first or repeated (a node

@@ -78,7 +78,7 @@ class NodeManagerImpl final : public NodeManager {
     auto gcs = gcs::GcsClient::Connect(client_options, options_.register_timeout);
     if (!gcs.ok()) return gcs.status();
     gcs_ = std::move(*gcs);
-    if (auto s = Register(); !s.ok()) return s;
+    // The pool exists before the node registers: the GCS may send it actors at once.
     WorkerPoolOptions pool;
     pool.node_id = node_id_;
     pool.node_address = absl::StrCat(options_.node_ip, ":", port_);
@@ -103,6 +103,7 @@ class NodeManagerImpl final : public NodeManager {
           absl::MutexLock lock(&mu_);
           specs_.erase({w.actor_id, w.attempt});
         });
+    if (auto s = Register(); !s.ok()) return s;
     heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
     report_thread_ = std::thread([this] { ReportLoop(); });
     spdlog::info("node {} serving at {}:{} with {}", node_id_, options_.node_ip, port_,

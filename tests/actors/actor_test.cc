@@ -226,6 +226,27 @@ TEST_F(ActorTest, NodeManagerDeathIsNodeDiedForItsActors) {
   EXPECT_NE(cause.message().find("missed heartbeats"), std::string::npos) << cause.message();
 }
 
+TEST_F(ActorTest, ActorsWaitingForANodeStartOnItAsItJoins) {
+  // An actor that no node has room for waits, and starts on the first node that joins with
+  // room; the node takes it as it joins.
+  std::vector<ActorHandle<Counter>> blockers;  // node-a's 4 CPUs
+  for (int i = 0; i < 4; ++i) {
+    auto b = Actor<Counter>().SetResources({{"CPU", 1}}).Remote(0);
+    ASSERT_TRUE(b.ok());
+    ASSERT_TRUE(Get(b->Task(&Counter::Value).Remote(), absl::Seconds(20)).ok());
+    blockers.push_back(*b);
+  }
+  for (int i = 1; i <= 3; ++i) {
+    auto waiting = Actor<Counter>().SetResources({{"CPU", 2}}).Remote(i);
+    ASSERT_TRUE(waiting.ok());
+    ASSERT_TRUE(WaitForState(waiting->id(), rpc::ACTOR_PENDING, absl::Seconds(5)));
+    more_nodes_.push_back(testing::StartNode(*gcs_, absl::StrCat("node-", i)));
+    EXPECT_EQ(*Get(waiting->Task(&Counter::Value).Remote(), absl::Seconds(20)), i);
+    EXPECT_EQ(Info(waiting->id()).node_id(), absl::StrCat("node-", i));
+    EXPECT_TRUE(more_nodes_.back().alive());
+  }
+}
+
 TEST_F(ActorTest, NodeDeathRestartsTheActorOnAnotherNode) {
   auto counter = Actor<Counter>().SetMaxRestarts(1).Remote(1);
   ASSERT_TRUE(counter.ok());

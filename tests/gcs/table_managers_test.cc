@@ -75,6 +75,18 @@ TEST_F(NodeManagerTest, ReloadGivesLiveNodesAGracePeriod) {
   EXPECT_EQ(reloaded.Get("a")->state(), rpc::NODE_DEAD);
 }
 
+TEST_F(NodeManagerTest, AStalledGcsDoesNotBlameTheNodes) {
+  GcsNodeManager nodes(store_.get(), &publisher_, options_);
+  ASSERT_TRUE(nodes.Register(Node("a")).ok());
+  absl::SleepFor(absl::Milliseconds(300));  // past node_timeout: no heartbeat was handled
+  nodes.Stalled(absl::Milliseconds(300));   // because this process was not running
+  nodes.CheckHeartbeats();
+  EXPECT_EQ(nodes.Get("a")->state(), rpc::NODE_ALIVE);
+  absl::SleepFor(absl::Milliseconds(250));  // a silence of its own: it is dead
+  nodes.CheckHeartbeats();
+  EXPECT_EQ(nodes.Get("a")->state(), rpc::NODE_DEAD);
+}
+
 TEST_F(NodeManagerTest, BadRegistrationsAreRefused) {
   GcsNodeManager nodes(store_.get(), &publisher_, options_);
   rpc::NodeInfo no_id = Node("");

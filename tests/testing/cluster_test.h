@@ -1,5 +1,5 @@
 // A gtest fixture over a real control plane: a redis-server, a phalanx-gcs on it (a node is
-// declared dead after 1 s without heartbeats) and this test process connected as a driver.
+// declared dead after 2 s without heartbeats) and this test process connected as a driver.
 // Tests start their own node managers.
 #pragma once
 
@@ -17,7 +17,7 @@ class ClusterTest : public ::testing::Test {
   void SetUp() override {
     redis_ = std::make_unique<RedisServer>();
     gcs_ =
-        std::make_unique<GcsProcess>(*redis_, GcsProcess::Options{/*node_timeout_ms=*/1000, 10000});
+        std::make_unique<GcsProcess>(*redis_, GcsProcess::Options{/*node_timeout_ms=*/2000, 10000});
     client_ = *gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
     InitOptions init;
     init.address = gcs_->address();
