@@ -1,5 +1,7 @@
 #include "collectives/collective_group.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <deque>
@@ -559,6 +561,12 @@ absl::StatusOr<std::unique_ptr<CollectiveGroup>> CollectiveGroup::Create(
     return absl::FailedPreconditionError(
         "collective group: NCCL asked for, but this build has no NCCL backend (rebuild where "
         "/usr/local/cuda has NCCL) — use Backend::kGloo");
+  }
+  // A peer's death must not end this process: writing to its closed socket raises SIGPIPE,
+  // whose default action is to terminate. A handler the program installed is left alone.
+  struct sigaction pipe_action {};
+  if (sigaction(SIGPIPE, nullptr, &pipe_action) == 0 && pipe_action.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
   }
   auto cluster = ResolveCluster(options.gcs_address, options.token);
   if (!cluster.ok()) return cluster.status();

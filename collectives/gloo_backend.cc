@@ -8,6 +8,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <map>
@@ -17,8 +18,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "collectives/backend.h"
 #include "collectives/reduce.h"
+#include "runtime/common/process.h"
+#include "runtime/common/system.h"
 
 namespace phalanx::collective {
 namespace {
@@ -227,6 +231,16 @@ class GlooBackend final : public CommBackend {
     if (peers_.empty()) LoadPeers();
     auto it = peers_.find(address);
     if (it != peers_.end()) return absl::StrCat("peer rank ", it->second, " (", address, ")");
+    // The address is a peer's end of a connection it made (a port not published): the failed
+    // peer is then the one on this machine whose process is gone, if one is.
+    std::vector<std::string> gone;
+    for (const auto& [r, proc] : procs_) {
+      if (proc.first == MachineId() && !ProcessAlive(proc.second)) {
+        gone.push_back(
+            absl::StrCat("peer rank ", r, " (pid ", proc.second, ", same machine, gone)"));
+      }
+    }
+    if (gone.size() == 1) return absl::StrCat(gone[0], " (", address, ")");
     return absl::StrCat("the peer at ", address);
   }
 
@@ -243,6 +257,15 @@ class GlooBackend final : public CommBackend {
       int r = -1;
       if (!absl::SimpleAtoi(key.substr(key.rfind('/') + 1), &r)) continue;
       for (absl::string_view entry : absl::StrSplit(value, ';', absl::SkipEmpty())) {
+        if (absl::ConsumePrefix(&entry, "pid=")) {
+          // "pid=<machine>/<pid>"
+          size_t slash = entry.rfind('/');
+          int pid = 0;
+          if (slash != absl::string_view::npos && absl::SimpleAtoi(entry.substr(slash + 1), &pid)) {
+            procs_[r] = {std::string(entry.substr(0, slash)), pid};
+          }
+          continue;
+        }
         if (!absl::StartsWith(entry, prefix)) continue;
         std::string address(entry.substr(prefix.size()));
         std::smatch m;
@@ -256,6 +279,7 @@ class GlooBackend final : public CommBackend {
   KvStore store_;
   int rank_;
   std::map<std::string, int> peers_;
+  std::map<int, std::pair<std::string, pid_t>> procs_;  // rank → (machine, pid)
   std::map<int, uint64_t> send_seq_;
   std::map<int, uint64_t> recv_seq_;
   bool aborted_ = false;
@@ -273,10 +297,10 @@ absl::StatusOr<std::unique_ptr<CommBackend>> ConnectGloo(KvStore* store,
     context->setTimeout(Ms(options.timeout));
     GlooStore gloo_store(store, options.timeout);
     context->connectFullMesh(gloo_store, device);
-    // Every member publishes its own end of each pair, so that a member whose connection to
-    // a peer fails later can name that peer (read only then: forming the epoch never waits
-    // for it).
-    std::string mine;
+    // Every member publishes its own end of each pair, and its process, so that a member whose
+    // connection to a peer fails later can name that peer (read only then: forming the epoch
+    // never waits for it).
+    std::string mine = absl::StrCat("pid=", MachineId(), "/", getpid(), ";");
     for (int r = 0; r < options.world_size; ++r) {
       if (r == options.rank) continue;
       absl::StrAppend(&mine, r, "=", context->getPair(r)->address().str(), ";");

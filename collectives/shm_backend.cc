@@ -52,13 +52,6 @@ long Futex(std::atomic<uint32_t>* addr, int op, uint32_t value, const timespec* 
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, value, timeout, nullptr, 0);
 }
 
-std::string BootId() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  in >> id;
-  return id;
-}
-
 class ShmBackend final : public CommBackend {
  public:
   ShmBackend(void* base, size_t size, int rank, int world)
@@ -314,7 +307,7 @@ absl::StatusOr<std::unique_ptr<CommBackend>> ConnectHost(KvStore* store,
     return ConnectGloo(store, options);
   }
   // Only when every member runs on this machine.
-  std::string here = absl::StrCat(BootId(), "@", Hostname());
+  std::string here = MachineId();
   if (auto s = store->Set(absl::StrCat("machine/", options.rank), here); !s.ok()) return s;
   for (int r = 0; r < options.world_size; ++r) {
     auto there = store->Get(absl::StrCat("machine/", r), options.timeout);

@@ -31,6 +31,13 @@ std::string Hostname() {
   return buf;
 }
 
+std::string MachineId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  in >> boot_id;
+  return absl::StrCat(boot_id, "@", Hostname());
+}
+
 std::string DetectNodeIp() {
   int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return "127.0.0.1";

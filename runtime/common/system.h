@@ -11,6 +11,10 @@ int64_t NowMs();
 
 std::string Hostname();
 
+// Names this machine (its boot id and host name): equal for two processes exactly when they
+// run on the same machine, even under one host name in containers.
+std::string MachineId();
+
 // The address other machines reach this one at: the source address of the default route,
 // or 127.0.0.1 when there is none.
 std::string DetectNodeIp();
