@@ -53,7 +53,8 @@ void Report(const std::string& address, const std::string& token,
     }
     if (gcs) {
       absl::Status s = gcs->ReportJob(report);
-      if (s.ok() || !absl::IsUnavailable(s)) {
+      // A GCS that is restarting (or too busy to answer in time) is asked again.
+      if (s.ok() || !(absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s))) {
         if (!s.ok()) std::fprintf(stderr, "report: %s\n", std::string(s.message()).c_str());
         return;
       }
