@@ -37,6 +37,25 @@ def run(config, memory=GiB, chaos=None):
         time.sleep(0.2)
 
 
+def sigkill_at_step(step, pick, seen):
+    """Chaos: once the job reached `step` with 3 workers, SIGKILL the process of the actor
+    that pick(status) names as (actor id, class); the status then is seen["status"]."""
+    def chaos(job_id):
+        while True:
+            r = train.job_status(job_id)
+            if r.steps >= step and len(r.ranks) >= 3:
+                actor_id, cls = pick(r)
+                if actor_id:
+                    pid = phalanx.actor_info(phalanx.ActorHandle(actor_id, cls, "cpp"))["pid"]
+                    seen["status"] = r
+                    os.kill(pid, signal.SIGKILL)
+                    return
+            if r.state in ("SUCCEEDED", "FAILED"):
+                return
+            time.sleep(0.02)
+    return chaos
+
+
 def check_converged(result):
     assert result.state == "SUCCEEDED", (result.message, result.events)
     assert result.metrics["accuracy"] >= 0.9, result.metrics
@@ -46,21 +65,9 @@ def check_converged(result):
 
 def test_the_trainer_heals_from_a_sigkill(cluster):
     killed = {}
-
-    def chaos(job_id):
-        while True:
-            r = train.job_status(job_id)
-            if r.steps >= 40 and len(r.ranks) >= 3:
-                handle = phalanx.ActorHandle(r.ranks[1]["actor_id"], "PythonTrainer", "cpp")
-                killed["pid"] = phalanx.actor_info(handle)["pid"]
-                os.kill(killed["pid"], signal.SIGKILL)
-                return
-            if r.state in ("SUCCEEDED", "FAILED"):
-                return
-            time.sleep(0.02)
-
+    chaos = sigkill_at_step(40, lambda r: (r.ranks[1]["actor_id"], "PythonTrainer"), killed)
     result = run({"step_sleep": 0.01}, chaos=chaos)
-    assert "pid" in killed, "the job ended before the kill"
+    assert "status" in killed, "the job ended before the kill"
     check_converged(result)
     kinds = [e["kind"] for e in result.events]
     assert "rank_died" in kinds, result.events
@@ -74,21 +81,10 @@ def test_the_trainer_heals_from_a_sigkill(cluster):
 
 def test_a_killed_controller_comes_back_and_adopts_the_live_workers(cluster):
     seen = {}
-
-    def chaos(job_id):
-        while True:
-            r = train.job_status(job_id)
-            if r.steps >= 40 and len(r.ranks) >= 3 and r.controller_actor_id:
-                handle = phalanx.ActorHandle(r.controller_actor_id, "ElasticController", "cpp")
-                seen["ranks"] = {m["actor_id"] for m in r.ranks}
-                os.kill(phalanx.actor_info(handle)["pid"], signal.SIGKILL)
-                return
-            if r.state in ("SUCCEEDED", "FAILED"):
-                return
-            time.sleep(0.02)
-
+    chaos = sigkill_at_step(40, lambda r: (r.controller_actor_id, "ElasticController"), seen)
     result = run({"step_sleep": 0.01}, chaos=chaos)
-    assert "ranks" in seen, "the job ended before the kill"
+    assert "status" in seen, "the job ended before the kill"
+    seen["ranks"] = {m["actor_id"] for m in seen["status"].ranks}
     check_converged(result)
     adopted = [e for e in result.events if e["kind"] == "controller_restarted"]
     assert adopted and f"adopted its {len(seen['ranks'])} live ranks" in adopted[0]["message"], \
