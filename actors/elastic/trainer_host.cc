@@ -53,9 +53,12 @@ bool TrainerHostBase::Setup(std::string job_id, std::string spec_yaml) {
   if (auto s = trainer_->Setup(context); !s.ok()) {
     throw std::runtime_error(absl::StrCat("Setup: ", s.message()));
   }
-  committed_ = trainer_->SaveState();
-  committed_step_ = 0;
+  SetCommitted(trainer_->SaveState(), 0);
   if (DumpOnDeath(spec_)) {
+    absl::MutexLock gasp(&gasp_mu_);
+    gasp_dir_ = spec_.checkpoint_dir;
+    gasp_file_ = absl::StrCat(spec_.name, "-dying-rank");
+    gasp_job_ = job_id_;
     static std::atomic<bool> added{false};
     if (!added.exchange(true)) {
       AddDyingGaspHook([this](const std::string& why) { DyingGasp(why); });
@@ -64,21 +67,30 @@ bool TrainerHostBase::Setup(std::string job_id, std::string spec_yaml) {
   return true;
 }
 
+void TrainerHostBase::SetCommitted(std::string state, int64_t step) {
+  committed_ = std::make_shared<const std::string>(std::move(state));
+  committed_step_ = step;
+  absl::MutexLock lock(&gasp_mu_);
+  gasp_state_ = committed_;
+  gasp_step_ = step;
+  gasp_rank_ = rank_;
+}
+
 void TrainerHostBase::DyingGasp(const std::string& why) {
-  // A step stuck in a collective may hold the lock: do not wait for it for long.
-  if (!mu_.LockWhenWithTimeout(absl::Condition::kTrue, absl::Seconds(2))) {
-    mu_.Unlock();
-    spdlog::warn("dying gasp ({}): the state is locked by a running step; nothing written", why);
-    return;
+  // Not under mu_: a running step holds it (it may be the step that is using the memory).
+  std::shared_ptr<const std::string> state;
+  int64_t step;
+  std::string dir, path, job;
+  {
+    absl::MutexLock lock(&gasp_mu_);
+    state = gasp_state_;
+    step = gasp_step_;
+    dir = gasp_dir_;
+    job = gasp_job_;
+    path = absl::StrCat(dir, "/", gasp_file_, gasp_rank_, "-step", step, ".ckpt");
   }
-  std::string state = committed_;
-  int64_t step = committed_step_;
-  int rank = rank_;
-  std::string dir = spec_.checkpoint_dir, name = spec_.name, job = job_id_;
-  mu_.Unlock();
-  if (step <= 0 || dir.empty()) return;
-  std::string path = absl::StrCat(dir, "/", name, "-dying-rank", rank, "-step", step, ".ckpt");
-  if (!MakeDirs(dir).ok() || !WriteFile(path, absl::StrCat(step, "\n", state), 0644).ok()) {
+  if (step <= 0 || dir.empty() || !state) return;
+  if (!MakeDirs(dir).ok() || !WriteFile(path, absl::StrCat(step, "\n", *state), 0644).ok()) {
     spdlog::warn("dying gasp ({}): cannot write {}", why, path);
     return;
   }
@@ -98,8 +110,7 @@ void TrainerHostBase::DyingGasp(const std::string& why) {
 
 void TrainerHostBase::Commit(int64_t agreed) {
   if (pending_step_ == agreed && pending_step_ > committed_step_) {
-    committed_ = std::move(pending_);
-    committed_step_ = pending_step_;
+    SetCommitted(std::move(pending_), pending_step_);
   }
   pending_.clear();
   pending_step_ = -1;
@@ -162,9 +173,13 @@ int64_t TrainerHostBase::Reconfigure(std::string group, int64_t epoch, int rank,
   rank_ = rank;
   world_ = world;
   epoch_ = epoch;
+  {
+    absl::MutexLock gasp(&gasp_mu_);
+    gasp_rank_ = rank;
+  }
   Commit(agreed);
   // Back to the committed state: a failed step may have changed the live one.
-  if (auto s = trainer_->LoadState(committed_); !s.ok()) {
+  if (auto s = trainer_->LoadState(*committed_); !s.ok()) {
     throw std::runtime_error(absl::StrCat("LoadState: ", s.message()));
   }
   return committed_step_;
@@ -174,9 +189,9 @@ int64_t TrainerHostBase::SyncState(int root) {
   absl::MutexLock lock(&mu_);
   if (!group_) throw std::runtime_error("no collective group yet: Reconfigure first");
   phase_ = kCollective;
-  int64_t header[2] = {static_cast<int64_t>(committed_.size()), committed_step_};
+  int64_t header[2] = {static_cast<int64_t>(committed_->size()), committed_step_};
   auto s = group_->Broadcast(header, 2, collective::DType::kInt64, root);
-  std::string bytes = rank_ == root ? committed_ : std::string(header[0], '\0');
+  std::string bytes = rank_ == root ? *committed_ : std::string(header[0], '\0');
   if (s.ok() && header[0] > 0) {
     // Broadcast in int64 words; pad to a multiple of 8 bytes.
     size_t words = (bytes.size() + 7) / 8;
@@ -191,8 +206,7 @@ int64_t TrainerHostBase::SyncState(int root) {
     if (auto l = trainer_->LoadState(bytes); !l.ok()) {
       throw std::runtime_error(absl::StrCat("LoadState: ", l.message()));
     }
-    committed_ = std::move(bytes);
-    committed_step_ = header[1];
+    SetCommitted(std::move(bytes), header[1]);
     pending_.clear();
     pending_step_ = -1;
   }
@@ -201,7 +215,7 @@ int64_t TrainerHostBase::SyncState(int root) {
 
 bool TrainerHostBase::SaveCheckpoint(std::string path) {
   absl::MutexLock lock(&mu_);
-  std::string content = absl::StrCat(committed_step_, "\n", committed_);
+  std::string content = absl::StrCat(committed_step_, "\n", *committed_);
   auto dir = path.substr(0, path.rfind('/'));
   if (auto s = MakeDirs(dir); !s.ok()) throw std::runtime_error(std::string(s.message()));
   if (auto s = WriteFile(path, content, 0644); !s.ok()) {
@@ -220,8 +234,7 @@ int64_t TrainerHostBase::LoadCheckpoint(std::string path) {
   if (auto s = trainer_->LoadState(state); !s.ok()) {
     throw std::runtime_error(absl::StrCat("checkpoint ", path, ": ", s.message()));
   }
-  committed_ = std::move(state);
-  committed_step_ = step;
+  SetCommitted(std::move(state), step);
   pending_.clear();
   pending_step_ = -1;
   return step;

@@ -46,6 +46,7 @@ class TrainerHostBase {
 
  private:
   void Commit(int64_t agreed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetCommitted(std::string state, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `dump: true`: writes the committed state to checkpoint.dir and points the job at it when
   // it is newer than the job's last checkpoint (the process is dying, or warned).
   void DyingGasp(const std::string& why);
@@ -55,7 +56,7 @@ class TrainerHostBase {
   JobSpec spec_ ABSL_GUARDED_BY(mu_);
   std::string job_id_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<collective::CollectiveGroup> group_ ABSL_GUARDED_BY(mu_);
-  std::string committed_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const std::string> committed_ ABSL_GUARDED_BY(mu_);
   int64_t committed_step_ ABSL_GUARDED_BY(mu_) = 0;
   std::string pending_ ABSL_GUARDED_BY(mu_);
   int64_t pending_step_ ABSL_GUARDED_BY(mu_) = -1;
@@ -64,6 +65,15 @@ class TrainerHostBase {
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int> phase_{kIdle};
   std::atomic<int64_t> running_step_{-1};
+  // What a dying gasp writes, apart from mu_ (a running step holds that): the committed state
+  // (shared, not copied), its step, this rank, and where it goes.
+  absl::Mutex gasp_mu_;
+  std::shared_ptr<const std::string> gasp_state_ ABSL_GUARDED_BY(gasp_mu_);
+  int64_t gasp_step_ ABSL_GUARDED_BY(gasp_mu_) = 0;
+  int gasp_rank_ ABSL_GUARDED_BY(gasp_mu_) = 0;
+  std::string gasp_dir_ ABSL_GUARDED_BY(gasp_mu_);
+  std::string gasp_file_ ABSL_GUARDED_BY(gasp_mu_);  // "<job name>-dying-rank"
+  std::string gasp_job_ ABSL_GUARDED_BY(gasp_mu_);
   // Lets Abort reach the group without the state lock (a stuck step holds it).
   std::atomic<collective::CollectiveGroup*> live_group_{nullptr};
 };

@@ -9,6 +9,8 @@
 //   oomAtStep / exitAtStep (-1)    test hooks: at that step, rank `faultRank` (0) allocates
 //   exitCode (3), faultRank (0)    past its memory limit, or exits with exitCode — once per
 //   faultMarker ("")               job (a marker file records that it happened)
+//   oomHoldAtBytes / oomHoldMs     the OOM hook pauses once it holds that much (so that the
+//                                  node's memory warning comes before the kill)
 #pragma once
 
 #include <unistd.h>
@@ -43,6 +45,8 @@ class RegressionTrainer : public elastic::Trainer {
     oom_at_ = static_cast<int64_t>(get("oomAtStep", -1));
     exit_at_ = static_cast<int64_t>(get("exitAtStep", -1));
     exit_code_ = static_cast<int>(get("exitCode", 3));
+    hold_at_ = static_cast<int64_t>(get("oomHoldAtBytes", -1));
+    hold_ms_ = static_cast<int>(get("oomHoldMs", 0));
     fault_rank_ = static_cast<int>(get("faultRank", 0));
     auto marker = ctx.config.find("faultMarker");
     marker_ = marker == ctx.config.end() ? "" : marker->second;
@@ -153,9 +157,14 @@ class RegressionTrainer : public elastic::Trainer {
     if (in.step == exit_at_) std::exit(exit_code_);
     // Allocate until the node's monitor kills us for going past the memory limit.
     std::vector<std::vector<char>> hog;
+    int64_t held = 0;
     for (int i = 0; i < 4096; ++i) {
       hog.emplace_back(16 << 20);
       std::memset(hog.back().data(), 1, hog.back().size());
+      held += 16 << 20;
+      if (hold_at_ > 0 && held >= hold_at_ && held - (16 << 20) < hold_at_) {
+        usleep(static_cast<useconds_t>(hold_ms_) * 1000);
+      }
       usleep(5000);
     }
   }
@@ -166,6 +175,8 @@ class RegressionTrainer : public elastic::Trainer {
   bool track_ = true;
   int64_t oom_at_ = -1, exit_at_ = -1;
   int exit_code_ = 3;
+  int64_t hold_at_ = -1;
+  int hold_ms_ = 0;
   int fault_rank_ = 0;
   std::string marker_;
   int64_t seed_ = 0;

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "actors/api.h"
 #include "actors/elastic/trainer_host.h"
@@ -307,6 +308,36 @@ TEST_F(ElasticTest, OomKilledRankComesBackWithTwiceTheMemory) {
   int larger = 0;
   for (const auto& r : s.ranks) larger += r.memory_bytes == 512.0 * (1 << 20) ? 1 : 0;
   EXPECT_EQ(larger, 1) << FormatStatus(s);
+}
+
+TEST_F(ElasticTest, AnOomWarnedRankWithDumpWritesItsStateBeforeTheKill) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  spec.resources["memory"] = 512.0 * (1 << 20);
+  spec.checkpoint_dir = dir_.path() + "/ckpt";
+  spec.checkpoint_interval = 0;
+  FaultPolicy oom;
+  oom.event = "oom";
+  oom.action = Action::kRespawnLarger;
+  oom.dump = true;
+  spec.policies = {oom};
+  auto baseline = Baseline(spec);
+  spec.config["oomAtStep"] = "20";
+  spec.config["faultRank"] = "2";
+  spec.config["faultMarker"] = dir_.path() + "/oom-marker";
+  // Past 90% of the limit, below it: the node's warning (SIGUSR1) comes while it pauses.
+  spec.config["oomHoldAtBytes"] = std::to_string(455 << 20);
+  spec.config["oomHoldMs"] = "400";
+  JobStatus s = Run(spec);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "rank_died", "OOM_KILLED")) << FormatStatus(s);
+  // It was warned in step 20 (holding the state of 20 steps) and wrote that state first,
+  // though the step that used the memory held the state lock.
+  std::string gasp = spec.checkpoint_dir + "/reg-dying-rank2-step20.ckpt";
+  auto content = ReadFile(gasp);
+  ASSERT_TRUE(content.ok()) << gasp << " is missing; there: "
+                            << absl::StrJoin(ListDir(spec.checkpoint_dir), ", ");
+  EXPECT_TRUE(absl::StartsWith(*content, "20\n"));
 }
 
 TEST_F(ElasticTest, NodeManagerDeathRespawnsItsRanksElsewhere) {
