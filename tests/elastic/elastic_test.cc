@@ -158,6 +158,18 @@ class ElasticTest : public testing::ClusterTest {
     EXPECT_EQ(hi, spec.data_epochs) << "a sample was used more than once in a pass";
   }
 
+  // `event` → `action` with a dying gasp, into <test dir>/ckpt; no periodic checkpoints (so
+  // that any checkpoint there is a gasp).
+  void DumpOn(JobSpec* spec, const std::string& event, Action action) {
+    spec->checkpoint_dir = dir_.path() + "/ckpt";
+    spec->checkpoint_interval = 0;
+    FaultPolicy policy;
+    policy.event = event;
+    policy.action = action;
+    policy.dump = true;
+    spec->policies = {policy};
+  }
+
   int PidOfRank(const JobStatus& s, int rank) {
     if (rank >= static_cast<int>(s.ranks.size())) return -1;
     auto a = client_->GetActor(s.ranks[rank].actor_id);
@@ -195,13 +207,7 @@ TEST_F(ElasticTest, SigkilledRankSurvivorsGoOnAndTheRespawnJoins) {
 TEST_F(ElasticTest, DyingRanksWithDumpLeaveTheCheckpointTheJobResumesFrom) {
   AddNode("node-a", 4);
   JobSpec spec = Spec(3, 1, 3);
-  spec.checkpoint_dir = dir_.path() + "/ckpt";
-  spec.checkpoint_interval = 0;  // no periodic checkpoints: only the dying gasps
-  FaultPolicy dump;
-  dump.event = "exited";
-  dump.action = Action::kRestart;
-  dump.dump = true;
-  spec.policies = {dump};
+  DumpOn(&spec, "exited", Action::kRestart);
   auto baseline = Baseline(spec);
   int64_t stopped_at = -1;
   JobStatus s = Run(spec, [&](const JobStatus& now) {
@@ -314,13 +320,7 @@ TEST_F(ElasticTest, AnOomWarnedRankWithDumpWritesItsStateBeforeTheKill) {
   AddNode("node-a", 4);
   JobSpec spec = Spec(3, 1, 3);
   spec.resources["memory"] = 512.0 * (1 << 20);
-  spec.checkpoint_dir = dir_.path() + "/ckpt";
-  spec.checkpoint_interval = 0;
-  FaultPolicy oom;
-  oom.event = "oom";
-  oom.action = Action::kRespawnLarger;
-  oom.dump = true;
-  spec.policies = {oom};
+  DumpOn(&spec, "oom", Action::kRespawnLarger);
   auto baseline = Baseline(spec);
   spec.config["oomAtStep"] = "20";
   spec.config["faultRank"] = "2";
