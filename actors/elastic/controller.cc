@@ -151,6 +151,7 @@ class Controller {
         last = finished_;
         kv.swap(pending_kv_);
       }
+      DropIfOlderCheckpoint(&kv);
       for (const auto& [key, value] : kv) gcs_->KvPut(kKvNamespace, key, value).IgnoreError();
       PollRequests();
       {
@@ -170,6 +171,22 @@ class Controller {
         if (!dirty_) return;
       }
     }
+  }
+
+  // A rank's dying gasp may have pointed the job at a newer state than the checkpoint about
+  // to be recorded: the newer one stays.
+  void DropIfOlderCheckpoint(std::map<std::string, std::string>* kv) {
+    std::string step_key = absl::StrCat(job_id_, "/checkpoint_step");
+    auto ours = kv->find(step_key);
+    if (ours == kv->end()) return;
+    auto recorded = gcs_->KvGet(kKvNamespace, step_key);
+    int64_t theirs = 0, mine = 0;
+    if (!recorded.ok() || !recorded->has_value() || !absl::SimpleAtoi(**recorded, &theirs) ||
+        !absl::SimpleAtoi(ours->second, &mine) || theirs <= mine) {
+      return;
+    }
+    kv->erase(ours);
+    kv->erase(absl::StrCat(job_id_, "/checkpoint"));
   }
 
   // ---- trainers ----------------------------------------------------------------------
@@ -652,7 +669,18 @@ class Controller {
     if (path.ok() && path->has_value()) {
       auto loaded =
           Get(members_[0].handle.Call<int64_t>("LoadCheckpoint", **path), absl::Seconds(120));
-      if (loaded.ok() && *loaded >= 0) step = *loaded;
+      if (loaded.ok() && *loaded >= 0) {
+        step = *loaded;
+      } else {
+        // Unreadable: say so, and forget it (a later checkpoint must not yield to it).
+        Event("checkpoint_unreadable",
+              absl::StrCat(**path, ": ",
+                           loaded.ok() ? "missing" : std::string(loaded.status().message())));
+        gcs_->KvDelete(kKvNamespace, absl::StrCat(job_id_, "/checkpoint")).status().IgnoreError();
+        gcs_->KvDelete(kKvNamespace, absl::StrCat(job_id_, "/checkpoint_step"))
+            .status()
+            .IgnoreError();
+      }
     }
     if (lost_everything || step > 0) {
       Event("restart_from_checkpoint",

@@ -6,6 +6,7 @@
 #include "actors/elastic/elastic.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <set>
@@ -234,6 +235,31 @@ TEST_F(ElasticTest, DyingRanksWithDumpLeaveTheCheckpointTheJobResumesFrom) {
   for (const auto& f : ListDir(spec.checkpoint_dir))
     gasp_file |= f.find("-dying-rank") != std::string::npos;
   EXPECT_TRUE(gasp_file);
+}
+
+TEST_F(ElasticTest, AnUnreadableCheckpointIsReportedAndTheJobStartsOver) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  spec.checkpoint_dir = dir_.path() + "/ckpt";
+  spec.checkpoint_interval = 20;
+  auto baseline = Baseline(spec);
+  bool lost = false;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (lost || now.last_checkpoint_step < 40 || now.world_size != 3) return;
+    // The checkpoints are gone (a wiped disk), and then every rank.
+    for (const auto& f : ListDir(spec.checkpoint_dir)) {
+      ::unlink((spec.checkpoint_dir + "/" + f).c_str());
+    }
+    for (int r = 0; r < 3; ++r) {
+      int pid = PidOfRank(now, r);
+      if (pid > 0) ::kill(pid, SIGKILL);
+    }
+    lost = true;
+  });
+  ASSERT_TRUE(lost);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "checkpoint_unreadable")) << FormatStatus(s);
+  EXPECT_TRUE(HasEvent(s, "restart_from_checkpoint", "starting from step 0")) << FormatStatus(s);
 }
 
 TEST_F(ElasticTest, ExhaustedRestartBudgetShrinksThenBelowMinFails) {
