@@ -234,8 +234,9 @@ class GlooBackend final : public CommBackend {
     // The address is a peer's end of a connection it made (a port not published): the failed
     // peer is then the one on this machine whose process is gone, if one is.
     std::vector<std::string> gone;
+    const std::string here = MachineId();
     for (const auto& [r, proc] : procs_) {
-      if (proc.first == MachineId() && !ProcessAlive(proc.second)) {
+      if (proc.first == here && !ProcessAlive(proc.second)) {
         gone.push_back(
             absl::StrCat("peer rank ", r, " (pid ", proc.second, ", same machine, gone)"));
       }
