@@ -407,6 +407,17 @@ class NodeManagerImpl final : public NodeManager {
         mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), period);
         if (stop_requested_) return;
       }
+      // No heartbeat taken for half the lease (the GCS may be stopped, restarting or slow: a
+      // heartbeat call can wait for it longer than the lease): a stopped or restarting GCS is
+      // not a partition, and while its host completes a TCP handshake this node keeps its
+      // lease. Only a host cut off from the GCS's host lets it run out.
+      if (lease_->Age() > lease_->timeout() / 2) {
+        int64_t asked = NodeLease::NowNs();
+        if (HostAnswers(options_.gcs_address,
+                        std::min(lease_->timeout() / 4, absl::Milliseconds(500)))) {
+          lease_->Renew(asked);
+        }
+      }
       if (lease_->Expired()) {
         Fence(absl::StrCat("cut off from the GCS for ", absl::FormatDuration(lease_->Age()),
                            " (node timeout ", absl::FormatDuration(lease_->timeout()),
@@ -429,9 +440,6 @@ class NodeManagerImpl final : public NodeManager {
       int64_t sent = NodeLease::NowNs();
       auto reply = gcs_->Heartbeat(request);
       if (!reply.ok()) {
-        // No answer. A stopped or restarting GCS is not a partition: while its host still
-        // completes a TCP handshake, this node is not cut off and keeps its lease.
-        if (HostAnswers(options_.gcs_address, options_.heartbeat_period)) lease_->Renew(sent);
         if (absl::Now() - last_ok > absl::Seconds(5)) {
           spdlog::warn("no heartbeat reached the GCS for {}: {}",
                        absl::FormatDuration(absl::Now() - last_ok), reply.status());
