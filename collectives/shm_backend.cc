@@ -1,6 +1,7 @@
 // Shared memory for members on one machine (as NCCL does within a node): every call goes
 // through one shared segment instead of loopback TCP, and forming an epoch needs no TCP mesh
-// at all (a few key-value exchanges). Groups that span machines use Gloo.
+// at all (a few key-value exchanges). Groups that span machines use it inside each machine
+// (see hier_backend.cc).
 //
 // Segment: a control block (barrier counter and generation, an abort flag, each member's pid)
 // and one slot of kChunk bytes per member. A buffer is processed chunk by chunk: each member
@@ -300,19 +301,12 @@ class ShmBackend final : public CommBackend {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CommBackend>> ConnectHost(KvStore* store,
-                                                         const ConnectOptions& options,
-                                                         bool allow_shared_memory) {
-  if (!allow_shared_memory || options.world_size < 2 || options.world_size > kMaxMembers) {
-    return ConnectGloo(store, options);
-  }
-  // Only when every member runs on this machine.
-  std::string here = MachineId();
-  if (auto s = store->Set(absl::StrCat("machine/", options.rank), here); !s.ok()) return s;
-  for (int r = 0; r < options.world_size; ++r) {
-    auto there = store->Get(absl::StrCat("machine/", r), options.timeout);
-    if (!there.ok()) return there.status();
-    if (*there != here) return ConnectGloo(store, options);
+absl::StatusOr<std::unique_ptr<CommBackend>> ConnectShm(KvStore* store,
+                                                        const ConnectOptions& options) {
+  if (options.world_size < 2 || options.world_size > kMaxMembers) {
+    return absl::FailedPreconditionError(absl::StrCat("shared memory serves 2..", kMaxMembers,
+                                                      " members on one machine, not ",
+                                                      options.world_size));
   }
   size_t size = sizeof(Control) + kChunk * options.world_size;
   std::string name;
@@ -364,7 +358,8 @@ absl::StatusOr<std::unique_ptr<CommBackend>> ConnectHost(KvStore* store,
   if (options.rank == 0 && !name.empty()) ::shm_unlink(name.c_str());  // gone with the last map
   if (!all) {
     if (mapped) ::munmap(base, size);
-    return ConnectGloo(store, options);
+    return absl::FailedPreconditionError(
+        "a member could not map the shared-memory segment (is /dev/shm mounted and writable?)");
   }
   return std::unique_ptr<CommBackend>(new ShmBackend(base, size, options.rank, options.world_size));
 }
