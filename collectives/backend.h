@@ -59,8 +59,10 @@ absl::StatusOr<std::unique_ptr<CommBackend>> ConnectHost(KvStore* store,
 
 // A shared-memory segment for `options.world_size` members, all on this machine (keys under
 // `store`). FailedPrecondition when some member could not map it (then no member uses it).
+// `group_ranks[i]`: the rank errors name for member i (empty: i itself).
 absl::StatusOr<std::unique_ptr<CommBackend>> ConnectShm(KvStore* store,
-                                                        const ConnectOptions& options);
+                                                        const ConnectOptions& options,
+                                                        std::vector<int> group_ranks = {});
 
 // The hierarchical backend: members with equal `node_keys[rank]` share a machine (shared
 // memory among them); the first member of each node is its leader; leaders form a TCP mesh.

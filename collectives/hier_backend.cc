@@ -30,6 +30,7 @@
 #include "collectives/backend.h"
 #include "collectives/reduce.h"
 #include "collectives/tcp_transport.h"
+#include "runtime/common/logging.h"
 #include "runtime/common/system.h"
 
 namespace phalanx::collective {
@@ -346,7 +347,7 @@ absl::StatusOr<std::unique_ptr<CommBackend>> Connector::Connect(
     local.rank = backend->local_rank_;
     local.world_size = static_cast<int>(members[node].size());
     local.timeout = std::max(deadline - absl::Now(), absl::Milliseconds(1));
-    auto shm = ConnectShm(&local_store, local);
+    auto shm = ConnectShm(&local_store, local, members[node]);
     if (!shm.ok()) {
       return absl::Status(shm.status().code(),
                           absl::StrCat("shared memory among the members on machine ", machine(rank),
@@ -397,6 +398,17 @@ absl::StatusOr<std::unique_ptr<CommBackend>> ConnectHost(KvStore* store,
     auto shm = ConnectShm(store, options);
     if (shm.ok() || !absl::IsFailedPrecondition(shm.status())) return shm;
     allow_shared_memory = false;  // no usable /dev/shm here: TCP between every member
+  }
+  if (!one_machine && options.rank == 0) {
+    int count = 0;
+    for (int r = 0; r < options.world_size; ++r) {
+      count +=
+          std::find(machines.begin(), machines.begin() + r, machines[r]) == machines.begin() + r;
+    }
+    spdlog::info(
+        "collective group: the epoch spans {} machines: shared memory inside each, one TCP "
+        "stream per machine pair between their leaders",
+        count);
   }
   std::vector<std::string> node_keys = machines;
   if (!allow_shared_memory) {

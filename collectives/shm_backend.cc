@@ -21,6 +21,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/backend.h"
@@ -55,8 +56,9 @@ long Futex(std::atomic<uint32_t>* addr, int op, uint32_t value, const timespec* 
 
 class ShmBackend final : public CommBackend {
  public:
-  ShmBackend(void* base, size_t size, int rank, int world)
-      : base_(static_cast<uint8_t*>(base)),
+  ShmBackend(void* base, size_t size, int rank, int world, std::vector<int> group_ranks)
+      : group_ranks_(std::move(group_ranks)),
+        base_(static_cast<uint8_t*>(base)),
         size_(size),
         rank_(rank),
         world_(world),
@@ -241,10 +243,11 @@ class ShmBackend final : public CommBackend {
         control_->failed_rank.compare_exchange_strong(none, peer);
         Abort();
         return absl::UnavailableError(
-            absl::StrCat("peer rank ", peer, " (pid ", pid, ", same machine) died"));
+            absl::StrCat("peer rank ", GroupRank(peer), " (pid ", pid, ", same machine) died"));
       }
       if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat("timed out waiting for rank ", peer));
+        return absl::DeadlineExceededError(
+            absl::StrCat("timed out waiting for rank ", GroupRank(peer)));
       }
     }
   }
@@ -274,7 +277,7 @@ class ShmBackend final : public CommBackend {
           control_->failed_rank.compare_exchange_strong(none, r);
           Abort();
           return absl::UnavailableError(
-              absl::StrCat("peer rank ", r, " (pid ", pid, ", same machine) died"));
+              absl::StrCat("peer rank ", GroupRank(r), " (pid ", pid, ", same machine) died"));
         }
       }
       if (absl::Now() > deadline) {
@@ -287,10 +290,18 @@ class ShmBackend final : public CommBackend {
   absl::Status Aborted() const {
     int failed = control_->failed_rank.load();
     return absl::UnavailableError(
-        failed >= 0 ? absl::StrCat("peer rank ", failed, " died (shared-memory group aborted)")
-                    : std::string("another member aborted the shared-memory group"));
+        failed >= 0
+            ? absl::StrCat("peer rank ", GroupRank(failed), " died (shared-memory group aborted)")
+            : std::string("another member aborted the shared-memory group"));
   }
 
+  // The rank in the whole group of each member here (errors name those), when this segment
+  // serves one machine's members of a larger group.
+  int GroupRank(int r) const {
+    return r < static_cast<int>(group_ranks_.size()) ? group_ranks_[r] : r;
+  }
+
+  const std::vector<int> group_ranks_;
   uint8_t* base_;
   size_t size_;
   int rank_;
@@ -302,7 +313,8 @@ class ShmBackend final : public CommBackend {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CommBackend>> ConnectShm(KvStore* store,
-                                                        const ConnectOptions& options) {
+                                                        const ConnectOptions& options,
+                                                        std::vector<int> group_ranks) {
   if (options.world_size < 2 || options.world_size > kMaxMembers) {
     return absl::FailedPreconditionError(absl::StrCat("shared memory serves 2..", kMaxMembers,
                                                       " members on one machine, not ",
@@ -361,7 +373,8 @@ absl::StatusOr<std::unique_ptr<CommBackend>> ConnectShm(KvStore* store,
     return absl::FailedPreconditionError(
         "a member could not map the shared-memory segment (is /dev/shm mounted and writable?)");
   }
-  return std::unique_ptr<CommBackend>(new ShmBackend(base, size, options.rank, options.world_size));
+  return std::unique_ptr<CommBackend>(
+      new ShmBackend(base, size, options.rank, options.world_size, std::move(group_ranks)));
 }
 
 }  // namespace phalanx::collective
