@@ -159,6 +159,8 @@ int Main(int argc, char** argv) {
   app.add_option("--token", token);
   app.add_option("--rank", rank);
   app.add_option("--world", world);
+  std::string only;
+  app.add_option("--only", only, "run one part: 'hier' (the 4-rank comparison)");
   CLI11_PARSE(app, argc, argv);
   if (rank >= 0) return RunRank(mode, gcs_address, token, rank, world);
   if (::access(peer.c_str(), R_OK) != 0) {
@@ -191,18 +193,23 @@ int Main(int argc, char** argv) {
       "# allreduce_bench: 2 ranks on loopback (4 for the hierarchical path), float32, GB/s = "
       "1e9 B/s\n");
   const char* header = "%-10s %8s %5s %10s %10s %10s\n";
-  std::printf("## Phalanx, host backend, ranks on one machine: shared memory\n");
-  std::printf(header, "op", "size", "iters", "median_us", "algbw", "busbw");
-  std::string ours = run_ranks("bandwidth", 2, "1");
-  std::printf("%s", ours.c_str());
-  std::printf("## Phalanx, host backend over loopback TCP (PHALANX_COLLECTIVE_SHM=0)\n");
-  std::printf(header, "op", "size", "iters", "median_us", "algbw", "busbw");
-  std::string tcp = run_ranks("bandwidth", 2, "0");
-  std::printf("%s", tcp.c_str());
-  std::printf("## torch.distributed Gloo (%s)\n", peer.c_str());
-  std::string theirs = bench::Shell(
-      absl::StrCat("GLOO_SOCKET_IFNAME=lo timeout 600 /usr/bin/python3 ", peer, " --nproc 2 2>&1"));
-  std::printf("%s", theirs.c_str());
+  // --only hier: the 4-rank comparison alone (a shorter run).
+  const bool all = only != "hier";
+  std::string ours, tcp, theirs, reconfigure, reconfigure_tcp;
+  if (all) {
+    std::printf("## Phalanx, host backend, ranks on one machine: shared memory\n");
+    std::printf(header, "op", "size", "iters", "median_us", "algbw", "busbw");
+    ours = run_ranks("bandwidth", 2, "1");
+    std::printf("%s", ours.c_str());
+    std::printf("## Phalanx, host backend over loopback TCP (PHALANX_COLLECTIVE_SHM=0)\n");
+    std::printf(header, "op", "size", "iters", "median_us", "algbw", "busbw");
+    tcp = run_ranks("bandwidth", 2, "0");
+    std::printf("%s", tcp.c_str());
+    std::printf("## torch.distributed Gloo (%s)\n", peer.c_str());
+    theirs = bench::Shell(absl::StrCat("GLOO_SOCKET_IFNAME=lo timeout 600 /usr/bin/python3 ", peer,
+                                       " --nproc 2 2>&1"));
+    std::printf("%s", theirs.c_str());
+  }
   std::printf(
       "## Phalanx, hierarchical: 4 ranks as 2 machines x 2 (PHALANX_MACHINE_ID), shared memory "
       "inside, one loopback TCP stream between the leaders\n");
@@ -213,10 +220,12 @@ int Main(int argc, char** argv) {
   std::string theirs4 = bench::Shell(
       absl::StrCat("GLOO_SOCKET_IFNAME=lo timeout 600 /usr/bin/python3 ", peer, " --nproc 4 2>&1"));
   std::printf("%s", theirs4.c_str());
-  std::string reconfigure = run_ranks("reconfigure", 4, "1");
-  std::printf("shared memory: %s", reconfigure.c_str());
-  std::string reconfigure_tcp = run_ranks("reconfigure", 4, "0");
-  std::printf("TCP between every rank (as across machines): %s", reconfigure_tcp.c_str());
+  if (all) {
+    reconfigure = run_ranks("reconfigure", 4, "1");
+    std::printf("shared memory: %s", reconfigure.c_str());
+    reconfigure_tcp = run_ranks("reconfigure", 4, "0");
+    std::printf("TCP between every rank (as across machines): %s", reconfigure_tcp.c_str());
+  }
 
   for (const char* size : {"1MiB", "16MiB", "64MiB"}) {
     double a = Busbw(ours, "allreduce", size), t = Busbw(tcp, "allreduce", size),

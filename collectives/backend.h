@@ -27,6 +27,13 @@ class CommBackend {
   virtual absl::Status ReduceScatter(const void* in, void* out, size_t count, DType dtype,
                                      ReduceOp op, absl::Duration timeout) = 0;
   virtual absl::Status Barrier(absl::Duration timeout) = 0;
+  // The reduction lands in `root`'s `data` only (others' `data` is left undefined). Default:
+  // an allreduce.
+  virtual absl::Status Reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
+                              absl::Duration timeout) {
+    (void)root;
+    return Allreduce(data, count, dtype, op, timeout);
+  }
   virtual absl::Status Send(const void* data, size_t count, DType dtype, int dst,
                             absl::Duration timeout) = 0;
   virtual absl::Status Recv(void* data, size_t count, DType dtype, int src,

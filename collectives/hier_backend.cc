@@ -3,7 +3,8 @@
 // member of each node, its leader, holds ONE TCP stream to each other node's leader
 // (TcpMesh) — not one per pair of ranks.
 //
-//   allreduce       local allreduce (shm) → ring reduce-scatter + ring allgather among the
+//   allreduce       local reduce to the leader (shm) → ring reduce-scatter + ring allgather among
+//   the
 //                   leaders (full duplex: each step sends to the next leader while it receives
 //                   from the previous one and reduces what has arrived) → local broadcast
 //   allgather       local allgather → ring allgather of the nodes' blocks → local broadcast
@@ -216,7 +217,7 @@ class HierBackend final : public CommBackend {
                                  absl::Time deadline) {
     if (count == 0) return absl::OkStatus();
     if (local_) {
-      if (auto s = local_->Allreduce(data, count, dtype, op, Left(deadline)); !s.ok()) return s;
+      if (auto s = local_->Reduce(data, count, dtype, op, 0, Left(deadline)); !s.ok()) return s;
     }
     if (leader() && mesh_) {
       if (auto s = RingAllreduce(static_cast<uint8_t*>(data), count, dtype, op, deadline);

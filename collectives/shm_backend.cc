@@ -159,6 +159,33 @@ class ShmBackend final : public CommBackend {
     return absl::OkStatus();
   }
 
+  // Every member reduces its share of each chunk across the slots, in place in slot 0; the
+  // root copies the chunk out.
+  absl::Status Reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
+                      absl::Duration timeout) override {
+    absl::Time deadline = absl::Now() + timeout;
+    size_t elem = DTypeSize(dtype);
+    size_t per_chunk = kChunk / elem;
+    ReduceFn reduce = ReduceFunction(dtype, op);
+    uint8_t* bytes = static_cast<uint8_t*>(data);
+    for (size_t done = 0; done < count; done += per_chunk) {
+      size_t n = std::min(per_chunk, count - done);
+      std::memcpy(Slot(rank_), bytes + done * elem, n * elem);
+      if (auto s = Barrier(deadline); !s.ok()) return s;
+      size_t share = (n + world_ - 1) / world_;
+      size_t begin = std::min(n, share * rank_), end = std::min(n, begin + share);
+      if (end > begin) {
+        uint8_t* acc = Slot(0) + begin * elem;
+        for (int r = 1; r < world_; ++r) reduce(acc, acc, Slot(r) + begin * elem, end - begin);
+        if (op == ReduceOp::kAvg) DivideInPlace(acc, end - begin, dtype, world_);
+      }
+      if (auto s = Barrier(deadline); !s.ok()) return s;
+      if (rank_ == root) std::memcpy(bytes + done * elem, Slot(0), n * elem);
+      if (auto s = Barrier(deadline); !s.ok()) return s;  // slots free for the next chunk
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Barrier(absl::Duration timeout) override { return Barrier(absl::Now() + timeout); }
 
   // One chunk at a time through our slot; each waits until the receiver took it, so the
