@@ -3,10 +3,11 @@
 // member of each node, its leader, holds ONE TCP stream to each other node's leader
 // (TcpMesh) — not one per pair of ranks.
 //
-//   allreduce       local reduce to the leader (shm) → ring reduce-scatter + ring allgather among
-//   the
-//                   leaders (full duplex: each step sends to the next leader while it receives
-//                   from the previous one and reduces what has arrived) → local broadcast
+//   allreduce       local reduce to the leader (shm) → ring reduce-scatter + ring allgather
+//                   among the leaders (full duplex: each step sends to the next leader while
+//                   it receives from the previous one and reduces what has arrived) → local
+//                   broadcast; large buffers in 4 MiB pieces, pipelined (the leaders' ring on
+//                   one piece overlaps the local reduce of the next)
 //   allgather       local allgather → ring allgather of the nodes' blocks → local broadcast
 //   broadcast       local broadcast in the root's node → pipelined chain of leaders starting
 //                   at the root's node → local broadcast in every other node
@@ -26,6 +27,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/backend.h"
@@ -39,6 +41,8 @@ namespace {
 
 // Bytes per piece of a broadcast relayed along the chain of leaders.
 constexpr size_t kPiece = 1 << 20;
+// Bytes per piece of a pipelined allreduce (see AllreduceNoDivide).
+constexpr size_t kPipelinePiece = 4 << 20;
 
 class HierBackend final : public CommBackend {
  public:
@@ -213,19 +217,52 @@ class HierBackend final : public CommBackend {
     return std::max(deadline - absl::Now(), absl::Milliseconds(1));
   }
 
+  // Large buffers go in pieces, pipelined: the leaders' ring on piece k runs (on a helper
+  // thread of the leader) while the machine reduces piece k+1 locally; then piece k is
+  // broadcast locally. Every member of a machine makes the same local calls in the same
+  // order: reduce 0, reduce 1, broadcast 0, reduce 2, broadcast 1, ..., broadcast last.
   absl::Status AllreduceNoDivide(void* data, size_t count, DType dtype, ReduceOp op,
                                  absl::Time deadline) {
     if (count == 0) return absl::OkStatus();
-    if (local_) {
-      if (auto s = local_->Reduce(data, count, dtype, op, 0, Left(deadline)); !s.ok()) return s;
-    }
-    if (leader() && mesh_) {
-      if (auto s = RingAllreduce(static_cast<uint8_t*>(data), count, dtype, op, deadline);
-          !s.ok()) {
-        return s;
+    const size_t elem = DTypeSize(dtype);
+    const size_t per_piece = local_ ? std::max<size_t>(1, kPipelinePiece / elem) : count;
+    const size_t pieces = (count + per_piece - 1) / per_piece;
+    uint8_t* bytes = static_cast<uint8_t*>(data);
+    auto piece = [&](size_t k) {
+      return std::make_pair(bytes + k * per_piece * elem,
+                            std::min(per_piece, count - k * per_piece));
+    };
+    auto local_reduce = [&](size_t k) {
+      if (!local_) return absl::OkStatus();
+      auto [p, n] = piece(k);
+      return local_->Reduce(p, n, dtype, op, 0, Left(deadline));
+    };
+    auto ring = [&](size_t k) {
+      if (!leader() || !mesh_) return absl::OkStatus();
+      auto [p, n] = piece(k);
+      return RingAllreduce(p, n, dtype, op, deadline);
+    };
+    if (auto s = local_reduce(0); !s.ok()) return s;
+    for (size_t k = 0; k < pieces; ++k) {
+      absl::Status net, local;
+      std::thread helper;
+      if (leader() && mesh_ && k + 1 < pieces) {
+        helper = std::thread([&, k] { net = ring(k); });
+      } else {
+        net = ring(k);
+      }
+      if (k + 1 < pieces) local = local_reduce(k + 1);
+      if (helper.joinable()) {
+        if (!local.ok()) Abort();  // ends the helper's wait at once; this epoch has failed
+        helper.join();
+      }
+      if (!net.ok()) return net;
+      if (!local.ok()) return local;
+      if (local_) {
+        auto [p, n] = piece(k);
+        if (auto s = local_->Broadcast(p, n, dtype, 0, Left(deadline)); !s.ok()) return s;
       }
     }
-    if (local_) return local_->Broadcast(data, count, dtype, 0, Left(deadline));
     return absl::OkStatus();
   }
 

@@ -196,6 +196,27 @@ void CheckOps(CollectiveGroup& g) {
       }
     }
   }
+  // Buffers of several pipeline pieces (4 MiB), not a multiple of one.
+  for (DType dt : {DType::kFloat32, DType::kInt64, DType::kBFloat16}) {
+    size_t count = (9 << 20) / DTypeSize(dt) + 3;
+    std::vector<double> mine(count);
+    for (size_t i = 0; i < count; ++i) mine[i] = Value(me, i);
+    auto buf = Pack(mine, dt);
+    auto s = g.Allreduce(buf.data(), count, dt, ReduceOp::kSum);
+    Check(s.ok(), std::string("big allreduce ") + DTypeName(dt) + " " + std::string(s.message()));
+    std::vector<size_t> probes;  // every 4099th element and the last
+    for (size_t i = 0; i < count; i += 4099) probes.push_back(i);
+    probes.push_back(count - 1);
+    for (size_t i : s.ok() ? probes : std::vector<size_t>{}) {
+      double want = 0;
+      for (int r = 0; r < n; ++r) want += Value(r, i);
+      if (!Close(At(buf, dt, i), want, dt)) {
+        Check(false,
+              std::string("big allreduce ") + DTypeName(dt) + " element " + std::to_string(i));
+        break;
+      }
+    }
+  }
   auto s = g.Barrier();
   Check(s.ok(), "barrier " + std::string(s.message()));
   if (n > 1) {

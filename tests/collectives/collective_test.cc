@@ -86,7 +86,8 @@ TEST_F(CollectiveTest, ReconfigureFourToThreeToFour) {
   }
 }
 
-// Both paths: shared memory (all ranks on this machine) and Gloo's TCP (as across machines).
+// Both paths: shared memory (all ranks on this machine) and TCP between every rank (as across
+// machines).
 TEST_F(CollectiveTest, SigkilledRankFailsTheOthersFastAndTheyFormANewEpoch) {
   for (const char* shm : {"1", "0"}) {
     group_ = absl::StrCat("kill-shm", shm);
