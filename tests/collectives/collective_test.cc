@@ -86,7 +86,8 @@ TEST_F(CollectiveTest, ReconfigureFourToThreeToFour) {
   }
 }
 
-// Both paths: shared memory (all ranks on this machine) and Gloo's TCP (as across machines).
+// Both paths: shared memory (all ranks on this machine) and TCP between every rank (as across
+// machines).
 TEST_F(CollectiveTest, SigkilledRankFailsTheOthersFastAndTheyFormANewEpoch) {
   for (const char* shm : {"1", "0"}) {
     group_ = absl::StrCat("kill-shm", shm);
@@ -118,6 +119,128 @@ TEST_F(CollectiveTest, SigkilledRankFailsTheOthersFastAndTheyFormANewEpoch) {
       EXPECT_NE(out.find("peer rank 2"), std::string::npos) << out;
     }
   }
+}
+
+// A peer that vanished without a FIN or RST (SIGSTOP: its sockets stay open and silent), on
+// both TCP transports: Abort() from another thread ends each survivor's call at once (the
+// bound asserted is generous; the figure is printed), and the survivors form a new epoch.
+TEST_F(CollectiveTest, AbortEndsACallBlockedOnAStoppedPeerAtOnce) {
+  for (const char* transport : {"tcp", "gloo"}) {
+    group_ = absl::StrCat("abort-", transport);
+    std::string trigger = absl::StrCat(dir_.path(), "/abort-", transport);
+    std::vector<std::pair<std::string, std::string>> env = {
+        {"PHALANX_COLLECTIVE_SHM", "0"}, {"PHALANX_COLLECTIVE_TRANSPORT", transport}};
+    auto survivor_env = env;
+    survivor_env.emplace_back("TEST_ABORT_FILE", trigger);
+    std::vector<testing::ChildProcess> survivors;
+    for (int r = 0; r < 2; ++r) {
+      survivors.push_back(Rank(absl::StrCat(transport, "r", r), "loop",
+                               absl::StrCat("1:3:", r, ",2:2:", r), survivor_env));
+    }
+    auto stopped = Rank(absl::StrCat(transport, "r2"), "loop", "1:3:2", env);
+    ASSERT_TRUE(WaitForLine(absl::StrCat(transport, "r0"), "iter 3"));
+    stopped.Kill(SIGSTOP);
+    absl::SleepFor(absl::Milliseconds(300));  // the survivors block on it
+    ASSERT_TRUE(WriteFile(trigger, "").ok());
+    for (int r = 0; r < 2; ++r) {
+      std::string label = absl::StrCat(transport, "r", r);
+      EXPECT_EQ(ExitCode(survivors[r]), 0) << Output(label);
+      std::string out = Output(label);
+      EXPECT_NE(out.find("epoch 2 OK"), std::string::npos) << out;
+      size_t at = out.find("abort ended the call in ");
+      ASSERT_NE(at, std::string::npos) << out;
+      double ms = std::stod(out.substr(at + 24));
+      std::printf("%s: rank %d's call ended %.1f ms after Abort()\n", transport, r, ms);
+      EXPECT_LT(ms, 1000) << out;
+    }
+    stopped.Kill(SIGCONT);
+    stopped.KillAndWait();
+  }
+}
+
+// Two "machines" on this one (PHALANX_MACHINE_ID): ranks 0 and 1 on hA, 2 and 3 on hB.
+std::vector<std::pair<std::string, std::string>> OnMachine(int rank) {
+  return {{"PHALANX_MACHINE_ID", rank < 2 ? "hA" : "hB"}};
+}
+
+TEST_F(CollectiveTest, TwoMachinesEveryOpAndDtypeMatchesTheLocalResult) {
+  group_ = "hier-ops";
+  std::vector<testing::ChildProcess> ranks;
+  for (int r = 0; r < 4; ++r) {
+    ranks.push_back(Rank(absl::StrCat("r", r), "ops", absl::StrCat("1:4:", r), OnMachine(r)));
+  }
+  for (int r = 0; r < 4; ++r) {
+    std::string label = absl::StrCat("r", r);
+    EXPECT_EQ(ExitCode(ranks[r]), 0) << label << ":\n" << Output(label);
+    EXPECT_NE(Output(label).find("DONE"), std::string::npos) << Output(label);
+  }
+  EXPECT_NE(Output("r0").find("spans 2 machines"), std::string::npos) << Output("r0");
+}
+
+// The victim is hB's leader (it holds the TCP stream) or hB's other member (shared memory).
+TEST_F(CollectiveTest, TwoMachinesSigkilledRankFailsTheOthersFast) {
+  for (int victim : {2, 3}) {
+    group_ = absl::StrCat("hier-kill-", victim);
+    std::vector<testing::ChildProcess> survivors;
+    std::vector<std::string> labels;
+    for (int r = 0, next = 0; r < 4; ++r) {
+      if (r == victim) continue;
+      labels.push_back(absl::StrCat("v", victim, "r", r));
+      survivors.push_back(
+          Rank(labels.back(), "loop", absl::StrCat("1:4:", r, ",2:3:", next++), OnMachine(r)));
+    }
+    auto killed =
+        Rank(absl::StrCat("v", victim), "loop", absl::StrCat("1:4:", victim), OnMachine(victim));
+    ASSERT_TRUE(WaitForLine(labels[0], "iter 3"));
+    killed.Kill(SIGKILL);
+    int64_t killed_at = absl::ToUnixMillis(absl::Now());
+    for (size_t i = 0; i < survivors.size(); ++i) {
+      EXPECT_EQ(ExitCode(survivors[i]), 0) << Output(labels[i]);
+      std::string out = Output(labels[i]);
+      EXPECT_NE(out.find("epoch 2 OK"), std::string::npos) << out;
+      size_t at = out.find("failed at ");
+      ASSERT_NE(at, std::string::npos) << out;
+      int64_t failed_at = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(out.substr(at + 10, out.find(':', at) - at - 10), &failed_at));
+      EXPECT_LT(failed_at - killed_at, 2000) << out;
+      EXPECT_NE(out.find(absl::StrCat("peer rank ", victim)), std::string::npos) << out;
+      std::printf("victim rank %d: %s saw the failure %ld ms after the SIGKILL\n", victim,
+                  labels[i].c_str(), failed_at - killed_at);
+    }
+  }
+}
+
+// hB's leader stops (no FIN, no RST): Abort() on every survivor ends its call at once, on
+// hA (blocked on the TCP stream, or on its leader) and on hB (blocked on shared memory).
+TEST_F(CollectiveTest, TwoMachinesAbortEndsACallBlockedOnAStoppedMachine) {
+  group_ = "hier-abort";
+  std::string trigger = absl::StrCat(dir_.path(), "/abort");
+  std::vector<testing::ChildProcess> survivors;
+  std::vector<std::string> labels;
+  for (int r : {0, 1, 3}) {
+    auto env = OnMachine(r);
+    env.emplace_back("TEST_ABORT_FILE", trigger);
+    labels.push_back(absl::StrCat("r", r));
+    survivors.push_back(
+        Rank(labels.back(), "loop", absl::StrCat("1:4:", r, ",2:3:", r == 3 ? 2 : r), env));
+  }
+  auto stopped = Rank("r2", "loop", "1:4:2", OnMachine(2));
+  ASSERT_TRUE(WaitForLine("r0", "iter 3"));
+  stopped.Kill(SIGSTOP);
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(WriteFile(trigger, "").ok());
+  for (size_t i = 0; i < survivors.size(); ++i) {
+    EXPECT_EQ(ExitCode(survivors[i]), 0) << Output(labels[i]);
+    std::string out = Output(labels[i]);
+    EXPECT_NE(out.find("epoch 2 OK"), std::string::npos) << out;
+    size_t at = out.find("abort ended the call in ");
+    ASSERT_NE(at, std::string::npos) << out;
+    double ms = std::stod(out.substr(at + 24));
+    std::printf("%s's call ended %.1f ms after Abort()\n", labels[i].c_str(), ms);
+    EXPECT_LT(ms, 1000) << out;
+  }
+  stopped.Kill(SIGCONT);
+  stopped.KillAndWait();
 }
 
 TEST_F(CollectiveTest, StaleEpochMemberIsRefused) {
