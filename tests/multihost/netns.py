@@ -420,7 +420,9 @@ class Hosts:
             pass
         _unregister(self)
         if self.dir:
-            if failed and self.keep_dir_on_failure:
+            if os.environ.get("PHALANX_MULTIHOST_KEEP"):
+                self.log(f"netns: logs and sessions kept in {self.dir} (PHALANX_MULTIHOST_KEEP)")
+            elif failed and self.keep_dir_on_failure:
                 self.log(f"netns: logs and sessions of the failed run kept in {self.dir}")
             else:
                 shutil.rmtree(self.dir, ignore_errors=True)
