@@ -218,7 +218,8 @@ def analyze_steps(steps, fault_ms, total_steps=None):
       heal_s        fault -> the step that ended that longest gap (the job making progress
                     again after the disruption the fault caused, which may come later than
                     the fault itself: a stopped node manager is declared dead after the node
-                    timeout)
+                    timeout); first_step_s when that gap is no longer than 5 ordinary steps
+                    (or 250 ms): the fault did not disturb the job
       lost          committed steps lost: how far the agreed step ever went backwards
       complete      every step 1..total was agreed
       worlds        the world sizes seen after the fault, in order (deduplicated)"""
@@ -250,7 +251,14 @@ def analyze_steps(steps, fault_ms, total_steps=None):
                 best = (gap, s[1])
             t_prev = s[1]
         res["stall_s"] = best[0] / 1000.0
-        res["heal_s"] = (best[1] - fault_ms) / 1000.0
+        # A gap no longer than a few ordinary steps is no disruption: then the job healed
+        # with the first step after the fault.
+        gaps = sorted(b[1] - a[1] for a, b in zip(before, before[1:]))
+        normal = gaps[len(gaps) // 2] if gaps else 0
+        if best[0] <= max(5 * normal, 250):
+            res["heal_s"] = res["first_step_s"]
+        else:
+            res["heal_s"] = (best[1] - fault_ms) / 1000.0
         worlds = []
         for s in after:
             if not worlds or worlds[-1] != s[2]:
