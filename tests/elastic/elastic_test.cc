@@ -547,6 +547,7 @@ TEST_F(ElasticTest, AStoppedNodeManagerIsFencedItsRanksReplacedAndItRegistersAga
   AddNode("node-b", 1);
   JobSpec spec = Spec(3, 1, 3);
   spec.data_epochs = 12;
+  spec.config["stepMs"] = "30";
   auto baseline = Baseline(spec);
   int stopped_rank_pid = -1;
   bool resumed = false;
@@ -564,8 +565,11 @@ TEST_F(ElasticTest, AStoppedNodeManagerIsFencedItsRanksReplacedAndItRegistersAga
       resumed = true;
     }
   });
-  nodes_["node-b"].Kill(SIGCONT);
   ASSERT_GT(stopped_rank_pid, 0);
+  if (!resumed) {  // the job ended first: node-b is still stopped
+    resumed = testing::WaitFor([&] { return !ProcessAlive(stopped_rank_pid); }, absl::Seconds(5));
+  }
+  nodes_["node-b"].Kill(SIGCONT);
   EXPECT_TRUE(resumed) << "the stopped node's rank (pid " << stopped_rank_pid << ") outlived it";
   ExpectHealed(s, spec, baseline, 3);
   EXPECT_TRUE(HasEvent(s, "rank_died", "NODE_DIED")) << FormatStatus(s);
