@@ -34,8 +34,8 @@ class CollectiveTest : public ::testing::Test {
     logs_[label] = absl::StrCat(dir_.path(), "/", label, ".log");
     return testing::ChildProcess(
         {testing::BinDir() + "/collective_rank", "--gcs", gcs_->address(), "--token", gcs_->token(),
-         "--group", group_, "--scenario", scenario, "--plan", plan, "--timeout-ms", "10000",
-         "--backend", backend},
+         "--group", group_, "--scenario", scenario, "--plan", plan, "--timeout-ms",
+         std::to_string(timeout_ms_), "--backend", backend},
         logs_[label], std::move(env));
   }
 
@@ -56,6 +56,7 @@ class CollectiveTest : public ::testing::Test {
   std::unique_ptr<testing::GcsProcess> gcs_;
   testing::TempDir dir_;
   std::string group_ = "test-group";
+  int timeout_ms_ = 10000;  // the ranks' group timeout
   std::map<std::string, std::string> logs_;
 };
 
@@ -246,6 +247,42 @@ TEST_F(CollectiveTest, TwoMachinesAbortEndsACallBlockedOnAStoppedMachine) {
     double ms = std::stod(out.substr(at + 24));
     std::printf("%s's call ended %.1f ms after Abort()\n", labels[i].c_str(), ms);
     EXPECT_LT(ms, 1000) << out;
+  }
+  stopped.Kill(SIGCONT);
+  stopped.KillAndWait();
+}
+
+// hB's leader stops and nobody aborts: the others fail at the group timeout.
+TEST_F(CollectiveTest, TwoMachinesStoppedMachineFailsTheOthersAtTheTimeout) {
+  group_ = "hier-stop";
+  timeout_ms_ = 1500;
+  std::vector<testing::ChildProcess> survivors;
+  std::vector<std::string> labels;
+  for (int r : {0, 1, 3}) {
+    labels.push_back(absl::StrCat("r", r));
+    survivors.push_back(Rank(labels.back(), "loop",
+                             absl::StrCat("1:4:", r, ",2:3:", r == 3 ? 2 : r), OnMachine(r)));
+  }
+  auto stopped = Rank("r2", "loop", "1:4:2", OnMachine(2));
+  ASSERT_TRUE(WaitForLine("r0", "iter 3"));
+  stopped.Kill(SIGSTOP);
+  int64_t stopped_at = absl::ToUnixMillis(absl::Now());
+  for (size_t i = 0; i < survivors.size(); ++i) {
+    EXPECT_EQ(ExitCode(survivors[i]), 0) << Output(labels[i]);
+    std::string out = Output(labels[i]);
+    EXPECT_NE(out.find("epoch 2 OK"), std::string::npos) << out;
+    size_t at = out.find("failed at ");
+    ASSERT_NE(at, std::string::npos) << out;
+    int64_t failed_at = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(out.substr(at + 10, out.find(':', at) - at - 10), &failed_at));
+    EXPECT_LT(failed_at - stopped_at, 1500 + 1500) << out;
+    // hA's leader waits on hB's stream and names hB's leader; the members waiting on shared
+    // memory see only that their machine's call did not complete.
+    if (labels[i] == "r0") {
+      EXPECT_NE(out.find("peer rank 2"), std::string::npos) << out;
+    }
+    std::printf("%s failed %ld ms after the SIGSTOP (timeout 1500 ms)\n", labels[i].c_str(),
+                failed_at - stopped_at);
   }
   stopped.Kill(SIGCONT);
   stopped.KillAndWait();
