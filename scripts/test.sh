@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up (Debian packages + build, skipped when already done) and runs the whole test suite:
-# the C++ tests through ctest, then the Python tests through pytest.
+# the C++ tests through ctest, then the Python tests (python/tests) and the multi-host tests
+# (tests/multihost) through pytest.
 #
 #   scripts/test.sh              everything
 #   scripts/test.sh -R Gcs       only ctest tests matching a regex (passed to ctest)
@@ -14,4 +15,8 @@ if [ $# -eq 0 ] && [ -d python/tests ]; then
     # This checkout's package, whichever checkout the .pth file points at.
   PYTHONPATH="$(pwd)/python:$(pwd)/build/python${PYTHONPATH:+:$PYTHONPATH}" \
     /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
+  # Multi-host tests: 3 hosts as network namespaces on this machine (root; they skip with
+  # one line where namespaces cannot be made), each test bounded to ~3 minutes.
+  PYTHONPATH="$(pwd)/python:$(pwd)/build/python${PYTHONPATH:+:$PYTHONPATH}" \
+    /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs tests/multihost
 fi

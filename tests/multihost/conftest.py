@@ -1,0 +1,61 @@
+"""Fixtures of the multi-host tests: 3 hosts (network namespaces, tests/multihost/netns.py)
+with a Phalanx cluster started by the real CLI on each, stopped with `phalanx stop` on every
+host at the end, and checked: no process left. Each test is bounded in time (SIGALRM)."""
+
+import os
+import signal
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import netns  # noqa: E402
+
+TEST_BOUND_S = int(os.environ.get("PHALANX_MULTIHOST_TEST_BOUND_S", "180"))
+
+
+def pytest_collection_modifyitems(config, items):
+    why = netns.unavailable()
+    if why:
+        skip = pytest.mark.skip(reason=why)
+        for item in items:
+            if "multihost" in str(item.fspath):
+                item.add_marker(skip)
+
+
+class TestTimeBound(Exception):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def time_bound(request):
+    """Fails a test that runs past TEST_BOUND_S (its clean-up still runs)."""
+    def on_alarm(signum, frame):
+        raise TestTimeBound(f"{request.node.name} ran past its {TEST_BOUND_S} s bound")
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(TEST_BOUND_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def hosts():
+    with netns.Hosts(3) as h:
+        yield h
+
+
+@pytest.fixture
+def cluster(hosts):
+    """A 3-host cluster: 2 CPUs per host, node timeout 2 s, heartbeats every 250 ms."""
+    c = netns.Cluster(hosts, num_cpus=2, node_timeout_ms=2000, heartbeat_ms=250)
+    try:
+        c.start()
+        yield c
+    finally:
+        left = c.stop()
+        if left:
+            pytest.fail("processes left after `phalanx stop` on every host:\n" + "\n".join(
+                f"  host {h} pid {p}: {cmd}" for h, p, cmd in left), pytrace=False)
