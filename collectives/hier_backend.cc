@@ -253,7 +253,10 @@ class HierBackend final : public CommBackend {
       }
       if (k + 1 < pieces) local = local_reduce(k + 1);
       if (helper.joinable()) {
-        if (!local.ok()) Abort();  // ends the helper's wait at once; this epoch has failed
+        // Ends the helper's wait at once (this epoch has failed). Only ours: the streams stay
+        // up until the group has recorded this member's failure first (then it aborts us), so
+        // that the other machines name the right first failure.
+        if (!local.ok()) abort_.Raise();
         helper.join();
       }
       if (!net.ok()) return net;

@@ -1,6 +1,7 @@
 // collective_rank: one rank of a collective-group test, run as its own process.
 //
 //   collective_rank --gcs HOST:PORT --token T --group G --scenario S [--plan E:W:R,...]
+//                   [--host IP]   (this rank's address for other machines; 127.0.0.1)
 //
 // Scenarios:
 //   ops       form each epoch of --plan and check every op and dtype against local results
@@ -261,6 +262,7 @@ int Main(int argc, char** argv) {
   app.add_option("--plan", plan_text, "epoch:world:rank,...");
   app.add_option("--timeout-ms", timeout_ms);
   app.add_option("--backend", backend, "gloo or nccl");
+  app.add_option("--host", options.host, "the IPv4 address other machines reach this rank at");
   CLI11_PARSE(app, argc, argv);
   options.backend = backend == "nccl" ? Backend::kNccl : Backend::kGloo;
   options.timeout = absl::Milliseconds(timeout_ms);
