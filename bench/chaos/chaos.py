@@ -122,7 +122,9 @@ def inject(name, cluster, hosts, run, args):
 
 
 def run_once(name, i, cluster, hosts, args):
-    """One run: (healed, heal_s, steps_lost, detail)."""
+    """One run: (healed, heal_s, steps_lost, back at full size, detail). Healed: the job
+    SUCCEEDED with the known weights and, for a SIGSTOP, made progress while the process was
+    stopped (not only once it was let go)."""
     config = {}
     if name == "oom":
         config = {"oomAtStep": str(args.fault_step), "faultRank": "1",
@@ -132,32 +134,41 @@ def run_once(name, i, cluster, hosts, args):
                          step_ms=args.step_ms, hang_s=args.hang_s, config=config)
         run.submit()
         if run.wait_world(3, timeout=60) is None:
-            return False, None, 0, f"never reached world size 3: {run.output()[-2000:]}"
+            return False, None, 0, False, f"never reached world size 3: {run.output()[-2000:]}"
         fault_ms, undo = inject(name, cluster, hosts, run, args)
         if fault_ms is not None:
             break
         cluster.phalanx(0, "job", "stop", run.job_id, "--grace", "2", timeout=60)
         run.wait_done(timeout=30)
     else:
-        return False, None, 0, "the controller landed on the head every time"
+        return False, None, 0, False, "the controller landed on the head every time"
+    note = ""
     try:
         if undo:
             kind, fn = undo
             if kind == "world2":      # link back once the job went on without the host
                 run.wait_world(2, after_ms=fault_ms, timeout=40)
+                up_ms = now_ms()
+                fn()
+                grown = run.wait_world(3, after_ms=up_ms, timeout=30)
+                note = (f"; back to world size 3 {(grown[1] - up_ms) / 1000.0:.2f} s after the "
+                        f"link came back" if grown else "; did not grow back to 3 after the link "
+                        "came back")
             else:                     # SIGCONT once the job made progress without it
-                run.wait_step_after(fault_ms + 6000, timeout=45)
-            fn()
-            if kind == "world2":
-                run.wait_world(3, after_ms=now_ms(), timeout=40)
-    except Exception:  # noqa: BLE001 -- the run's verdict comes from the job
+                progressed = run.wait_step_after(fault_ms + 6000, timeout=45)
+                fn()
+                if not progressed:
+                    # It only went on once the process was let go: not healed.
+                    note = "; NO step agreed while it was stopped (it resumed after SIGCONT)"
+    except Exception as e:  # noqa: BLE001 -- the run's verdict comes from the job
         if undo:
             undo[1]()
+        note = f"; {e!r}"
     rc = run.wait_done(timeout=args.run_timeout)
     a = run.analyze(fault_ms)
-    healed = rc == 0
-    detail = format_analysis(a)
-    if healed:
+    healed = rc == 0 and "NO step" not in note
+    detail = format_analysis(a) + note
+    if rc == 0:
         try:
             err = run.weights_error()
             if err >= 1e-3:
@@ -171,8 +182,9 @@ def run_once(name, i, cluster, hosts, args):
         if rc is None:
             cluster.phalanx(0, "job", "stop", run.job_id, "--grace", "2", timeout=60)
             run.wait_done(timeout=30)
-    lost = a["lost"] + (0 if a["complete"] or not healed else 1)
-    return healed, a["heal_s"], lost, detail
+    steps = run.steps()
+    full = bool(steps) and steps[-1][2] == 3
+    return healed, a["heal_s"], a["lost"], full, detail
 
 
 def repair(cluster, hosts):
@@ -216,12 +228,13 @@ def run_scenario(name, args):
                     runs_left -= 1
                     t0 = time.time()
                     try:
-                        healed, heal_s, lost, detail = run_once(name, i, cluster, hosts, args)
+                        healed, heal_s, lost, full, detail = run_once(name, i, cluster, hosts,
+                                                                      args)
                     except Exception as e:  # noqa: BLE001 -- a failed run, counted
-                        healed, heal_s, lost, detail = False, None, 0, f"error: {e!r}"
+                        healed, heal_s, lost, full, detail = False, None, 0, False, f"error: {e!r}"
                         if args.verbose:
                             traceback.print_exc()
-                    results.append((healed, heal_s, lost))
+                    results.append((healed, heal_s, lost, full))
                     log(f"  {name} run {i + 1}/{args.runs}: {'healed' if healed else 'NOT HEALED'}"
                         f" in {time.time() - t0:.1f} s wall; {detail}")
                     if runs_left > 0 and not repair(cluster, hosts):
@@ -263,16 +276,20 @@ def main():
     for name in names:
         log(f"== {name} ×{args.runs}")
         results, strays = run_scenario(name, args)
-        heals = [h for ok, h, _ in results if ok and h is not None]
-        table.append((name, len(results), sum(ok for ok, _, _ in results),
+        heals = [h for ok, h, _, _ in results if ok and h is not None]
+        table.append((name, len(results), sum(r[0] for r in results),
                       statistics.median(heals) if heals else None, max(heals) if heals else None,
-                      sum(lost for _, _, lost in results), strays))
+                      sum(r[2] for r in results), strays, sum(r[3] for r in results)))
     log("")
     log(f"{'scenario':<22} {'runs':>4} {'healed':>6} {'median_heal_s':>13} {'max_heal_s':>10} "
-        f"{'steps_lost':>10} {'strays':>6}")
-    for name, runs, healed, med, mx, lost, strays in table:
+        f"{'steps_lost':>10} {'strays':>6} {'ended_at_3':>10}")
+    for name, runs, healed, med, mx, lost, strays, full in table:
         f = (lambda x: "-" if x is None else f"{x:.2f}")
-        log(f"{name:<22} {runs:>4} {healed:>6} {f(med):>13} {f(mx):>10} {lost:>10} {strays:>6}")
+        log(f"{name:<22} {runs:>4} {healed:>6} {f(med):>13} {f(mx):>10} {lost:>10} {strays:>6} "
+            f"{full:>10}")
+    log("(heal: fault -> the step that ended the stall it caused, from the controller's step "
+        "log; healed: SUCCEEDED with the known weights, and for SIGSTOP progress while stopped; "
+        "ended_at_3: runs whose last step had the full world size 3)")
     all_heals = [t[4] for t in table if t[4] is not None]
     log(f"RESULT scenarios={len(table)} runs={sum(t[1] for t in table)} "
         f"healed={sum(t[2] for t in table)} "

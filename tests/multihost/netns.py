@@ -170,7 +170,7 @@ def _run_dir_root():
 def _owner_alive(pid):
     """Is the run that owns names with this pid still going? Its record holds the owner's
     start time, so a reused pid does not keep a dead run's leftovers."""
-    if not _pid_alive(pid):
+    if not _pid_alive(pid) or _is_zombie(pid):
         return False
     try:
         with open(os.path.join(_run_dir_root(), f"owner-{pid}")) as f:
@@ -193,6 +193,15 @@ def cleanup_stale(log=print):
         left = _kill_pids(pids_in_netns(name), relist=lambda n=name: pids_in_netns(n))
         _ip("netns", "del", name, check=False)
         removed.append(name + (f" (pids left: {left})" if left else ""))
+    # Wrappers stopped before they entered their namespace: found by their command line.
+    wrap_re = re.compile(r"^ip netns exec %s(\d+)h\d+ " % NS_PREFIX)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        m = wrap_re.match(_cmdline(int(entry)))
+        if m and not _owner_alive(int(m.group(1))):
+            _kill_pids([int(entry)])
+            removed.append(f"pid {entry}")
     links = _ip("-o", "link", "show", check=False).stdout.split("\n")
     for line in links:
         parts = line.split(":")
