@@ -1,7 +1,9 @@
-// allreduce_bench: collective bandwidth (nccl-tests' busbw) of Phalanx's Gloo backend with 2
+// allreduce_bench: collective bandwidth (nccl-tests' busbw) of Phalanx's host backends with 2
 // ranks, side by side with torch.distributed's Gloo (the peer script
-// ../shared/bench/allreduce_gloo_torch.py, Debian's python3-torch) in the same run, and the
-// time to reconfigure a 4-rank group to a new epoch.
+// ../shared/bench/allreduce_gloo_torch.py, Debian's python3-torch) in the same run; the
+// hierarchical path with 2 "machines" × 2 ranks (PHALANX_MACHINE_ID on this one machine:
+// shared memory inside each, one loopback TCP stream between the two leaders) against torch's
+// Gloo with the same 4 ranks; and the time to reconfigure a 4-rank group to a new epoch.
 //
 //   build/bin/allreduce_bench [path to allreduce_gloo_torch.py]
 //
@@ -10,6 +12,7 @@
 // allreduce, × (n-1)/n for allgather, × 1 for broadcast.
 //
 // Last line: RESULT busbw_16MiB=... torch_gloo_busbw_16MiB=... ratio=... reconfigure_ms=...
+//   hier_busbw_16MiB=... torch_gloo_4_busbw_16MiB=... hier_ratio=...
 #include <unistd.h>
 
 #include <algorithm>
@@ -124,7 +127,8 @@ int RunRank(const std::string& mode, const std::string& gcs, const std::string& 
   collective::GroupOptions options;
   // One group per run: a later run must not meet the epochs of an earlier one.
   const char* shm = std::getenv("PHALANX_COLLECTIVE_SHM");
-  options.name = absl::StrCat("bench-", mode, "-shm", shm ? shm : "");
+  options.name = absl::StrCat("bench-", mode, "-shm", shm ? shm : "",
+                              std::getenv("PHALANX_MACHINE_ID") ? "-hier" : "");
   options.gcs_address = gcs;
   options.token = token;
   auto group = CollectiveGroup::Create(options);
@@ -155,6 +159,8 @@ int Main(int argc, char** argv) {
   app.add_option("--token", token);
   app.add_option("--rank", rank);
   app.add_option("--world", world);
+  std::string only;
+  app.add_option("--only", only, "run one part: 'hier' (the 4-rank comparison)");
   CLI11_PARSE(app, argc, argv);
   if (rank >= 0) return RunRank(mode, gcs_address, token, rank, world);
   if (::access(peer.c_str(), R_OK) != 0) {
@@ -167,38 +173,59 @@ int Main(int argc, char** argv) {
   testing::GcsProcess gcs(redis);
   testing::TempDir dir;
   std::string self = testing::BinDir() + "/allreduce_bench";
-  auto run_ranks = [&](const std::string& what, int n, const std::string& shm) {
+  // `machines` > 1: the ranks play that many machines (consecutive ranks on each).
+  auto run_ranks = [&](const std::string& what, int n, const std::string& shm, int machines = 1) {
     std::vector<testing::ChildProcess> ranks;
+    std::string tag = absl::StrCat(what, shm, "m", machines, "-");
     for (int r = 0; r < n; ++r) {
-      ranks.emplace_back(
-          std::vector<std::string>{self, "--mode", what, "--gcs", gcs.address(), "--token",
-                                   gcs.token(), "--rank", std::to_string(r), "--world",
-                                   std::to_string(n)},
-          absl::StrCat(dir.path(), "/", what, shm, r, ".log"),
-          std::vector<std::pair<std::string, std::string>>{{"PHALANX_COLLECTIVE_SHM", shm}});
+      std::vector<std::pair<std::string, std::string>> env = {{"PHALANX_COLLECTIVE_SHM", shm}};
+      if (machines > 1) env.emplace_back("PHALANX_MACHINE_ID", absl::StrCat("h", r * machines / n));
+      ranks.emplace_back(std::vector<std::string>{self, "--mode", what, "--gcs", gcs.address(),
+                                                  "--token", gcs.token(), "--rank",
+                                                  std::to_string(r), "--world", std::to_string(n)},
+                         absl::StrCat(dir.path(), "/", tag, r, ".log"), env);
     }
     for (auto& p : ranks) p.WaitExit(absl::Minutes(5));
-    return ReadFile(absl::StrCat(dir.path(), "/", what, shm, "0.log")).value_or("");
+    return ReadFile(absl::StrCat(dir.path(), "/", tag, "0.log")).value_or("");
   };
 
-  std::printf("# allreduce_bench: 2 ranks on loopback, float32, GB/s = 1e9 B/s\n");
+  std::printf(
+      "# allreduce_bench: 2 ranks on loopback (4 for the hierarchical path), float32, GB/s = "
+      "1e9 B/s\n");
   const char* header = "%-10s %8s %5s %10s %10s %10s\n";
-  std::printf("## Phalanx, Gloo backend, ranks on one machine: shared memory\n");
+  // --only hier: the 4-rank comparison alone (a shorter run).
+  const bool all = only != "hier";
+  std::string ours, tcp, theirs, reconfigure, reconfigure_tcp;
+  if (all) {
+    std::printf("## Phalanx, host backend, ranks on one machine: shared memory\n");
+    std::printf(header, "op", "size", "iters", "median_us", "algbw", "busbw");
+    ours = run_ranks("bandwidth", 2, "1");
+    std::printf("%s", ours.c_str());
+    std::printf("## Phalanx, host backend over loopback TCP (PHALANX_COLLECTIVE_SHM=0)\n");
+    std::printf(header, "op", "size", "iters", "median_us", "algbw", "busbw");
+    tcp = run_ranks("bandwidth", 2, "0");
+    std::printf("%s", tcp.c_str());
+    std::printf("## torch.distributed Gloo (%s)\n", peer.c_str());
+    theirs = bench::Shell(absl::StrCat("GLOO_SOCKET_IFNAME=lo timeout 600 /usr/bin/python3 ", peer,
+                                       " --nproc 2 2>&1"));
+    std::printf("%s", theirs.c_str());
+  }
+  std::printf(
+      "## Phalanx, hierarchical: 4 ranks as 2 machines x 2 (PHALANX_MACHINE_ID), shared memory "
+      "inside, one loopback TCP stream between the leaders\n");
   std::printf(header, "op", "size", "iters", "median_us", "algbw", "busbw");
-  std::string ours = run_ranks("bandwidth", 2, "1");
-  std::printf("%s", ours.c_str());
-  std::printf("## Phalanx, Gloo backend over loopback TCP (PHALANX_COLLECTIVE_SHM=0)\n");
-  std::printf(header, "op", "size", "iters", "median_us", "algbw", "busbw");
-  std::string tcp = run_ranks("bandwidth", 2, "0");
-  std::printf("%s", tcp.c_str());
-  std::printf("## torch.distributed Gloo (%s)\n", peer.c_str());
-  std::string theirs = bench::Shell(
-      absl::StrCat("GLOO_SOCKET_IFNAME=lo timeout 600 /usr/bin/python3 ", peer, " --nproc 2 2>&1"));
-  std::printf("%s", theirs.c_str());
-  std::string reconfigure = run_ranks("reconfigure", 4, "1");
-  std::printf("shared memory: %s", reconfigure.c_str());
-  std::string reconfigure_tcp = run_ranks("reconfigure", 4, "0");
-  std::printf("Gloo over TCP (as across machines): %s", reconfigure_tcp.c_str());
+  std::string hier = run_ranks("bandwidth", 4, "1", 2);
+  std::printf("%s", hier.c_str());
+  std::printf("## torch.distributed Gloo, 4 ranks\n");
+  std::string theirs4 = bench::Shell(
+      absl::StrCat("GLOO_SOCKET_IFNAME=lo timeout 600 /usr/bin/python3 ", peer, " --nproc 4 2>&1"));
+  std::printf("%s", theirs4.c_str());
+  if (all) {
+    reconfigure = run_ranks("reconfigure", 4, "1");
+    std::printf("shared memory: %s", reconfigure.c_str());
+    reconfigure_tcp = run_ranks("reconfigure", 4, "0");
+    std::printf("TCP between every rank (as across machines): %s", reconfigure_tcp.c_str());
+  }
 
   for (const char* size : {"1MiB", "16MiB", "64MiB"}) {
     double a = Busbw(ours, "allreduce", size), t = Busbw(tcp, "allreduce", size),
@@ -208,15 +235,26 @@ int Main(int argc, char** argv) {
         "(TCP %.2f)\n",
         size, a, t, b, b > 0 ? a / b : 0, b > 0 ? t / b : 0);
   }
+  for (const char* size : {"1MiB", "16MiB", "64MiB"}) {
+    double h = Busbw(hier, "allreduce", size), t4 = Busbw(theirs4, "allreduce", size);
+    std::printf(
+        "allreduce %-6s busbw, 4 ranks: phalanx hierarchical (2 machines x 2) %.3f GB/s, torch "
+        "gloo %.3f GB/s, ratio %.2f\n",
+        size, h, t4, t4 > 0 ? h / t4 : 0);
+  }
   double ours16 = Busbw(ours, "allreduce", "16MiB"), theirs16 = Busbw(theirs, "allreduce", "16MiB");
+  double hier16 = Busbw(hier, "allreduce", "16MiB"),
+         theirs4_16 = Busbw(theirs4, "allreduce", "16MiB");
   std::smatch m;
   double reconf = 0;
   if (std::regex_search(reconfigure, m, std::regex(R"(median ([\d.]+) ms)"))) {
     reconf = std::stod(m[1].str());
   }
   std::printf(
-      "RESULT busbw_16MiB=%.3f torch_gloo_busbw_16MiB=%.3f ratio=%.3f reconfigure_ms=%.1f\n",
-      ours16, theirs16, theirs16 > 0 ? ours16 / theirs16 : 0, reconf);
+      "RESULT busbw_16MiB=%.3f torch_gloo_busbw_16MiB=%.3f ratio=%.3f reconfigure_ms=%.1f "
+      "hier_busbw_16MiB=%.3f torch_gloo_4_busbw_16MiB=%.3f hier_ratio=%.3f\n",
+      ours16, theirs16, theirs16 > 0 ? ours16 / theirs16 : 0, reconf, hier16, theirs4_16,
+      theirs4_16 > 0 ? hier16 / theirs4_16 : 0);
   return 0;
 }
 

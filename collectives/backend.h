@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -26,6 +27,13 @@ class CommBackend {
   virtual absl::Status ReduceScatter(const void* in, void* out, size_t count, DType dtype,
                                      ReduceOp op, absl::Duration timeout) = 0;
   virtual absl::Status Barrier(absl::Duration timeout) = 0;
+  // The reduction lands in `root`'s `data` only (others' `data` is left undefined). Default:
+  // an allreduce.
+  virtual absl::Status Reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
+                              absl::Duration timeout) {
+    (void)root;
+    return Allreduce(data, count, dtype, op, timeout);
+  }
   virtual absl::Status Send(const void* data, size_t count, DType dtype, int dst,
                             absl::Duration timeout) = 0;
   virtual absl::Status Recv(void* data, size_t count, DType dtype, int src,
@@ -47,11 +55,26 @@ struct ConnectOptions {
 absl::StatusOr<std::unique_ptr<CommBackend>> ConnectGloo(KvStore* store,
                                                          const ConnectOptions& options);
 
-// The host-memory transport: when every member runs on this machine (and
-// `allow_shared_memory`), a shared-memory segment carries every call; otherwise Gloo.
+// The host-memory transport. Every member on this machine (and `allow_shared_memory`): one
+// shared-memory segment carries every call (ConnectShm). Members on several machines: the
+// hierarchical backend (shared memory inside each machine, one TCP stream per pair of
+// machines between their leaders). Without shared memory: that backend with every member
+// its own "machine", i.e. TCP between all. $PHALANX_COLLECTIVE_TRANSPORT=gloo: Gloo's mesh.
 absl::StatusOr<std::unique_ptr<CommBackend>> ConnectHost(KvStore* store,
                                                          const ConnectOptions& options,
                                                          bool allow_shared_memory);
+
+// A shared-memory segment for `options.world_size` members, all on this machine (keys under
+// `store`). FailedPrecondition when some member could not map it (then no member uses it).
+// `group_ranks[i]`: the rank errors name for member i (empty: i itself).
+absl::StatusOr<std::unique_ptr<CommBackend>> ConnectShm(KvStore* store,
+                                                        const ConnectOptions& options,
+                                                        std::vector<int> group_ranks = {});
+
+// The hierarchical backend: members with equal `node_keys[rank]` share a machine (shared
+// memory among them); the first member of each node is its leader; leaders form a TCP mesh.
+absl::StatusOr<std::unique_ptr<CommBackend>> ConnectHierarchical(
+    KvStore* store, const ConnectOptions& options, const std::vector<std::string>& node_keys);
 
 // Forms an NCCL communicator; `previous` (this member's communicator of the last epoch, may
 // be null) is shrunk instead of re-initialized when the new epoch only drops members

@@ -1,6 +1,6 @@
 // CollectiveGroup: the ranks of a training job exchanging buffers — allreduce, allgather,
-// broadcast, reduce-scatter, barrier, send/recv — over Gloo (host memory, TCP) or NCCL (GPU
-// memory), with membership by epoch.
+// broadcast, reduce-scatter, barrier, send/recv — in host memory (Backend::kGloo: shared
+// memory and TCP) or GPU memory (NCCL), with membership by epoch.
 //
 //   auto group = CollectiveGroup::Create({.name = "job-7"});
 //   group->Reconfigure(/*epoch=*/1, /*rank=*/r, /*world_size=*/4);   // every member calls it
@@ -13,10 +13,19 @@
 // can never go back to an older epoch than one the group already reached (its call is
 // refused), so a stale process cannot join the current members.
 //
+// Host memory: members on one machine share a memory segment. A group that spans machines is
+// hierarchical: shared memory among the members on each machine, and ONE TCP stream per pair
+// of machines, between their leaders (the machine's lowest rank); an allreduce is a local
+// reduce, a ring among the leaders, a local broadcast. Send/recv across machines open a direct
+// stream on first use. Every path gives the same results for every op and dtype (floating-
+// point sums up to the order of additions).
+//
 // A peer's death never hangs the others: the collective in flight fails as soon as the dead
-// peer's connections close (or at the call's timeout), and the group stays failed until the
-// next Reconfigure. Every call has a timeout. Calls are issued in order: collectives must be
-// called in the same order on every member (as with MPI, Gloo and NCCL).
+// peer's connections close or its process is seen gone (milliseconds), naming the peer, or at
+// the call's timeout for a peer that vanished silently (a host whose link went down, a stopped
+// process), unless Abort() ends it first. The group stays failed until the next Reconfigure.
+// Every call has a timeout. Calls are issued in order: collectives must be called in the same
+// order on every member (as with MPI, Gloo and NCCL).
 //
 // Thread-safe; ops on one group run one at a time in call order (the async forms queue).
 // No Gloo, NCCL or gRPC in this header.
@@ -55,12 +64,14 @@ struct GroupOptions {
   // session on this machine.
   std::string gcs_address;
   std::string token;
-  // The address peers reach this member at (Gloo's TCP device binds it).
+  // The address (IPv4) peers on other machines reach this member at: its TCP streams listen
+  // there.
   std::string host = "127.0.0.1";
   // The default timeout of every call, and of forming an epoch.
   absl::Duration timeout = absl::Seconds(30);
-  // Gloo: when every member runs on one machine, collectives go through shared memory
-  // instead of loopback TCP (send/recv stay on TCP). $PHALANX_COLLECTIVE_SHM=0 turns it off.
+  // Host memory: members on one machine talk through shared memory instead of loopback TCP.
+  // Off (or $PHALANX_COLLECTIVE_SHM=0): TCP between every pair of members.
+  // $PHALANX_COLLECTIVE_TRANSPORT=gloo: Gloo's TCP mesh instead (for comparison).
   bool shared_memory = true;
   // NCCL: the CUDA device of this member (-1: rank % device count) and the stream ops are
   // issued on (a cudaStream_t; nullptr: the group's own stream). Buffers are device memory.
@@ -184,9 +195,12 @@ class CollectiveGroup {
     return RecvAsync(data, count, dtype, src, timeout).Wait();
   }
 
-  // Makes the call in flight (if any) fail at once, from any thread, and leaves the group
-  // failed until the next Reconfigure; peers blocked on this member fail too. For a
-  // controller that knows a peer is gone before the transport does.
+  // Makes the call in flight (if any) fail at once, from any thread — host memory: within
+  // milliseconds on every transport (shared memory, TCP, Gloo), even when the call waits on a
+  // peer that vanished without closing its connections; NCCL: ncclCommAbort — and leaves the
+  // group failed until the next Reconfigure. Peers blocked on this member fail too (its
+  // connections are shut down). For a controller that knows a peer is gone before the
+  // transport does: abort every survivor, then Reconfigure them.
   virtual void Abort(const std::string& reason) = 0;
 
   // Runs the network check on every member (all must call it); see NetworkCheckOptions.

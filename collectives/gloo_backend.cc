@@ -8,8 +8,11 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/pair.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <regex>
@@ -64,6 +67,14 @@ class GlooStore : public gloo::rendezvous::Store {
   absl::Duration timeout_;
 };
 
+// The socket of a Gloo TCP pair (a protected member: reached through a pointer to member
+// formed in a derived class, which the language allows).
+struct PairSocket : gloo::transport::tcp::Pair {
+  static int Of(gloo::transport::Pair* pair) {
+    return static_cast<gloo::transport::tcp::Pair*>(pair)->*(&PairSocket::fd_);
+  }
+};
+
 std::chrono::milliseconds Ms(absl::Duration d) {
   return std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
 }
@@ -72,7 +83,21 @@ class GlooBackend final : public CommBackend {
  public:
   GlooBackend(std::shared_ptr<gloo::transport::Device> device,
               std::shared_ptr<gloo::rendezvous::Context> context, KvStore store, int rank)
-      : device_(std::move(device)), context_(std::move(context)), store_(store), rank_(rank) {}
+      : device_(std::move(device)), context_(std::move(context)), store_(store), rank_(rank) {
+    // Our own descriptors of the pairs' sockets, for Abort: Gloo may close (and the process
+    // reuse) its numbers, ours stay valid until we close them.
+    for (int r = 0; r < context_->size; ++r) {
+      if (r == rank_) continue;
+      int fd = PairSocket::Of(context_->getPair(r).get());
+      if (fd >= 0) sockets_.push_back(::dup(fd));
+    }
+  }
+
+  ~GlooBackend() override {
+    for (int fd : sockets_) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
 
   absl::Status Allreduce(void* data, size_t count, DType dtype, ReduceOp op,
                          absl::Duration timeout) override {
@@ -124,14 +149,16 @@ class GlooBackend final : public CommBackend {
     return absl::OkStatus();
   }
 
-  // Closes every connection of this member, so that peers blocked on it wake at once
-  // ("connection closed by peer") instead of waiting for their timeout.
+  // Shuts down every connection of this member, from any thread. Gloo's device loop then
+  // reads end-of-stream on each pair and fails the buffers waiting on it, so the call in
+  // flight here ends at once, even when it waits on a peer that vanished without a FIN;
+  // peers blocked on this member see the close at once too. (Gloo's own closeConnections()
+  // closes the sockets without failing the waiting buffers: a call blocked on a silent peer
+  // would sit until its timeout.)
   void Abort() override {
-    if (aborted_) return;
-    aborted_ = true;
-    try {
-      context_->closeConnections();
-    } catch (const std::exception&) {
+    if (aborted_.exchange(true)) return;
+    for (int fd : sockets_) {
+      if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
     }
   }
 
@@ -215,6 +242,10 @@ class GlooBackend final : public CommBackend {
       return absl::OkStatus();
     } catch (const std::exception& e) {
       std::string message = e.what();
+      if (aborted_.load()) {
+        return absl::UnavailableError(
+            absl::StrCat("aborted (CollectiveGroup::Abort); Gloo said: ", message));
+      }
       std::string peer = PeerIn(message);
       bool timed_out = message.find("Timed out") != std::string::npos ||
                        message.find("timed out") != std::string::npos;
@@ -283,7 +314,8 @@ class GlooBackend final : public CommBackend {
   std::map<int, std::pair<std::string, pid_t>> procs_;  // rank → (machine, pid)
   std::map<int, uint64_t> send_seq_;
   std::map<int, uint64_t> recv_seq_;
-  bool aborted_ = false;
+  std::vector<int> sockets_;  // dup()s of the pairs' sockets
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Shared memory for members on one machine (as NCCL does within a node): every call goes
 // through one shared segment instead of loopback TCP, and forming an epoch needs no TCP mesh
-// at all (a few key-value exchanges). Groups that span machines use Gloo.
+// at all (a few key-value exchanges). Groups that span machines use it inside each machine
+// (see hier_backend.cc).
 //
 // Segment: a control block (barrier counter and generation, an abort flag, each member's pid)
 // and one slot of kChunk bytes per member. A buffer is processed chunk by chunk: each member
@@ -20,6 +21,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/backend.h"
@@ -54,8 +56,9 @@ long Futex(std::atomic<uint32_t>* addr, int op, uint32_t value, const timespec* 
 
 class ShmBackend final : public CommBackend {
  public:
-  ShmBackend(void* base, size_t size, int rank, int world)
-      : base_(static_cast<uint8_t*>(base)),
+  ShmBackend(void* base, size_t size, int rank, int world, std::vector<int> group_ranks)
+      : group_ranks_(std::move(group_ranks)),
+        base_(static_cast<uint8_t*>(base)),
         size_(size),
         rank_(rank),
         world_(world),
@@ -156,6 +159,33 @@ class ShmBackend final : public CommBackend {
     return absl::OkStatus();
   }
 
+  // Every member reduces its share of each chunk across the slots, in place in slot 0; the
+  // root copies the chunk out.
+  absl::Status Reduce(void* data, size_t count, DType dtype, ReduceOp op, int root,
+                      absl::Duration timeout) override {
+    absl::Time deadline = absl::Now() + timeout;
+    size_t elem = DTypeSize(dtype);
+    size_t per_chunk = kChunk / elem;
+    ReduceFn reduce = ReduceFunction(dtype, op);
+    uint8_t* bytes = static_cast<uint8_t*>(data);
+    for (size_t done = 0; done < count; done += per_chunk) {
+      size_t n = std::min(per_chunk, count - done);
+      std::memcpy(Slot(rank_), bytes + done * elem, n * elem);
+      if (auto s = Barrier(deadline); !s.ok()) return s;
+      size_t share = (n + world_ - 1) / world_;
+      size_t begin = std::min(n, share * rank_), end = std::min(n, begin + share);
+      if (end > begin) {
+        uint8_t* acc = Slot(0) + begin * elem;
+        for (int r = 1; r < world_; ++r) reduce(acc, acc, Slot(r) + begin * elem, end - begin);
+        if (op == ReduceOp::kAvg) DivideInPlace(acc, end - begin, dtype, world_);
+      }
+      if (auto s = Barrier(deadline); !s.ok()) return s;
+      if (rank_ == root) std::memcpy(bytes + done * elem, Slot(0), n * elem);
+      if (auto s = Barrier(deadline); !s.ok()) return s;  // slots free for the next chunk
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Barrier(absl::Duration timeout) override { return Barrier(absl::Now() + timeout); }
 
   // One chunk at a time through our slot; each waits until the receiver took it, so the
@@ -240,10 +270,11 @@ class ShmBackend final : public CommBackend {
         control_->failed_rank.compare_exchange_strong(none, peer);
         Abort();
         return absl::UnavailableError(
-            absl::StrCat("peer rank ", peer, " (pid ", pid, ", same machine) died"));
+            absl::StrCat("peer rank ", GroupRank(peer), " (pid ", pid, ", same machine) died"));
       }
       if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat("timed out waiting for rank ", peer));
+        return absl::DeadlineExceededError(
+            absl::StrCat("timed out waiting for rank ", GroupRank(peer)));
       }
     }
   }
@@ -273,7 +304,7 @@ class ShmBackend final : public CommBackend {
           control_->failed_rank.compare_exchange_strong(none, r);
           Abort();
           return absl::UnavailableError(
-              absl::StrCat("peer rank ", r, " (pid ", pid, ", same machine) died"));
+              absl::StrCat("peer rank ", GroupRank(r), " (pid ", pid, ", same machine) died"));
         }
       }
       if (absl::Now() > deadline) {
@@ -286,10 +317,18 @@ class ShmBackend final : public CommBackend {
   absl::Status Aborted() const {
     int failed = control_->failed_rank.load();
     return absl::UnavailableError(
-        failed >= 0 ? absl::StrCat("peer rank ", failed, " died (shared-memory group aborted)")
-                    : std::string("another member aborted the shared-memory group"));
+        failed >= 0
+            ? absl::StrCat("peer rank ", GroupRank(failed), " died (shared-memory group aborted)")
+            : std::string("another member aborted the shared-memory group"));
   }
 
+  // The rank in the whole group of each member here (errors name those), when this segment
+  // serves one machine's members of a larger group.
+  int GroupRank(int r) const {
+    return r < static_cast<int>(group_ranks_.size()) ? group_ranks_[r] : r;
+  }
+
+  const std::vector<int> group_ranks_;
   uint8_t* base_;
   size_t size_;
   int rank_;
@@ -300,19 +339,13 @@ class ShmBackend final : public CommBackend {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CommBackend>> ConnectHost(KvStore* store,
-                                                         const ConnectOptions& options,
-                                                         bool allow_shared_memory) {
-  if (!allow_shared_memory || options.world_size < 2 || options.world_size > kMaxMembers) {
-    return ConnectGloo(store, options);
-  }
-  // Only when every member runs on this machine.
-  std::string here = MachineId();
-  if (auto s = store->Set(absl::StrCat("machine/", options.rank), here); !s.ok()) return s;
-  for (int r = 0; r < options.world_size; ++r) {
-    auto there = store->Get(absl::StrCat("machine/", r), options.timeout);
-    if (!there.ok()) return there.status();
-    if (*there != here) return ConnectGloo(store, options);
+absl::StatusOr<std::unique_ptr<CommBackend>> ConnectShm(KvStore* store,
+                                                        const ConnectOptions& options,
+                                                        std::vector<int> group_ranks) {
+  if (options.world_size < 2 || options.world_size > kMaxMembers) {
+    return absl::FailedPreconditionError(absl::StrCat("shared memory serves 2..", kMaxMembers,
+                                                      " members on one machine, not ",
+                                                      options.world_size));
   }
   size_t size = sizeof(Control) + kChunk * options.world_size;
   std::string name;
@@ -364,9 +397,11 @@ absl::StatusOr<std::unique_ptr<CommBackend>> ConnectHost(KvStore* store,
   if (options.rank == 0 && !name.empty()) ::shm_unlink(name.c_str());  // gone with the last map
   if (!all) {
     if (mapped) ::munmap(base, size);
-    return ConnectGloo(store, options);
+    return absl::FailedPreconditionError(
+        "a member could not map the shared-memory segment (is /dev/shm mounted and writable?)");
   }
-  return std::unique_ptr<CommBackend>(new ShmBackend(base, size, options.rank, options.world_size));
+  return std::unique_ptr<CommBackend>(
+      new ShmBackend(base, size, options.rank, options.world_size, std::move(group_ranks)));
 }
 
 }  // namespace phalanx::collective

@@ -432,6 +432,65 @@ void GcsActorManager::Apply(Effects effects) {
   if (effects.freed && on_freed_) on_freed_();
 }
 
+absl::Status GcsActorManager::RenewLease(const std::string& actor_id, int attempt,
+                                         absl::Duration timeout, bool* stale) {
+  if (timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "RenewActorLease: timeout_ms must be > 0 (how long the lease lasts without a renewal)");
+  }
+  absl::MutexLock lock(&mu_);
+  const rpc::ActorInfo* actor = actors_.Find(actor_id);
+  *stale = actor == nullptr || actor->state() == rpc::ACTOR_DEAD ||
+           actor->num_restarts() != attempt || !Placed(*actor);
+  if (*stale) {
+    auto it = leases_.find(actor_id);
+    if (it != leases_.end() && it->second.attempt == attempt) leases_.erase(it);
+    return absl::OkStatus();
+  }
+  leases_[actor_id] = Lease{attempt, timeout, absl::Now() + timeout};
+  return absl::OkStatus();
+}
+
+void GcsActorManager::ExpireLeases() {
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Time now = absl::Now();
+    for (auto it = leases_.begin(); it != leases_.end();) {
+      auto next = std::next(it);
+      const auto& [id, lease] = *it;
+      if (lease.deadline > now) {
+        it = next;
+        continue;
+      }
+      const rpc::ActorInfo* actor = actors_.Find(id);
+      if (actor != nullptr && Placed(*actor) && actor->num_restarts() == lease.attempt) {
+        auto node = nodes_->Get(actor->node_id());
+        rpc::KillActorRequest kill;
+        kill.set_actor_id(id);
+        kill.set_attempt(lease.attempt);
+        auto* cause = kill.mutable_cause();
+        cause->set_kind(rpc::DeathCause::LEASE_EXPIRED);
+        cause->set_time_ms(NowMs());
+        cause->set_message(absl::StrCat(
+            "no lease renewal for ", absl::FormatDuration(lease.timeout + (now - lease.deadline)),
+            " (stopped, deadlocked or cut off)"));
+        spdlog::warn("{}: lease expired ({}); killing it", rpc::DescribeActor(*actor),
+                     cause->message());
+        if (node) effects.kills.emplace_back(node->address(), kill);
+      }
+      leases_.erase(it);
+      it = next;
+    }
+  }
+  Apply(std::move(effects));
+}
+
+void GcsActorManager::LeasesStalled(absl::Duration how_long) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, lease] : leases_) lease.deadline += how_long;
+}
+
 void GcsActorManager::SetResourcesFreedCallback(std::function<void()> callback) {
   on_freed_ = std::move(callback);
 }

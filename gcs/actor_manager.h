@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "gcs/node_client_pool.h"
@@ -78,6 +79,19 @@ class GcsActorManager {
   // Kills every actor of a placement group for good (the group was removed).
   void KillGroup(const std::string& pg_id);
 
+  // Liveness leases (an elastic controller holds one). RenewLease arms or re-arms the lease of
+  // an actor's attempt for `timeout`; *stale is set when that attempt is no longer the actor's
+  // current one (it was replaced: the caller must exit). ExpireLeases, called by the health
+  // checker, kills every attempt whose lease ran out (cause LEASE_EXPIRED), and the actor
+  // restarts as its max_restarts allows. Leases live in memory: after a GCS restart a lease
+  // exists again at the attempt's next renewal.
+  absl::Status RenewLease(const std::string& actor_id, int attempt, absl::Duration timeout,
+                          bool* stale);
+  void ExpireLeases();
+  // The GCS itself was stalled for `how_long`: renewals of that time may still be queued, so
+  // every lease deadline moves by it (the actors are not to blame).
+  void LeasesStalled(absl::Duration how_long);
+
  private:
   struct Dispatch {
     std::string node_address;
@@ -113,6 +127,12 @@ class GcsActorManager {
   mutable absl::Mutex mu_;
   Table<rpc::ActorInfo> actors_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> pending_ ABSL_GUARDED_BY(mu_);  // actor ids, FIFO
+  struct Lease {
+    int attempt = 0;
+    absl::Duration timeout;
+    absl::Time deadline;
+  };
+  absl::flat_hash_map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);  // by actor id
 };
 
 // Checks an actor request's fields; the error names the field and the fix.

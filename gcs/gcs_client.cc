@@ -247,6 +247,18 @@ class GcsClientImpl final : public GcsClient {
     return Call(&Stub::KillActor, request).status();
   }
 
+  absl::StatusOr<bool> RenewActorLease(const std::string& actor_id, int attempt,
+                                       absl::Duration timeout) override {
+    rpc::RenewActorLeaseRequest request;
+    request.set_actor_id(actor_id);
+    request.set_attempt(attempt);
+    request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+    // A renewal that cannot arrive in time is worth nothing: bounded by the lease itself.
+    auto reply = Call(&Stub::RenewActorLease, request, std::min(timeout, options_.rpc_timeout));
+    if (!reply.ok()) return reply.status();
+    return reply->stale();
+  }
+
   absl::Status UpdateActor(const rpc::ActorInfo& actor) override {
     rpc::UpdateActorRequest request;
     *request.mutable_actor() = actor;

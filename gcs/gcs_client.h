@@ -70,6 +70,10 @@ class GcsClient {
       const rpc::ReportActorStateRequest& report) = 0;
   // Kills an actor; with no_restart = false it restarts as its max_restarts allows.
   virtual absl::Status KillActor(const std::string& actor_id, bool no_restart) = 0;
+  // Renews the liveness lease of `attempt` of an actor for `timeout` (see RenewActorLease in
+  // gcs.proto). Returns true when that attempt was replaced: the caller must exit.
+  virtual absl::StatusOr<bool> RenewActorLease(const std::string& actor_id, int attempt,
+                                               absl::Duration timeout) = 0;
   // Writes an actor record as given (tools and tests; not the lifecycle).
   virtual absl::Status UpdateActor(const rpc::ActorInfo& actor) = 0;
   // By id; NotFound names the actor.

@@ -38,7 +38,7 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
   GcsServiceImpl(std::string token, std::string cluster_id, GcsPublisher* publisher,
                  GcsNodeManager* nodes, GcsKvManager* kv, GcsActorManager* actors,
                  RecordTable<rpc::JobInfo>* jobs, GcsPlacementGroupManager* placement_groups,
-                 GcsJobManager* job_manager)
+                 GcsJobManager* job_manager, absl::Duration node_timeout)
       : token_(std::move(token)),
         cluster_id_(std::move(cluster_id)),
         start_time_ms_(NowMs()),
@@ -48,7 +48,8 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
         actors_(actors),
         jobs_(jobs),
         placement_groups_(placement_groups),
-        job_manager_(job_manager) {}
+        job_manager_(job_manager),
+        node_timeout_(node_timeout) {}
 
   void Stop() { stopping_ = true; }
 
@@ -68,6 +69,7 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     if (auto s = nodes_->Register(request->node()); !s.ok()) return rpc::ToGrpc(s);
     reply->set_incarnation(publisher_->incarnation());
     reply->set_cluster_id(cluster_id_);
+    reply->set_node_timeout_ms(absl::ToInt64Milliseconds(node_timeout_));
     return grpc::Status::OK;
   }
 
@@ -160,6 +162,17 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
                          rpc::KillActorViaGcsReply*) override {
     PHX_AUTH(context);
     return rpc::ToGrpc(actors_->Kill(request->actor_id(), request->no_restart()));
+  }
+  grpc::Status RenewActorLease(grpc::ServerContext* context,
+                               const rpc::RenewActorLeaseRequest* request,
+                               rpc::RenewActorLeaseReply* reply) override {
+    PHX_AUTH(context);
+    bool stale = false;
+    auto s = actors_->RenewLease(request->actor_id(), request->attempt(),
+                                 absl::Milliseconds(request->timeout_ms()), &stale);
+    if (!s.ok()) return rpc::ToGrpc(s);
+    reply->set_stale(stale);
+    return grpc::Status::OK;
   }
 
   grpc::Status UpdateActor(grpc::ServerContext* context, const rpc::UpdateActorRequest* request,
@@ -366,6 +379,7 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
   RecordTable<rpc::JobInfo>* jobs_;
   GcsPlacementGroupManager* placement_groups_;
   GcsJobManager* job_manager_;
+  const absl::Duration node_timeout_;
   std::atomic<bool> stopping_{false};
 };
 
@@ -443,9 +457,9 @@ class GcsServerImpl final : public GcsServer {
     if (auto s = placement_groups_.Load(); !s.ok()) return s;
     if (auto s = actors_.Load(); !s.ok()) return s;
     if (auto s = jobs_.Load(); !s.ok()) return s;
-    service_ =
-        std::make_unique<GcsServiceImpl>(options_.token, cluster_id, &publisher_, &nodes_, &kv_,
-                                         &actors_, &jobs_, &placement_groups_, &job_manager_);
+    service_ = std::make_unique<GcsServiceImpl>(options_.token, cluster_id, &publisher_, &nodes_,
+                                                &kv_, &actors_, &jobs_, &placement_groups_,
+                                                &job_manager_, options_.node_timeout);
     auto started =
         rpc::StartServer(absl::StrCat(options_.listen_host, ":", options_.port), {service_.get()});
     if (!started.ok()) {
@@ -486,8 +500,12 @@ class GcsServerImpl final : public GcsServer {
       absl::Time slept = absl::Now();
       absl::SleepFor(options_.health_check_period);
       absl::Duration late = absl::Now() - slept - options_.health_check_period;
-      if (late > options_.node_timeout / 4) nodes_.Stalled(late);
+      if (late > options_.node_timeout / 4) {
+        nodes_.Stalled(late);
+        actors_.LeasesStalled(late);
+      }
       nodes_.CheckHeartbeats();
+      actors_.ExpireLeases();
     }
   }
 

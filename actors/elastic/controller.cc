@@ -1,5 +1,8 @@
 #include "actors/elastic/controller.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <deque>
 #include <fstream>
@@ -20,6 +23,7 @@
 #include "runtime/common/system.h"
 #include "runtime/rpc/describe.h"
 #include "runtime/worker/core_worker.h"
+#include "runtime/worker/worker_host.h"
 
 namespace phalanx::elastic {
 namespace {
@@ -28,6 +32,10 @@ using Handle = ActorHandle<AnyActor>;
 using Metrics = std::map<std::string, double>;
 
 constexpr char kKvNamespace[] = "elastic";
+// How often the step loop looks up from waiting for a step (to notice a member's death).
+constexpr absl::Duration kStepWaitSlice = absl::Milliseconds(20);
+// After a member died and the survivors were told to abort, how long their answers may take.
+constexpr absl::Duration kAbortedStepGrace = absl::Seconds(2);
 
 // One rank (or a rank to be): its actor and what it was started with.
 struct Member {
@@ -56,6 +64,7 @@ class Controller {
       stopping_ = true;
     }
     if (thread_.joinable()) thread_.join();
+    if (lease_thread_.joinable()) lease_thread_.join();
   }
 
   bool Start() {
@@ -115,6 +124,11 @@ class Controller {
     el->set_last_checkpoint_step(last_checkpoint_);
     el->set_steps_per_second(steps_per_second_);
     el->clear_members();
+    live_members_.clear();
+    for (const auto& m : members_) live_members_.emplace(m.actor_id, m.handle);
+    for (auto it = dead_members_.begin(); it != dead_members_.end();) {
+      it = live_members_.count(*it) ? std::next(it) : dead_members_.erase(it);
+    }
     for (size_t r = 0; r < members_.size(); ++r) {
       auto* m = el->add_members();
       m->set_rank(static_cast<int>(r));
@@ -187,6 +201,64 @@ class Controller {
     }
     kv->erase(ours);
     kv->erase(absl::StrCat(job_id_, "/checkpoint"));
+  }
+
+  // ---- liveness --------------------------------------------------------------------
+
+  // Renews this controller's lease through the GCS for as long as the actor lives (also after
+  // the job ended: an expired lease would start a controller again). Each renewal takes the
+  // controller's lock, so a controller deadlocked on it stops renewing too. A renewal that
+  // says this attempt was replaced (a controller on a host that came back) ends the process:
+  // two controllers must never drive one job.
+  void LeaseLoop(HostedActor me, absl::Duration lease) {
+    absl::Duration period = lease / 4;
+    absl::Time last_ok = absl::Now();
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), period)) return;
+      }
+      auto stale = gcs_->RenewActorLease(me.actor_id, me.attempt, lease);
+      if (stale.ok() && *stale) {
+        spdlog::error("job {}: this controller (attempt {}) was replaced; exiting", job_id_,
+                      me.attempt);
+        spdlog::default_logger()->flush();
+        ::kill(::getpid(), SIGKILL);
+      }
+      if (stale.ok()) {
+        last_ok = absl::Now();
+      } else if (absl::Now() - last_ok > lease) {
+        spdlog::warn("job {}: cannot renew the controller's lease for {}: {}", job_id_,
+                     absl::FormatDuration(absl::Now() - last_ok), stale.status());
+      }
+    }
+  }
+
+  // A member's actor died (its process, or its node): the survivors' step in flight cannot
+  // finish, and on a host that vanished their collective would wait for its timeout. Abort
+  // it now; the step loop then removes the dead and forms the next epoch.
+  void OnActorMessage(const rpc::ActorInfo& actor) {
+    if (actor.state() != rpc::ACTOR_DEAD) return;
+    std::vector<Handle> survivors;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!live_members_.count(actor.actor_id()) ||
+          !dead_members_.insert(actor.actor_id()).second) {
+        return;
+      }
+      for (const auto& [id, handle] : live_members_) {
+        if (!dead_members_.count(id)) survivors.push_back(handle);
+      }
+    }
+    spdlog::info("job {}: rank actor {} died ({}): aborting the step on {} survivor(s)", job_id_,
+                 ShortId(actor.actor_id()), rpc::DescribeCause(actor.death_cause()),
+                 survivors.size());
+    for (auto& h : survivors) h.Call<bool>("Abort");
+  }
+
+  std::set<std::string> DeadMembers() {
+    absl::MutexLock lock(&mu_);
+    return dead_members_;
   }
 
   // ---- trainers ----------------------------------------------------------------------
@@ -398,13 +470,35 @@ class Controller {
   bool RunStep(std::vector<size_t>* lost, std::string* error) {
     std::vector<ObjectRef<Metrics>> refs;
     for (auto& m : members_) refs.push_back(m.handle.Call<Metrics>("Step", agreed_, agreed_));
-    auto waited = Wait(refs, static_cast<int>(refs.size()), absl::Seconds(spec_.hang_timeout_s));
-    if (!waited.not_ready.empty()) HandleHang(refs);
+    // Until every rank answered, or one died (the survivors were told to abort: wait for
+    // their answers only briefly), or the hang timeout.
+    absl::Time hang_at = absl::Now() + absl::Seconds(spec_.hang_timeout_s);
+    absl::Time death_grace = absl::InfiniteFuture();
+    bool all_ready = false;
+    while (absl::Now() < std::min(hang_at, death_grace)) {
+      auto waited = Wait(refs, static_cast<int>(refs.size()), kStepWaitSlice);
+      if (waited.not_ready.empty()) {
+        all_ready = true;
+        break;
+      }
+      std::set<std::string> dead = DeadMembers();
+      if (dead.empty()) continue;
+      if (death_grace == absl::InfiniteFuture()) death_grace = absl::Now() + kAbortedStepGrace;
+      bool survivors_answered = true;
+      for (size_t r = 0; r < refs.size(); ++r) {
+        survivors_answered &= dead.count(members_[r].actor_id) > 0 || refs[r].Ready();
+      }
+      if (survivors_answered) break;
+    }
+    if (!all_ready && death_grace == absl::InfiniteFuture()) HandleHang(refs);
     bool all_ok = true;
     bool done = false;
     double loss = 0;
     for (size_t r = 0; r < refs.size(); ++r) {
-      auto result = Get(refs[r], absl::Seconds(30));
+      auto result = refs[r].Ready() || all_ready
+                        ? Get(refs[r], absl::Seconds(30))
+                        : absl::StatusOr<Metrics>(absl::UnavailableError(
+                              "no answer after a member died (its step was aborted)"));
       if (!result.ok()) {
         all_ok = false;
         if (error->empty()) *error = std::string(result.status().message());
@@ -632,6 +726,10 @@ class Controller {
   }
 
   void OnMessage(const rpc::PubMessage& m) {
+    if (m.has_actor()) {
+      OnActorMessage(m.actor());
+      return;
+    }
     if (m.has_resource()) {
       auto kind = m.resource().kind();
       if (kind == rpc::ResourceEvent::NODE_ADDED || kind == rpc::ResourceEvent::RESOURCES_CHANGED) {
@@ -743,8 +841,12 @@ class Controller {
       step_log_ = std::make_unique<std::ofstream>(log->second, std::ios::app);
     }
     target_ = spec_.max_replicas;
-    auto subscription =
-        gcs_->Subscribe({rpc::RESOURCES}, [this](const rpc::PubMessage& m) { OnMessage(m); });
+    if (auto me = CurrentHostedActor()) {
+      absl::Duration lease = absl::Seconds(spec_.ControllerLeaseSeconds());
+      lease_thread_ = std::thread([this, me = *me, lease] { LeaseLoop(me, lease); });
+    }
+    auto subscription = gcs_->Subscribe({rpc::RESOURCES, rpc::ACTOR},
+                                        [this](const rpc::PubMessage& m) { OnMessage(m); });
     Train();
     subscription.reset();
     // The ranks and their reservation go with the job.
@@ -1124,6 +1226,11 @@ class Controller {
   std::string last_scale_request_ ABSL_GUARDED_BY(mu_);
   std::string new_scale_request_ ABSL_GUARDED_BY(mu_);
   bool stop_asked_ ABSL_GUARDED_BY(mu_) = false;
+  // The members' actors (for the subscription thread) and those of them reported dead since
+  // the membership was last published.
+  std::map<std::string, Handle> live_members_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> dead_members_ ABSL_GUARDED_BY(mu_);
+  std::thread lease_thread_;
   bool trainer_done_ = false;  // rank 0's last step said its loop returned
   std::thread thread_;
 };

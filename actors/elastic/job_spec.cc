@@ -148,6 +148,11 @@ absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
   return static_cast<int64_t>(std::llround(value * scale));
 }
 
+double JobSpec::ControllerLeaseSeconds() const {
+  if (controller_lease_s > 0) return controller_lease_s;
+  return std::min(hang_timeout_s / 2, 10.0);
+}
+
 int64_t JobSpec::TotalSteps() const {
   if (steps > 0) return steps;
   if (data_epochs > 0 && global_batch > 0) {
@@ -271,6 +276,10 @@ absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root) {
   if (YAML::Node h = root["hang"]) {
     if (auto s = Read(h, "timeoutSeconds", "hang.timeoutSeconds", "a number of seconds", ToDouble,
                       &spec.hang_timeout_s);
+        !s.ok())
+      return s;
+    if (auto s = Read(h, "controllerLeaseSeconds", "hang.controllerLeaseSeconds",
+                      "a number of seconds", ToDouble, &spec.controller_lease_s);
         !s.ok())
       return s;
   }
@@ -403,6 +412,12 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.hang_timeout_s <= 0) {
     return Bad("hang.timeoutSeconds", std::to_string(spec.hang_timeout_s), "give seconds > 0");
   }
+  if (spec.controller_lease_s < 0 ||
+      (spec.controller_lease_s > 0 && spec.controller_lease_s >= spec.hang_timeout_s)) {
+    return Bad("hang.controllerLeaseSeconds", std::to_string(spec.controller_lease_s),
+               "give seconds > 0 and below hang.timeoutSeconds (a hung controller must be "
+               "replaced within the hang timeout), or leave it out");
+  }
   if (spec.placement_strategy != "PACK" && spec.placement_strategy != "SPREAD" &&
       spec.placement_strategy != "STRICT_PACK" && spec.placement_strategy != "STRICT_SPREAD") {
     return Bad("placementStrategy", absl::StrCat("'", spec.placement_strategy, "'"),
@@ -506,7 +521,11 @@ std::string JobSpecToYaml(const JobSpec& spec) {
       << YAML::Value << spec.straggler_check << YAML::Key << "factor" << YAML::Value
       << spec.straggler_factor << YAML::EndMap;
   out << YAML::Key << "hang" << YAML::Value << YAML::BeginMap << YAML::Key << "timeoutSeconds"
-      << YAML::Value << spec.hang_timeout_s << YAML::EndMap;
+      << YAML::Value << spec.hang_timeout_s;
+  if (spec.controller_lease_s > 0) {
+    out << YAML::Key << "controllerLeaseSeconds" << YAML::Value << spec.controller_lease_s;
+  }
+  out << YAML::EndMap;
   out << YAML::Key << "placementStrategy" << YAML::Value << spec.placement_strategy;
   out << YAML::Key << "scaleOutDebounceSeconds" << YAML::Value << spec.scale_out_debounce_s;
   if (!spec.config.empty()) {

@@ -21,7 +21,9 @@
 //   failPolicy: {belowMinTimeoutSeconds: 60}
 //   checkpoint: {dir: /tmp/ckpt, intervalSteps: 50}
 //   straggler: {check: true, factor: 2.0}   # network check at start and each membership change
-//   hang: {timeoutSeconds: 120}          # no step completed for this long: restart the stuck rank
+//   hang: {timeoutSeconds: 120, controllerLeaseSeconds: 10}   # no step for this long: restart
+//                                        # the stuck rank; a controller silent for the lease
+//                                        # is replaced (default: half the timeout, ≤ 10 s)
 //   scaleOutDebounceSeconds: 2
 //   config: {lr: "0.05"}                 # passed to the trainer's Setup
 //
@@ -74,6 +76,10 @@ struct JobSpec {
   bool straggler_check = false;
   double straggler_factor = 2.0;
   double hang_timeout_s = 300;
+  // The controller renews a lease through the GCS at least this often; a controller that
+  // stops (SIGSTOP, deadlock, cut off) is killed and started again once it runs out, and the
+  // new one adopts the live ranks. 0: half the hang timeout, at most 10 s.
+  double controller_lease_s = 0;
   int64_t num_samples = 0;
   int64_t global_batch = 0;
   int64_t seed = 0;
@@ -82,6 +88,9 @@ struct JobSpec {
   std::map<std::string, std::string> config;
   std::string placement_strategy = "SPREAD";
   double scale_out_debounce_s = 2.0;
+
+  // controller_lease_s, or its default.
+  double ControllerLeaseSeconds() const;
 
   // The total number of steps the job runs (0: until the trainer says it is done).
   int64_t TotalSteps() const;

@@ -5,11 +5,15 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
+#include "absl/synchronization/mutex.h"
 #include "runtime/common/files.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/signals.h"
 #include "runtime/common/system.h"
 #include "runtime/node/node_manager.h"
+
+// How often a fenced node tries to register again while the GCS is unreachable.
+constexpr absl::Duration kRejoinRetry = absl::Seconds(1);
 
 int main(int argc, char** argv) {
   CLI::App app{"phalanx-node: the Phalanx node manager"};
@@ -65,19 +69,65 @@ int main(int argc, char** argv) {
   options.resources.Set("memory", memory);
   options.heartbeat_period = absl::Milliseconds(heartbeat_ms);
 
-  auto node = phalanx::node::NodeManager::Start(options);
-  if (!node.ok()) {
-    spdlog::error("node manager failed to start: {}", node.status().message());
-    return 1;
-  }
-  bool declared_dead = false;
-  std::thread watcher([&] {
-    declared_dead = (*node)->Wait();
-    phalanx::RequestTermination();
+  // A fenced node (declared dead by the GCS, or cut off from it for the node timeout) has
+  // lost its workers; the daemon lives on and registers again as a new node, so that the
+  // cluster (and an elastic job) can use this machine again once it is reachable.
+  absl::Mutex mu;
+  std::unique_ptr<phalanx::node::NodeManager> node;
+  bool terminating = false;
+  int exit_code = 0;
+  std::thread runner([&] {
+    std::string fenced_id;
+    while (true) {
+      auto started = phalanx::node::NodeManager::Start(options);
+      absl::MutexLock lock(&mu);
+      if (terminating) {
+        if (started.ok()) (*started)->Shutdown("stopped");
+        return;
+      }
+      if (!started.ok()) {
+        if (fenced_id.empty()) {
+          spdlog::error("node manager failed to start: {}", started.status().message());
+          exit_code = 1;
+          phalanx::RequestTermination();
+          return;
+        }
+        // Not reachable yet (the host is still cut off): try again.
+        spdlog::warn("registering again failed ({}); retrying in {}", started.status().message(),
+                     absl::FormatDuration(kRejoinRetry));
+        mu.AwaitWithTimeout(absl::Condition(&terminating), kRejoinRetry);
+        if (terminating) return;
+        continue;
+      }
+      node = std::move(*started);
+      if (!fenced_id.empty()) {
+        spdlog::warn("registered again as node {} (node {} was fenced: declared dead or cut off)",
+                     node->node_id(), fenced_id);
+      }
+      phalanx::node::NodeManager* current = node.get();
+      mu.Unlock();
+      bool fenced = current->Wait();
+      mu.Lock();
+      if (!fenced || terminating) return;
+      fenced_id = current->node_id();
+      current->Shutdown("fenced");
+      node.reset();
+      options.node_id.clear();  // a new node: the old id stays dead
+    }
   });
   int sig = phalanx::WaitForTerminationSignal();
-  spdlog::info("signal {}: shutting down", sig);
-  (*node)->Shutdown("stopped");
-  watcher.join();
-  return declared_dead ? 1 : 0;
+  {
+    absl::MutexLock lock(&mu);
+    terminating = true;
+    if (exit_code == 0) spdlog::info("signal {}: shutting down", sig);
+  }
+  // Shutdown outside the lock: it waits for the node's threads (Wait() returns first).
+  phalanx::node::NodeManager* current = nullptr;
+  {
+    absl::MutexLock lock(&mu);
+    current = node.get();
+  }
+  if (current != nullptr) current->Shutdown("stopped");
+  runner.join();
+  return exit_code;
 }

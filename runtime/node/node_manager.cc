@@ -13,6 +13,7 @@
 #include "runtime/common/files.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
+#include "runtime/common/node_lease.h"
 #include "runtime/common/system.h"
 #include "runtime/node/worker_pool.h"
 #include "runtime/proto/node.grpc.pb.h"
@@ -78,12 +79,22 @@ class NodeManagerImpl final : public NodeManager {
     auto gcs = gcs::GcsClient::Connect(client_options, options_.register_timeout);
     if (!gcs.ok()) return gcs.status();
     gcs_ = std::move(*gcs);
+    // The node's lease (see NodeLease), until the GCS says its node timeout at registration.
+    // One file per node manager instance (node ids repeat across clusters, e.g. in tests).
+    lease_path_ = absl::StrCat("/dev/shm/phalanx-node-", node_id_, "-", getpid(), "-",
+                               ShortId(NewId()), ".lease");
+    auto lease = NodeLease::Create(lease_path_, options_.fence_timeout > absl::ZeroDuration()
+                                                    ? options_.fence_timeout
+                                                    : absl::Seconds(3));
+    if (!lease.ok()) return lease.status();
+    lease_ = std::move(*lease);
     // The pool exists before the node registers: the GCS may send it actors at once.
     WorkerPoolOptions pool;
     pool.node_id = node_id_;
     pool.node_address = absl::StrCat(options_.node_ip, ":", port_);
     pool.gcs_address = options_.gcs_address;
     pool.token = options_.token;
+    pool.node_lease_path = lease_path_;
     pool.log_dir = options_.session_dir.empty()
                        ? absl::StrCat("/tmp/phalanx/node-", ShortId(node_id_), "/logs")
                        : options_.session_dir + "/logs";
@@ -105,6 +116,7 @@ class NodeManagerImpl final : public NodeManager {
         });
     if (auto s = Register(); !s.ok()) return s;
     heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+    fence_thread_ = std::thread([this] { FenceLoop(); });
     report_thread_ = std::thread([this] { ReportLoop(); });
     spdlog::info("node {} serving at {}:{} with {}", node_id_, options_.node_ip, port_,
                  options_.resources.ToString());
@@ -128,6 +140,7 @@ class NodeManagerImpl final : public NodeManager {
       stop_requested_ = true;
     }
     if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+    if (fence_thread_.joinable()) fence_thread_.join();
     if (report_thread_.joinable()) report_thread_.join();
     // Workers go with their node: the GCS learns it from the node's death (NODE_DIED).
     if (pool_) pool_->Shutdown();
@@ -360,10 +373,61 @@ class NodeManagerImpl final : public NodeManager {
   }
 
   absl::Status Register() {
+    int64_t sent = NodeLease::NowNs();
     auto reply = gcs_->RegisterNode(Info());
     if (!reply.ok()) return reply.status();
     incarnation_ = reply->incarnation();
+    if (options_.fence_timeout <= absl::ZeroDuration() && reply->node_timeout_ms() > 0) {
+      lease_->SetTimeout(absl::Milliseconds(reply->node_timeout_ms()));
+    }
+    lease_->Renew(sent);
     return absl::OkStatus();
+  }
+
+  // Ends this node's membership: its workers are killed (the cluster has given them up, or
+  // may have), and Wait() returns true so that the daemon registers again as a new node.
+  void Fence(const std::string& why) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (fenced_) return;
+      fenced_ = true;
+    }
+    size_t workers = pool_->List().size();
+    pool_->Shutdown();
+    spdlog::error("node {}: {}; killed its {} worker(s) (fenced)", ShortId(node_id_), why, workers);
+    absl::MutexLock lock(&mu_);
+    declared_dead_ = true;
+    stop_requested_ = true;
+  }
+
+  // A node cut off from the GCS for its node timeout may have been declared dead, and its
+  // actors started elsewhere: it stops them before they can meet their replacements.
+  void FenceLoop() {
+    absl::Duration period = std::min(absl::Milliseconds(100), options_.heartbeat_period / 2);
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), period);
+        if (stop_requested_) return;
+      }
+      // No heartbeat taken for half the lease (the GCS may be stopped, restarting or slow: a
+      // heartbeat call can wait for it longer than the lease): a stopped or restarting GCS is
+      // not a partition, and while its host completes a TCP handshake this node keeps its
+      // lease. Only a host cut off from the GCS's host lets it run out.
+      if (lease_->Age() > lease_->timeout() / 2) {
+        int64_t asked = NodeLease::NowNs();
+        if (HostAnswers(options_.gcs_address,
+                        std::min(lease_->timeout() / 4, absl::Milliseconds(500)))) {
+          lease_->Renew(asked);
+        }
+      }
+      if (lease_->Expired()) {
+        Fence(absl::StrCat("cut off from the GCS for ", absl::FormatDuration(lease_->Age()),
+                           " (node timeout ", absl::FormatDuration(lease_->timeout()),
+                           "): the cluster may have declared this node dead"));
+        return;
+      }
+    }
   }
 
   void HeartbeatLoop() {
@@ -376,6 +440,7 @@ class NodeManagerImpl final : public NodeManager {
       }
       rpc::HeartbeatRequest request;
       request.set_node_id(node_id_);
+      int64_t sent = NodeLease::NowNs();
       auto reply = gcs_->Heartbeat(request);
       if (!reply.ok()) {
         if (absl::Now() - last_ok > absl::Seconds(5)) {
@@ -386,12 +451,10 @@ class NodeManagerImpl final : public NodeManager {
       }
       last_ok = absl::Now();
       if (reply->declared_dead()) {
-        spdlog::error("the GCS declared this node dead (it missed its heartbeats); exiting");
-        absl::MutexLock lock(&mu_);
-        declared_dead_ = true;
-        stop_requested_ = true;
+        Fence("the GCS declared this node dead (it missed its heartbeats)");
         return;
       }
+      lease_->Renew(sent);
       if (reply->unknown_node() || reply->incarnation() != incarnation_) {
         spdlog::info("GCS incarnation {} (was {}): registering again", reply->incarnation(),
                      incarnation_);
@@ -408,13 +471,17 @@ class NodeManagerImpl final : public NodeManager {
   int port_ = 0;
   std::unique_ptr<gcs::GcsClient> gcs_;
   std::string incarnation_;  // touched by Init, then the heartbeat thread only
+  std::string lease_path_;
+  std::unique_ptr<NodeLease> lease_;
   std::thread heartbeat_thread_;
+  std::thread fence_thread_;
   std::thread report_thread_;
   std::unique_ptr<WorkerPool> pool_;
 
   absl::Mutex mu_;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool declared_dead_ ABSL_GUARDED_BY(mu_) = false;
+  bool fenced_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<rpc::ReportActorStateRequest> reports_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, int>, rpc::ActorInfo> specs_ ABSL_GUARDED_BY(mu_);

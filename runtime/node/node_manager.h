@@ -1,8 +1,12 @@
 // NodeManager: the per-machine daemon (phalanx-node). Registers the machine's resources with
 // the GCS, heartbeats, serves NodeManagerService, and (with the actors issue) starts and
 // supervises one worker process per actor. Survives GCS restarts: heartbeats resume against
-// the new GCS, and the node re-registers when it sees a new GCS incarnation. Exits when the
-// GCS declares it dead (it missed its heartbeats), as Ray's raylet does. Thread-safe.
+// the new GCS, and the node re-registers when it sees a new GCS incarnation.
+//
+// Fencing: a node the GCS declared dead (it missed its heartbeats), or one cut off from the
+// GCS for the node timeout (so that it may have been declared dead: see NodeLease), kills
+// its workers and ends; Wait() then returns true and the daemon registers again as a new
+// node. Its old actors can never meet their replacements. Thread-safe.
 #pragma once
 
 #include <map>
@@ -33,6 +37,9 @@ struct NodeManagerOptions {
   absl::Duration memory_sample_period = absl::Milliseconds(50);
   // Test hook: PrepareBundle waits this long before answering (to kill a node mid-commit).
   absl::Duration debug_prepare_delay = absl::ZeroDuration();
+  // Fence (kill every worker) after this long without evidence of being part of the cluster.
+  // Zero: the GCS's node timeout, told at registration (the only value that is safe).
+  absl::Duration fence_timeout = absl::ZeroDuration();
   // How long to wait for the GCS at start-up before giving up.
   absl::Duration register_timeout = absl::Seconds(30);
 };
@@ -49,8 +56,9 @@ class NodeManager {
   virtual const std::string& node_id() const = 0;
   virtual int port() const = 0;
 
-  // Blocks until Shutdown() is called or the GCS declares this node dead. Returns true in the
-  // second case.
+  // Blocks until Shutdown() is called or this node was fenced (declared dead by the GCS, or
+  // cut off from it for the node timeout; its workers are gone). Returns true in the second
+  // case: the caller starts a new node manager, which registers as a new node.
   virtual bool Wait() = 0;
 
   // Stops workers, tells the GCS this node is gone (reason) and stops serving. Idempotent.

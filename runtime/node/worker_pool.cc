@@ -22,6 +22,7 @@
 #include "runtime/common/files.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
+#include "runtime/common/node_lease.h"
 #include "runtime/common/process.h"
 #include "runtime/common/system.h"
 
@@ -252,7 +253,8 @@ absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int atte
                {"PHALANX_NODE_ADDRESS", options_.node_address},
                {"PHALANX_NODE_ID", options_.node_id},
                {"PHALANX_ADDRESS", options_.gcs_address},
-               {"PHALANX_TOKEN", options_.token}};
+               {"PHALANX_TOKEN", options_.token},
+               {kNodeLeaseEnv, options_.node_lease_path}};
   if (actor.language() == "python") {
     // The phalanx package (sources) and its native module (build tree) of this build, ahead
     // of whatever else is on the path.

@@ -34,6 +34,7 @@ struct WorkerPoolOptions {
   std::string gcs_address;
   std::string token;
   std::string log_dir;
+  std::string node_lease_path;  // the node's lease (NodeLease), checked by every worker
   absl::Duration sample_period = absl::Milliseconds(50);
   double node_threshold = 0.95;  // fraction of total memory; >= 1 disables the node monitor
   // "auto" (cgroup v2 when delegated, else rss), "cgroup" or "rss".

@@ -29,6 +29,8 @@ std::string DescribeCause(const DeathCause& cause) {
       return absl::StrCat("SCALED_IN", cause.message().empty() ? "" : ": ", cause.message());
     case DeathCause::INFEASIBLE:
       return absl::StrCat("INFEASIBLE: ", cause.message());
+    case DeathCause::LEASE_EXPIRED:
+      return absl::StrCat("LEASE_EXPIRED: ", cause.message());
     default:
       return "UNKNOWN";
   }

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/common/logging.h"
+#include "runtime/common/node_lease.h"
 #include "runtime/common/signals.h"
 #include "runtime/proto/node.grpc.pb.h"
 #include "runtime/proto/worker.grpc.pb.h"
@@ -118,6 +119,39 @@ class WorkerServiceImpl final : public rpc::WorkerService::Service {
   const std::string token_;
 };
 
+// A worker outlives its node's membership only until its node manager fences it; if the
+// node manager cannot (it is stopped), the worker fences itself once the node's lease is
+// older than the node timeout plus this margin (the margin lets a live node manager act
+// first, and say so in its log).
+constexpr absl::Duration kSelfFenceMargin = absl::Milliseconds(500);
+constexpr absl::Duration kLeaseCheckPeriod = absl::Milliseconds(50);
+
+void WatchNodeLease(const std::string& path) {
+  if (path.empty()) return;  // not started by a node manager (tests)
+  auto lease = NodeLease::Open(path);
+  if (!lease.ok()) {
+    spdlog::warn("cannot watch the node's lease: {}", lease.status());
+    return;
+  }
+  std::thread([lease = std::shared_ptr<NodeLease>(std::move(*lease))] {
+    while (true) {
+      absl::SleepFor(kLeaseCheckPeriod);
+      if (lease->Age() > lease->timeout() + kSelfFenceMargin) {
+        spdlog::error(
+            "the node's lease is {} old (node timeout {}): this node is cut off from the GCS or "
+            "its node manager is stopped, and the cluster has given this worker up; exiting "
+            "(fenced)",
+            absl::FormatDuration(lease->Age()), absl::FormatDuration(lease->timeout()));
+        spdlog::default_logger()->flush();
+        ::kill(::getpid(), SIGKILL);
+      }
+    }
+  }).detach();
+}
+
+absl::Mutex hosted_mu;
+std::optional<HostedActor> hosted ABSL_GUARDED_BY(hosted_mu);
+
 class Host {
  public:
   int Run() {
@@ -138,6 +172,7 @@ class Host {
     }).detach();
     actor_id_ = Env("PHALANX_WORKER_ACTOR_ID");
     absl::SimpleAtoi(Env("PHALANX_WORKER_ATTEMPT"), &attempt_);
+    WatchNodeLease(Env(kNodeLeaseEnv));
     token_ = Env("PHALANX_TOKEN");
     std::string node_address = Env("PHALANX_NODE_ADDRESS");
     InitLogging(absl::StrCat("worker ", actor_id_.substr(0, 8)));
@@ -199,6 +234,10 @@ class Host {
           absl::StrCat("class ", actor_.class_name(), " is not registered in ", actor_.code_path(),
                        " (registered: ", absl::StrJoin(ActorRegistry::Global().Names(), ", "),
                        "); register it with PHALANX_ACTOR"));
+    }
+    {
+      absl::MutexLock lock(&hosted_mu);
+      hosted = HostedActor{actor_id_, attempt_};
     }
     absl::StatusOr<std::unique_ptr<ActorInstance>> instance;
     try {
@@ -406,6 +445,11 @@ grpc::Status WorkerServiceImpl::GetStats(grpc::ServerContext* context,
 
 bool InWorkerMode() {
   return !Env("PHALANX_WORKER_ACTOR_ID").empty() || Env("PHALANX_WORKER_POOLED") == "1";
+}
+
+std::optional<HostedActor> CurrentHostedActor() {
+  absl::MutexLock lock(&hosted_mu);
+  return hosted;
 }
 
 int RunWorker() {

@@ -4,7 +4,18 @@
 // executor), and reports ready. The process is one actor for its whole life.
 #pragma once
 
+#include <optional>
+#include <string>
+
 namespace phalanx {
+
+// The actor this worker process hosts, and which attempt of it (0 first, then one more per
+// restart); known from just before its constructor runs. nullopt outside a worker.
+struct HostedActor {
+  std::string actor_id;
+  int attempt = 0;
+};
+std::optional<HostedActor> CurrentHostedActor();
 
 // True when this process was started by a node manager to host an actor.
 bool InWorkerMode();

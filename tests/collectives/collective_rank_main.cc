@@ -1,20 +1,25 @@
 // collective_rank: one rank of a collective-group test, run as its own process.
 //
 //   collective_rank --gcs HOST:PORT --token T --group G --scenario S [--plan E:W:R,...]
+//                   [--host IP]   (this rank's address for other machines; 127.0.0.1)
 //
 // Scenarios:
 //   ops       form each epoch of --plan and check every op and dtype against local results
 //   plan      form each epoch of --plan and check one allreduce (prints "epoch E OK")
 //   loop      form the first epoch, then allreduce big buffers until one fails; then form the
-//             remaining epochs of --plan (prints "failed at <unix ms>: <message>")
+//             remaining epochs of --plan (prints "failed at <unix ms>: <message>"). With
+//             $TEST_ABORT_FILE set, another thread calls Abort() as soon as that file exists,
+//             and the rank prints "abort ended the call in <ms> ms".
 //   netcheck  form the first epoch and run the network check (prints the report)
 // Exit codes: 0 success, 1 a check failed, 3 refused (stale epoch).
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
@@ -162,15 +167,17 @@ void CheckOps(CollectiveGroup& g) {
           }
         }
       }
-      // broadcast from the last rank
-      int root = n - 1;
-      auto bc = Pack(mine, dt);
-      s = g.Broadcast(bc.data(), count, dt, root);
-      Check(s.ok(), std::string("broadcast ") + std::string(s.message()));
-      for (size_t i = 0; s.ok() && i < count; i += 97) {
-        if (!Close(At(bc, dt, i), Value(root, i), dt)) {
-          Check(false, std::string("broadcast ") + DTypeName(dt));
-          break;
+      // broadcast from the last rank and from the first
+      for (int root : {n - 1, 0}) {
+        auto bc = Pack(mine, dt);
+        s = g.Broadcast(bc.data(), count, dt, root);
+        Check(s.ok(), std::string("broadcast ") + std::string(s.message()));
+        for (size_t i = 0; s.ok() && i < count; i += 97) {
+          if (!Close(At(bc, dt, i), Value(root, i), dt)) {
+            Check(false,
+                  std::string("broadcast from ") + std::to_string(root) + " " + DTypeName(dt));
+            break;
+          }
         }
       }
       // reduce-scatter (sum): rank r contributes Value(r, j) at position j of n×count
@@ -187,6 +194,27 @@ void CheckOps(CollectiveGroup& g) {
           Check(false, std::string("reduce-scatter ") + DTypeName(dt));
           break;
         }
+      }
+    }
+  }
+  // Buffers of several pipeline pieces (4 MiB), not a multiple of one.
+  for (DType dt : {DType::kFloat32, DType::kInt64, DType::kBFloat16}) {
+    size_t count = (9 << 20) / DTypeSize(dt) + 3;
+    std::vector<double> mine(count);
+    for (size_t i = 0; i < count; ++i) mine[i] = Value(me, i);
+    auto buf = Pack(mine, dt);
+    auto s = g.Allreduce(buf.data(), count, dt, ReduceOp::kSum);
+    Check(s.ok(), std::string("big allreduce ") + DTypeName(dt) + " " + std::string(s.message()));
+    std::vector<size_t> probes;  // every 4099th element and the last
+    for (size_t i = 0; i < count; i += 4099) probes.push_back(i);
+    probes.push_back(count - 1);
+    for (size_t i : s.ok() ? probes : std::vector<size_t>{}) {
+      double want = 0;
+      for (int r = 0; r < n; ++r) want += Value(r, i);
+      if (!Close(At(buf, dt, i), want, dt)) {
+        Check(false,
+              std::string("big allreduce ") + DTypeName(dt) + " element " + std::to_string(i));
+        break;
       }
     }
   }
@@ -234,6 +262,7 @@ int Main(int argc, char** argv) {
   app.add_option("--plan", plan_text, "epoch:world:rank,...");
   app.add_option("--timeout-ms", timeout_ms);
   app.add_option("--backend", backend, "gloo or nccl");
+  app.add_option("--host", options.host, "the IPv4 address other machines reach this rank at");
   CLI11_PARSE(app, argc, argv);
   options.backend = backend == "nccl" ? Backend::kNccl : Backend::kGloo;
   options.timeout = absl::Milliseconds(timeout_ms);
@@ -271,17 +300,36 @@ int Main(int argc, char** argv) {
 
   if (scenario == "loop") {
     if (int rc = form(plan[next_step++]); rc != 0) return rc;
+    // A controller's abort, played by a file appearing: Abort() from another thread.
+    std::atomic<int64_t> aborted_at_us{0};
+    std::atomic<bool> done{false};
+    std::thread watcher;
+    if (const char* file = std::getenv("TEST_ABORT_FILE")) {
+      watcher = std::thread([&, path = std::string(file)] {
+        while (!done.load() && ::access(path.c_str(), F_OK) != 0) {
+          absl::SleepFor(absl::Milliseconds(1));
+        }
+        if (done.load()) return;
+        aborted_at_us.store(absl::ToUnixMicros(absl::Now()));
+        g.Abort("TEST_ABORT_FILE appeared");
+      });
+    }
     std::vector<float> big(4 << 20, 1.0f);
     for (int iter = 0;; ++iter) {
       auto s = g.Allreduce(big.data(), big.size(), DType::kFloat32, ReduceOp::kSum);
       if (!s.ok()) {
-        std::printf("failed at %ld: %s\n", absl::ToUnixMillis(absl::Now()),
-                    std::string(s.message()).c_str());
+        int64_t now_us = absl::ToUnixMicros(absl::Now());
+        std::printf("failed at %ld: %s\n", now_us / 1000, std::string(s.message()).c_str());
+        if (aborted_at_us.load() > 0) {
+          std::printf("abort ended the call in %.1f ms\n", (now_us - aborted_at_us.load()) / 1e3);
+        }
         break;
       }
       std::fill(big.begin(), big.end(), 1.0f);
       std::printf("iter %d\n", iter);
     }
+    done.store(true);
+    if (watcher.joinable()) watcher.join();
   }
 #ifdef PHALANX_WITH_NCCL
   if (scenario == "nccl") {

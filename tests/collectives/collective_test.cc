@@ -1,9 +1,17 @@
 // Collective groups with real rank processes on loopback, rendezvous through a real GCS.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/collective_group.h"
+#include "collectives/tcp_transport.h"
 #include "gtest/gtest.h"
 #include "runtime/common/files.h"
 #include "tests/testing/test_util.h"
@@ -26,8 +34,8 @@ class CollectiveTest : public ::testing::Test {
     logs_[label] = absl::StrCat(dir_.path(), "/", label, ".log");
     return testing::ChildProcess(
         {testing::BinDir() + "/collective_rank", "--gcs", gcs_->address(), "--token", gcs_->token(),
-         "--group", group_, "--scenario", scenario, "--plan", plan, "--timeout-ms", "10000",
-         "--backend", backend},
+         "--group", group_, "--scenario", scenario, "--plan", plan, "--timeout-ms",
+         std::to_string(timeout_ms_), "--backend", backend},
         logs_[label], std::move(env));
   }
 
@@ -48,6 +56,7 @@ class CollectiveTest : public ::testing::Test {
   std::unique_ptr<testing::GcsProcess> gcs_;
   testing::TempDir dir_;
   std::string group_ = "test-group";
+  int timeout_ms_ = 10000;  // the ranks' group timeout
   std::map<std::string, std::string> logs_;
 };
 
@@ -86,7 +95,8 @@ TEST_F(CollectiveTest, ReconfigureFourToThreeToFour) {
   }
 }
 
-// Both paths: shared memory (all ranks on this machine) and Gloo's TCP (as across machines).
+// Both paths: shared memory (all ranks on this machine) and TCP between every rank (as across
+// machines).
 TEST_F(CollectiveTest, SigkilledRankFailsTheOthersFastAndTheyFormANewEpoch) {
   for (const char* shm : {"1", "0"}) {
     group_ = absl::StrCat("kill-shm", shm);
@@ -118,6 +128,164 @@ TEST_F(CollectiveTest, SigkilledRankFailsTheOthersFastAndTheyFormANewEpoch) {
       EXPECT_NE(out.find("peer rank 2"), std::string::npos) << out;
     }
   }
+}
+
+// A peer that vanished without a FIN or RST (SIGSTOP: its sockets stay open and silent), on
+// both TCP transports: Abort() from another thread ends each survivor's call at once (the
+// bound asserted is generous; the figure is printed), and the survivors form a new epoch.
+TEST_F(CollectiveTest, AbortEndsACallBlockedOnAStoppedPeerAtOnce) {
+  for (const char* transport : {"tcp", "gloo"}) {
+    group_ = absl::StrCat("abort-", transport);
+    std::string trigger = absl::StrCat(dir_.path(), "/abort-", transport);
+    std::vector<std::pair<std::string, std::string>> env = {
+        {"PHALANX_COLLECTIVE_SHM", "0"}, {"PHALANX_COLLECTIVE_TRANSPORT", transport}};
+    auto survivor_env = env;
+    survivor_env.emplace_back("TEST_ABORT_FILE", trigger);
+    std::vector<testing::ChildProcess> survivors;
+    for (int r = 0; r < 2; ++r) {
+      survivors.push_back(Rank(absl::StrCat(transport, "r", r), "loop",
+                               absl::StrCat("1:3:", r, ",2:2:", r), survivor_env));
+    }
+    auto stopped = Rank(absl::StrCat(transport, "r2"), "loop", "1:3:2", env);
+    ASSERT_TRUE(WaitForLine(absl::StrCat(transport, "r0"), "iter 3"));
+    stopped.Kill(SIGSTOP);
+    absl::SleepFor(absl::Milliseconds(300));  // the survivors block on it
+    ASSERT_TRUE(WriteFile(trigger, "").ok());
+    for (int r = 0; r < 2; ++r) {
+      std::string label = absl::StrCat(transport, "r", r);
+      EXPECT_EQ(ExitCode(survivors[r]), 0) << Output(label);
+      std::string out = Output(label);
+      EXPECT_NE(out.find("epoch 2 OK"), std::string::npos) << out;
+      size_t at = out.find("abort ended the call in ");
+      ASSERT_NE(at, std::string::npos) << out;
+      double ms = std::stod(out.substr(at + 24));
+      std::printf("%s: rank %d's call ended %.1f ms after Abort()\n", transport, r, ms);
+      EXPECT_LT(ms, 1000) << out;
+    }
+    stopped.Kill(SIGCONT);
+    stopped.KillAndWait();
+  }
+}
+
+// Two "machines" on this one (PHALANX_MACHINE_ID): ranks 0 and 1 on hA, 2 and 3 on hB.
+std::vector<std::pair<std::string, std::string>> OnMachine(int rank) {
+  return {{"PHALANX_MACHINE_ID", rank < 2 ? "hA" : "hB"}};
+}
+
+TEST_F(CollectiveTest, TwoMachinesEveryOpAndDtypeMatchesTheLocalResult) {
+  group_ = "hier-ops";
+  std::vector<testing::ChildProcess> ranks;
+  for (int r = 0; r < 4; ++r) {
+    ranks.push_back(Rank(absl::StrCat("r", r), "ops", absl::StrCat("1:4:", r), OnMachine(r)));
+  }
+  for (int r = 0; r < 4; ++r) {
+    std::string label = absl::StrCat("r", r);
+    EXPECT_EQ(ExitCode(ranks[r]), 0) << label << ":\n" << Output(label);
+    EXPECT_NE(Output(label).find("DONE"), std::string::npos) << Output(label);
+  }
+  EXPECT_NE(Output("r0").find("spans 2 machines"), std::string::npos) << Output("r0");
+}
+
+// The victim is hB's leader (it holds the TCP stream) or hB's other member (shared memory).
+TEST_F(CollectiveTest, TwoMachinesSigkilledRankFailsTheOthersFast) {
+  for (int victim : {2, 3}) {
+    group_ = absl::StrCat("hier-kill-", victim);
+    std::vector<testing::ChildProcess> survivors;
+    std::vector<std::string> labels;
+    for (int r = 0, next = 0; r < 4; ++r) {
+      if (r == victim) continue;
+      labels.push_back(absl::StrCat("v", victim, "r", r));
+      survivors.push_back(
+          Rank(labels.back(), "loop", absl::StrCat("1:4:", r, ",2:3:", next++), OnMachine(r)));
+    }
+    auto killed =
+        Rank(absl::StrCat("v", victim), "loop", absl::StrCat("1:4:", victim), OnMachine(victim));
+    ASSERT_TRUE(WaitForLine(labels[0], "iter 3"));
+    killed.Kill(SIGKILL);
+    int64_t killed_at = absl::ToUnixMillis(absl::Now());
+    for (size_t i = 0; i < survivors.size(); ++i) {
+      EXPECT_EQ(ExitCode(survivors[i]), 0) << Output(labels[i]);
+      std::string out = Output(labels[i]);
+      EXPECT_NE(out.find("epoch 2 OK"), std::string::npos) << out;
+      size_t at = out.find("failed at ");
+      ASSERT_NE(at, std::string::npos) << out;
+      int64_t failed_at = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(out.substr(at + 10, out.find(':', at) - at - 10), &failed_at));
+      EXPECT_LT(failed_at - killed_at, 2000) << out;
+      EXPECT_NE(out.find(absl::StrCat("peer rank ", victim)), std::string::npos) << out;
+      std::printf("victim rank %d: %s saw the failure %ld ms after the SIGKILL\n", victim,
+                  labels[i].c_str(), failed_at - killed_at);
+    }
+  }
+}
+
+// hB's leader stops (no FIN, no RST): Abort() on every survivor ends its call at once, on
+// hA (blocked on the TCP stream, or on its leader) and on hB (blocked on shared memory).
+TEST_F(CollectiveTest, TwoMachinesAbortEndsACallBlockedOnAStoppedMachine) {
+  group_ = "hier-abort";
+  std::string trigger = absl::StrCat(dir_.path(), "/abort");
+  std::vector<testing::ChildProcess> survivors;
+  std::vector<std::string> labels;
+  for (int r : {0, 1, 3}) {
+    auto env = OnMachine(r);
+    env.emplace_back("TEST_ABORT_FILE", trigger);
+    labels.push_back(absl::StrCat("r", r));
+    survivors.push_back(
+        Rank(labels.back(), "loop", absl::StrCat("1:4:", r, ",2:3:", r == 3 ? 2 : r), env));
+  }
+  auto stopped = Rank("r2", "loop", "1:4:2", OnMachine(2));
+  ASSERT_TRUE(WaitForLine("r0", "iter 3"));
+  stopped.Kill(SIGSTOP);
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(WriteFile(trigger, "").ok());
+  for (size_t i = 0; i < survivors.size(); ++i) {
+    EXPECT_EQ(ExitCode(survivors[i]), 0) << Output(labels[i]);
+    std::string out = Output(labels[i]);
+    EXPECT_NE(out.find("epoch 2 OK"), std::string::npos) << out;
+    size_t at = out.find("abort ended the call in ");
+    ASSERT_NE(at, std::string::npos) << out;
+    double ms = std::stod(out.substr(at + 24));
+    std::printf("%s's call ended %.1f ms after Abort()\n", labels[i].c_str(), ms);
+    EXPECT_LT(ms, 1000) << out;
+  }
+  stopped.Kill(SIGCONT);
+  stopped.KillAndWait();
+}
+
+// hB's leader stops and nobody aborts: the others fail at the group timeout.
+TEST_F(CollectiveTest, TwoMachinesStoppedMachineFailsTheOthersAtTheTimeout) {
+  group_ = "hier-stop";
+  timeout_ms_ = 1500;
+  std::vector<testing::ChildProcess> survivors;
+  std::vector<std::string> labels;
+  for (int r : {0, 1, 3}) {
+    labels.push_back(absl::StrCat("r", r));
+    survivors.push_back(Rank(labels.back(), "loop",
+                             absl::StrCat("1:4:", r, ",2:3:", r == 3 ? 2 : r), OnMachine(r)));
+  }
+  auto stopped = Rank("r2", "loop", "1:4:2", OnMachine(2));
+  ASSERT_TRUE(WaitForLine("r0", "iter 3"));
+  stopped.Kill(SIGSTOP);
+  int64_t stopped_at = absl::ToUnixMillis(absl::Now());
+  for (size_t i = 0; i < survivors.size(); ++i) {
+    EXPECT_EQ(ExitCode(survivors[i]), 0) << Output(labels[i]);
+    std::string out = Output(labels[i]);
+    EXPECT_NE(out.find("epoch 2 OK"), std::string::npos) << out;
+    size_t at = out.find("failed at ");
+    ASSERT_NE(at, std::string::npos) << out;
+    int64_t failed_at = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(out.substr(at + 10, out.find(':', at) - at - 10), &failed_at));
+    EXPECT_LT(failed_at - stopped_at, 1500 + 1500) << out;
+    // hA's leader waits on hB's stream and names hB's leader; the members waiting on shared
+    // memory see only that their machine's call did not complete.
+    if (labels[i] == "r0") {
+      EXPECT_NE(out.find("peer rank 2"), std::string::npos) << out;
+    }
+    std::printf("%s failed %ld ms after the SIGSTOP (timeout 1500 ms)\n", labels[i].c_str(),
+                failed_at - stopped_at);
+  }
+  stopped.Kill(SIGCONT);
+  stopped.KillAndWait();
 }
 
 TEST_F(CollectiveTest, StaleEpochMemberIsRefused) {
@@ -156,6 +324,93 @@ TEST_F(CollectiveTest, NetworkCheckFlagsARankThatIsGoneAsFaulty) {
     EXPECT_EQ(ExitCode(ranks[r]), 0) << Output(label);
     EXPECT_NE(Output(label).find("faulty: 2 \n"), std::string::npos) << Output(label);
   }
+}
+
+// The TCP transport alone, on a connected pair of loopback sockets (no GCS): milliseconds.
+class CollectiveTcpTransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string address;
+    auto listen_fd = Listen("127.0.0.1", &address);
+    ASSERT_TRUE(listen_fd.ok()) << listen_fd.status();
+    int port = std::stoi(address.substr(address.rfind(':') + 1));
+    a_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(a_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    for (int i = 0; i < 1000 && b_ < 0; ++i) {
+      b_ = ::accept(*listen_fd, nullptr, nullptr);
+      if (b_ < 0) absl::SleepFor(absl::Milliseconds(1));
+    }
+    ::close(*listen_fd);
+    ASSERT_GE(b_, 0);
+    for (int fd : {a_, b_}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+  void TearDown() override {
+    if (a_ >= 0) ::close(a_);
+    if (b_ >= 0) ::close(b_);
+  }
+  int a_ = -1, b_ = -1;
+};
+
+TEST_F(CollectiveTcpTransportTest, FullDuplexExchangeMovesBothWays) {
+  const size_t n = 8 << 20;  // more than the socket buffers hold: both sides must interleave
+  std::vector<uint8_t> a_out(n, 1), a_in(n), b_out(n, 2), b_in(n);
+  AbortSignal abort_a, abort_b;
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  absl::Status b_status;
+  std::thread b([&] {
+    std::vector<Transfer> sends = {{b_, b_out.data(), n, "a"}};
+    std::vector<Transfer> recvs = {{b_, b_in.data(), n, "a"}};
+    b_status = ExchangeAll(sends, recvs, abort_b, deadline);
+  });
+  size_t progress = 0;
+  std::vector<Transfer> sends = {{a_, a_out.data(), n, "b"}};
+  std::vector<Transfer> recvs = {{a_, a_in.data(), n, "b", [&](size_t got) { progress = got; }}};
+  EXPECT_TRUE(ExchangeAll(sends, recvs, abort_a, deadline).ok());
+  b.join();
+  EXPECT_TRUE(b_status.ok()) << b_status;
+  EXPECT_EQ(progress, n);
+  EXPECT_EQ(a_in[0], 2);
+  EXPECT_EQ(a_in[n - 1], 2);
+  EXPECT_EQ(b_in[n - 1], 1);
+}
+
+TEST_F(CollectiveTcpTransportTest, AbortEndsAWaitOnASilentPeerAtOnce) {
+  std::vector<uint8_t> in(1 << 20);
+  AbortSignal abort;
+  std::thread aborter([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    abort.Raise();
+  });
+  absl::Time t0 = absl::Now();
+  std::vector<Transfer> none;
+  std::vector<Transfer> recvs = {{a_, in.data(), in.size(), "the silent peer"}};
+  absl::Status s = ExchangeAll(none, recvs, abort, absl::Now() + absl::Seconds(30));
+  absl::Duration took = absl::Now() - t0;
+  aborter.join();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_NE(s.message().find("aborted"), std::string::npos) << s;
+  EXPECT_LT(took, absl::Milliseconds(50 + 500)) << took;
+  // An aborted signal stays raised: the next wait fails at once.
+  EXPECT_FALSE(ExchangeAll(none, recvs, abort, absl::Now() + absl::Seconds(30)).ok());
+}
+
+TEST_F(CollectiveTcpTransportTest, DeadlineAndClosedPeerAreNamed) {
+  std::vector<uint8_t> in(16);
+  AbortSignal abort;
+  std::vector<Transfer> none;
+  std::vector<Transfer> recvs = {{a_, in.data(), in.size(), "peer rank 7"}};
+  absl::Status s = ExchangeAll(none, recvs, abort, absl::Now() + absl::Milliseconds(30));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+  EXPECT_NE(s.message().find("receiving from peer rank 7"), std::string::npos) << s;
+  ::close(b_);
+  b_ = -1;
+  s = ExchangeAll(none, recvs, abort, absl::Now() + absl::Seconds(30));
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_NE(s.message().find("connection to peer rank 7 closed"), std::string::npos) << s;
 }
 
 TEST_F(CollectiveTest, NcclAllreduceAndShrinkOnAGpu) {

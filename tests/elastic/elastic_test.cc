@@ -504,6 +504,89 @@ TEST_F(ElasticTest, AKilledControllerComesBackAndAdoptsTheLiveRanks) {
   EXPECT_EQ(s.restarts, 0) << FormatStatus(s);
 }
 
+TEST_F(ElasticTest, AStoppedControllerLosesItsLeaseAndItsSuccessorAdoptsTheRanks) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  spec.controller_lease_s = 1;  // within the 5 s hang timeout
+  auto baseline = Baseline(spec);
+  int stopped_pid = -1;
+  std::string controller_id;
+  std::set<std::string> ranks_before;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (stopped_pid > 0 || now.step < 40 || now.world_size != 3) return;
+    auto job = client_->GetJob(now.job_id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    auto controller = client_->GetActor(job->controller_actor_id());
+    ASSERT_TRUE(controller.ok() && controller->pid() > 0) << controller.status();
+    for (const auto& r : now.ranks) ranks_before.insert(r.actor_id);
+    controller_id = controller->actor_id();
+    stopped_pid = controller->pid();
+    ::kill(stopped_pid, SIGSTOP);
+  });
+  if (stopped_pid > 0) {  // it was SIGKILLed when its lease ran out; make sure
+    ::kill(stopped_pid, SIGCONT);
+    ::kill(stopped_pid, SIGKILL);
+  }
+  ASSERT_GT(stopped_pid, 0);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "controller_restarted", "adopted its 3 live ranks")) << FormatStatus(s);
+  std::set<std::string> ranks_after;
+  for (const auto& r : s.ranks) ranks_after.insert(r.actor_id);
+  EXPECT_EQ(ranks_after, ranks_before);
+  auto controller = client_->GetActor(controller_id);
+  ASSERT_TRUE(controller.ok()) << controller.status();
+  bool lease_expired = false;
+  for (const auto& cause : controller->history()) {
+    lease_expired |= cause.kind() == rpc::DeathCause::LEASE_EXPIRED;
+  }
+  EXPECT_TRUE(lease_expired) << controller->DebugString();
+}
+
+TEST_F(ElasticTest, AStoppedNodeManagerIsFencedItsRanksReplacedAndItRegistersAgain) {
+  AddNode("node-a", 4);
+  AddNode("node-b", 1);
+  JobSpec spec = Spec(3, 1, 3);
+  spec.data_epochs = 12;
+  spec.config["stepMs"] = "30";
+  auto baseline = Baseline(spec);
+  int stopped_rank_pid = -1;
+  bool resumed = false;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (stopped_rank_pid < 0 && now.step >= 20 && now.world_size == 3) {
+      for (size_t r = 0; r < now.ranks.size(); ++r) {
+        if (now.ranks[r].node_id == "node-b") stopped_rank_pid = PidOfRank(now, r);
+      }
+      if (stopped_rank_pid > 0) nodes_["node-b"].Kill(SIGSTOP);
+      return;
+    }
+    // Its rank fences itself (its node manager cannot): gone while node-b is still stopped.
+    if (stopped_rank_pid > 0 && !resumed && !ProcessAlive(stopped_rank_pid)) {
+      nodes_["node-b"].Kill(SIGCONT);
+      resumed = true;
+    }
+  });
+  ASSERT_GT(stopped_rank_pid, 0);
+  if (!resumed) {  // the job ended first: node-b is still stopped
+    resumed = testing::WaitFor([&] { return !ProcessAlive(stopped_rank_pid); }, absl::Seconds(5));
+  }
+  nodes_["node-b"].Kill(SIGCONT);
+  EXPECT_TRUE(resumed) << "the stopped node's rank (pid " << stopped_rank_pid << ") outlived it";
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "rank_died", "NODE_DIED")) << FormatStatus(s);
+  // node-b's daemon came back as a new node: two alive nodes again, one of them not "node-b".
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        auto nodes = client_->GetAllNodes(true);
+        if (!nodes.ok() || nodes->size() != 2) return false;
+        for (const auto& n : *nodes) {
+          if (n.node_id() == "node-b") return false;
+        }
+        return true;
+      },
+      absl::Seconds(10)))
+      << "node-b did not register again as a new node";
+}
+
 TEST_F(ElasticTest, AControllerKilledWhileStartingTheJobStartsItAgain) {
   AddNode("node-a", 4);
   JobSpec spec = Spec(3, 1, 3);

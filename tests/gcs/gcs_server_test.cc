@@ -151,7 +151,7 @@ TEST(GcsServer, KillNineAndRestartKeepsEveryTableAndLiveNodes) {
   EXPECT_TRUE(saw_snapshot);
 }
 
-TEST(GcsServer, StoppedNodeIsDeclaredDeadWithinTheTimeout) {
+TEST(GcsServer, AStoppedNodeIsDeclaredDeadWithinTheTimeoutAndComesBackAsANewNode) {
   RedisServer redis;
   GcsProcess gcs(redis, {/*node_timeout_ms=*/1000, /*restart_grace_ms=*/10000});
   auto node = testing::StartNode(gcs, "node-stopped");
@@ -181,10 +181,18 @@ TEST(GcsServer, StoppedNodeIsDeclaredDeadWithinTheTimeout) {
       },
       absl::Seconds(5)));
 
-  // Woken up, the node learns it was declared dead and exits.
+  // Woken up, the node learns it was declared dead (its workers are fenced) and its daemon
+  // registers again as a new node; the old id stays dead.
   node.Kill(SIGCONT);
-  int status = node.WaitExit(absl::Seconds(10));
-  EXPECT_NE(status, -1) << "the node manager kept running after being declared dead";
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        auto nodes = client->GetAllNodes(true);
+        return nodes.ok() && nodes->size() == 1 && nodes->at(0).node_id() != "node-stopped" &&
+               nodes->at(0).pid() == node.pid();
+      },
+      absl::Seconds(10)))
+      << "the node manager did not register again as a new node";
+  EXPECT_EQ(FindNode(*client, "node-stopped")->state(), rpc::NODE_DEAD);
 }
 
 }  // namespace

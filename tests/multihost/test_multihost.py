@@ -83,19 +83,6 @@ def test_link_down_job_goes_on_at_world_size_2(cluster, hosts):
     assert run.steps()[-1][2] == 2
 
 
-# Main's node manager exits when the GCS declared its node dead (it does not register again):
-# the intended behaviour, tested here, is being written in main now.
-NODE_REREGISTERS = pytest.mark.xfail(
-    reason="a node manager declared dead exits instead of registering again as a new node "
-           "(re-registration is being added in main)", strict=False)
-# A SIGSTOPped controller is still ALIVE for the GCS (its node heartbeats): nothing replaces
-# it until it renews no lease; the lease is being added in main now.
-CONTROLLER_LEASE = pytest.mark.xfail(
-    reason="a stopped elastic controller is not replaced: there is no controller lease yet "
-           "(being added in main)", strict=False)
-
-
-@NODE_REREGISTERS
 def test_link_back_job_grows_back_to_3(cluster, hosts):
     run = ElasticRun(cluster, hosts.dir, steps=1200, step_ms=40)
     run.submit()
@@ -156,8 +143,7 @@ def test_controller_host_down(cluster, hosts):
     print(f"controller was on host {ctl[0]} (pid {ctl[1]}); now: {new}")
 
 
-SIGSTOP_TARGETS = ["rank", pytest.param("controller", marks=CONTROLLER_LEASE), "node", "gcs",
-                   "redis"]
+SIGSTOP_TARGETS = ["rank", "controller", "node", "gcs", "redis"]
 
 
 def sigstop_target(cluster, run, what):

@@ -1,0 +1,119 @@
+#include "runtime/common/node_lease.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace phalanx {
+namespace {
+
+absl::StatusOr<void*> Map(const std::string& path, bool create) {
+  int fd = ::open(path.c_str(), create ? (O_RDWR | O_CREAT | O_TRUNC) : O_RDWR, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("node lease ", path, ": ", std::strerror(errno)));
+  }
+  if (create && ::ftruncate(fd, static_cast<off_t>(sysconf(_SC_PAGESIZE))) != 0) {
+    int e = errno;
+    ::close(fd);
+    return absl::UnavailableError(absl::StrCat("node lease ", path, ": ", std::strerror(e)));
+  }
+  void* page = ::mmap(nullptr, static_cast<size_t>(sysconf(_SC_PAGESIZE)), PROT_READ | PROT_WRITE,
+                      MAP_SHARED, fd, 0);
+  int e = errno;
+  ::close(fd);
+  if (page == MAP_FAILED) {
+    return absl::UnavailableError(absl::StrCat("node lease ", path, ": ", std::strerror(e)));
+  }
+  return page;
+}
+
+}  // namespace
+
+int64_t NodeLease::NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+absl::StatusOr<std::unique_ptr<NodeLease>> NodeLease::Create(const std::string& path,
+                                                             absl::Duration timeout) {
+  auto page = Map(path, true);
+  if (!page.ok()) return page.status();
+  auto* p = static_cast<Page*>(*page);
+  p->timeout_ns.store(absl::ToInt64Nanoseconds(timeout));
+  p->renewed_ns.store(NowNs());
+  return std::unique_ptr<NodeLease>(new NodeLease(p, path));
+}
+
+absl::StatusOr<std::unique_ptr<NodeLease>> NodeLease::Open(const std::string& path) {
+  auto page = Map(path, false);
+  if (!page.ok()) return page.status();
+  return std::unique_ptr<NodeLease>(new NodeLease(static_cast<Page*>(*page), ""));
+}
+
+NodeLease::~NodeLease() {
+  ::munmap(page_, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
+  if (!path_to_remove_.empty()) ::unlink(path_to_remove_.c_str());
+}
+
+void NodeLease::Renew(int64_t seen_ns) {
+  int64_t old = page_->renewed_ns.load();
+  while (seen_ns > old && !page_->renewed_ns.compare_exchange_weak(old, seen_ns)) {
+  }
+}
+
+void NodeLease::SetTimeout(absl::Duration timeout) {
+  page_->timeout_ns.store(absl::ToInt64Nanoseconds(timeout));
+}
+
+absl::Duration NodeLease::Age() const {
+  return absl::Nanoseconds(NowNs() - page_->renewed_ns.load());
+}
+
+absl::Duration NodeLease::timeout() const { return absl::Nanoseconds(page_->timeout_ns.load()); }
+
+bool HostAnswers(const std::string& host_port, absl::Duration timeout) {
+  size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = host_port.substr(0, colon), port = host_port.substr(colon + 1);
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
+    return false;
+  }
+  bool answered = false;
+  int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    int rc = ::connect(fd, found->ai_addr, found->ai_addrlen);
+    if (rc == 0) {
+      answered = true;
+    } else if (errno == ECONNREFUSED) {
+      answered = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) == 1) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        answered = err == 0 || err == ECONNREFUSED;
+      }
+    }
+    ::close(fd);
+  }
+  freeaddrinfo(found);
+  return answered;
+}
+
+}  // namespace phalanx
