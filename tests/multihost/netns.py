@@ -212,6 +212,14 @@ def cleanup_stale(log=print):
         if m and not _owner_alive(int(m.group(1))):
             _ip("link", "del", dev, check=False)
             removed.append(dev)
+    # Owner records of runs that are gone (their run dirs stay: logs of a failed run).
+    for entry in os.listdir(_run_dir_root()) if os.path.isdir(_run_dir_root()) else []:
+        m = re.match(r"^owner-(\d+)$", entry)
+        if m and int(m.group(1)) != os.getpid() and not _owner_alive(int(m.group(1))):
+            try:
+                os.unlink(os.path.join(_run_dir_root(), entry))
+            except OSError:
+                pass
     if removed and log:
         log(f"netns: removed leftovers of earlier runs: {', '.join(removed)}")
     return removed
