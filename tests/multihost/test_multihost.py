@@ -145,11 +145,12 @@ def test_controller_host_down(cluster, hosts):
     print(f"controller was on host {ctl[0]} (pid {ctl[1]}); now: {new}")
 
 
-# The one-host test (ElasticTest.AStoppedControllerLosesItsLeaseAndItsSuccessorAdoptsTheRanks)
-# passes; on the 3-host harness this case failed in the last full run and is not diagnosed yet.
+# It failed once on the check that every step is in the step log (a step the new controller
+# adopted is not logged; fixed in jobs.py since, and seen passing once). Not strict until it has
+# passed in a full run on main; remove the mark then.
 CONTROLLER_ON_HARNESS = pytest.mark.xfail(
-    reason="SIGSTOP of the controller on the 3-host harness failed once (undiagnosed; the "
-           "one-host lease test passes)", strict=False)
+    reason="failed once on a step-log check since fixed; not yet seen passing in a full run on "
+           "main", strict=False)
 SIGSTOP_TARGETS = ["rank", pytest.param("controller", marks=CONTROLLER_ON_HARNESS), "node", "gcs",
                    "redis"]
 
