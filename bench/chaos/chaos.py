@@ -51,16 +51,6 @@ class Scenario:
         self.cluster = cluster
 
 
-def wait_controller(cluster, job_id, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        ctl = cluster_info.controller(cluster, job_id)
-        if ctl and ctl[0] is not None and ctl[1]:
-            return ctl
-        time.sleep(0.2)
-    return None
-
-
 def other_host(cluster, ctl):
     """A non-head host that does not hold the controller."""
     return next(i for i in range(1, len(cluster.hosts)) if ctl is None or i != ctl[0])
@@ -69,7 +59,7 @@ def other_host(cluster, ctl):
 def inject(name, cluster, hosts, run, args):
     """Waits for the fault step, injects the fault, and returns (fault_ms, undo) where undo()
     ends a fault that lasts (SIGCONT) -- called once the job made progress without it."""
-    ctl = wait_controller(cluster, run.job_id)
+    ctl = cluster_info.wait_controller(cluster, run.job_id)
     if name == "oom":
         # The rank allocates past its limit at oomAtStep by itself; the fault begins when the
         # step before it is agreed.

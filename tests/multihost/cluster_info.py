@@ -2,6 +2,7 @@
 `phalanx list actors`): the host of a node, of the elastic controller, of each rank."""
 
 import re
+import time
 
 
 def node_hosts(cluster):
@@ -56,3 +57,14 @@ def ranks(cluster):
         if a["class"] != "ElasticController" and a["state"] == "ALIVE" and a["pid"]:
             out.append((host_of_node(cluster, a["node"], nodes), a["pid"], a["actor"]))
     return out
+
+
+def wait_controller(cluster, job_id, timeout=30):
+    """(host index, pid) of the job's alive controller, once it has both; None after timeout."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        ctl = controller(cluster, job_id)
+        if ctl and ctl[0] is not None and ctl[1]:
+            return ctl
+        time.sleep(0.2)
+    return None

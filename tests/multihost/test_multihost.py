@@ -46,14 +46,11 @@ def pick_victim(cluster, run):
 
 
 def wait_controller(cluster, job_id, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        ctl = cluster_info.controller(cluster, job_id)
-        if ctl and ctl[0] is not None and ctl[1]:
-            return ctl
-        time.sleep(0.2)
-    raise AssertionError(f"no alive controller of {job_id}:\n"
-                         f"{cluster.phalanx(0, 'list', 'actors').stdout}")
+    ctl = cluster_info.wait_controller(cluster, job_id, timeout)
+    if ctl is None:
+        raise AssertionError(f"no alive controller of {job_id}:\n"
+                             f"{cluster.phalanx(0, 'list', 'actors').stdout}")
+    return ctl
 
 
 def test_cluster_forms(cluster):
