@@ -81,11 +81,11 @@ class NodeManagerImpl final : public NodeManager {
     gcs_ = std::move(*gcs);
     // The node's lease (see NodeLease), until the GCS says its node timeout at registration.
     // One file per node manager instance (node ids repeat across clusters, e.g. in tests).
-    lease_path_ = absl::StrCat("/dev/shm/phalanx-node-", node_id_, "-", getpid(), "-",
-                               ShortId(NewId()), ".lease");
-    auto lease = NodeLease::Create(lease_path_, options_.fence_timeout > absl::ZeroDuration()
-                                                    ? options_.fence_timeout
-                                                    : absl::Seconds(3));
+    std::string lease_path = absl::StrCat("/dev/shm/phalanx-node-", node_id_, "-", getpid(), "-",
+                                          ShortId(NewId()), ".lease");
+    auto lease = NodeLease::Create(lease_path, options_.fence_timeout > absl::ZeroDuration()
+                                                   ? options_.fence_timeout
+                                                   : absl::Seconds(3));
     if (!lease.ok()) return lease.status();
     lease_ = std::move(*lease);
     // The pool exists before the node registers: the GCS may send it actors at once.
@@ -94,7 +94,7 @@ class NodeManagerImpl final : public NodeManager {
     pool.node_address = absl::StrCat(options_.node_ip, ":", port_);
     pool.gcs_address = options_.gcs_address;
     pool.token = options_.token;
-    pool.node_lease_path = lease_path_;
+    pool.node_lease_path = lease_path;
     pool.log_dir = options_.session_dir.empty()
                        ? absl::StrCat("/tmp/phalanx/node-", ShortId(node_id_), "/logs")
                        : options_.session_dir + "/logs";
@@ -471,7 +471,6 @@ class NodeManagerImpl final : public NodeManager {
   int port_ = 0;
   std::unique_ptr<gcs::GcsClient> gcs_;
   std::string incarnation_;  // touched by Init, then the heartbeat thread only
-  std::string lease_path_;
   std::unique_ptr<NodeLease> lease_;
   std::thread heartbeat_thread_;
   std::thread fence_thread_;
