@@ -815,8 +815,10 @@ class Controller {
     {
       absl::MutexLock lock(&mu_);
       if (existing.ok()) job_ = *existing;
-      // A previous incarnation of this controller died: Train() adopts the ranks it left.
-      restarted_ = job_.state() == rpc::JOB_RUNNING;
+      // A previous incarnation of this controller died: Train() adopts the ranks it left. The
+      // attempt number says so even when it died before it could record the job as running.
+      auto me = CurrentHostedActor();
+      restarted_ = job_.state() == rpc::JOB_RUNNING || (me && me->attempt > 0);
       previous_ = job_.elastic();
       job_.set_job_id(job_id_);
       job_.set_kind("elastic");
