@@ -142,7 +142,7 @@ TEST_F(ActorTest, ExitInAMethodIsExited) {
   EXPECT_TRUE(IsActorDied(result)) << result;
   ASSERT_TRUE(WaitForState(counter->id(), rpc::ACTOR_DEAD));
   rpc::DeathCause cause = Info(counter->id()).death_cause();
-  EXPECT_EQ(cause.kind(), rpc::DeathCause::EXITED);
+  EXPECT_EQ(cause.kind(), rpc::DeathCause::EXITED) << cause.DebugString();
   EXPECT_EQ(cause.exit_code(), 3);
 }
 
