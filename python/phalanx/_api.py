@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import cloudpickle
 
@@ -426,15 +427,31 @@ def cpp_actor_class(class_name, code_path):
     return ActorClass(None, {"code_path": code_path}, language="cpp", class_name=class_name)
 
 
+# How long phalanx.kill(no_restart=True) waits for the actor to be DEAD before it returns
+# anyway (its node may be unreachable; the GCS then buries it with the node).
+KILL_WAIT_S = 10.0
+
+
 def kill(handle, *, no_restart=True):
     """Kills the actor's process; with ``no_restart=False`` it restarts if its
-    ``max_restarts`` allows."""
+    ``max_restarts`` allows. With ``no_restart=True`` it returns once the actor is DEAD
+    (at most ``KILL_WAIT_S``), so that a call made after it fails with ActorDiedError."""
     if not isinstance(handle, ActorHandle):
         raise TypeError(f"phalanx.kill takes an ActorHandle, not {type(handle).__name__}")
     try:
         _phalanx.kill(handle._actor_id, no_restart)
     except RuntimeError as e:
         raise PhalanxError(str(e)) from None
+    if not no_restart:
+        return
+    deadline = time.monotonic() + KILL_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            if _phalanx.actor_info(handle._actor_id)["state"] == "DEAD":
+                return
+        except RuntimeError:
+            return  # the GCS does not know it (any more)
+        time.sleep(0.01)
 
 
 def get_actor(name, namespace=None):
