@@ -880,8 +880,7 @@ class Controller {
     std::vector<std::map<std::string, double>> bundles(spec_.replicas, spec_.resources);
     bool use_pg = !spec_.resources.empty();
     if (use_pg) {
-      auto pg = CreatePlacementGroup(bundles, spec_.placement_strategy,
-                                     absl::StrCat("elastic-", job_id_));
+      auto pg = CreatePlacementGroup(bundles, spec_.placement_strategy, ReservationName());
       if (!pg.ok()) {
         Condition("Failed", "Unplaceable", std::string(pg.status().message()));
         SetState(rpc::JOB_FAILED, std::string(pg.status().message()), 1);
@@ -982,6 +981,19 @@ class Controller {
     return true;
   }
 
+  // The name of the job's placement group.
+  std::string ReservationName() const { return absl::StrCat("elastic-", job_id_); }
+
+  void RemoveReservationsNamed(const std::string& name) {
+    auto groups = gcs_->ListPlacementGroups();
+    if (!groups.ok()) return;
+    for (const auto& g : *groups) {
+      if (g.name() == name && g.state() != rpc::PG_REMOVED) {
+        RemovePlacementGroup(PlacementGroup(g.placement_group_id())).IgnoreError();
+      }
+    }
+  }
+
   // Kills this job's trainer actors that are not in `keep`: those a dead controller was
   // starting or retiring (they are not in its record).
   void KillStrays(const std::set<std::string>& keep) {
@@ -1007,10 +1019,12 @@ class Controller {
       }
     }
     if (!adopted) {
-      // A reservation a dead controller made and did not fill: ours replaces it.
+      // A reservation a dead controller made and did not fill: ours replaces it. It may have
+      // died before recording it, so every live one of the job's name goes.
       if (!previous_.placement_group_id().empty()) {
         RemovePlacementGroup(PlacementGroup(previous_.placement_group_id())).IgnoreError();
       }
+      if (restarted_) RemoveReservationsNamed(ReservationName());
       pg_ = PlacementGroup();
       if (!PlaceAndStart()) return;
     }
