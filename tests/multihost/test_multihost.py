@@ -142,14 +142,7 @@ def test_controller_host_down(cluster, hosts):
     print(f"controller was on host {ctl[0]} (pid {ctl[1]}); now: {new}")
 
 
-# It failed once on the check that every step is in the step log (a step the new controller
-# adopted is not logged; fixed in jobs.py since, and seen passing once). Not strict until it has
-# passed in a full run on main; remove the mark then.
-CONTROLLER_ON_HARNESS = pytest.mark.xfail(
-    reason="failed once on a step-log check since fixed; not yet seen passing in a full run on "
-           "main", strict=False)
-SIGSTOP_TARGETS = ["rank", pytest.param("controller", marks=CONTROLLER_ON_HARNESS), "node", "gcs",
-                   "redis"]
+SIGSTOP_TARGETS = ["rank", "controller", "node", "gcs", "redis"]
 
 
 def sigstop_target(cluster, run, what):
