@@ -242,7 +242,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=600)  # outlasts a SIGSTOP held 6 s past the fault
     p.add_argument("--step-ms", type=int, default=25)
     p.add_argument("--fault-step", type=int, default=100)
     p.add_argument("--hang-s", type=float, default=5)
