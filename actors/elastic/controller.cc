@@ -36,6 +36,10 @@ constexpr char kKvNamespace[] = "elastic";
 constexpr absl::Duration kStepWaitSlice = absl::Milliseconds(20);
 // After a member died and the survivors were told to abort, how long their answers may take.
 constexpr absl::Duration kAbortedStepGrace = absl::Seconds(2);
+// After the hang timeout, how long the members have to answer a Ping (answered on the actor's
+// own thread, not the step's: a live rank answers in milliseconds even mid-collective). A rank
+// that does not answer within it is taken for stopped or deadlocked and restarted.
+constexpr absl::Duration kHangPingTimeout = absl::Milliseconds(500);
 
 // One rank (or a rank to be): its actor and what it was started with.
 struct Member {
@@ -490,7 +494,8 @@ class Controller {
       }
       if (survivors_answered) break;
     }
-    if (!all_ready && death_grace == absl::InfiniteFuture()) HandleHang(refs);
+    // The ranks killed for hanging count as lost: the survivors go on without them at once.
+    if (!all_ready && death_grace == absl::InfiniteFuture()) *lost = HandleHang(refs);
     bool all_ok = true;
     bool done = false;
     double loss = 0;
@@ -502,8 +507,9 @@ class Controller {
       if (!result.ok()) {
         all_ok = false;
         if (error->empty()) *error = std::string(result.status().message());
-        if (IsActorDied(result.status()) ||
-            ErrorKind(result.status()) == error_kind::kActorUnavailable) {
+        bool counted = std::find(lost->begin(), lost->end(), r) != lost->end();
+        if (!counted && (IsActorDied(result.status()) ||
+                         ErrorKind(result.status()) == error_kind::kActorUnavailable)) {
           lost->push_back(r);
         }
         continue;
@@ -523,15 +529,20 @@ class Controller {
 
   // No step finished within the hang timeout: find the stuck ranks (they do not answer, or
   // compute while the others wait in a collective) and restart them; unblock the rest.
-  void HandleHang(const std::vector<ObjectRef<Metrics>>& refs) {
+  // Returns the ranks killed.
+  std::vector<size_t> HandleHang(const std::vector<ObjectRef<Metrics>>& refs) {
     std::vector<ObjectRef<std::vector<int64_t>>> pings;
     for (auto& m : members_) pings.push_back(m.handle.Call<std::vector<int64_t>>("Ping"));
+    // One bound for all of them together, not one per rank.
+    Wait(pings, static_cast<int>(pings.size()), kHangPingTimeout);
     std::vector<int> phase(members_.size(), -1);
     for (size_t r = 0; r < members_.size(); ++r) {
-      auto p = Get(pings[r], absl::Seconds(3));
+      if (!pings[r].Ready()) continue;
+      auto p = Get(pings[r], absl::ZeroDuration());
       if (p.ok() && !p->empty()) phase[r] = static_cast<int>((*p)[0]);
     }
     bool someone_waits = std::count(phase.begin(), phase.end(), kCollective) > 0;
+    std::vector<size_t> killed;
     for (size_t r = 0; r < members_.size(); ++r) {
       bool silent = phase[r] < 0;
       bool computing_alone = phase[r] == kComputing && someone_waits;
@@ -541,8 +552,10 @@ class Controller {
                          silent ? "does not answer" : "stuck computing", "); restarting it"));
       hung_.insert(members_[r].actor_id);
       Kill(members_[r].handle).IgnoreError();
+      killed.push_back(r);
     }
     for (auto& m : members_) m.handle.Call<bool>("Abort");
+    return killed;
   }
 
   // Waits (bounded) until the GCS says each member in `candidates` is dead or alive.

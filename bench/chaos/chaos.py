@@ -172,6 +172,8 @@ def run_once(name, i, cluster, hosts, args):
         if rc is None:
             cluster.phalanx(0, "job", "stop", run.job_id, "--grace", "2", timeout=60)
             run.wait_done(timeout=30)
+    if args.verbose:
+        log(f"  fault at unix ms {fault_ms}; the job's output:\n{run.output()[-4000:]}")
     steps = run.steps()
     full = bool(steps) and steps[-1][2] == 3
     return healed, a["heal_s"], a["lost"], full, detail
