@@ -72,6 +72,12 @@ absl::Status RemovePlacementGroup(const PlacementGroup& group) {
   return cw->gcs().RemovePlacementGroup(group.id());
 }
 
+absl::Status ReleaseBundle(const PlacementGroup& group, int index) {
+  CoreWorker* cw = CoreWorker::Get();
+  if (cw == nullptr) return NotInitialized();
+  return cw->gcs().ReleasePlacementGroupBundle(group.id(), index);
+}
+
 absl::Status PlacementGroup::Wait(absl::Duration timeout) const {
   CoreWorker* cw = CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();

@@ -272,6 +272,9 @@ absl::StatusOr<PlacementGroup> CreatePlacementGroup(
     const std::string& name = "");
 // Kills the group's actors and frees its bundles.
 absl::Status RemovePlacementGroup(const PlacementGroup& group);
+// Kills the actors in bundle `index` and gives its resources back to its node for good; the
+// group keeps its other bundles (an elastic rank that needs more than its bundle held, say).
+absl::Status ReleaseBundle(const PlacementGroup& group, int index);
 
 // A method call about to be sent: Remote(args...) converts the arguments to the method's
 // parameter types (a compile-time check) and sends them.

@@ -504,19 +504,25 @@ void GcsActorManager::ScheduleNow() {
   Apply(std::move(effects));
 }
 
-void GcsActorManager::KillGroup(const std::string& pg_id) {
+void GcsActorManager::KillGroup(const std::string& pg_id, int bundle_index) {
   Effects effects;
   {
     absl::MutexLock lock(&mu_);
     std::vector<rpc::ActorInfo> members;
     for (const auto& [id, a] : actors_.entries()) {
-      if (a.placement_group_id() == pg_id && a.state() != rpc::ACTOR_DEAD) members.push_back(a);
+      if (a.placement_group_id() != pg_id || a.state() == rpc::ACTOR_DEAD) continue;
+      bool in_bundle = bundle_index < 0 || (Placed(a) ? a.placed_bundle() == bundle_index
+                                                      : a.bundle_index() == bundle_index);
+      if (in_bundle) members.push_back(a);
     }
     for (auto actor : members) {
       actor.set_kill_no_restart(true);
       rpc::DeathCause cause;
       cause.set_kind(rpc::DeathCause::KILLED_BY_USER);
-      cause.set_message(absl::StrCat("placement group ", ShortId(pg_id), " was removed"));
+      cause.set_message(bundle_index < 0
+                            ? absl::StrCat("placement group ", ShortId(pg_id), " was removed")
+                            : absl::StrCat("bundle ", bundle_index, " of placement group ",
+                                           ShortId(pg_id), " was released"));
       cause.set_time_ms(NowMs());
       if (Placed(actor)) {
         auto node = nodes_->Get(actor.node_id());

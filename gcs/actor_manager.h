@@ -76,8 +76,9 @@ class GcsActorManager {
   // Tries the pending actors again (resources were freed, or bundles reserved).
   void ScheduleNow();
 
-  // Kills every actor of a placement group for good (the group was removed).
-  void KillGroup(const std::string& pg_id);
+  // Kills every actor of a placement group for good (the group was removed), or only those
+  // in bundle `bundle_index` (placed there, or waiting for it; the bundle was released).
+  void KillGroup(const std::string& pg_id, int bundle_index = -1);
 
   // Liveness leases (an elastic controller holds one). RenewLease arms or re-arms the lease of
   // an actor's attempt for `timeout`; *stale is set when that attempt is no longer the actor's

@@ -383,6 +383,13 @@ class GcsClientImpl final : public GcsClient {
     return Call(&Stub::RemovePlacementGroup, request).status();
   }
 
+  absl::Status ReleasePlacementGroupBundle(const std::string& pg_id, int bundle_index) override {
+    rpc::ReleasePlacementGroupBundleRequest request;
+    request.set_placement_group_id(pg_id);
+    request.set_bundle_index(bundle_index);
+    return Call(&Stub::ReleasePlacementGroupBundle, request).status();
+  }
+
   absl::StatusOr<rpc::PlacementGroupInfo> GetPlacementGroup(const std::string& pg_id) override {
     rpc::GetPlacementGroupRequest request;
     request.set_placement_group_id(pg_id);

@@ -99,6 +99,8 @@ class GcsClient {
   virtual absl::StatusOr<rpc::PlacementGroupInfo> CreatePlacementGroup(
       const rpc::PlacementGroupInfo& spec) = 0;
   virtual absl::Status RemovePlacementGroup(const std::string& pg_id) = 0;
+  // Kills the actors in one bundle and gives its resources back to its node for good.
+  virtual absl::Status ReleasePlacementGroupBundle(const std::string& pg_id, int bundle_index) = 0;
   virtual absl::StatusOr<rpc::PlacementGroupInfo> GetPlacementGroup(const std::string& pg_id) = 0;
   // Waits up to `timeout` for the group to be CREATED; returns its record either way.
   virtual absl::StatusOr<rpc::PlacementGroupInfo> WaitPlacementGroupReady(

@@ -297,6 +297,14 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return rpc::ToGrpc(placement_groups_->Remove(request->placement_group_id()));
   }
 
+  grpc::Status ReleasePlacementGroupBundle(grpc::ServerContext* context,
+                                           const rpc::ReleasePlacementGroupBundleRequest* request,
+                                           rpc::ReleasePlacementGroupBundleReply*) override {
+    PHX_AUTH(context);
+    return rpc::ToGrpc(
+        placement_groups_->ReleaseBundle(request->placement_group_id(), request->bundle_index()));
+  }
+
   grpc::Status GetPlacementGroup(grpc::ServerContext* context,
                                  const rpc::GetPlacementGroupRequest* request,
                                  rpc::GetPlacementGroupReply* reply) override {

@@ -22,6 +22,10 @@ placement::BundleStrategy StrategyOf(const rpc::PlacementGroupInfo& pg) {
   return placement::ParseBundleStrategy(pg.strategy()).value_or(placement::BundleStrategy::kPack);
 }
 
+// Stands in the plan for a released bundle: a node no bundle is placed on, so the planner
+// leaves it be.
+constexpr char kReleased[] = "(released)";
+
 std::string Describe(const rpc::PlacementGroupInfo& pg) {
   std::string out = absl::StrCat("placement group ", ShortId(pg.placement_group_id()));
   if (!pg.name().empty()) absl::StrAppend(&out, " '", pg.name(), "'");
@@ -168,7 +172,7 @@ void GcsPlacementGroupManager::ScheduleLocked(
     }
     rpc::PlacementGroupInfo pg = *found;
     std::vector<std::string> fixed;
-    for (const auto& b : pg.bundles()) fixed.push_back(b.node_id());
+    for (const auto& b : pg.bundles()) fixed.push_back(b.released() ? kReleased : b.node_id());
     placement::BundlePlan plan =
         scheduler_->ReserveBundles(id, StrategyOf(pg), BundleResources(pg), fixed);
     if (!plan.placed) {
@@ -399,6 +403,59 @@ absl::Status GcsPlacementGroupManager::Remove(const std::string& pg_id) {
   return absl::OkStatus();
 }
 
+absl::Status GcsPlacementGroupManager::ReleaseBundle(const std::string& pg_id, int index) {
+  std::string node_id;
+  {
+    absl::MutexLock lock(&mu_);
+    const rpc::PlacementGroupInfo* found = groups_.Find(pg_id);
+    if (found == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no placement group ", pg_id));
+    }
+    if (found->state() == rpc::PG_REMOVED) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(Describe(*found), " was removed; its bundles are free already"));
+    }
+    if (index < 0 || index >= found->bundles_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bundle_index ", index, " is out of range: ", Describe(*found), " has ",
+                       found->bundles_size(), " bundles (0..", found->bundles_size() - 1, ")"));
+    }
+    if (found->bundles(index).released()) return absl::OkStatus();
+    if (committing_.count(pg_id)) {
+      // Its two-phase commit would place (or record) the bundle again: ask after it.
+      return absl::UnavailableError(absl::StrCat(
+          Describe(*found), " is being placed; release bundle ", index, " once it is"));
+    }
+    rpc::PlacementGroupInfo pg = *found;
+    auto* bundle = pg.mutable_bundles(index);
+    node_id = bundle->node_id();
+    bundle->clear_node_id();
+    bundle->set_released(true);
+    bool all_placed = std::all_of(pg.bundles().begin(), pg.bundles().end(), [](const auto& b) {
+      return b.released() || !b.node_id().empty();
+    });
+    if (all_placed && pg.state() == rpc::PG_RESCHEDULING) pg.set_state(rpc::PG_CREATED);
+    SaveLocked(pg);
+  }
+  actors_->KillGroup(pg_id, index);
+  if (!node_id.empty()) {
+    scheduler_->ReleaseBundles(pg_id, {index});
+    if (std::string address = AddressOf(node_id); !address.empty()) {
+      rpc::BundleRequest r;
+      r.set_placement_group_id(pg_id);
+      r.set_bundle_index(index);
+      node_clients_->CancelBundle(address, r, nullptr);
+    }
+    if (auto available = scheduler_->Available(node_id)) {
+      nodes_->UpdateAvailable(node_id, rpc::ToProto(*available)).IgnoreError();
+    }
+  }
+  spdlog::info("placement group {}: bundle {} released", ShortId(pg_id), index);
+  actors_->ScheduleNow();
+  ScheduleNow();
+  return absl::OkStatus();
+}
+
 std::optional<rpc::PlacementGroupInfo> GcsPlacementGroupManager::Get(
     const std::string& pg_id) const {
   absl::MutexLock lock(&mu_);
@@ -456,8 +513,14 @@ absl::Status GcsPlacementGroupManager::CheckActorBundle(const std::string& pg_id
         "actor: bundle index ", bundle_index, " is out of range: ", Describe(*pg), " has ",
         pg->bundles_size(), " bundles (0..", pg->bundles_size() - 1, "), or use -1 for any"));
   }
+  if (bundle_index >= 0 && pg->bundles(bundle_index).released()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("actor: bundle ", bundle_index, " of ", Describe(*pg),
+                     " was released; create the actor outside the group or in another bundle"));
+  }
   for (int i = 0; i < pg->bundles_size(); ++i) {
     if (bundle_index >= 0 && i != bundle_index) continue;
+    if (pg->bundles(i).released()) continue;
     if (rpc::FromProto(pg->bundles(i).resources()).Contains(request)) return absl::OkStatus();
   }
   return absl::FailedPreconditionError(absl::StrCat(

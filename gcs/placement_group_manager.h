@@ -9,7 +9,8 @@
 // are they committed (two-phase commit). Any failure cancels every prepared bundle and gives
 // the reservations back, and the group waits to be tried again. A node's death sends the
 // bundles that lived there (only those) back to be placed, ahead of groups still pending.
-// Removing a group kills its actors and frees everything. Thread-safe.
+// Removing a group kills its actors and frees everything; releasing one bundle does the same
+// for that bundle alone. Thread-safe.
 #pragma once
 
 #include <deque>
@@ -43,6 +44,9 @@ class GcsPlacementGroupManager {
 
   absl::StatusOr<rpc::PlacementGroupInfo> Create(rpc::PlacementGroupInfo spec);
   absl::Status Remove(const std::string& pg_id);
+  // Kills the actors in bundle `index` and gives its resources back to its node; the bundle
+  // is marked released and never placed again. Releasing a released bundle is a no-op.
+  absl::Status ReleaseBundle(const std::string& pg_id, int index);
   std::optional<rpc::PlacementGroupInfo> Get(const std::string& pg_id) const;
   std::optional<rpc::PlacementGroupInfo> GetByName(const std::string& name) const;
   std::vector<rpc::PlacementGroupInfo> List() const;

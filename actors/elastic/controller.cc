@@ -457,6 +457,14 @@ class Controller {
       bundle = -1;
     }
     Event("rank_died", absl::StrCat(what, "; action: ", action));
+    if (bundle < 0 && m.bundle >= 0 && !pg_.id().empty()) {
+      // It leaves its bundle (too small now, or on a node to avoid): give the bundle back, or
+      // it holds the resources its replacement needs (one rank per host fills every host).
+      absl::Status released = ReleaseBundle(pg_, m.bundle);
+      if (!released.ok()) {
+        spdlog::warn("job {}: cannot release bundle {}: {}", job_id_, m.bundle, released);
+      }
+    }
     Member replacement =
         Spawn(bundle, memory, avoid, absl::StrCat("replaces ", ShortId(m.actor_id)));
     if (!replacement.actor_id.empty()) joining_.push_back(std::move(replacement));

@@ -324,8 +324,10 @@ TEST_F(ElasticTest, ExitCodePolicyPicksTheAction) {
   EXPECT_NE(f.message.find("EXITED(129)"), std::string::npos) << f.message;
 }
 
-TEST_F(ElasticTest, OomKilledRankComesBackWithTwiceTheMemory) {
-  AddNode("node-a", 4);
+TEST_F(ElasticTest, OomKilledRankComesBackWithTwiceTheMemoryOnAFullNode) {
+  // The three bundles of one CPU fill the node: the larger rank no longer fits its bundle,
+  // which is given back so that it fits beside the others.
+  AddNode("node-a", 3);
   JobSpec spec = Spec(3, 1, 3);
   spec.resources["memory"] = 256.0 * (1 << 20);
   auto baseline = Baseline(spec);

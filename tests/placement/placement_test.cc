@@ -272,6 +272,62 @@ TEST_F(PlacementTest, RemovalKillsTheGroupsActorsAndFreesEverything) {
   EXPECT_EQ(*pg->State(), "REMOVED");
 }
 
+TEST_F(PlacementTest, ReleasingABundleKillsItsActorsAndGivesItsResourcesBackForGood) {
+  AddNode("node-a", 2);
+  AddNode("node-b", 2);
+  auto pg = CreatePlacementGroup(Cpus(2, 2), "STRICT_SPREAD");
+  ASSERT_TRUE(pg->Wait(absl::Seconds(10)).ok());
+  std::string released_node = Nodes(*pg)[1];
+  auto in_zero = Actor<Counter>().SetResource("CPU", 1).SetPlacementGroup(*pg, 0).Remote(1);
+  auto in_one = Actor<Counter>().SetResource("CPU", 1).SetPlacementGroup(*pg, 1).Remote(2);
+  ASSERT_TRUE(in_zero.ok() && in_one.ok());
+  ASSERT_EQ(*Get(in_one->Task(&Counter::Value).Remote(), absl::Seconds(20)), 2);
+  // Nothing outside the group fits while both nodes are reserved.
+  auto outside = Actor<Counter>().SetResource("CPU", 2).Remote(3);
+  ASSERT_TRUE(outside.ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(client_->GetActor(outside->id())->state(), rpc::ACTOR_PENDING);
+
+  ASSERT_TRUE(ReleaseBundle(*pg, 1).ok());
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return client_->GetActor(in_one->id())->state() == rpc::ACTOR_DEAD; },
+                       absl::Seconds(10)));
+  EXPECT_NE(client_->GetActor(in_one->id())->death_cause().message().find("bundle 1"),
+            std::string::npos);
+  // Its CPUs go to the actor that waited; bundle 0 and its actor stay.
+  ASSERT_EQ(*Get(outside->Task(&Counter::Value).Remote(), absl::Seconds(20)), 3);
+  EXPECT_EQ(client_->GetActor(outside->id())->node_id(), released_node);
+  EXPECT_EQ(*Get(in_zero->Task(&Counter::Value).Remote(), absl::Seconds(20)), 1);
+  rpc::PlacementGroupInfo info = Info(*pg);
+  EXPECT_EQ(info.state(), rpc::PG_CREATED);
+  EXPECT_TRUE(info.bundles(1).released());
+  EXPECT_TRUE(info.bundles(1).node_id().empty());
+  EXPECT_TRUE(testing::WaitFor([&] { return NodeStats(released_node).bundles_size() == 0; },
+                               absl::Seconds(10)));
+  EXPECT_TRUE(ReleaseBundle(*pg, 1).ok()) << "releasing twice is a no-op";
+
+  // A released bundle takes no new actor, and says why.
+  auto refused = Actor<Counter>().SetResource("CPU", 1).SetPlacementGroup(*pg, 1).Remote(4);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("was released"), std::string::npos) << refused.status();
+  auto out_of_range = ReleaseBundle(*pg, 2);
+  EXPECT_EQ(out_of_range.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(out_of_range.message().find("0..1"), std::string::npos) << out_of_range;
+
+  // The bundle's node dying does not bring it back (nothing lives there for the group).
+  nodes_.erase(released_node);
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        auto nodes = client_->GetAllNodes();
+        return nodes.ok() && std::any_of(nodes->begin(), nodes->end(), [&](const auto& n) {
+                 return n.node_id() == released_node && n.state() == rpc::NODE_DEAD;
+               });
+      },
+      absl::Seconds(15)));
+  EXPECT_EQ(Info(*pg).state(), rpc::PG_CREATED);
+  EXPECT_TRUE(Info(*pg).bundles(1).released());
+}
+
 TEST_F(PlacementTest, BadInputGetsClearErrors) {
   AddNode("node-a", 2);
   auto none = CreatePlacementGroup({}, "PACK");
