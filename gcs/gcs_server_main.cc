@@ -1,5 +1,7 @@
 // phalanx-gcs: the control-plane daemon. Started by `phalanx start --head`; restart it with
 // the same arguments (same Redis, cluster id and token file) and it carries on.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -8,6 +10,7 @@
 #include "gcs/gcs_server.h"
 #include "runtime/common/files.h"
 #include "runtime/common/logging.h"
+#include "runtime/common/session.h"
 #include "runtime/common/signals.h"
 #include "runtime/rpc/rpc.h"
 
@@ -71,6 +74,11 @@ int main(int argc, char** argv) {
   if (!server.ok()) {
     spdlog::error("GCS failed to start: {}", server.status().message());
     return 1;
+  }
+  if (!options.session_dir.empty()) {
+    // Where `phalanx stop` finds it, also when it was started again by hand from gcs.args.
+    auto written = phalanx::WritePidFile(options.session_dir, "gcs", getpid(), "phalanx-gcs");
+    if (!written.ok()) spdlog::warn("cannot record the GCS's pid: {}", written.message());
   }
   int sig = phalanx::WaitForTerminationSignal();
   spdlog::info("signal {}: shutting down", sig);

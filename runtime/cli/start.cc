@@ -233,7 +233,10 @@ class Starter {
       std::string conf = absl::StrCat(
           "port ", redis_port, "\nbind 127.0.0.1\nprotected-mode yes\nrequirepass ", password,
           "\ndir ", data_dir, "\nappendonly yes\nappendfsync everysec\nsave \"\"\n",
-          "daemonize no\nlogfile ", session_, "/logs/redis.log\n");
+          "daemonize no\nlogfile ", session_, "/logs/redis.log\n",
+          // Redis records its own pid (a bare pid) where `phalanx stop` looks, also when it is
+          // started again by hand with this file.
+          "pidfile ", session_, "/pids/redis.pid\n");
       if (auto s = WriteFile(session_ + "/redis.conf", conf, 0600); !s.ok()) {
         return Fail(std::string(s.message()));
       }

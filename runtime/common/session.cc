@@ -89,9 +89,15 @@ std::vector<PidEntry> ReadPidFiles(const std::string& session) {
     std::vector<std::string> parts =
         absl::StrSplit(absl::StripAsciiWhitespace(*content), ' ', absl::SkipEmpty());
     PidEntry entry;
-    if (parts.size() < 2 || !absl::SimpleAtoi(parts[0], &entry.pid)) continue;
     entry.name = file.substr(0, file.size() - 4);
-    entry.program = parts[1];
+    if (parts.empty() || !absl::SimpleAtoi(parts[0], &entry.pid)) continue;
+    if (parts.size() >= 2) {
+      entry.program = parts[1];
+    } else if (entry.name == "redis") {
+      entry.program = "redis-server";  // the pidfile Redis writes itself holds the pid alone
+    } else {
+      continue;
+    }
     entry.path = dir + "/" + file;
     out.push_back(entry);
   }

@@ -1,5 +1,6 @@
 // The `phalanx` command end to end: real daemons, real Redis, real processes.
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -84,6 +85,55 @@ TEST_F(CliTest, HeadPlusSecondNodeStatusAndStop) {
   ASSERT_EQ(stop.exit_code, 0) << stop.output;
   EXPECT_NE(stop.output.find("Stopped 4 Phalanx processes"), std::string::npos) << stop.output;
   for (pid_t pid : pids) EXPECT_FALSE(ProcessAlive(pid)) << "pid " << pid << " survived stop";
+  EXPECT_TRUE(testing::FindProcesses(root_.path()).empty());
+}
+
+// The pid `phalanx stop` has on record for a daemon of the latest session.
+pid_t RecordedPid(const std::string& session, const std::string& name) {
+  auto content = ReadFile(session + "/pids/" + name + ".pid");
+  pid_t pid = 0;
+  if (content.ok()) {
+    std::vector<std::string> parts = absl::StrSplit(*content, ' ');
+    (void)absl::SimpleAtoi(parts[0], &pid);
+  }
+  return pid;
+}
+
+TEST_F(CliTest, StopFindsAGcsAndRedisStartedAgainByHand) {
+  auto head = Phalanx({"start", "--head", "--port", absl::StrCat(port_), "--node-ip-address",
+                       "127.0.0.1", "--num-cpus", "1"});
+  ASSERT_EQ(head.exit_code, 0) << head.output;
+  std::string session = Latest();
+  // kill -9 of both, then each started again from its session files, as an operator would.
+  std::vector<pid_t> old = {RecordedPid(session, "redis"), RecordedPid(session, "gcs")};
+  for (pid_t pid : old) {
+    ASSERT_GT(pid, 0);
+    ::kill(pid, SIGKILL);
+    ASSERT_TRUE(WaitProcessGone(pid, absl::Seconds(5)));
+  }
+  SpawnOptions redis;
+  redis.argv = {"redis-server", session + "/redis.conf"};
+  redis.new_session = true;
+  SpawnOptions gcs;
+  gcs.argv = absl::StrSplit(*ReadFile(session + "/gcs.args"), '\n', absl::SkipEmpty());
+  gcs.stdout_path = session + "/logs/gcs.out";
+  gcs.new_session = true;
+  std::vector<pid_t> restarted;
+  for (const auto* options : {&redis, &gcs}) {
+    auto pid = Spawn(*options);
+    ASSERT_TRUE(pid.ok()) << pid.status();
+    restarted.push_back(*pid);
+  }
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return Phalanx({"status"}).exit_code == 0; }, absl::Seconds(20)));
+  // Each recorded its own pid.
+  EXPECT_EQ(RecordedPid(session, "redis"), restarted[0]);
+  EXPECT_EQ(RecordedPid(session, "gcs"), restarted[1]);
+
+  auto stop = Phalanx({"stop"});
+  ASSERT_EQ(stop.exit_code, 0) << stop.output;
+  EXPECT_NE(stop.output.find("Stopped 3 Phalanx processes"), std::string::npos) << stop.output;
+  for (pid_t pid : restarted) EXPECT_TRUE(WaitProcessGone(pid, absl::Seconds(5))) << pid;
   EXPECT_TRUE(testing::FindProcesses(root_.path()).empty());
 }
 

@@ -581,25 +581,20 @@ class Cluster:
             return None
 
     def restart_gcs(self):
-        """Starts the GCS again with the arguments in <session>/gcs.args (after a kill -9), and
-        records its pid where `phalanx stop` finds it."""
+        """Starts the GCS again with the arguments in <session>/gcs.args (after a kill -9), as
+        an operator would; the GCS records its own pid where `phalanx stop` finds it."""
         session = self.session(0)
         with open(os.path.join(session, "gcs.args")) as f:
             args = [a for a in f.read().split("\n") if a]
-        proc = self.head.spawn(args, log=os.path.join(session, "logs", "gcs.restarted.out"))
-        with open(os.path.join(session, "pids", "gcs.pid"), "w") as f:
-            f.write(f"{proc.pid} phalanx-gcs\n")
-        return proc
+        return self.head.spawn(args, log=os.path.join(session, "logs", "gcs.restarted.out"))
 
     def restart_redis(self):
-        """Starts the embedded Redis again with its config (same port, password and AOF)."""
+        """Starts the embedded Redis again with its config (same port, password and AOF), as an
+        operator would; its config has it record its own pid where `phalanx stop` finds it."""
         session = self.session(0)
         redis = shutil.which("redis-server") or "/usr/bin/redis-server"
-        proc = self.head.spawn([redis, os.path.join(session, "redis.conf")],
+        return self.head.spawn([redis, os.path.join(session, "redis.conf")],
                                log=os.path.join(session, "logs", "redis.restarted.out"))
-        with open(os.path.join(session, "pids", "redis.pid"), "w") as f:
-            f.write(f"{proc.pid} redis-server\n")
-        return proc
 
     def status(self, host=0):
         """`phalanx status` parsed: [{"node", "state", "address", "head"}]."""
