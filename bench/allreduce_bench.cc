@@ -6,6 +6,9 @@
 // Gloo with the same 4 ranks; and the time to reconfigure a 4-rank group to a new epoch.
 //
 //   build/bin/allreduce_bench [path to allreduce_gloo_torch.py]
+//   build/bin/allreduce_bench --mode bandwidth --gcs H:P --token T --rank R --world N
+//                             [--host IP] [--group NAME]   (one rank, e.g. on a host of its
+//                             own: what bench/crosshost_allreduce.py runs)
 //
 // Method (the same as the peer's): each iteration is timed between barriers, the time of an
 // iteration is the max over ranks, the median is reported; busbw = algbw × 2(n-1)/n for
@@ -122,15 +125,18 @@ int RunReconfigureRank(CollectiveGroup& g, int world) {
   return 0;
 }
 
-int RunRank(const std::string& mode, const std::string& gcs, const std::string& token, int rank,
-            int world) {
+int RunRank(const std::string& mode, const std::string& gcs, const std::string& token,
+            const std::string& host, const std::string& group_name, int rank, int world) {
   collective::GroupOptions options;
   // One group per run: a later run must not meet the epochs of an earlier one.
   const char* shm = std::getenv("PHALANX_COLLECTIVE_SHM");
-  options.name = absl::StrCat("bench-", mode, "-shm", shm ? shm : "",
-                              std::getenv("PHALANX_MACHINE_ID") ? "-hier" : "");
+  options.name = !group_name.empty()
+                     ? group_name
+                     : absl::StrCat("bench-", mode, "-shm", shm ? shm : "",
+                                    std::getenv("PHALANX_MACHINE_ID") ? "-hier" : "");
   options.gcs_address = gcs;
   options.token = token;
+  options.host = host;
   auto group = CollectiveGroup::Create(options);
   if (!group.ok() || !(*group)->Reconfigure(1, rank, world).ok()) return 1;
   setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -150,7 +156,7 @@ double Busbw(const std::string& text, const std::string& op, const std::string& 
 
 int Main(int argc, char** argv) {
   std::string peer = PHALANX_SOURCE_DIR "/../shared/bench/allreduce_gloo_torch.py";
-  std::string mode, gcs_address, token;
+  std::string mode, gcs_address, token, host = "127.0.0.1", group_name;
   int rank = -1, world = 0;
   CLI::App app{"allreduce_bench"};
   app.add_option("peer", peer, "the torch peer script");
@@ -159,10 +165,12 @@ int Main(int argc, char** argv) {
   app.add_option("--token", token);
   app.add_option("--rank", rank);
   app.add_option("--world", world);
+  app.add_option("--host", host, "one rank: the IPv4 address other machines reach it at");
+  app.add_option("--group", group_name, "one rank: the group's name (one per run)");
   std::string only;
   app.add_option("--only", only, "run one part: 'hier' (the 4-rank comparison)");
   CLI11_PARSE(app, argc, argv);
-  if (rank >= 0) return RunRank(mode, gcs_address, token, rank, world);
+  if (rank >= 0) return RunRank(mode, gcs_address, token, host, group_name, rank, world);
   if (::access(peer.c_str(), R_OK) != 0) {
     std::fprintf(stderr, "the peer %s is missing: give its path as the first argument\n",
                  peer.c_str());
