@@ -17,7 +17,9 @@
 #include "absl/synchronization/mutex.h"
 #include "actors/api.h"
 #include "actors/elastic/job_spec.h"
+#include "actors/elastic/policy.h"
 #include "actors/elastic/trainer_host.h"
+#include "actors/elastic/trainer_protocol.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/system.h"
@@ -29,17 +31,43 @@ namespace phalanx::elastic {
 namespace {
 
 using Handle = ActorHandle<AnyActor>;
-using Metrics = std::map<std::string, double>;
+using Metrics = StepMetrics;
 
 constexpr char kKvNamespace[] = "elastic";
-// How often the step loop looks up from waiting for a step (to notice a member's death).
-constexpr absl::Duration kStepWaitSlice = absl::Milliseconds(20);
-// After a member died and the survivors were told to abort, how long their answers may take.
-constexpr absl::Duration kAbortedStepGrace = absl::Seconds(2);
-// After the hang timeout, how long the members have to answer a Ping (answered on the actor's
-// own thread, not the step's: a live rank answers in milliseconds even mid-collective). A rank
-// that does not answer within it is taken for stopped or deadlocked and restarted.
-constexpr absl::Duration kHangPingTimeout = absl::Milliseconds(500);
+// Every bound the controller waits with, named in one place. The job's own bounds (the hang
+// timeout, the controller lease, the below-min timeout, the scale-out debounce) are spec
+// settings; these are the controller's.
+struct Timeouts {
+  // How often the step loop looks up from waiting for a step (to notice a member's death).
+  absl::Duration step_wait_slice = absl::Milliseconds(20);
+  // After a member died and the survivors were told to abort, how long their answers may take.
+  absl::Duration aborted_step_grace = absl::Seconds(2);
+  // After the hang timeout, how long the members have to answer a Ping (answered on a lane of
+  // its own, not the step's: a live rank answers in milliseconds even mid-collective). A rank
+  // that does not answer within it is taken for stopped or deadlocked and restarted.
+  absl::Duration hang_ping = absl::Milliseconds(500);
+  // Fetching a step's answer once it is ready.
+  absl::Duration step_result = absl::Seconds(30);
+  // Every rank forming an epoch (Reconfigure), and newcomers receiving the state (SyncState).
+  absl::Duration reconfigure = absl::Seconds(120);
+  // Rank 0 saving or loading a checkpoint.
+  absl::Duration checkpoint = absl::Seconds(120);
+  // Every rank's part in the network check.
+  absl::Duration network_check = absl::Seconds(60);
+  // A member whose call broke: how long the GCS has to call it dead before it is killed.
+  absl::Duration confirm_death = absl::Seconds(5);
+  // A removed member's record reaching DEAD (with its cause) before its policy is applied.
+  absl::Duration death_record = absl::Seconds(2);
+  // Rank 0's results at the end of the job.
+  absl::Duration results = absl::Seconds(30);
+  // Adopting a rank: its held step may take the hang timeout plus this.
+  absl::Duration adopt_beyond_hang = absl::Seconds(30);
+  // The record writer's period when nothing changed (it also polls scale and stop requests).
+  absl::Duration writer_period = absl::Milliseconds(200);
+  // How often a wait for the GCS's view (a death, ready joiners) looks again.
+  absl::Duration poll = absl::Milliseconds(20);
+};
+constexpr Timeouts kTimeouts;
 
 // One rank (or a rank to be): its actor and what it was started with.
 struct Member {
@@ -52,6 +80,8 @@ struct Member {
   bool ready = false;
   std::string why;       // what it replaces, for the event log
   std::string replaces;  // actor id of a straggler it replaces (removed when it joins)
+
+  TrainerClient trainer() const { return TrainerClient(handle); }
 };
 
 class Controller {
@@ -165,7 +195,7 @@ class Controller {
       std::map<std::string, std::string> kv;
       {
         absl::MutexLock lock(&mu_);
-        mu_.AwaitWithTimeout(absl::Condition(&dirty_), absl::Milliseconds(200));
+        mu_.AwaitWithTimeout(absl::Condition(&dirty_), kTimeouts.writer_period);
         last = finished_;
         kv.swap(pending_kv_);
       }
@@ -257,7 +287,7 @@ class Controller {
     spdlog::info("job {}: rank actor {} died ({}): aborting the step on {} survivor(s)", job_id_,
                  ShortId(actor.actor_id()), rpc::DescribeCause(actor.death_cause()),
                  survivors.size());
-    for (auto& h : survivors) h.Call<bool>("Abort");
+    for (auto& h : survivors) TrainerClient(h).Abort();
   }
 
   std::set<std::string> DeadMembers() {
@@ -294,7 +324,7 @@ class Controller {
     }
     m.handle = *handle;
     m.actor_id = handle->id();
-    m.setup = m.handle.Call<bool>("Setup", job_id_, spec_yaml_);
+    m.setup = m.trainer().Setup(job_id_, spec_yaml_);
     return m;
   }
 
@@ -310,13 +340,12 @@ class Controller {
     int world = static_cast<int>(members_.size());
     std::vector<ObjectRef<int64_t>> refs;
     for (int r = 0; r < world; ++r) {
-      refs.push_back(
-          members_[r].handle.Call<int64_t>("Reconfigure", group_name_, epoch, r, world, agreed_));
+      refs.push_back(members_[r].trainer().Reconfigure(group_name_, epoch, r, world, agreed_));
     }
     bool ok = true;
     bool behind = false;
     for (int r = 0; r < world; ++r) {
-      auto held = Get(refs[r], absl::Seconds(120));
+      auto held = Get(refs[r], kTimeouts.reconfigure);
       if (!held.ok()) {
         spdlog::warn("job {}: rank {} failed to form epoch {}: {}", job_id_, r, epoch,
                      held.status());
@@ -328,10 +357,9 @@ class Controller {
     if (ok && behind) {
       // Newcomers (or a whole set restarting from a checkpoint) get rank 0's state.
       std::vector<ObjectRef<int64_t>> syncs;
-      for (int r = 0; r < world; ++r)
-        syncs.push_back(members_[r].handle.Call<int64_t>("SyncState", 0));
+      for (int r = 0; r < world; ++r) syncs.push_back(members_[r].trainer().SyncState(0));
       for (int r = 0; r < world; ++r) {
-        auto held = Get(syncs[r], absl::Seconds(120));
+        auto held = Get(syncs[r], kTimeouts.reconfigure);
         if (!held.ok() || *held != agreed_) {
           spdlog::warn(
               "job {}: rank {} failed to receive the state: {}", job_id_, r,
@@ -349,10 +377,9 @@ class Controller {
 
   void CheckNetwork() {
     std::vector<ObjectRef<std::vector<int>>> refs;
-    for (auto& m : members_)
-      refs.push_back(m.handle.Call<std::vector<int>>("NetworkCheck", spec_.straggler_factor));
-    auto report = Get(refs[0], absl::Seconds(60));
-    for (auto& r : refs) Get(r, absl::Seconds(60)).IgnoreError();
+    for (auto& m : members_) refs.push_back(m.trainer().NetworkCheck(spec_.straggler_factor));
+    auto report = Get(refs[0], kTimeouts.network_check);
+    for (auto& r : refs) Get(r, kTimeouts.network_check).IgnoreError();
     if (!report.ok()) {
       Event("network_check_failed", std::string(report.status().message()));
       return;
@@ -375,99 +402,80 @@ class Controller {
       Event("straggler", absl::StrCat("rank ", r, " on node ", ShortId(m.node_id),
                                       " is slower than ", spec_.straggler_factor,
                                       "× the median; action: ", ActionName(policy.action)));
-      if (policy.action == Action::kReschedule || policy.action == Action::kRestart) {
-        if (BudgetLeft()) {
-          ++restarts_;
-          restart_times_.push_back(absl::Now());
-          Member replacement =
-              Spawn(-1, m.memory, {m.node_id}, absl::StrCat("replaces straggler rank ", r));
-          replacement.replaces = m.actor_id;
-          if (!replacement.actor_id.empty()) joining_.push_back(std::move(replacement));
-        }
+      if (ReplaceStraggler(policy, &budget_, absl::Now())) {
+        ++restarts_;
+        Member replacement =
+            Spawn(-1, m.memory, {m.node_id}, absl::StrCat("replaces straggler rank ", r));
+        replacement.replaces = m.actor_id;
+        if (!replacement.actor_id.empty()) joining_.push_back(std::move(replacement));
       }
     }
   }
 
-  bool BudgetLeft() {
-    absl::Time window = absl::Now() - absl::Seconds(spec_.restart_time_limit_s);
-    while (!restart_times_.empty() && restart_times_.front() < window) restart_times_.pop_front();
-    return static_cast<int>(restart_times_.size()) < spec_.restart_limit;
-  }
-
-  // A rank is gone: decide, by its cause and the policies, what replaces it.
+  // A rank is gone: the policies decide (actors/elastic/policy.h); this carries it out.
   void HandleDeath(const Member& m, const rpc::ActorInfo& info) {
     const rpc::DeathCause& cause = info.death_cause();
-    std::string event = "exited";
-    int code = 0, signal = 0;
-    switch (cause.kind()) {
-      case rpc::DeathCause::OOM_KILLED:
-        event = "oom";
-        break;
-      case rpc::DeathCause::NODE_DIED:
-        event = "nodeDied";
-        break;
-      case rpc::DeathCause::EXITED:
-        code = cause.exit_code();
-        break;
-      case rpc::DeathCause::SIGNALED:
-        signal = cause.signal();
-        break;
-      case rpc::DeathCause::KILLED_BY_USER:
-        if (hung_.count(m.actor_id)) event = "hang";
-        break;
-      default:
-        break;
-    }
     if (cause.kind() == rpc::DeathCause::CREATION_FAILED) {
       Fail(absl::StrCat("a rank could not be created: ", rpc::DescribeCause(cause)));
       return;
     }
-    FaultPolicy policy = MatchPolicy(spec_, event, code, signal);
+    DeathDecision d = DecideOnDeath(spec_, ToRankDeath(m, cause), &budget_, absl::Now());
     std::string what = absl::StrCat(rpc::DescribeActor(info), " on node ", ShortId(m.node_id),
                                     " died: ", rpc::DescribeCause(cause));
-    if (policy.action == Action::kFailJob) {
-      Event("rank_died", absl::StrCat(what, "; policy: failJob"));
-      Fail(absl::StrCat("policy failJob: ", what));
-      return;
+    if (d.kind == DeathDecision::Kind::kReplace) ++restarts_;
+    Event("rank_died", absl::StrCat(what, "; ", d.summary));
+    switch (d.kind) {
+      case DeathDecision::Kind::kFailJob:
+        Fail(absl::StrCat("policy failJob: ", what));
+        return;
+      case DeathDecision::Kind::kShrink:
+        target_ = std::max(spec_.min_replicas, target_ - 1);
+        ceiling_ = target_;
+        return;
+      case DeathDecision::Kind::kReplace:
+        break;
     }
-    if (policy.action == Action::kShrink || !BudgetLeft()) {
-      Event("rank_died", absl::StrCat(what, policy.action == Action::kShrink
-                                                ? "; policy: shrink"
-                                                : "; restart budget exhausted: shrinking"));
-      target_ = std::max(spec_.min_replicas, target_ - 1);
-      ceiling_ = target_;
-      return;
-    }
-    ++restarts_;
-    restart_times_.push_back(absl::Now());
-    double memory = m.memory;
-    int bundle = m.bundle;
-    std::vector<std::string> avoid;
-    std::string action = ActionName(policy.action);
-    if (policy.action == Action::kRespawnLarger && memory > 0) {
-      double grown = std::min(memory * policy.memory_growth,
-                              memory + static_cast<double>(policy.max_memory_step));
-      grown = std::min(grown, static_cast<double>(policy.memory_cap));
-      action =
-          absl::StrCat("respawnLarger: memory ", FormatBytes(memory), " → ", FormatBytes(grown));
-      memory = grown;
-      bundle = -1;  // its bundle is too small now
-    } else if (policy.action == Action::kReschedule && event != "nodeDied") {
-      avoid.push_back(m.node_id);
-      bundle = -1;
-    }
-    Event("rank_died", absl::StrCat(what, "; action: ", action));
-    if (bundle < 0 && m.bundle >= 0 && !pg_.id().empty()) {
-      // It leaves its bundle (too small now, or on a node to avoid): give the bundle back, or
-      // it holds the resources its replacement needs (one rank per host fills every host).
+    if (d.release_bundle && !pg_.id().empty()) {
       absl::Status released = ReleaseBundle(pg_, m.bundle);
       if (!released.ok()) {
         spdlog::warn("job {}: cannot release bundle {}: {}", job_id_, m.bundle, released);
       }
     }
     Member replacement =
-        Spawn(bundle, memory, avoid, absl::StrCat("replaces ", ShortId(m.actor_id)));
+        Spawn(d.bundle, d.memory, d.avoid_nodes, absl::StrCat("replaces ", ShortId(m.actor_id)));
     if (!replacement.actor_id.empty()) joining_.push_back(std::move(replacement));
+  }
+
+  // A member's death in the policies' terms.
+  RankDeath ToRankDeath(const Member& m, const rpc::DeathCause& cause) const {
+    RankDeath death;
+    death.memory = m.memory;
+    death.bundle = m.bundle;
+    death.node_id = m.node_id;
+    switch (cause.kind()) {
+      case rpc::DeathCause::OOM_KILLED:
+        death.kind = RankDeath::Kind::kOom;
+        break;
+      case rpc::DeathCause::NODE_DIED:
+        death.kind = RankDeath::Kind::kNodeDied;
+        break;
+      case rpc::DeathCause::EXITED:
+        death.kind = RankDeath::Kind::kExited;
+        death.exit_code = cause.exit_code();
+        break;
+      case rpc::DeathCause::SIGNALED:
+        death.kind = RankDeath::Kind::kSignaled;
+        death.signal = cause.signal();
+        break;
+      case rpc::DeathCause::KILLED_BY_USER:
+        death.kind = RankDeath::Kind::kKilled;
+        death.hung = hung_.count(m.actor_id) > 0;
+        break;
+      default:
+        death.kind = RankDeath::Kind::kOther;
+        break;
+    }
+    return death;
   }
 
   void Fail(const std::string& message) {
@@ -481,21 +489,22 @@ class Controller {
   // or an empty list with ok = true.
   bool RunStep(std::vector<size_t>* lost, std::string* error) {
     std::vector<ObjectRef<Metrics>> refs;
-    for (auto& m : members_) refs.push_back(m.handle.Call<Metrics>("Step", agreed_, agreed_));
+    for (auto& m : members_) refs.push_back(m.trainer().Step(agreed_, agreed_));
     // Until every rank answered, or one died (the survivors were told to abort: wait for
     // their answers only briefly), or the hang timeout.
     absl::Time hang_at = absl::Now() + absl::Seconds(spec_.hang_timeout_s);
     absl::Time death_grace = absl::InfiniteFuture();
     bool all_ready = false;
     while (absl::Now() < std::min(hang_at, death_grace)) {
-      auto waited = Wait(refs, static_cast<int>(refs.size()), kStepWaitSlice);
+      auto waited = Wait(refs, static_cast<int>(refs.size()), kTimeouts.step_wait_slice);
       if (waited.not_ready.empty()) {
         all_ready = true;
         break;
       }
       std::set<std::string> dead = DeadMembers();
       if (dead.empty()) continue;
-      if (death_grace == absl::InfiniteFuture()) death_grace = absl::Now() + kAbortedStepGrace;
+      if (death_grace == absl::InfiniteFuture())
+        death_grace = absl::Now() + kTimeouts.aborted_step_grace;
       bool survivors_answered = true;
       for (size_t r = 0; r < refs.size(); ++r) {
         survivors_answered &= dead.count(members_[r].actor_id) > 0 || refs[r].Ready();
@@ -509,7 +518,7 @@ class Controller {
     double loss = 0;
     for (size_t r = 0; r < refs.size(); ++r) {
       auto result = refs[r].Ready() || all_ready
-                        ? Get(refs[r], absl::Seconds(30))
+                        ? Get(refs[r], kTimeouts.step_result)
                         : absl::StatusOr<Metrics>(absl::UnavailableError(
                               "no answer after a member died (its step was aborted)"));
       if (!result.ok()) {
@@ -540,9 +549,9 @@ class Controller {
   // Returns the ranks killed.
   std::vector<size_t> HandleHang(const std::vector<ObjectRef<Metrics>>& refs) {
     std::vector<ObjectRef<std::vector<int64_t>>> pings;
-    for (auto& m : members_) pings.push_back(m.handle.Call<std::vector<int64_t>>("Ping"));
+    for (auto& m : members_) pings.push_back(m.trainer().Ping());
     // One bound for all of them together, not one per rank.
-    Wait(pings, static_cast<int>(pings.size()), kHangPingTimeout);
+    Wait(pings, static_cast<int>(pings.size()), kTimeouts.hang_ping);
     std::vector<int> phase(members_.size(), -1);
     for (size_t r = 0; r < members_.size(); ++r) {
       if (!pings[r].Ready()) continue;
@@ -562,7 +571,7 @@ class Controller {
       Kill(members_[r].handle).IgnoreError();
       killed.push_back(r);
     }
-    for (auto& m : members_) m.handle.Call<bool>("Abort");
+    for (auto& m : members_) m.trainer().Abort();
     return killed;
   }
 
@@ -570,10 +579,10 @@ class Controller {
   std::vector<size_t> ConfirmDeaths(const std::vector<size_t>& candidates) {
     std::vector<size_t> dead;
     for (size_t r : candidates) {
-      absl::Time until = absl::Now() + absl::Seconds(5);
+      absl::Time until = absl::Now() + kTimeouts.confirm_death;
       rpc::ActorInfo info = ActorState(members_[r].actor_id);
       while (info.state() != rpc::ACTOR_DEAD && absl::Now() < until) {
-        absl::SleepFor(absl::Milliseconds(10));
+        absl::SleepFor(kTimeouts.poll);
         info = ActorState(members_[r].actor_id);
       }
       if (info.state() != rpc::ACTOR_DEAD) {
@@ -716,24 +725,17 @@ class Controller {
       if (stop_asked_) stop_requested_ = true;
     }
     if (request.empty()) return;
-    std::vector<std::string> f = absl::StrSplit(request, ':');
-    int replicas = 0;
-    if (f.size() < 2 || !absl::SimpleAtoi(f[1], &replicas)) return;
-    if (f.size() >= 3 && !f[2].empty()) {
-      // Named ranks leave (the others keep their order).
-      for (absl::string_view r : absl::StrSplit(f[2], ',', absl::SkipEmpty())) {
-        int rank;
-        if (absl::SimpleAtoi(r, &rank) && rank >= 0 && rank < static_cast<int>(members_.size())) {
-          scale_in_ranks_.push_back(rank);
-        }
-      }
-      replicas = static_cast<int>(members_.size() - scale_in_ranks_.size());
+    auto parsed = ParseScaleRequest(request, static_cast<int>(members_.size()), spec_);
+    if (!parsed.ok()) {
+      spdlog::warn("job {}: {}", job_id_, parsed.status().message());
+      return;
     }
-    int clamped = std::clamp(replicas, spec_.min_replicas, spec_.max_replicas);
+    scale_in_ranks_ = parsed->leaving;
+    int clamped = parsed->replicas;
     Condition("Scaling", "ScaleRequested",
               absl::StrCat(
-                  "replicas ", replicas,
-                  clamped != replicas
+                  "replicas ", parsed->asked,
+                  clamped != parsed->asked
                       ? absl::StrCat(" (clamped to ", clamped, ": min ", spec_.min_replicas,
                                      ", max ", spec_.max_replicas, ")")
                       : "",
@@ -768,7 +770,7 @@ class Controller {
     }
     std::string path =
         absl::StrCat(spec_.checkpoint_dir, "/", spec_.name, "-step", agreed_, ".ckpt");
-    auto saved = Get(members_[0].handle.Call<bool>("SaveCheckpoint", path), absl::Seconds(120));
+    auto saved = Get(members_[0].trainer().SaveCheckpoint(path), kTimeouts.checkpoint);
     if (!saved.ok()) {
       Event("checkpoint_failed", std::string(saved.status().message()));
       return;
@@ -786,8 +788,7 @@ class Controller {
     auto path = gcs_->KvGet(kKvNamespace, absl::StrCat(job_id_, "/checkpoint"));
     int64_t step = 0;
     if (path.ok() && path->has_value()) {
-      auto loaded =
-          Get(members_[0].handle.Call<int64_t>("LoadCheckpoint", **path), absl::Seconds(120));
+      auto loaded = Get(members_[0].trainer().LoadCheckpoint(**path), kTimeouts.checkpoint);
       if (loaded.ok() && *loaded >= 0) {
         step = *loaded;
       } else {
@@ -813,7 +814,7 @@ class Controller {
     absl::Time deadline = absl::Now() + timeout;
     while (static_cast<int>(members_.size()) + ReadyJoiners() < want && absl::Now() < deadline &&
            !failed_) {
-      absl::SleepFor(absl::Milliseconds(20));
+      absl::SleepFor(kTimeouts.poll);
       if (joining_.empty()) break;
     }
   }
@@ -855,6 +856,7 @@ class Controller {
       return;
     }
     spec_ = *spec;
+    budget_ = RestartBudget(spec_.restart_limit, absl::Seconds(spec_.restart_time_limit_s));
     {
       absl::MutexLock lock(&mu_);
       job_.set_name(spec_.name);
@@ -954,14 +956,14 @@ class Controller {
     KillStrays(known);
     // The steps the dead controller left running end (their collectives abort), then each
     // rank says the newest step it holds.
-    for (auto& m : alive) m.handle.Call<bool>("Abort");
+    for (auto& m : alive) m.trainer().Abort();
     std::vector<ObjectRef<std::string>> held_refs;
     for (auto& m : alive) {
-      held_refs.push_back(m.handle.Call<std::string>("Query", std::string("held_step")));
+      held_refs.push_back(m.trainer().Query(trainer_query::kHeldStep));
     }
     std::vector<std::pair<int64_t, Member>> held;
     for (size_t i = 0; i < alive.size(); ++i) {
-      auto h = Get(held_refs[i], absl::Seconds(spec_.hang_timeout_s + 30));
+      auto h = Get(held_refs[i], absl::Seconds(spec_.hang_timeout_s) + kTimeouts.adopt_beyond_hang);
       int64_t step = -1;
       if (h.ok() && absl::SimpleAtoi(*h, &step) && step >= 0) {
         held.emplace_back(step, alive[i]);
@@ -1173,8 +1175,7 @@ class Controller {
     }
     // What the trainer wants drivers to see (e.g. final weights), from rank 0.
     if (!members_.empty()) {
-      auto results = Get(members_[0].handle.Call<std::string>("Query", std::string("results")),
-                         absl::Seconds(30));
+      auto results = Get(members_[0].trainer().Query(trainer_query::kResults), kTimeouts.results);
       if (results.ok()) {
         absl::MutexLock lock(&mu_);
         job_.mutable_elastic()->set_results(*results);
@@ -1209,8 +1210,9 @@ class Controller {
     }
     for (const auto& m : gone) {
       rpc::ActorInfo info = ActorState(m.actor_id);
-      for (int i = 0; i < 100 && info.state() != rpc::ACTOR_DEAD; ++i) {
-        absl::SleepFor(absl::Milliseconds(20));
+      absl::Time until = absl::Now() + kTimeouts.death_record;
+      while (info.state() != rpc::ACTOR_DEAD && absl::Now() < until) {
+        absl::SleepFor(kTimeouts.poll);
         info = ActorState(m.actor_id);
       }
       HandleDeath(m, info);
@@ -1231,7 +1233,7 @@ class Controller {
   std::vector<Member> retiring_;
   std::set<std::string> hung_;  // actors killed for hanging (their death is a "hang")
   std::vector<int> scale_in_ranks_;
-  std::deque<absl::Time> restart_times_;
+  RestartBudget budget_{0, absl::ZeroDuration()};  // set from the spec
   int64_t epoch_ = 0;
   int64_t agreed_ = 0;
   int64_t data_epoch_ = 0;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "actors/elastic/trainer_protocol.h"
 #include "gcs/gcs_client.h"
 #include "runtime/common/files.h"
 #include "runtime/common/logging.h"
@@ -268,7 +269,8 @@ std::string TrainerHostBase::Query(std::string key) {
   if (key == "committed_step") return std::to_string(committed_step_);
   // The newest step this rank holds: a finished step not yet committed counts (every rank
   // took part in its collectives, so it is the same everywhere it was finished).
-  if (key == "held_step") return std::to_string(std::max(committed_step_, pending_step_));
+  if (key == trainer_query::kHeldStep)
+    return std::to_string(std::max(committed_step_, pending_step_));
   return trainer_->Query(key);
 }
 
@@ -282,16 +284,17 @@ std::map<std::string, Invoker>& HostMethods() {
     auto add = [&](const char* name, auto fn) {
       (*m)[name] = internal::MethodInvokerFor<TrainerHostBase>(absl::StrCat("Trainer.", name), fn);
     };
-    add("Setup", &TrainerHostBase::Setup);
-    add("Step", &TrainerHostBase::Step);
-    add("Reconfigure", &TrainerHostBase::Reconfigure);
-    add("SyncState", &TrainerHostBase::SyncState);
-    add("SaveCheckpoint", &TrainerHostBase::SaveCheckpoint);
-    add("LoadCheckpoint", &TrainerHostBase::LoadCheckpoint);
-    add("NetworkCheck", &TrainerHostBase::NetworkCheck);
-    add("Ping", &TrainerHostBase::Ping);
-    add("Abort", &TrainerHostBase::Abort);
-    add("Query", &TrainerHostBase::Query);
+    namespace names = trainer_method;
+    add(names::kSetup, &TrainerHostBase::Setup);
+    add(names::kStep, &TrainerHostBase::Step);
+    add(names::kReconfigure, &TrainerHostBase::Reconfigure);
+    add(names::kSyncState, &TrainerHostBase::SyncState);
+    add(names::kSaveCheckpoint, &TrainerHostBase::SaveCheckpoint);
+    add(names::kLoadCheckpoint, &TrainerHostBase::LoadCheckpoint);
+    add(names::kNetworkCheck, &TrainerHostBase::NetworkCheck);
+    add(names::kPing, &TrainerHostBase::Ping);
+    add(names::kAbort, &TrainerHostBase::Abort);
+    add(names::kQuery, &TrainerHostBase::Query);
     return m;
   }();
   return *methods;
@@ -325,11 +328,12 @@ void RegisterTrainerHost(const std::string& name,
   };
   for (const auto& [method, fn] : HostMethods()) cls.methods.push_back(method);
   // Lanes: the controller talks to a rank while its step runs.
-  for (const char* m :
-       {"Reconfigure", "SyncState", "SaveCheckpoint", "LoadCheckpoint", "NetworkCheck"}) {
+  namespace names = trainer_method;
+  for (const char* m : {names::kReconfigure, names::kSyncState, names::kSaveCheckpoint,
+                        names::kLoadCheckpoint, names::kNetworkCheck}) {
     cls.method_group[m] = "control";
   }
-  for (const char* m : {"Ping", "Abort", "Query"}) cls.method_group[m] = "ping";
+  for (const char* m : {names::kPing, names::kAbort, names::kQuery}) cls.method_group[m] = "ping";
   cls.group_concurrency["control"] = 1;
   cls.group_concurrency["ping"] = 1;
   ActorRegistry::Global().Register(std::move(cls));
