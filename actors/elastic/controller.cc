@@ -834,6 +834,16 @@ class Controller {
     gcs_ = &cw->gcs();
     auto spec = ParseJobSpec(spec_yaml_);
     auto existing = gcs_->GetJob(job_id_);
+    if (existing.ok() &&
+        (existing->state() == rpc::JOB_SUCCEEDED || existing->state() == rpc::JOB_FAILED ||
+         existing->state() == rpc::JOB_STOPPED)) {
+      // Started again after its job ended (its host died before it could go): nothing to do,
+      // and nothing to start -- a reservation made now would hold a host for no one.
+      spdlog::info("job {} ended already ({}): its restarted controller leaves", job_id_,
+                   rpc::JobState_Name(existing->state()));
+      Leave();
+      return;
+    }
     {
       absl::MutexLock lock(&mu_);
       if (existing.ok()) job_ = *existing;
@@ -880,6 +890,16 @@ class Controller {
     if (!pg_.id().empty()) RemovePlacementGroup(pg_).IgnoreError();
     PublishStatus();
     Finish(&writer);
+    Leave();
+  }
+
+  // The job is over (its record says how): this controller's actor ends for good, so that it
+  // is not started again when its host dies.
+  void Leave() {
+    if (auto me = CurrentHostedActor()) {
+      absl::Status killed = gcs_->KillActor(me->actor_id, /*no_restart=*/true);
+      if (!killed.ok()) spdlog::warn("job {}: the controller cannot end: {}", job_id_, killed);
+    }
   }
 
   void Finish(std::thread* writer) {

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "runtime/common/files.h"
 #include "runtime/common/process.h"
+#include "runtime/rpc/describe.h"
 #include "tests/testing/cluster_test.h"
 #include "tests/testing/test_util.h"
 
@@ -504,6 +505,28 @@ TEST_F(ElasticTest, AKilledControllerComesBackAndAdoptsTheLiveRanks) {
   for (const auto& r : s.ranks) ranks_after.insert(r.actor_id);
   EXPECT_EQ(ranks_after, ranks_before);
   EXPECT_EQ(s.restarts, 0) << FormatStatus(s);
+}
+
+TEST_F(ElasticTest, AFinishedJobsControllerEndsForGood) {
+  // Left alive, it was started again when its host died, and a controller started again
+  // made a new reservation for its long-finished job (which held hosts for no one).
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(2, 1, 2);
+  JobStatus s = Run(spec);
+  ASSERT_EQ(s.state, "SUCCEEDED") << FormatStatus(s);
+  auto job = client_->GetJob(s.job_id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  rpc::ActorInfo controller;
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        auto info = client_->GetActor(job->controller_actor_id());
+        if (info.ok()) controller = *info;
+        return info.ok() && info->state() == rpc::ACTOR_DEAD;
+      },
+      absl::Seconds(10)))
+      << rpc::DescribeActor(controller) << " is " << rpc::ActorState_Name(controller.state());
+  EXPECT_EQ(controller.death_cause().kind(), rpc::DeathCause::KILLED_BY_USER);
+  EXPECT_EQ(controller.num_restarts(), 0);
 }
 
 TEST_F(ElasticTest, AStoppedControllerLosesItsLeaseAndItsSuccessorAdoptsTheRanks) {
