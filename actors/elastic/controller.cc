@@ -16,6 +16,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "actors/api.h"
+#include "actors/elastic/job_keys.h"
+#include "actors/elastic/job_recorder.h"
 #include "actors/elastic/job_spec.h"
 #include "actors/elastic/policy.h"
 #include "actors/elastic/trainer_host.h"
@@ -33,7 +35,6 @@ namespace {
 using Handle = ActorHandle<AnyActor>;
 using Metrics = StepMetrics;
 
-constexpr char kKvNamespace[] = "elastic";
 // Every bound the controller waits with, named in one place. The job's own bounds (the hang
 // timeout, the controller lease, the below-min timeout, the scale-out debounce) are spec
 // settings; these are the controller's.
@@ -64,6 +65,8 @@ struct Timeouts {
   absl::Duration adopt_beyond_hang = absl::Seconds(30);
   // The record writer's period when nothing changed (it also polls scale and stop requests).
   absl::Duration writer_period = absl::Milliseconds(200);
+  // At the job's end, how long the writer keeps trying to save the last record.
+  absl::Duration record_finish = absl::Seconds(30);
   // How often a wait for the GCS's view (a death, ready joiners) looks again.
   absl::Duration poll = absl::Milliseconds(20);
 };
@@ -88,7 +91,9 @@ class Controller {
  public:
   // Starts at once: a controller restarted by the runtime carries on by itself.
   Controller(std::string job_id, std::string spec_yaml)
-      : job_id_(std::move(job_id)), spec_yaml_(std::move(spec_yaml)) {
+      : job_id_(std::move(job_id)),
+        spec_yaml_(std::move(spec_yaml)),
+        recorder_(job_id_, kTimeouts.writer_period, kTimeouts.record_finish) {
     Start();
   }
 
@@ -109,132 +114,56 @@ class Controller {
     return true;
   }
 
-  std::string Describe() {
-    absl::MutexLock lock(&mu_);
-    return job_.DebugString();
-  }
+  std::string Describe() { return recorder_.Describe(); }
 
  private:
   // ---- job record -------------------------------------------------------------------
 
   void Condition(const std::string& type, const std::string& reason, const std::string& message) {
-    absl::MutexLock lock(&mu_);
-    auto* c = job_.add_conditions();
-    c->set_type(type);
-    c->set_time_ms(NowMs());
-    c->set_reason(reason);
-    c->set_message(message);
-    spdlog::info("job {}: {} — {}: {}", job_id_, type, reason, message);
-    dirty_ = true;
+    recorder_.Condition(type, reason, message);
   }
 
   void Event(const std::string& kind, const std::string& message) {
-    absl::MutexLock lock(&mu_);
-    auto* e = job_.add_events();
-    e->set_time_ms(NowMs());
-    e->set_kind(kind);
-    e->set_message(message);
-    e->set_world_size(static_cast<int>(members_.size()));
-    e->set_epoch(epoch_);
-    if (job_.events_size() > 500) job_.mutable_events()->DeleteSubrange(0, 100);
-    spdlog::info("job {}: [{}] {} (world {}, epoch {})", job_id_, kind, message, members_.size(),
-                 epoch_);
-    dirty_ = true;
+    recorder_.Event(kind, message, static_cast<int>(members_.size()), epoch_);
   }
 
-  // Copies the controller's view into the record; the writer thread saves it.
+  // Copies the controller's view into the record; the recorder's writer saves it.
   void PublishStatus() {
-    absl::MutexLock lock(&mu_);
-    auto* el = job_.mutable_elastic();
-    el->set_world_size(static_cast<int>(members_.size()));
-    el->set_epoch(epoch_);
-    el->set_step(agreed_);
-    el->set_loss(last_loss_);
-    el->set_restarts(restarts_);
-    el->set_min_replicas(spec_.min_replicas);
-    el->set_max_replicas(spec_.max_replicas);
-    el->set_target_replicas(target_);
-    el->set_data_epoch(data_epoch_);
-    el->set_last_checkpoint_step(last_checkpoint_);
-    el->set_steps_per_second(steps_per_second_);
-    el->clear_members();
-    live_members_.clear();
-    for (const auto& m : members_) live_members_.emplace(m.actor_id, m.handle);
-    for (auto it = dead_members_.begin(); it != dead_members_.end();) {
-      it = live_members_.count(*it) ? std::next(it) : dead_members_.erase(it);
-    }
-    for (size_t r = 0; r < members_.size(); ++r) {
-      auto* m = el->add_members();
-      m->set_rank(static_cast<int>(r));
-      m->set_actor_id(members_[r].actor_id);
-      m->set_node_id(members_[r].node_id);
-      m->set_memory_bytes(members_[r].memory);
-      m->set_bundle(members_[r].bundle);
-    }
-    el->set_placement_group_id(pg_.id());
-    job_.set_world_size(static_cast<int>(members_.size()));
-    job_.set_epoch(epoch_);
-    dirty_ = true;
-  }
-
-  void SetState(rpc::JobState state, const std::string& message, int exit_code) {
-    absl::MutexLock lock(&mu_);
-    job_.set_state(state);
-    job_.set_message(message);
-    job_.set_exit_code(exit_code);
-    if (state != rpc::JOB_RUNNING && state != rpc::JOB_PENDING) job_.set_end_time_ms(NowMs());
-    dirty_ = true;
-  }
-
-  // Saves the job record and checkpoint pointer, and reads scale/stop requests, off the
-  // step loop: the loop never waits for the GCS (it may be restarting).
-  void WriterLoop() {
-    while (true) {
-      rpc::JobInfo snapshot;
-      bool last;
-      std::map<std::string, std::string> kv;
-      {
-        absl::MutexLock lock(&mu_);
-        mu_.AwaitWithTimeout(absl::Condition(&dirty_), kTimeouts.writer_period);
-        last = finished_;
-        kv.swap(pending_kv_);
-      }
-      DropIfOlderCheckpoint(&kv);
-      for (const auto& [key, value] : kv) gcs_->KvPut(kKvNamespace, key, value).IgnoreError();
-      PollRequests();
-      {
-        absl::MutexLock lock(&mu_);
-        if (!dirty_ && !last) continue;
-        dirty_ = false;
-        snapshot = job_;
-      }
-      // The step loop never waits for the GCS: a slow (restarting) GCS only delays this.
-      if (auto s = gcs_->UpdateJob(snapshot); !s.ok()) {
-        spdlog::warn("job {}: cannot save the job record: {}", job_id_, s);
-        absl::MutexLock lock(&mu_);
-        dirty_ = true;
-      }
-      if (last) {
-        absl::MutexLock lock(&mu_);
-        if (!dirty_) return;
+    {
+      absl::MutexLock lock(&mu_);
+      live_members_.clear();
+      for (const auto& m : members_) live_members_.emplace(m.actor_id, m.handle);
+      for (auto it = dead_members_.begin(); it != dead_members_.end();) {
+        it = live_members_.count(*it) ? std::next(it) : dead_members_.erase(it);
       }
     }
-  }
-
-  // A rank's dying gasp may have pointed the job at a newer state than the checkpoint about
-  // to be recorded: the newer one stays.
-  void DropIfOlderCheckpoint(std::map<std::string, std::string>* kv) {
-    std::string step_key = absl::StrCat(job_id_, "/checkpoint_step");
-    auto ours = kv->find(step_key);
-    if (ours == kv->end()) return;
-    auto recorded = gcs_->KvGet(kKvNamespace, step_key);
-    int64_t theirs = 0, mine = 0;
-    if (!recorded.ok() || !recorded->has_value() || !absl::SimpleAtoi(**recorded, &theirs) ||
-        !absl::SimpleAtoi(ours->second, &mine) || theirs <= mine) {
-      return;
-    }
-    kv->erase(ours);
-    kv->erase(absl::StrCat(job_id_, "/checkpoint"));
+    recorder_.Update([&](rpc::JobInfo* job) {
+      auto* el = job->mutable_elastic();
+      el->set_world_size(static_cast<int>(members_.size()));
+      el->set_epoch(epoch_);
+      el->set_step(agreed_);
+      el->set_total_steps(spec_.TotalSteps());
+      el->set_loss(last_loss_);
+      el->set_restarts(restarts_);
+      el->set_min_replicas(spec_.min_replicas);
+      el->set_max_replicas(spec_.max_replicas);
+      el->set_target_replicas(target_);
+      el->set_data_epoch(data_epoch_);
+      el->set_last_checkpoint_step(last_checkpoint_);
+      el->set_steps_per_second(steps_per_second_);
+      el->clear_members();
+      for (size_t r = 0; r < members_.size(); ++r) {
+        auto* m = el->add_members();
+        m->set_rank(static_cast<int>(r));
+        m->set_actor_id(members_[r].actor_id);
+        m->set_node_id(members_[r].node_id);
+        m->set_memory_bytes(members_[r].memory);
+        m->set_bundle(members_[r].bundle);
+      }
+      el->set_placement_group_id(pg_.id());
+      job->set_world_size(static_cast<int>(members_.size()));
+      job->set_epoch(epoch_);
+    });
   }
 
   // ---- liveness --------------------------------------------------------------------
@@ -702,28 +631,10 @@ class Controller {
       Event("scaling_out", absl::StrCat("starting ", fits, " rank(s) toward ", target_));
   }
 
-  // Scale and stop requests live in the GCS KV (namespace "elastic"): "<job>/scale" holds
-  // "<request id>:<replicas>[:<rank>,<rank>…]", "<job>/stop" exists once stop is asked.
-  // Runs on the writer thread; the step loop takes the news at its next boundary.
-  void PollRequests() {
-    auto scale = gcs_->KvGet(kKvNamespace, absl::StrCat(job_id_, "/scale"));
-    auto stop = gcs_->KvGet(kKvNamespace, absl::StrCat(job_id_, "/stop"));
-    absl::MutexLock lock(&mu_);
-    if (scale.ok() && scale->has_value() && **scale != last_scale_request_) {
-      last_scale_request_ = **scale;
-      new_scale_request_ = **scale;
-    }
-    if (stop.ok() && stop->has_value()) stop_asked_ = true;
-  }
-
-  // Applies a scale request taken from the writer thread (step loop).
+  // Applies a scale request the recorder read (actors/elastic/job_keys.h), and notes a stop.
   void TakeRequests() {
-    std::string request;
-    {
-      absl::MutexLock lock(&mu_);
-      request.swap(new_scale_request_);
-      if (stop_asked_) stop_requested_ = true;
-    }
+    std::string request = recorder_.TakeScaleRequest();
+    if (recorder_.StopAsked()) stop_requested_ = true;
     if (request.empty()) return;
     auto parsed = ParseScaleRequest(request, static_cast<int>(members_.size()), spec_);
     if (!parsed.ok()) {
@@ -776,30 +687,24 @@ class Controller {
       return;
     }
     last_checkpoint_ = agreed_;
-    absl::MutexLock lock(&mu_);
-    pending_kv_[absl::StrCat(job_id_, "/checkpoint")] = path;
-    pending_kv_[absl::StrCat(job_id_, "/checkpoint_step")] = absl::StrCat(agreed_);
-    dirty_ = true;
+    recorder_.RecordCheckpoint({agreed_, path});
   }
 
   // No rank holds the state (the start, or every rank was lost): rank 0 loads the last
   // checkpoint, if any, and the others get it when the epoch forms.
   void RestartFromCheckpoint(bool lost_everything) {
-    auto path = gcs_->KvGet(kKvNamespace, absl::StrCat(job_id_, "/checkpoint"));
+    auto pointer = ReadCheckpointPointer(*gcs_, job_id_);
     int64_t step = 0;
-    if (path.ok() && path->has_value()) {
-      auto loaded = Get(members_[0].trainer().LoadCheckpoint(**path), kTimeouts.checkpoint);
+    if (pointer) {
+      auto loaded = Get(members_[0].trainer().LoadCheckpoint(pointer->path), kTimeouts.checkpoint);
       if (loaded.ok() && *loaded >= 0) {
         step = *loaded;
       } else {
         // Unreadable: say so, and forget it (a later checkpoint must not yield to it).
         Event("checkpoint_unreadable",
-              absl::StrCat(**path, ": ",
+              absl::StrCat(pointer->path, ": ",
                            loaded.ok() ? "missing" : std::string(loaded.status().message())));
-        gcs_->KvDelete(kKvNamespace, absl::StrCat(job_id_, "/checkpoint")).status().IgnoreError();
-        gcs_->KvDelete(kKvNamespace, absl::StrCat(job_id_, "/checkpoint_step"))
-            .status()
-            .IgnoreError();
+        gcs_->KvDelete(keys::kNamespace, keys::Checkpoint(job_id_)).status().IgnoreError();
       }
     }
     if (lost_everything || step > 0) {
@@ -844,33 +749,27 @@ class Controller {
       Leave();
       return;
     }
-    {
-      absl::MutexLock lock(&mu_);
-      if (existing.ok()) job_ = *existing;
-      // A previous incarnation of this controller died: Train() adopts the ranks it left. The
-      // attempt number says so even when it died before it could record the job as running.
-      auto me = CurrentHostedActor();
-      restarted_ = job_.state() == rpc::JOB_RUNNING || (me && me->attempt > 0);
-      previous_ = job_.elastic();
-      job_.set_job_id(job_id_);
-      job_.set_kind("elastic");
-      job_.set_spec_yaml(spec_yaml_);
-      if (job_.start_time_ms() == 0) job_.set_start_time_ms(NowMs());
-      job_.set_state(rpc::JOB_RUNNING);
-    }
-    std::thread writer([this] { WriterLoop(); });
+    rpc::JobInfo job = existing.ok() ? *existing : rpc::JobInfo();
+    // A previous incarnation of this controller died: Train() adopts the ranks it left. The
+    // attempt number says so even when it died before it could record the job as running.
+    auto me = CurrentHostedActor();
+    restarted_ = job.state() == rpc::JOB_RUNNING || (me && me->attempt > 0);
+    previous_ = job.elastic();
+    job.set_job_id(job_id_);
+    job.set_kind("elastic");
+    job.set_spec_yaml(spec_yaml_);
+    if (job.start_time_ms() == 0) job.set_start_time_ms(NowMs());
+    job.set_state(rpc::JOB_RUNNING);
+    recorder_.Start(gcs_, std::move(job));
     if (!spec.ok()) {
       Condition("Failed", "InvalidSpec", std::string(spec.status().message()));
-      SetState(rpc::JOB_FAILED, std::string(spec.status().message()), 1);
-      Finish(&writer);
+      recorder_.SetState(rpc::JOB_FAILED, std::string(spec.status().message()), 1);
+      recorder_.Finish();
       return;
     }
     spec_ = *spec;
     budget_ = RestartBudget(spec_.restart_limit, absl::Seconds(spec_.restart_time_limit_s));
-    {
-      absl::MutexLock lock(&mu_);
-      job_.set_name(spec_.name);
-    }
+    recorder_.Update([&](rpc::JobInfo* job) { job->set_name(spec_.name); });
     group_name_ = absl::StrCat("elastic-", job_id_);
     if (auto log = spec_.config.find("controllerStepLog"); log != spec_.config.end()) {
       step_log_ = std::make_unique<std::ofstream>(log->second, std::ios::app);
@@ -889,7 +788,7 @@ class Controller {
     for (auto& m : joining_) Kill(m.handle).IgnoreError();
     if (!pg_.id().empty()) RemovePlacementGroup(pg_).IgnoreError();
     PublishStatus();
-    Finish(&writer);
+    recorder_.Finish();
     Leave();
   }
 
@@ -900,15 +799,6 @@ class Controller {
       absl::Status killed = gcs_->KillActor(me->actor_id, /*no_restart=*/true);
       if (!killed.ok()) spdlog::warn("job {}: the controller cannot end: {}", job_id_, killed);
     }
-  }
-
-  void Finish(std::thread* writer) {
-    {
-      absl::MutexLock lock(&mu_);
-      finished_ = true;
-      dirty_ = true;
-    }
-    writer->join();
   }
 
   // The job's first start: reserves the ranks' resources (one placement group) and starts
@@ -926,7 +816,7 @@ class Controller {
       auto pg = CreatePlacementGroup(bundles, spec_.placement_strategy, ReservationName());
       if (!pg.ok()) {
         Condition("Failed", "Unplaceable", std::string(pg.status().message()));
-        SetState(rpc::JOB_FAILED, std::string(pg.status().message()), 1);
+        recorder_.SetState(rpc::JOB_FAILED, std::string(pg.status().message()), 1);
         return false;
       }
       pg_ = *pg;
@@ -934,7 +824,7 @@ class Controller {
       absl::Status ready = pg_.Wait(absl::Seconds(spec_.below_min_timeout_s));
       if (!ready.ok()) {
         Condition("Failed", "Unplaceable", std::string(ready.message()));
-        SetState(rpc::JOB_FAILED, std::string(ready.message()), 1);
+        recorder_.SetState(rpc::JOB_FAILED, std::string(ready.message()), 1);
         return false;
       }
     }
@@ -944,7 +834,7 @@ class Controller {
       Member m = Spawn(use_pg ? r : -1, memory, {}, "initial");
       if (m.actor_id.empty()) {
         Condition("Failed", "CannotStart", "a rank could not be created");
-        SetState(rpc::JOB_FAILED, "a rank could not be created", 1);
+        recorder_.SetState(rpc::JOB_FAILED, "a rank could not be created", 1);
         return false;
       }
       joining_.push_back(std::move(m));
@@ -1093,7 +983,7 @@ class Controller {
       }
       if (stop_requested_) {
         Condition("Failed", "Stopped", "stopped on request");
-        SetState(rpc::JOB_STOPPED, "stopped on request", 1);
+        recorder_.SetState(rpc::JOB_STOPPED, "stopped on request", 1);
         return;
       }
       if (members_.empty()) {
@@ -1190,21 +1080,20 @@ class Controller {
     }
     if (failed_) {
       Condition("Failed", "Failed", failure_);
-      SetState(rpc::JOB_FAILED, failure_, 1);
+      recorder_.SetState(rpc::JOB_FAILED, failure_, 1);
       return;
     }
     // What the trainer wants drivers to see (e.g. final weights), from rank 0.
     if (!members_.empty()) {
       auto results = Get(members_[0].trainer().Query(trainer_query::kResults), kTimeouts.results);
       if (results.ok()) {
-        absl::MutexLock lock(&mu_);
-        job_.mutable_elastic()->set_results(*results);
+        recorder_.Update([&](rpc::JobInfo* job) { job->mutable_elastic()->set_results(*results); });
       }
     }
     Condition(
         "Succeeded", "Completed",
         absl::StrCat(agreed_, " steps, final loss ", last_loss_, ", world size ", members_.size()));
-    SetState(rpc::JOB_SUCCEEDED, absl::StrCat("completed ", agreed_, " steps"), 0);
+    recorder_.SetState(rpc::JOB_SUCCEEDED, absl::StrCat("completed ", agreed_, " steps"), 0);
   }
 
   // Finds which members are dead (those in `suspects`, plus any the GCS reports dead),
@@ -1242,6 +1131,7 @@ class Controller {
 
   const std::string job_id_;
   const std::string spec_yaml_;
+  JobRecorder recorder_;
   JobSpec spec_;
   gcs::GcsClient* gcs_ = nullptr;
   std::string group_name_;
@@ -1274,17 +1164,10 @@ class Controller {
   absl::Time grow_after_ = absl::InfiniteFuture();
 
   absl::Mutex mu_;
-  rpc::JobInfo job_ ABSL_GUARDED_BY(mu_);
-  bool dirty_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool resource_event_ ABSL_GUARDED_BY(mu_) = false;
   bool node_added_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<std::string, std::string> pending_kv_ ABSL_GUARDED_BY(mu_);
-  std::string last_scale_request_ ABSL_GUARDED_BY(mu_);
-  std::string new_scale_request_ ABSL_GUARDED_BY(mu_);
-  bool stop_asked_ ABSL_GUARDED_BY(mu_) = false;
   // The members' actors (for the subscription thread) and those of them reported dead since
   // the membership was last published.
   std::map<std::string, Handle> live_members_ ABSL_GUARDED_BY(mu_);

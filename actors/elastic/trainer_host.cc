@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "actors/elastic/job_recorder.h"
 #include "actors/elastic/trainer_protocol.h"
 #include "gcs/gcs_client.h"
 #include "runtime/common/files.h"
@@ -98,15 +99,8 @@ void TrainerHostBase::DyingGasp(const std::string& why) {
   spdlog::warn("dying gasp ({}): the committed state of {} steps is in {}", why, step, path);
   CoreWorker* cw = CoreWorker::Get();
   if (cw == nullptr) return;
-  auto last = cw->gcs().KvGet("elastic", absl::StrCat(job, "/checkpoint_step"));
-  int64_t last_step = 0;
-  if (last.ok() && last->has_value()) (void)absl::SimpleAtoi(**last, &last_step);
-  if (step > last_step) {
-    cw->gcs().KvPut("elastic", absl::StrCat(job, "/checkpoint"), path, true).IgnoreError();
-    cw->gcs()
-        .KvPut("elastic", absl::StrCat(job, "/checkpoint_step"), absl::StrCat(step), true)
-        .IgnoreError();
-  }
+  // The job's checkpoint pointer moves to this state unless it points at a newer one.
+  PointCheckpointIfNewer(cw->gcs(), job, {step, path}).status().IgnoreError();
 }
 
 void TrainerHostBase::Commit(int64_t agreed) {

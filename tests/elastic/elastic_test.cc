@@ -446,6 +446,8 @@ TEST_F(ElasticTest, ScaleRequestsAreGraceful) {
   JobStatus s = Run(spec, [&](const JobStatus& now) {
     job = now.job_id;
     if (phase == 0 && now.step >= 15 && now.world_size == 3) {
+      auto bad = Scale(job, 9);  // past maxReplicas: refused, nothing changes
+      EXPECT_TRUE(absl::IsInvalidArgument(bad)) << bad;
       ASSERT_TRUE(Scale(job, 0, {0}).ok());  // rank 0 leaves by name
       phase = 1;
     } else if (phase == 1 && now.world_size == 2) {
@@ -456,8 +458,8 @@ TEST_F(ElasticTest, ScaleRequestsAreGraceful) {
   EXPECT_EQ(phase, 2);
   ExpectHealed(s, spec, baseline, 3);
   EXPECT_TRUE(HasEvent(s, "scaled_in")) << FormatStatus(s);
-  auto bad = Scale(s.job_id, 9);
-  EXPECT_TRUE(absl::IsInvalidArgument(bad)) << bad;
+  auto late = Scale(s.job_id, 3);  // the job has ended
+  EXPECT_TRUE(absl::IsFailedPrecondition(late)) << late;
 }
 
 TEST_F(ElasticTest, TrainingGoesOnThroughAGcsRestart) {
