@@ -40,6 +40,7 @@ JobStatus ToStatus(const rpc::JobInfo& job) {
   s.last_checkpoint_step = el.last_checkpoint_step();
   s.steps_per_second = el.steps_per_second();
   s.results = el.results();
+  s.controller_actor_id = job.controller_actor_id();
   auto spec = ParseJobSpec(job.spec_yaml());
   if (spec.ok()) s.total_steps = spec->TotalSteps();
   for (const auto& m : el.members()) {
