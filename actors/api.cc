@@ -6,6 +6,7 @@
 
 #include "actors/elastic/controller.h"
 #include "runtime/common/session.h"
+#include "runtime/rpc/describe.h"
 #include "runtime/worker/core_worker.h"
 #include "runtime/worker/worker_host.h"
 
@@ -93,9 +94,9 @@ absl::Status PlacementGroup::Wait(absl::Duration timeout) const {
           absl::StrCat("placement group ", id_.substr(0, 8), " was removed"));
     }
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("placement group ", id_.substr(0, 8), " is not placed after ",
-                       absl::FormatDuration(timeout), ": ", pg->pending_reason()));
+      return MakeError(absl::StatusCode::kDeadlineExceeded, error_kind::kGetTimeout,
+                       absl::StrCat("placement group ", id_.substr(0, 8), " is not placed after ",
+                                    absl::FormatDuration(timeout), ": ", pg->pending_reason()));
     }
   }
 }
@@ -153,6 +154,7 @@ absl::StatusOr<std::string> CreateActor(const std::string& class_name, const Act
   for (const auto& [k, v] : o.env) (*spec.mutable_env())[k] = v;
   spec.set_code_path(o.code_path);
   spec.set_language(o.language);
+  spec.set_namespace_(o.namespace_);
   for (const auto& n : o.avoid_node_ids) spec.add_avoid_node_ids(n);
   spec.set_init_args(std::move(packed_args));
   auto created = cw->CreateActor(std::move(spec));
@@ -175,6 +177,42 @@ std::shared_ptr<ObjectState> SubmitCall(const std::string& actor_id, const std::
     return state;
   }
   return (*client)->Submit(method, std::move(packed_args));
+}
+
+namespace {
+
+ActorSummary Summarize(const rpc::ActorInfo& a) {
+  ActorSummary s;
+  s.actor_id = a.actor_id();
+  s.class_name = a.class_name();
+  s.language = a.language();
+  s.name = a.name();
+  s.state = rpc::StateName(a.state());
+  s.pid = a.pid();
+  s.node_id = a.node_id();
+  s.num_restarts = a.num_restarts();
+  if (a.death_cause().kind() != rpc::DeathCause::NONE) {
+    s.death_cause = rpc::DescribeCause(a.death_cause());
+  }
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<ActorSummary> DescribeActor(const std::string& actor_id) {
+  CoreWorker* cw = CoreWorker::Get();
+  if (cw == nullptr) return NotInitialized();
+  auto info = cw->gcs().GetActor(actor_id);
+  if (!info.ok()) return info.status();
+  return Summarize(*info);
+}
+
+absl::StatusOr<ActorSummary> DescribeNamedActor(const std::string& name, const std::string& ns) {
+  CoreWorker* cw = CoreWorker::Get();
+  if (cw == nullptr) return NotInitialized();
+  auto client = cw->NamedClient(name, ns);
+  if (!client.ok()) return client.status();
+  return Summarize((*client)->info());
 }
 
 absl::StatusOr<std::string> LookupNamedActor(const std::string& name) {

@@ -205,6 +205,20 @@ struct ActorOptions {
   std::string code_path;
   std::string language;  // "" / "cpp"; "python": hosted by a Python worker
   std::vector<std::string> avoid_node_ids;
+  std::string namespace_;  // for `name`; "": this process's namespace
+};
+
+// What the GCS knows of an actor (the Python module's actor_info).
+struct ActorSummary {
+  std::string actor_id;
+  std::string class_name;
+  std::string language;
+  std::string name;
+  std::string state;  // DEPENDENCIES_UNREADY, PENDING_CREATION, ALIVE, RESTARTING, DEAD
+  int pid = 0;
+  std::string node_id;
+  int num_restarts = 0;
+  std::string death_cause;  // "" while not DEAD, else e.g. "OOM_KILLED: peak 1.9 GiB > ..."
 };
 
 // Non-template entry points into the runtime (actors/api.cc).
@@ -214,6 +228,9 @@ std::shared_ptr<ObjectState> SubmitCall(const std::string& actor_id, const std::
                                         std::string packed_args);
 absl::StatusOr<std::string> LookupNamedActor(const std::string& name);
 absl::Status KillActor(const std::string& actor_id, bool no_restart);
+// NotFound when the GCS does not know the actor (or no live actor has the name in `ns`).
+absl::StatusOr<ActorSummary> DescribeActor(const std::string& actor_id);
+absl::StatusOr<ActorSummary> DescribeNamedActor(const std::string& name, const std::string& ns);
 
 template <typename... Args>
 std::string PackArgs(Args&&... args) {
@@ -252,8 +269,8 @@ class PlacementGroup {
   explicit PlacementGroup(std::string id) : id_(std::move(id)) {}
   const std::string& id() const { return id_; }
 
-  // Waits until every bundle is reserved. DeadlineExceeded after `timeout`, with the reason
-  // it is still pending; FailedPrecondition if the group was removed.
+  // Waits until every bundle is reserved. DeadlineExceeded (kind GetTimeout) after `timeout`,
+  // with the reason it is still pending; FailedPrecondition if the group was removed.
   absl::Status Wait(absl::Duration timeout = absl::InfiniteDuration()) const;
   // The node of each bundle ("" while a bundle is not placed).
   absl::StatusOr<std::vector<std::string>> BundleNodes() const;

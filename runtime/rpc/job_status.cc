@@ -39,6 +39,7 @@ JobStatus ToStatus(const rpc::JobInfo& job) {
   s.steps_per_second = el.steps_per_second();
   s.results = el.results();
   s.total_steps = el.total_steps();
+  s.controller_actor_id = job.controller_actor_id();
   for (const auto& m : el.members()) {
     s.ranks.push_back({m.rank(), m.actor_id(), m.node_id(), m.memory_bytes()});
   }

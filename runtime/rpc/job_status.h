@@ -48,6 +48,7 @@ struct JobStatus {
   int64_t last_checkpoint_step = 0;
   double steps_per_second = 0;
   std::string results;  // rank 0's Query("results") at completion
+  std::string controller_actor_id;
   std::vector<RankStatus> ranks;
   std::vector<JobCondition> conditions;
   std::vector<JobEvent> events;

@@ -29,7 +29,8 @@ class ObjectState {
   bool Wait(absl::Duration timeout);
   bool done() const;
 
-  // Valid once done.
+  // Valid once done. After an error, value() holds the error's detail, if any (a Python
+  // TaskError: the remote exception's class name).
   const absl::Status& status() const { return status_; }
   const std::string& value() const { return value_; }
 

@@ -370,6 +370,7 @@ class Host {
       result.set_code(static_cast<int>(outcome.status.code()));
       result.set_error(std::string(outcome.status.message()));
       result.set_error_kind(ErrorKind(outcome.status));
+      result.set_value(std::move(outcome.value));  // the error's detail, if any
     }
     calls_done_.fetch_add(1, std::memory_order_relaxed);
     return result;
