@@ -15,7 +15,7 @@ scripts/setup.sh
 /usr/bin/python3 scripts/check_layers.py --self-test
 /usr/bin/python3 scripts/check_layers.py
 if [ $# -eq 0 ]; then
-  # Every ABSL_GUARDED_BY checked by clang (syntax only, ~3 min on 2 cores from cold; less
+  # Every ABSL_GUARDED_BY checked by clang (syntax only: ~5 CPU-minutes from cold, seconds
   # when build-tsa/ is there from a previous run).
   scripts/thread_safety.sh
 fi
