@@ -171,7 +171,7 @@ class Host {
       }
     }).detach();
     actor_id_ = Env("PHALANX_WORKER_ACTOR_ID");
-    absl::SimpleAtoi(Env("PHALANX_WORKER_ATTEMPT"), &attempt_);
+    if (!absl::SimpleAtoi(Env("PHALANX_WORKER_ATTEMPT"), &attempt_)) attempt_ = 0;  // unset: first
     WatchNodeLease(Env(kNodeLeaseEnv));
     token_ = Env("PHALANX_TOKEN");
     std::string node_address = Env("PHALANX_NODE_ADDRESS");
