@@ -1,7 +1,6 @@
 #include "placement/scheduling_policy.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -117,8 +116,7 @@ Placement NodeSelector::Select(const ClusterResourceView& view, const Scheduling
     return out;
   }
 
-  // DEFAULT (hybrid): pack below the threshold, else spread. Equally good nodes take turns
-  // (e.g. actors that ask for nothing, such as elastic controllers: not all on one node).
+  // DEFAULT (hybrid): pack below the threshold, else spread.
   const std::pair<std::string, double>* pack = nullptr;
   const std::pair<std::string, double>* least = nullptr;
   for (const auto& candidate : fits) {
@@ -128,12 +126,7 @@ Placement NodeSelector::Select(const ClusterResourceView& view, const Scheduling
     }
     if (least == nullptr || candidate.second < least->second) least = &candidate;
   }
-  double chosen = pack != nullptr ? pack->second : least->second;
-  std::vector<std::string> ties;
-  for (const auto& [id, u] : fits) {
-    if (std::abs(u - chosen) <= 1e-9) ties.push_back(id);
-  }
-  out.node_id = ties[default_cursor_++ % ties.size()];
+  out.node_id = pack != nullptr ? pack->first : least->first;
   return out;
 }
 

@@ -49,7 +49,6 @@ class NodeSelector {
  private:
   SchedulingOptions options_;
   size_t spread_cursor_ = 0;
-  size_t default_cursor_ = 0;  // DEFAULT: whose turn among equally good nodes
 };
 
 // Utilization of a node after taking `request`: the largest used/total over the resources
