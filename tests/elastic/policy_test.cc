@@ -1,8 +1,10 @@
 // The elastic fault policies, row by row, without a cluster: what a rank's death leads to
 // (fail, shrink, or a replacement and how it starts), the restart budget's window, memory
-// growth and its caps, and scale requests.
+// growth and its caps, scale requests, and the KV values the job kind and the controller
+// share (actors/elastic/job_keys.h).
 #include "actors/elastic/policy.h"
 
+#include "actors/elastic/job_keys.h"
 #include "gtest/gtest.h"
 
 namespace phalanx::elastic {
@@ -216,6 +218,29 @@ TEST(PolicyTest, ScaleRequestsAreClampedAndNamedRanksLeave) {
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(parsed.status().message().find("<replicas>"), std::string::npos) << bad;
   }
+}
+
+TEST(PolicyTest, AScaleRequestWrittenByTheJobKindParsesBackAndEachIsNew) {
+  JobSpec spec = Spec();
+  std::string first = keys::ScaleValue(3, {});
+  std::string again = keys::ScaleValue(3, {});
+  EXPECT_NE(first, again);  // the same size asked twice is two requests
+  EXPECT_EQ(ParseScaleRequest(first, 4, spec)->replicas, 3);
+  auto named = ParseScaleRequest(keys::ScaleValue(3, {1}), 4, spec);
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->leaving, (std::vector<int>{1}));
+}
+
+TEST(PolicyTest, TheCheckpointPointerHoldsStepAndPathInOneValue) {
+  std::string value = keys::Encode({120, "/ckpt/job step 120.ckpt"});
+  auto back = keys::DecodeCheckpoint(value);
+  ASSERT_TRUE(back.has_value()) << value;
+  EXPECT_EQ(back->step, 120);
+  EXPECT_EQ(back->path, "/ckpt/job step 120.ckpt");  // spaces in the path survive
+  for (const char* bad : {"", "120", "120 ", "x /p", "-1 /p", "/ckpt/a.ckpt"}) {
+    EXPECT_FALSE(keys::DecodeCheckpoint(bad).has_value()) << bad;
+  }
+  EXPECT_EQ(keys::Checkpoint("job-1"), "job-1/checkpoint");
 }
 
 }  // namespace
