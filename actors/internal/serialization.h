@@ -2,6 +2,12 @@
 // arguments and results, and waiting on a result's slot.
 #pragma once
 
+// msgpack-c's Boost adaptors (boost::optional, variant, fusion) are not used: without this,
+// <msgpack.hpp> pulls Boost into every program that includes actors/api.h.
+#ifndef MSGPACK_NO_BOOST
+#define MSGPACK_NO_BOOST
+#endif
+
 #include <exception>
 #include <memory>
 #include <msgpack.hpp>
