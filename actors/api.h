@@ -35,7 +35,9 @@
 // the actor and the cause, tagged with a kind: IsActorDied (the actor is DEAD: cause), IsTaskError
 // (the method threw), IsGetTimeout; unknown methods and wrong argument types are
 // InvalidArgument. Thread-safe: handles and refs may be used from any thread.
-#pragma once
+//
+// This header is the contract; the machinery behind it (templates' bodies, msgpack, the
+// registration tables and macros) lives in actors/internal/ and may change at any time.
 #pragma once
 
 #include <map>
@@ -44,6 +46,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "actors/internal/actor_options.h"
 #include "actors/internal/macros.h"
@@ -77,6 +80,40 @@ bool IsInitialized();
 
 // Sleeps without blocking other calls of an async actor (max_concurrency > 1) on its thread.
 void SleepFor(absl::Duration duration);
+
+// ---------------------------------------------------------------------------------------
+// Enums of the options and states with a fixed set of values. Each has a name, as the GCS
+// and `phalanx list` spell it (ToString), and a parser for names that come from users
+// (a YAML field, a Python argument): InvalidArgument naming `field` and the allowed names.
+
+// Where the scheduler places an actor (Ray's policies; placement/scheduling_policy.h).
+enum class SchedulingStrategy {
+  kDefault,       // pack onto busy nodes up to a utilization threshold, then spread
+  kSpread,        // the least utilized node that fits, rotating among equals
+  kNodeAffinity,  // one named node (SetNodeAffinity)
+};
+// How a placement group's bundles are laid out across nodes (Ray's strategies).
+enum class PlacementStrategy {
+  kPack,          // as few nodes as possible
+  kSpread,        // as many nodes as possible
+  kStrictPack,    // one node, or not at all
+  kStrictSpread,  // one node per bundle, or not at all
+};
+// What hosts an actor: a C++ program (SetCodePath), or a Python worker.
+enum class Language { kCpp, kPython };
+// An actor's lifecycle: PENDING -> CREATING -> ALIVE <-> RESTARTING, and DEAD from any.
+enum class ActorState { kPending, kCreating, kAlive, kRestarting, kDead };
+
+absl::string_view ToString(SchedulingStrategy strategy);  // "DEFAULT", "SPREAD", ...
+absl::string_view ToString(PlacementStrategy strategy);   // "PACK", "STRICT_SPREAD", ...
+absl::string_view ToString(Language language);            // "cpp", "python"
+absl::string_view ToString(ActorState state);             // "ALIVE", "DEAD", ...
+absl::StatusOr<SchedulingStrategy> ParseSchedulingStrategy(
+    absl::string_view name, absl::string_view field = "scheduling strategy");
+absl::StatusOr<PlacementStrategy> ParsePlacementStrategy(
+    absl::string_view name, absl::string_view field = "placement strategy");
+absl::StatusOr<Language> ParseLanguage(absl::string_view name,
+                                       absl::string_view field = "language");
 
 // ---------------------------------------------------------------------------------------
 // Results
@@ -141,12 +178,11 @@ class PlacementGroup {
   std::string id_;
 };
 
-// Creates a placement group: bundles like {{"CPU", 1}, {"GPU", 1}}, strategy PACK, SPREAD,
-// STRICT_PACK or STRICT_SPREAD. Returns at once (Wait() for the reservation), or an error for
-// a malformed request or one no node could ever hold.
+// Creates a placement group of bundles like {{"CPU", 1}, {"GPU", 1}}. Returns at once (Wait()
+// for the reservation), or an error for a malformed request or one no node could ever hold.
 absl::StatusOr<PlacementGroup> CreatePlacementGroup(
-    const std::vector<std::map<std::string, double>>& bundles, const std::string& strategy = "PACK",
-    const std::string& name = "");
+    const std::vector<std::map<std::string, double>>& bundles,
+    PlacementStrategy strategy = PlacementStrategy::kPack, const std::string& name = "");
 // Kills the group's actors and frees its bundles.
 absl::Status RemovePlacementGroup(const PlacementGroup& group);
 // Kills the actors in bundle `index` and gives its resources back to its node for good; the
@@ -223,8 +259,8 @@ class ActorCreator {
   ActorCreator& SetMaxTaskRetries(int n);
   // > 1: calls run concurrently on fibers.
   ActorCreator& SetMaxConcurrency(int n);
-  // "DEFAULT" or "SPREAD" (NODE_AFFINITY: SetNodeAffinity).
-  ActorCreator& SetSchedulingStrategy(const std::string& strategy);
+  // kDefault or kSpread (kNodeAffinity: SetNodeAffinity).
+  ActorCreator& SetSchedulingStrategy(SchedulingStrategy strategy);
   // Runs the actor on `node_id`; soft: elsewhere when that node cannot hold it.
   ActorCreator& SetNodeAffinity(const std::string& node_id, bool soft = false);
   // Runs the actor inside bundle `bundle_index` of the group (-1: any bundle with room).
@@ -234,10 +270,10 @@ class ActorCreator {
   ActorCreator& SetEnv(const std::string& key, const std::string& value);
   // Never place the actor on these nodes (e.g. where its predecessor was slow).
   ActorCreator& SetAvoidNodes(const std::vector<std::string>& node_ids);
-  // The program that hosts this actor (default: InitOptions::code_path, or this program).
-  // "python": the actor runs in a Python worker (python3 -m phalanx._worker), which also
+  // kPython: the actor runs in a Python worker (python3 -m phalanx._worker), which also
   // hosts the C++ classes of the phalanx module (the elastic controller and trainer hosts).
-  ActorCreator& SetLanguage(const std::string& language);
+  ActorCreator& SetLanguage(Language language);
+  // The program that hosts this actor (default: InitOptions::code_path, or this program).
   ActorCreator& SetCodePath(const std::string& path);
 
   // Creates the actor with constructor arguments `args`. Returns at once with a handle (the
@@ -269,6 +305,24 @@ absl::StatusOr<ActorHandle<T>> GetActor(const std::string& name);
 // Kills the actor. no_restart = false lets it restart if its max_restarts allows.
 template <typename T>
 absl::Status Kill(const ActorHandle<T>& actor, bool no_restart = true);
+
+// What the GCS knows of an actor (`phalanx list actors` shows the same).
+struct ActorDescription {
+  std::string actor_id;
+  std::string class_name;
+  Language language = Language::kCpp;
+  std::string name;  // "" unless named
+  ActorState state = ActorState::kPending;
+  int pid = 0;  // of its worker process; 0 while it has none
+  std::string node_id;
+  int num_restarts = 0;
+  std::string death_cause;  // "" while not DEAD, else e.g. "OOM_KILLED: peak 1.9 GiB > ..."
+};
+
+// The actor's description; NotFound when the GCS does not know it.
+template <typename T>
+absl::StatusOr<ActorDescription> GetActorInfo(const ActorHandle<T>& actor);
+absl::StatusOr<ActorDescription> GetActorInfo(const std::string& actor_id);
 
 }  // namespace phalanx
 

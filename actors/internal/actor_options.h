@@ -10,6 +10,13 @@
 #include "absl/status/statusor.h"
 #include "runtime/worker/object_state.h"
 
+// Declared (with their enumerators) in actors/api.h, which includes this header first.
+namespace phalanx {
+enum class SchedulingStrategy;
+enum class Language;
+struct ActorDescription;
+}  // namespace phalanx
+
 namespace phalanx::internal {
 
 struct ActorOptions {
@@ -18,7 +25,7 @@ struct ActorOptions {
   int max_restarts = 0;
   int max_task_retries = 0;
   int max_concurrency = 1;
-  std::string scheduling_strategy;  // DEFAULT, SPREAD, NODE_AFFINITY
+  SchedulingStrategy scheduling_strategy{};  // kDefault
   std::string affinity_node_id;
   bool affinity_soft = false;
   std::string placement_group_id;
@@ -26,22 +33,9 @@ struct ActorOptions {
   bool detached = false;
   std::map<std::string, std::string> env;
   std::string code_path;
-  std::string language;  // "" / "cpp"; "python": hosted by a Python worker
+  Language language{};  // kCpp
   std::vector<std::string> avoid_node_ids;
   std::string namespace_;  // for `name`; "": this process's namespace
-};
-
-// What the GCS knows of an actor (the Python module's actor_info).
-struct ActorSummary {
-  std::string actor_id;
-  std::string class_name;
-  std::string language;
-  std::string name;
-  std::string state;  // DEPENDENCIES_UNREADY, PENDING_CREATION, ALIVE, RESTARTING, DEAD
-  int pid = 0;
-  std::string node_id;
-  int num_restarts = 0;
-  std::string death_cause;  // "" while not DEAD, else e.g. "OOM_KILLED: peak 1.9 GiB > ..."
 };
 
 absl::StatusOr<std::string> CreateActor(const std::string& class_name, const ActorOptions& options,
@@ -51,8 +45,7 @@ std::shared_ptr<ObjectState> SubmitCall(const std::string& actor_id, const std::
                                         std::string packed_args);
 absl::StatusOr<std::string> LookupNamedActor(const std::string& name);
 absl::Status KillActor(const std::string& actor_id, bool no_restart);
-// NotFound when the GCS does not know the actor (or no live actor has the name in `ns`).
-absl::StatusOr<ActorSummary> DescribeActor(const std::string& actor_id);
-absl::StatusOr<ActorSummary> DescribeNamedActor(const std::string& name, const std::string& ns);
+// NotFound when no live actor has the name in `ns` (GetActorInfo: by id).
+absl::StatusOr<ActorDescription> DescribeNamedActor(const std::string& name, const std::string& ns);
 
 }  // namespace phalanx::internal

@@ -134,13 +134,13 @@ ActorCreator<T>& ActorCreator<T>::SetMaxConcurrency(int n) {
   return *this;
 }
 template <typename T>
-ActorCreator<T>& ActorCreator<T>::SetSchedulingStrategy(const std::string& strategy) {
+ActorCreator<T>& ActorCreator<T>::SetSchedulingStrategy(SchedulingStrategy strategy) {
   options_.scheduling_strategy = strategy;
   return *this;
 }
 template <typename T>
 ActorCreator<T>& ActorCreator<T>::SetNodeAffinity(const std::string& node_id, bool soft) {
-  options_.scheduling_strategy = "NODE_AFFINITY";
+  options_.scheduling_strategy = SchedulingStrategy::kNodeAffinity;
   options_.affinity_node_id = node_id;
   options_.affinity_soft = soft;
   return *this;
@@ -167,7 +167,7 @@ ActorCreator<T>& ActorCreator<T>::SetAvoidNodes(const std::vector<std::string>& 
   return *this;
 }
 template <typename T>
-ActorCreator<T>& ActorCreator<T>::SetLanguage(const std::string& language) {
+ActorCreator<T>& ActorCreator<T>::SetLanguage(Language language) {
   options_.language = language;
   return *this;
 }
@@ -201,6 +201,11 @@ absl::StatusOr<ActorHandle<T>> GetActor(const std::string& name) {
 template <typename T>
 absl::Status Kill(const ActorHandle<T>& actor, bool no_restart) {
   return internal::KillActor(actor.id(), no_restart);
+}
+
+template <typename T>
+absl::StatusOr<ActorDescription> GetActorInfo(const ActorHandle<T>& actor) {
+  return GetActorInfo(actor.id());
 }
 
 }  // namespace phalanx
