@@ -8,7 +8,7 @@ The layers, bottom to top (the same list opens the top-level CMakeLists.txt):
     gcs           gcs
     runtime       runtime/node, runtime/worker
     collectives   collectives
-    actors        actors, actors/elastic
+    actors        actors, actors/internal, actors/elastic
     programs      runtime/cli, examples, python
     tests         tests, bench
 
@@ -38,7 +38,7 @@ LAYERS = [
     ("gcs", ["gcs"]),
     ("runtime", ["runtime/node", "runtime/worker"]),
     ("collectives", ["collectives"]),
-    ("actors", ["actors", "actors/elastic"]),
+    ("actors", ["actors", "actors/internal", "actors/elastic"]),
     ("programs", ["runtime/cli", "examples", "python"]),
     ("tests", ["tests", "bench"]),
 ]
@@ -66,8 +66,10 @@ ALLOWED = {
     "collectives": below("collectives"),
     # The actor API starts the elastic controller/trainer hosts in every worker, and the
     # elastic runtime is written on the actor API: one layer, one library (phalanx_actors).
-    "actors": below("actors") + ["actors/elastic"],
-    "actors/elastic": below("actors") + ["actors"],
+    "actors": below("actors") + ["actors/internal", "actors/elastic"],
+    # The machinery behind actors/api.h (templates, registration, macros), included by it.
+    "actors/internal": below("actors"),
+    "actors/elastic": below("actors") + ["actors", "actors/internal"],
     # The `phalanx` command is a client of the GCS: it reads and writes its tables and links
     # no actor runtime. What it shows of an elastic job comes from the job's GCS record.
     "runtime/cli": GROUND + ["gcs"],

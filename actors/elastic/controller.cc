@@ -205,7 +205,10 @@ bool Controller::PlaceAndStart() {
   std::vector<std::map<std::string, double>> bundles(spec_.replicas, spec_.resources);
   bool use_pg = !spec_.resources.empty();
   if (use_pg) {
-    auto pg = CreatePlacementGroup(bundles, spec_.placement_strategy, ReservationName());
+    // The spec's placementStrategy was checked by job_spec.cc; an error here names it too.
+    auto strategy = ParsePlacementStrategy(spec_.placement_strategy, "placementStrategy");
+    auto pg = strategy.ok() ? CreatePlacementGroup(bundles, *strategy, ReservationName())
+                            : absl::StatusOr<PlacementGroup>(strategy.status());
     if (!pg.ok()) {
       Condition("Failed", "Unplaceable", std::string(pg.status().message()));
       recorder_.SetState(rpc::JOB_FAILED, std::string(pg.status().message()), 1);

@@ -88,7 +88,12 @@ Member Controller::Spawn(int bundle, double memory, const std::vector<std::strin
                      .SetMaxRestarts(0)
                      .SetEnv("PHALANX_JOB_ID", job_id_);
   if (!spec_.code_path.empty()) creator.SetCodePath(spec_.code_path);
-  creator.SetLanguage(spec_.language);
+  auto language = ParseLanguage(spec_.language, "language");  // checked by job_spec.cc
+  if (!language.ok()) {
+    Event("spawn_failed", absl::StrCat("cannot start a rank: ", language.status().message()));
+    return m;
+  }
+  creator.SetLanguage(*language);
   if (bundle >= 0) {
     creator.SetPlacementGroup(pg_, bundle);
   } else if (!avoid.empty()) {

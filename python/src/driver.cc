@@ -30,9 +30,17 @@ struct PyObjectRef {
   std::string method;
 };
 
+// A name from Python as its enum; an unknown one raises the error naming `field` and the
+// allowed names (ValueError).
+template <typename E>
+E ParseOrRaise(absl::StatusOr<E> parsed, ErrorDomain domain = ErrorDomain::kGeneral) {
+  if (!parsed.ok()) RaiseStatus(parsed.status(), domain);
+  return *parsed;
+}
+
 internal::ActorOptions ToActorOptions(const std::string& language, const py::dict& o) {
   internal::ActorOptions options;
-  options.language = language;
+  options.language = ParseOrRaise(ParseLanguage(language));
   auto get = [&](const char* key) -> py::object {
     return o.contains(key) ? py::reinterpret_borrow<py::object>(o[key]) : py::none();
   };
@@ -50,7 +58,9 @@ internal::ActorOptions ToActorOptions(const std::string& language, const py::dic
   set("env", &options.env);
   set("placement_group_id", &options.placement_group_id);
   set("bundle_index", &options.bundle_index);
-  set("scheduling_strategy", &options.scheduling_strategy);
+  if (auto v = get("scheduling_strategy"); !v.is_none()) {
+    options.scheduling_strategy = ParseOrRaise(ParseSchedulingStrategy(v.cast<std::string>()));
+  }
   set("node_id", &options.affinity_node_id);
   set("soft", &options.affinity_soft);
   return options;
@@ -81,8 +91,8 @@ PyObjectRef Submit(const std::string& actor_id, const std::string& method, py::b
   if (kind == error_kind::kActorDied || kind == error_kind::kCreationFailed) {
     // Best effort: the message names the cause too.
     e.cause = CallBlocking([&] {
-      auto summary = internal::DescribeActor(ref.actor_id);
-      return summary.ok() ? summary->death_cause : std::string();
+      auto info = GetActorInfo(ref.actor_id);
+      return info.ok() ? info->death_cause : std::string();
     });
   }
   throw e;
@@ -132,13 +142,13 @@ std::vector<bool> WaitRefs(const std::vector<PyObjectRef>& refs, int num_returns
   return CallBlocking([&] { return WaitAny(states, num_returns, Timeout(timeout_s)); });
 }
 
-py::dict ToDict(const internal::ActorSummary& a) {
+py::dict ToDict(const ActorDescription& a) {
   py::dict d;
   d["actor_id"] = a.actor_id;
   d["class_name"] = a.class_name;
-  d["language"] = a.language;
+  d["language"] = std::string(ToString(a.language));
   d["name"] = a.name;
-  d["state"] = a.state;
+  d["state"] = std::string(ToString(a.state));
   d["pid"] = a.pid;
   d["node_id"] = a.node_id;
   d["num_restarts"] = a.num_restarts;
@@ -178,7 +188,7 @@ void BindActors(py::module_& m) {
     CallBlocking([&] { return internal::KillActor(actor_id, no_restart); });
   });
   m.def("actor_info", [](const std::string& actor_id) {
-    return ToDict(CallBlocking([&] { return internal::DescribeActor(actor_id); }));
+    return ToDict(CallBlocking([&] { return GetActorInfo(actor_id); }));
   });
   m.def("named_actor", [](const std::string& name, const std::string& ns) {
     return ToDict(CallBlocking([&] { return internal::DescribeNamedActor(name, ns); }));
@@ -189,7 +199,8 @@ void BindPlacementGroups(py::module_& m) {
   constexpr ErrorDomain kPg = ErrorDomain::kPlacementGroup;
   m.def("create_placement_group", [](const std::vector<std::map<std::string, double>>& bundles,
                                      const std::string& strategy, const std::string& name) {
-    return CallBlocking([&] { return CreatePlacementGroup(bundles, strategy, name); }, kPg).id();
+    PlacementStrategy parsed = ParseOrRaise(ParsePlacementStrategy(strategy, "strategy"), kPg);
+    return CallBlocking([&] { return CreatePlacementGroup(bundles, parsed, name); }, kPg).id();
   });
   // Returns once every bundle is reserved; GetTimeoutError after `timeout_s`.
   m.def("wait_placement_group", [](const std::string& id, double timeout_s) {
