@@ -3,9 +3,13 @@
 #include <algorithm>
 #include <boost/fiber/operations.hpp>
 #include <cstdlib>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_join.h"
 #include "actors/elastic/controller.h"
 #include "runtime/common/session.h"
+#include "runtime/rpc/describe.h"
 #include "runtime/worker/core_worker.h"
 #include "runtime/worker/worker_host.h"
 
@@ -16,7 +20,97 @@ absl::Status NotInitialized() {
   return absl::FailedPreconditionError("phalanx is not initialized: call phalanx::Init() first");
 }
 
+// Each enum's names, as the GCS and its proto strings spell them.
+template <typename E>
+using Names = std::vector<std::pair<E, absl::string_view>>;
+
+const auto& kSchedulingNames =
+    *new Names<SchedulingStrategy>{{SchedulingStrategy::kDefault, "DEFAULT"},
+                                   {SchedulingStrategy::kSpread, "SPREAD"},
+                                   {SchedulingStrategy::kNodeAffinity, "NODE_AFFINITY"}};
+const auto& kPlacementNames =
+    *new Names<PlacementStrategy>{{PlacementStrategy::kPack, "PACK"},
+                                  {PlacementStrategy::kSpread, "SPREAD"},
+                                  {PlacementStrategy::kStrictPack, "STRICT_PACK"},
+                                  {PlacementStrategy::kStrictSpread, "STRICT_SPREAD"}};
+const auto& kLanguageNames =
+    *new Names<Language>{{Language::kCpp, "cpp"}, {Language::kPython, "python"}};
+const auto& kStateNames = *new Names<ActorState>{{ActorState::kPending, "PENDING"},
+                                                 {ActorState::kCreating, "CREATING"},
+                                                 {ActorState::kAlive, "ALIVE"},
+                                                 {ActorState::kRestarting, "RESTARTING"},
+                                                 {ActorState::kDead, "DEAD"}};
+
+template <typename E>
+absl::string_view NameOf(const Names<E>& names, E value) {
+  for (const auto& [v, name] : names) {
+    if (v == value) return name;
+  }
+  return "UNKNOWN";
+}
+
+template <typename E>
+absl::StatusOr<E> Parse(const Names<E>& names, absl::string_view name, absl::string_view field) {
+  std::vector<absl::string_view> allowed;
+  for (const auto& [v, n] : names) {
+    if (n == name) return v;
+    allowed.push_back(n);
+  }
+  absl::string_view last = allowed.back();
+  allowed.pop_back();
+  return absl::InvalidArgumentError(absl::StrCat(field, " '", name, "' is unknown; use ",
+                                                 absl::StrJoin(allowed, ", "), " or ", last));
+}
+
+ActorDescription ToDescription(const rpc::ActorInfo& a) {
+  ActorDescription d;
+  d.actor_id = a.actor_id();
+  d.class_name = a.class_name();
+  d.language = a.language() == "python" ? Language::kPython : Language::kCpp;
+  d.name = a.name();
+  switch (a.state()) {
+    case rpc::ACTOR_PENDING:
+      d.state = ActorState::kPending;
+      break;
+    case rpc::ACTOR_CREATING:
+      d.state = ActorState::kCreating;
+      break;
+    case rpc::ACTOR_ALIVE:
+      d.state = ActorState::kAlive;
+      break;
+    case rpc::ACTOR_RESTARTING:
+      d.state = ActorState::kRestarting;
+      break;
+    default:
+      d.state = ActorState::kDead;
+  }
+  d.pid = a.pid();
+  d.node_id = a.node_id();
+  d.num_restarts = a.num_restarts();
+  if (a.death_cause().kind() != rpc::DeathCause::NONE) {
+    d.death_cause = rpc::DescribeCause(a.death_cause());
+  }
+  return d;
+}
+
 }  // namespace
+
+absl::string_view ToString(SchedulingStrategy s) { return NameOf(kSchedulingNames, s); }
+absl::string_view ToString(PlacementStrategy s) { return NameOf(kPlacementNames, s); }
+absl::string_view ToString(Language language) { return NameOf(kLanguageNames, language); }
+absl::string_view ToString(ActorState state) { return NameOf(kStateNames, state); }
+
+absl::StatusOr<SchedulingStrategy> ParseSchedulingStrategy(absl::string_view name,
+                                                           absl::string_view field) {
+  return Parse(kSchedulingNames, name, field);
+}
+absl::StatusOr<PlacementStrategy> ParsePlacementStrategy(absl::string_view name,
+                                                         absl::string_view field) {
+  return Parse(kPlacementNames, name, field);
+}
+absl::StatusOr<Language> ParseLanguage(absl::string_view name, absl::string_view field) {
+  return Parse(kLanguageNames, name, field);
+}
 
 absl::Status Init(const InitOptions& options) {
   // Every program that uses Phalanx can host a job's elastic controller.
@@ -49,13 +143,13 @@ void SleepFor(absl::Duration duration) {
 }
 
 absl::StatusOr<PlacementGroup> CreatePlacementGroup(
-    const std::vector<std::map<std::string, double>>& bundles, const std::string& strategy,
+    const std::vector<std::map<std::string, double>>& bundles, PlacementStrategy strategy,
     const std::string& name) {
   CoreWorker* cw = CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   rpc::PlacementGroupInfo spec;
   spec.set_name(name);
-  spec.set_strategy(strategy);
+  spec.set_strategy(std::string(ToString(strategy)));
   spec.set_job_id(cw->options().job_id);
   for (const auto& bundle : bundles) {
     auto* b = spec.add_bundles()->mutable_resources()->mutable_amounts();
@@ -93,9 +187,9 @@ absl::Status PlacementGroup::Wait(absl::Duration timeout) const {
           absl::StrCat("placement group ", id_.substr(0, 8), " was removed"));
     }
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("placement group ", id_.substr(0, 8), " is not placed after ",
-                       absl::FormatDuration(timeout), ": ", pg->pending_reason()));
+      return MakeError(absl::StatusCode::kDeadlineExceeded, error_kind::kGetTimeout,
+                       absl::StrCat("placement group ", id_.substr(0, 8), " is not placed after ",
+                                    absl::FormatDuration(timeout), ": ", pg->pending_reason()));
     }
   }
 }
@@ -127,6 +221,14 @@ absl::StatusOr<std::string> PlacementGroup::State() const {
   }
 }
 
+absl::StatusOr<ActorDescription> GetActorInfo(const std::string& actor_id) {
+  CoreWorker* cw = CoreWorker::Get();
+  if (cw == nullptr) return NotInitialized();
+  auto info = cw->gcs().GetActor(actor_id);
+  if (!info.ok()) return info.status();
+  return ToDescription(*info);
+}
+
 namespace internal {
 
 absl::StatusOr<std::string> CreateActor(const std::string& class_name, const ActorOptions& o,
@@ -144,7 +246,10 @@ absl::StatusOr<std::string> CreateActor(const std::string& class_name, const Act
   spec.set_max_restarts(o.max_restarts);
   spec.set_max_task_retries(o.max_task_retries);
   spec.set_max_concurrency(o.max_concurrency);
-  spec.set_scheduling_strategy(o.scheduling_strategy);
+  // DEFAULT goes unset, as it always has; the GCS reads "" as DEFAULT.
+  if (o.scheduling_strategy != SchedulingStrategy::kDefault) {
+    spec.set_scheduling_strategy(std::string(ToString(o.scheduling_strategy)));
+  }
   spec.set_affinity_node_id(o.affinity_node_id);
   spec.set_affinity_soft(o.affinity_soft);
   spec.set_placement_group_id(o.placement_group_id);
@@ -152,7 +257,8 @@ absl::StatusOr<std::string> CreateActor(const std::string& class_name, const Act
   spec.set_detached(o.detached);
   for (const auto& [k, v] : o.env) (*spec.mutable_env())[k] = v;
   spec.set_code_path(o.code_path);
-  spec.set_language(o.language);
+  spec.set_language(std::string(ToString(o.language)));
+  spec.set_namespace_(o.namespace_);
   for (const auto& n : o.avoid_node_ids) spec.add_avoid_node_ids(n);
   spec.set_init_args(std::move(packed_args));
   auto created = cw->CreateActor(std::move(spec));
@@ -175,6 +281,15 @@ std::shared_ptr<ObjectState> SubmitCall(const std::string& actor_id, const std::
     return state;
   }
   return (*client)->Submit(method, std::move(packed_args));
+}
+
+absl::StatusOr<ActorDescription> DescribeNamedActor(const std::string& name,
+                                                    const std::string& ns) {
+  CoreWorker* cw = CoreWorker::Get();
+  if (cw == nullptr) return NotInitialized();
+  auto client = cw->NamedClient(name, ns);
+  if (!client.ok()) return client.status();
+  return ToDescription((*client)->info());
 }
 
 absl::StatusOr<std::string> LookupNamedActor(const std::string& name) {

@@ -115,15 +115,15 @@ class GroupImpl final : public CollectiveGroup {
 
   int rank() const override {
     absl::MutexLock lock(&mu_);
-    return rank_;
+    return published_.rank;
   }
   int world_size() const override {
     absl::MutexLock lock(&mu_);
-    return world_;
+    return published_.world;
   }
   int64_t epoch() const override {
     absl::MutexLock lock(&mu_);
-    return epoch_;
+    return published_.epoch;
   }
   const std::string& name() const override { return options_.name; }
   Backend backend() const override { return options_.backend; }
@@ -149,9 +149,9 @@ class GroupImpl final : public CollectiveGroup {
   Work BroadcastAsync(void* data, size_t count, DType dtype, int root,
                       absl::Duration timeout) override {
     return Op("broadcast", timeout, [=, this](CommBackend* b, absl::Duration t) {
-      if (root < 0 || root >= world_) {
+      if (root < 0 || root >= current_.world) {
         return absl::InvalidArgumentError(
-            absl::StrCat("broadcast: root ", root, " is not a rank (0..", world_ - 1, ")"));
+            absl::StrCat("broadcast: root ", root, " is not a rank (0..", current_.world - 1, ")"));
       }
       return b->Broadcast(data, count, dtype, root, t);
     });
@@ -168,19 +168,20 @@ class GroupImpl final : public CollectiveGroup {
   Work SendAsync(const void* data, size_t count, DType dtype, int dst,
                  absl::Duration timeout) override {
     return Op("send", timeout, [=, this](CommBackend* b, absl::Duration t) {
-      if (dst < 0 || dst >= world_ || dst == rank_) {
-        return absl::InvalidArgumentError(absl::StrCat("send: destination ", dst,
-                                                       " is not another rank (0..", world_ - 1,
-                                                       ", not ", rank_, ")"));
+      if (dst < 0 || dst >= current_.world || dst == current_.rank) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("send: destination ", dst, " is not another rank (0..", current_.world - 1,
+                         ", not ", current_.rank, ")"));
       }
       return b->Send(data, count, dtype, dst, t);
     });
   }
   Work RecvAsync(void* data, size_t count, DType dtype, int src, absl::Duration timeout) override {
     return Op("recv", timeout, [=, this](CommBackend* b, absl::Duration t) {
-      if (src < 0 || src >= world_ || src == rank_) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "recv: source ", src, " is not another rank (0..", world_ - 1, ", not ", rank_, ")"));
+      if (src < 0 || src >= current_.world || src == current_.rank) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("recv: source ", src, " is not another rank (0..", current_.world - 1,
+                         ", not ", current_.rank, ")"));
       }
       return b->Recv(data, count, dtype, src, t);
     });
@@ -224,9 +225,9 @@ class GroupImpl final : public CollectiveGroup {
       if (s.ok() || absl::IsInvalidArgument(s)) return s;
       std::string cause = RootCause(s);
       failure_ = absl::Status(
-          s.code(), absl::StrCat("collective group '", options_.name, "' epoch ", epoch_, " (rank ",
-                                 rank_, " of ", world_, "): ", what, " failed: ", cause,
-                                 "; form a new epoch with Reconfigure"));
+          s.code(), absl::StrCat("collective group '", options_.name, "' epoch ", current_.epoch,
+                                 " (rank ", current_.rank, " of ", current_.world, "): ", what,
+                                 " failed: ", cause, "; form a new epoch with Reconfigure"));
       spdlog::warn("{}", failure_.message());
       return failure_;
     });
@@ -236,10 +237,10 @@ class GroupImpl final : public CollectiveGroup {
   // member blocked on it fails at once too, and names the first failure any member recorded
   // (the peer that actually died, rather than a survivor that gave up on it).
   std::string RootCause(const absl::Status& seen) {
-    KvStore store(gcs_.get(), EpochPrefix(epoch_));
+    KvStore store(gcs_.get(), EpochPrefix(current_.epoch));
     std::string mine = std::string(seen.message());
     store
-        .Set(absl::StrCat("failed/", rank_),
+        .Set(absl::StrCat("failed/", current_.rank),
              absl::StrCat(absl::ToUnixMicros(absl::Now()), "|", mine))
         .IgnoreError();
     backend_->Abort();
@@ -264,7 +265,7 @@ class GroupImpl final : public CollectiveGroup {
         first_rank = reporter;
       }
     }
-    if (first_rank < 0 || first_rank == rank_) return mine;
+    if (first_rank < 0 || first_rank == current_.rank) return mine;
     return absl::StrCat(first, " (first seen by rank ", first_rank, "; here: ", mine, ")");
   }
 
@@ -297,9 +298,9 @@ class GroupImpl final : public CollectiveGroup {
       return absl::InvalidArgumentError(
           absl::StrCat(who, ": rank must be in 0..world_size-1 and world_size >= 1"));
     }
-    if (epoch <= epoch_) {
-      return absl::FailedPreconditionError(absl::StrCat(who, ": this member is already at epoch ",
-                                                        epoch_, "; epochs only move forward"));
+    if (epoch <= current_.epoch) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          who, ": this member is already at epoch ", current_.epoch, "; epochs only move forward"));
     }
     // A member may not go back to an epoch older than one the group reached.
     KvStore group_store(gcs_.get(), options_.name + "/");
@@ -321,12 +322,13 @@ class GroupImpl final : public CollectiveGroup {
     // Which old rank each member was (NCCL shrinks when the epoch only lost members).
     std::vector<int> kept;
     if (options_.backend == Backend::kNccl) {
-      if (auto s = store.Set(absl::StrCat("prev/", rank), absl::StrCat(epoch_, ":", rank_));
+      if (auto s = store.Set(absl::StrCat("prev/", rank),
+                             absl::StrCat(current_.epoch, ":", current_.rank));
           !s.ok()) {
         return s;
       }
-      kept.assign(world_, -1);
-      bool shrinkable = backend_ != nullptr && failure_.ok() && world_ > world_size;
+      kept.assign(current_.world, -1);
+      bool shrinkable = backend_ != nullptr && failure_.ok() && current_.world > world_size;
       int last_old = -1;
       for (int r = 0; r < world_size && shrinkable; ++r) {
         auto prev = store.Get(absl::StrCat("prev/", r), timeout);
@@ -335,8 +337,8 @@ class GroupImpl final : public CollectiveGroup {
         int64_t old_epoch = 0;
         int old_rank = -1;
         if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &old_epoch) ||
-            !absl::SimpleAtoi(parts[1], &old_rank) || old_epoch != epoch_ || old_rank <= last_old ||
-            old_rank >= world_) {
+            !absl::SimpleAtoi(parts[1], &old_rank) || old_epoch != current_.epoch ||
+            old_rank <= last_old || old_rank >= current_.world) {
           shrinkable = false;
           break;
         }
@@ -360,12 +362,11 @@ class GroupImpl final : public CollectiveGroup {
       live_backend_ = nullptr;
     }
     backend_.reset();
-    int64_t previous_epoch = epoch_;
+    int64_t previous_epoch = current_.epoch;
+    current_ = Membership{epoch, rank, world_size};
     {
       absl::MutexLock lock(&mu_);
-      epoch_ = epoch;
-      rank_ = rank;
-      world_ = world_size;
+      published_ = current_;
     }
     if (!formed.ok()) {
       failure_ = absl::Status(
@@ -390,16 +391,25 @@ class GroupImpl final : public CollectiveGroup {
   const GroupOptions options_;
   std::unique_ptr<gcs::GcsClient> gcs_;
 
-  // Touched by the op thread only; Abort reaches it through live_backend_.
+  // Who this member is in the current epoch.
+  struct Membership {
+    int64_t epoch = 0;
+    int rank = 0;
+    int world = 0;
+  };
+
+  // Touched by the op thread only (every task runs there), so read without a lock; Abort
+  // reaches the backend through live_backend_.
   std::unique_ptr<CommBackend> backend_;
+  Membership current_;
+  absl::Status failure_;
   absl::Mutex backend_mu_;
   CommBackend* live_backend_ ABSL_GUARDED_BY(backend_mu_) = nullptr;
-  absl::Status failure_;
 
   mutable absl::Mutex mu_;
-  int rank_ ABSL_GUARDED_BY(mu_) = 0;
-  int world_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // current_ as other threads see it (rank(), world_size(), epoch()): the op thread publishes
+  // it when it forms an epoch.
+  Membership published_ ABSL_GUARDED_BY(mu_);
   std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
@@ -443,7 +453,7 @@ absl::StatusOr<NetworkCheckReport> GroupImpl::NetworkCheckNow(const NetworkCheck
     return absl::FailedPreconditionError(
         absl::StrCat("collective group '", options_.name, "' has no epoch: call Reconfigure"));
   }
-  const int n = world_, me = rank_;
+  const int n = current_.world, me = current_.rank;
   // Round 1 pairs (0,1),(2,3)…; round 2 pairs (1,2),(3,4)…(n-1,0). An unpaired rank sits out.
   auto partner = [n](int round, int r) {
     int p;
@@ -494,9 +504,10 @@ absl::StatusOr<NetworkCheckReport> GroupImpl::NetworkCheckNow(const NetworkCheck
       // A failed round leaves the group to be re-formed, but the other round still runs:
       // its partner is another rank, and a rank is faulty only if both rounds fail.
       if (!s.ok() && check_failure.ok()) {
-        check_failure = absl::UnavailableError(absl::StrCat(
-            "collective group '", options_.name, "' epoch ", epoch_, ": network check with rank ",
-            p, " failed: ", s.message(), "; form a new epoch with Reconfigure"));
+        check_failure = absl::UnavailableError(
+            absl::StrCat("collective group '", options_.name, "' epoch ", current_.epoch,
+                         ": network check with rank ", p, " failed: ", s.message(),
+                         "; form a new epoch with Reconfigure"));
       }
     } else {
       s = failure_;
@@ -505,12 +516,12 @@ absl::StatusOr<NetworkCheckReport> GroupImpl::NetworkCheckNow(const NetworkCheck
     ms[round] = absl::ToDoubleMilliseconds(absl::Now() - t0);
   }
   if (!check_failure.ok()) failure_ = check_failure;
-  KvStore store(gcs_.get(), EpochPrefix(epoch_));
+  KvStore store(gcs_.get(), EpochPrefix(current_.epoch));
   std::string mine = absl::StrFormat("%f,%d,%f,%d,%f", matmul_ms, ok[1], ms[1], ok[2], ms[2]);
   if (auto s = store.Set(absl::StrCat("netcheck/", me), mine); !s.ok()) return s;
 
   NetworkCheckReport report;
-  report.epoch = epoch_;
+  report.epoch = current_.epoch;
   absl::Time deadline = absl::Now() + options.timeout;
   std::vector<double> totals;
   for (int r = 0; r < n; ++r) {

@@ -69,13 +69,8 @@ absl::Status AwaitIssued(ncclComm_t comm, ncclResult_t r, absl::Time deadline,
 
 class NcclBackend final : public CommBackend {
  public:
-  NcclBackend(ncclComm_t comm, cudaStream_t stream, bool own_stream, int rank, int size, int device)
-      : comm_(comm),
-        stream_(stream),
-        own_stream_(own_stream),
-        rank_(rank),
-        size_(size),
-        device_(device) {
+  NcclBackend(ncclComm_t comm, cudaStream_t stream, bool own_stream, int device)
+      : comm_(comm), stream_(stream), own_stream_(own_stream), device_(device) {
     cudaSetDevice(device_);
     cudaMalloc(&scratch_, sizeof(float));
   }
@@ -187,8 +182,6 @@ class NcclBackend final : public CommBackend {
   ncclComm_t comm_;
   cudaStream_t stream_;
   bool own_stream_;
-  int rank_;
-  int size_;
   int device_;
   void* scratch_ = nullptr;
   std::atomic<bool> aborted_{false};
@@ -244,8 +237,7 @@ absl::StatusOr<std::unique_ptr<CommBackend>> ConnectNccl(KvStore* store,
   cudaStream_t stream = static_cast<cudaStream_t>(options.cuda_stream);
   bool own_stream = stream == nullptr;
   if (own_stream) cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  return std::unique_ptr<CommBackend>(
-      new NcclBackend(comm, stream, own_stream, options.rank, options.world_size, device));
+  return std::unique_ptr<CommBackend>(new NcclBackend(comm, stream, own_stream, device));
 }
 
 bool NcclBuiltImpl() { return true; }

@@ -326,6 +326,17 @@ class GcsClientImpl final : public GcsClient {
     return reply->job();
   }
 
+  absl::StatusOr<rpc::JobInfo> ScaleJob(const std::string& job_id, int replicas,
+                                        const std::vector<int>& ranks) override {
+    rpc::ScaleJobRequest request;
+    request.set_job_id(job_id);
+    request.set_replicas(replicas);
+    for (int r : ranks) request.add_ranks(r);
+    auto reply = Call(&Stub::ScaleJob, request);
+    if (!reply.ok()) return reply.status();
+    return reply->job();
+  }
+
   absl::Status ReportJob(const rpc::ReportJobRequest& report) override {
     return Call(&Stub::ReportJob, report).status();
   }

@@ -266,6 +266,15 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status ScaleJob(grpc::ServerContext* context, const rpc::ScaleJobRequest* request,
+                        rpc::ScaleJobReply* reply) override {
+    PHX_AUTH(context);
+    auto job = job_manager_->Scale(*request);
+    if (!job.ok()) return rpc::ToGrpc(job.status());
+    *reply->mutable_job() = std::move(*job);
+    return grpc::Status::OK;
+  }
+
   grpc::Status ReportJob(grpc::ServerContext* context, const rpc::ReportJobRequest* request,
                          rpc::ReportJobReply*) override {
     PHX_AUTH(context);
@@ -430,7 +439,7 @@ class GcsServerImpl final : public GcsServer {
                           &actors_),
         job_manager_(&jobs_, &actors_, &kv_,
                      {options.session_dir, options.token, ExecutableDir() + "/phalanx-job-runner",
-                      options.max_working_dir_bytes}) {
+                      options.max_working_dir_bytes, options.job_kinds}) {
     // One path for node events: the scheduler first, then the managers.
     nodes_.AddRegisteredListener([this](const rpc::NodeInfo& node) {
       scheduler_.AddNode(node.node_id(), rpc::FromProto(node.total()),

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "gcs/job_kind.h"
 #include "gcs/store.h"
 
 namespace phalanx::gcs {
@@ -24,6 +25,9 @@ struct GcsServerOptions {
   // Where jobs keep their working dirs and logs (the head's session dir); empty: no jobs.
   std::string session_dir;
   int64_t max_working_dir_bytes = 100ll << 20;
+  // The job kinds this GCS launches besides drivers (gcs/job_kind.h); the program that runs
+  // the GCS picks them (gcs_server_main.cc: elastic training).
+  std::vector<std::shared_ptr<const JobKind>> job_kinds;
 };
 
 class GcsServer {

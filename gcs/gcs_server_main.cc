@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
+#include "actors/elastic/job_kind.h"
 #include "gcs/gcs_server.h"
 #include "runtime/common/files.h"
 #include "runtime/common/logging.h"
@@ -69,6 +71,9 @@ int main(int argc, char** argv) {
   options.node_timeout = absl::Milliseconds(node_timeout_ms);
   options.max_working_dir_bytes = static_cast<int64_t>(max_working_dir_mb * (1 << 20));
   options.restart_grace = absl::Milliseconds(restart_grace_ms);
+
+  // The job kinds this cluster runs besides drivers: elastic training.
+  options.job_kinds.push_back(std::make_shared<phalanx::elastic::ElasticJobKind>());
 
   auto server = phalanx::gcs::GcsServer::Start(options);
   if (!server.ok()) {

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <msgpack.hpp>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -16,7 +15,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "actors/elastic/job_spec.h"
 #include "runtime/common/files.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
@@ -80,7 +78,14 @@ std::string DescribeEnd(int exit_code, int signal, bool stopped) {
 
 GcsJobManager::GcsJobManager(RecordTable<rpc::JobInfo>* jobs, GcsActorManager* actors,
                              GcsKvManager* kv, JobManagerOptions options)
-    : jobs_(jobs), actors_(actors), kv_(kv), options_(std::move(options)) {}
+    : jobs_(jobs), actors_(actors), kv_(kv), options_(std::move(options)) {
+  for (const auto& kind : options_.kinds) kinds_[kind->Name()] = kind;
+}
+
+const JobKind* GcsJobManager::KindOf(const rpc::JobInfo& job) const {
+  auto it = kinds_.find(job.kind());
+  return it == kinds_.end() ? nullptr : it->second.get();
+}
 
 GcsJobManager::~GcsJobManager() { Shutdown(); }
 
@@ -121,7 +126,19 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::Submit(const rpc::SubmitJobRequest& 
                        rpc::JobState_Name(existing->state()).substr(4), "; pick another id"));
     }
   }
-  if (!request.spec_yaml().empty()) return SubmitElastic(request, job_id);
+  std::string kind = request.kind();
+  if (kind.empty() && !request.spec_yaml().empty()) kind = "elastic";
+  if (!kind.empty() && kind != "driver") {
+    auto it = kinds_.find(kind);
+    if (it == kinds_.end()) {
+      std::vector<std::string> known = {"driver"};
+      for (const auto& [name, k] : kinds_) known.push_back(name);
+      return absl::InvalidArgumentError(
+          absl::StrCat("kind: '", kind, "' is not a job kind this GCS runs; use one of ",
+                       absl::StrJoin(known, ", ")));
+    }
+    return SubmitKind(*it->second, request, job_id);
+  }
   if (request.entrypoint().empty() || request.entrypoint(0).empty()) {
     return absl::InvalidArgumentError(
         "entrypoint: empty: put the command after `--`, e.g. "
@@ -211,58 +228,29 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::SubmitDriver(const rpc::SubmitJobReq
   return stored ? *stored : job;
 }
 
-absl::StatusOr<rpc::JobInfo> GcsJobManager::SubmitElastic(const rpc::SubmitJobRequest& request,
-                                                          std::string job_id) {
-  auto spec = elastic::ParseJobSpec(request.spec_yaml());
-  if (!spec.ok()) return spec.status();
-  const bool python = spec->language == "python";
-  if (!python && spec->code_path.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("codePath: empty: set it to the program that registers trainer '",
-                     spec->trainer, "' with PHALANX_TRAINER (the same path on every node)"));
-  }
-  if (!python && !PathExists(spec->code_path)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("codePath: '", spec->code_path,
-                     "' does not exist on the head node; build it there (same path on every "
-                     "node) or fix the path"));
-  }
-  if (job_id.empty()) job_id = absl::StrCat(spec->name, "-", RandomHex(3));
-  std::string yaml = elastic::JobSpecToYaml(*spec);
-  rpc::JobInfo job;
-  job.set_job_id(job_id);
-  job.set_name(spec->name);
-  job.set_kind("elastic");
+absl::StatusOr<rpc::JobInfo> GcsJobManager::SubmitKind(const JobKind& kind,
+                                                       const rpc::SubmitJobRequest& request,
+                                                       const std::string& requested_id) {
+  auto launch = kind.Prepare(request, requested_id);
+  if (!launch.ok()) return launch.status();
+  rpc::JobInfo& job = launch->job;
+  job.set_kind(kind.Name());
   job.set_state(rpc::JOB_PENDING);
-  job.set_spec_yaml(yaml);
   job.set_submit_time_ms(NowMs());
-  auto* c = job.add_conditions();
-  c->set_type("Pending");
-  c->set_time_ms(NowMs());
-  c->set_reason("Submitted");
-  c->set_message(absl::StrCat(spec->replicas, " replicas (min ", spec->min_replicas, ", max ",
-                              spec->max_replicas, ")"));
-  if (auto s = jobs_->Put(job_id, job); !s.ok()) return s;
+  if (jobs_->Get(job.job_id())) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("job id '", job.job_id(), "' is taken; pick another --submission-id"));
+  }
+  if (auto s = jobs_->Put(job.job_id(), job); !s.ok()) return s;
 
-  // The controller: detached (the job outlives its submitter), restarted if its process dies.
-  msgpack::sbuffer args;
-  msgpack::packer<msgpack::sbuffer> packer(args);
-  packer.pack_array(2);
-  packer.pack(job_id);
-  packer.pack(yaml);
-  rpc::ActorInfo controller;
-  controller.set_class_name("ElasticController");
-  // A Python job's controller runs in a Python worker (the phalanx module holds the class).
-  controller.set_language(python ? "python" : "cpp");
-  if (!python) controller.set_code_path(spec->code_path);
-  controller.set_name(absl::StrCat("elastic-controller-", job_id));
+  // Its actor: detached (the job outlives its submitter), restarted if its process dies.
+  rpc::ActorInfo& controller = launch->actor;
   controller.set_detached(true);
   controller.set_max_restarts(-1);
-  controller.set_max_concurrency(1);
-  controller.set_job_id(job_id);
-  (*controller.mutable_env())["PHALANX_JOB_ID"] = job_id;
+  controller.set_job_id(job.job_id());
+  (*controller.mutable_env())["PHALANX_JOB_ID"] = job.job_id();
   for (const auto& [k, v] : request.env()) (*controller.mutable_env())[k] = v;
-  controller.set_init_args(std::string(args.data(), args.size()));
+  const std::string& job_id = job.job_id();
   auto created = actors_->Create(controller);
   if (!created.ok()) {
     jobs_
@@ -299,9 +287,8 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::Stop(const std::string& job_id, doub
         absl::StrCat("no job '", job_id, "'; `phalanx job list` shows the known ones"));
   }
   if (Finished(job->state())) return *job;
-  if (job->kind() == "elastic") {
-    auto put = kv_->Put("elastic", absl::StrCat(job_id, "/stop"), "1", true);
-    if (!put.ok()) return put.status();
+  if (const JobKind* kind = KindOf(*job)) {
+    if (auto s = kind->RequestStop(*job, *kv_); !s.ok()) return s;
     return *job;
   }
   if (job->kind() != "driver") {
@@ -329,6 +316,28 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::Stop(const std::string& job_id, doub
   }
   auto stored = jobs_->Get(job_id);
   return stored ? *stored : *job;
+}
+
+absl::StatusOr<rpc::JobInfo> GcsJobManager::Scale(const rpc::ScaleJobRequest& request) {
+  auto job = jobs_->Get(request.job_id());
+  if (!job) {
+    return absl::NotFoundError(
+        absl::StrCat("no job '", request.job_id(), "'; `phalanx job list` shows the known ones"));
+  }
+  const JobKind* kind = KindOf(*job);
+  if (kind == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", request.job_id(), " is a ", job->kind(),
+        " job and cannot scale; only elastic training jobs (`job submit -f JOB.yaml`) do"));
+  }
+  if (Finished(job->state())) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", request.job_id(), " has ended (",
+                                                      rpc::JobState_Name(job->state()).substr(4),
+                                                      "); nothing to scale"));
+  }
+  std::vector<int> ranks(request.ranks().begin(), request.ranks().end());
+  if (auto s = kind->RequestScale(*job, request.replicas(), ranks, *kv_); !s.ok()) return s;
+  return *job;
 }
 
 absl::Status GcsJobManager::Report(const rpc::ReportJobRequest& report) {

@@ -12,20 +12,24 @@
 //     driver.log     the driver's stdout and stderr
 //     result         "<exit code> <signal> <stopped>" once the driver ended
 //
-// An elastic job (a spec) records the job and creates its elastic controller actor, which
-// owns the job's record from then on; stop requests go to it through the KV.
+// A job of another kind (gcs/job_kind.h, e.g. an elastic training job) is launched by its
+// kind: the job manager records what the kind prepared and creates its actor, which owns the
+// job's record from then on; stop and scale requests go to it through the kind.
 //
 // When a job ends, its actors that are not detached are killed (like Ray's job cleanup).
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "gcs/actor_manager.h"
+#include "gcs/job_kind.h"
 #include "gcs/kv_manager.h"
 #include "gcs/record_table.h"
 #include "runtime/proto/gcs.pb.h"
@@ -38,6 +42,8 @@ struct JobManagerOptions {
   std::string token;        // PHALANX_TOKEN for drivers
   std::string runner_path;  // phalanx-job-runner
   int64_t max_working_dir_bytes = 100ll << 20;
+  // The job kinds submissions may name besides drivers (GcsServerOptions::job_kinds).
+  std::vector<std::shared_ptr<const JobKind>> kinds;
 };
 
 class GcsJobManager {
@@ -54,6 +60,8 @@ class GcsJobManager {
 
   absl::StatusOr<rpc::JobInfo> Submit(const rpc::SubmitJobRequest& request);
   absl::StatusOr<rpc::JobInfo> Stop(const std::string& job_id, double grace_s);
+  // Passes a scale request to the job's kind (FailedPrecondition for a driver job).
+  absl::StatusOr<rpc::JobInfo> Scale(const rpc::ScaleJobRequest& request);
   absl::Status Report(const rpc::ReportJobRequest& report);
 
   // Streams the job's log from `offset` to `write` (false: the reader went away); with
@@ -65,8 +73,10 @@ class GcsJobManager {
  private:
   absl::StatusOr<rpc::JobInfo> SubmitDriver(const rpc::SubmitJobRequest& request,
                                             const std::string& job_id);
-  absl::StatusOr<rpc::JobInfo> SubmitElastic(const rpc::SubmitJobRequest& request,
-                                             std::string job_id);
+  absl::StatusOr<rpc::JobInfo> SubmitKind(const JobKind& kind, const rpc::SubmitJobRequest& request,
+                                          const std::string& requested_id);
+  // The kind that launched `job`; null for a driver job (or a kind this GCS does not know).
+  const JobKind* KindOf(const rpc::JobInfo& job) const;
   std::string JobDir(const std::string& job_id) const;
   // Marks a driver job finished (once) and cleans up its actors.
   void Finish(const std::string& job_id, int exit_code, int signal, bool stopped,
@@ -79,6 +89,7 @@ class GcsJobManager {
   GcsActorManager* actors_;
   GcsKvManager* kv_;
   const JobManagerOptions options_;
+  std::map<std::string, std::shared_ptr<const JobKind>> kinds_;  // by JobKind::Name()
   absl::Mutex mu_;
   std::string gcs_address_ ABSL_GUARDED_BY(mu_);  // set by Start()
   std::atomic<bool> stopping_{false};

@@ -213,7 +213,10 @@ class RedisStore : public Store {
       {
         absl::MutexLock lock(&queue_mu_);
         queue_mu_.Await(absl::Condition(
-            +[](RedisStore* s) { return s->stopping_ || !s->queue_.empty(); }, this));
+            +[](RedisStore* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->queue_mu_) {
+              return s->stopping_ || !s->queue_.empty();
+            },
+            this));
         if (queue_.empty() && stopping_) return;
         size_t n = std::min<size_t>(queue_.size(), 4096);
         batch.reserve(n);

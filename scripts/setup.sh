@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git clang-format
+  clang-14  # scripts/thread_safety.sh (clang's -Wthread-safety over the project)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libhiredis-dev redis-server libspdlog-dev libboost-fiber-dev libboost-context-dev
   libgtest-dev libgmock-dev pybind11-dev python3-dev python3-numpy python3-torch

@@ -3,10 +3,11 @@
 #include <unistd.h>
 
 #include <climits>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "actors/api.h"
-#include "actors/elastic/job_record.h"
+#include "gcs/gcs_client.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/system.h"
 #include "runtime/worker/core_worker.h"
@@ -40,7 +41,9 @@ absl::StatusOr<std::string> Submit(JobSpec spec) {
   }
   // The job manager records the job and starts its controller (as for `phalanx job submit -f`).
   rpc::SubmitJobRequest request;
+  request.set_kind("elastic");
   request.set_spec_yaml(JobSpecToYaml(spec));
+  request.set_spec_dir(std::filesystem::current_path().string());
   auto job = (*gcs)->SubmitJob(request);
   if (!job.ok()) return job.status();
   return job->job_id();
@@ -55,19 +58,21 @@ absl::StatusOr<std::string> SubmitYaml(const std::string& yaml) {
 absl::StatusOr<JobStatus> Status(const std::string& job_id) {
   auto gcs = Gcs();
   if (!gcs.ok()) return gcs.status();
-  return ReadStatus(**gcs, job_id);
+  auto job = (*gcs)->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  return ToStatus(*job);
 }
 
 absl::Status Scale(const std::string& job_id, int replicas, const std::vector<int>& ranks) {
   auto gcs = Gcs();
   if (!gcs.ok()) return gcs.status();
-  return RequestScale(**gcs, job_id, replicas, ranks);
+  return (*gcs)->ScaleJob(job_id, replicas, ranks).status();
 }
 
 absl::Status Stop(const std::string& job_id) {
   auto gcs = Gcs();
   if (!gcs.ok()) return gcs.status();
-  return RequestStop(**gcs, job_id);
+  return (*gcs)->StopJob(job_id, 0).status();
 }
 
 absl::StatusOr<JobStatus> Wait(const std::string& job_id, absl::Duration timeout,

@@ -8,6 +8,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "actors/elastic/job_recorder.h"
+#include "actors/elastic/trainer_protocol.h"
 #include "gcs/gcs_client.h"
 #include "runtime/common/files.h"
 #include "runtime/common/logging.h"
@@ -97,15 +99,8 @@ void TrainerHostBase::DyingGasp(const std::string& why) {
   spdlog::warn("dying gasp ({}): the committed state of {} steps is in {}", why, step, path);
   CoreWorker* cw = CoreWorker::Get();
   if (cw == nullptr) return;
-  auto last = cw->gcs().KvGet("elastic", absl::StrCat(job, "/checkpoint_step"));
-  int64_t last_step = 0;
-  if (last.ok() && last->has_value()) (void)absl::SimpleAtoi(**last, &last_step);
-  if (step > last_step) {
-    cw->gcs().KvPut("elastic", absl::StrCat(job, "/checkpoint"), path, true).IgnoreError();
-    cw->gcs()
-        .KvPut("elastic", absl::StrCat(job, "/checkpoint_step"), absl::StrCat(step), true)
-        .IgnoreError();
-  }
+  // The job's checkpoint pointer moves to this state unless it points at a newer one.
+  PointCheckpointIfNewer(cw->gcs(), job, {step, path}).status().IgnoreError();
 }
 
 void TrainerHostBase::Commit(int64_t agreed) {
@@ -268,7 +263,8 @@ std::string TrainerHostBase::Query(std::string key) {
   if (key == "committed_step") return std::to_string(committed_step_);
   // The newest step this rank holds: a finished step not yet committed counts (every rank
   // took part in its collectives, so it is the same everywhere it was finished).
-  if (key == "held_step") return std::to_string(std::max(committed_step_, pending_step_));
+  if (key == trainer_query::kHeldStep)
+    return std::to_string(std::max(committed_step_, pending_step_));
   return trainer_->Query(key);
 }
 
@@ -282,16 +278,17 @@ std::map<std::string, Invoker>& HostMethods() {
     auto add = [&](const char* name, auto fn) {
       (*m)[name] = internal::MethodInvokerFor<TrainerHostBase>(absl::StrCat("Trainer.", name), fn);
     };
-    add("Setup", &TrainerHostBase::Setup);
-    add("Step", &TrainerHostBase::Step);
-    add("Reconfigure", &TrainerHostBase::Reconfigure);
-    add("SyncState", &TrainerHostBase::SyncState);
-    add("SaveCheckpoint", &TrainerHostBase::SaveCheckpoint);
-    add("LoadCheckpoint", &TrainerHostBase::LoadCheckpoint);
-    add("NetworkCheck", &TrainerHostBase::NetworkCheck);
-    add("Ping", &TrainerHostBase::Ping);
-    add("Abort", &TrainerHostBase::Abort);
-    add("Query", &TrainerHostBase::Query);
+    namespace names = trainer_method;
+    add(names::kSetup, &TrainerHostBase::Setup);
+    add(names::kStep, &TrainerHostBase::Step);
+    add(names::kReconfigure, &TrainerHostBase::Reconfigure);
+    add(names::kSyncState, &TrainerHostBase::SyncState);
+    add(names::kSaveCheckpoint, &TrainerHostBase::SaveCheckpoint);
+    add(names::kLoadCheckpoint, &TrainerHostBase::LoadCheckpoint);
+    add(names::kNetworkCheck, &TrainerHostBase::NetworkCheck);
+    add(names::kPing, &TrainerHostBase::Ping);
+    add(names::kAbort, &TrainerHostBase::Abort);
+    add(names::kQuery, &TrainerHostBase::Query);
     return m;
   }();
   return *methods;
@@ -325,11 +322,12 @@ void RegisterTrainerHost(const std::string& name,
   };
   for (const auto& [method, fn] : HostMethods()) cls.methods.push_back(method);
   // Lanes: the controller talks to a rank while its step runs.
-  for (const char* m :
-       {"Reconfigure", "SyncState", "SaveCheckpoint", "LoadCheckpoint", "NetworkCheck"}) {
+  namespace names = trainer_method;
+  for (const char* m : {names::kReconfigure, names::kSyncState, names::kSaveCheckpoint,
+                        names::kLoadCheckpoint, names::kNetworkCheck}) {
     cls.method_group[m] = "control";
   }
-  for (const char* m : {"Ping", "Abort", "Query"}) cls.method_group[m] = "ping";
+  for (const char* m : {names::kPing, names::kAbort, names::kQuery}) cls.method_group[m] = "ping";
   cls.group_concurrency["control"] = 1;
   cls.group_concurrency["ping"] = 1;
   ActorRegistry::Global().Register(std::move(cls));

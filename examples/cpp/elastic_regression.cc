@@ -21,8 +21,6 @@
 #include "actors/elastic/elastic.h"
 #include "actors/elastic/trainer_host.h"
 #include "examples/cpp/regression_trainer.h"
-#include "gcs/gcs_client.h"
-#include "runtime/worker/core_worker.h"
 
 using phalanx::examples::RegressionTrainer;
 PHALANX_TRAINER(RegressionTrainer);
@@ -102,11 +100,11 @@ int main(int argc, char** argv) {
       std::printf("[progress]  step %ld, world size %d, loss %.3g\n", now->step, now->world_size,
                   now->loss);
       if (kill_at >= 0 && !killed && now->step >= kill_at && now->ranks.size() > 1) {
-        auto actor = phalanx::CoreWorker::Get()->gcs().GetActor(now->ranks[1].actor_id);
-        if (actor.ok() && actor->pid() > 0) {
-          std::printf("[chaos]     kill -9 of rank 1 (pid %d) at step %ld\n", actor->pid(),
+        auto actor = phalanx::GetActorInfo(now->ranks[1].actor_id);
+        if (actor.ok() && actor->pid > 0) {
+          std::printf("[chaos]     kill -9 of rank 1 (pid %d) at step %ld\n", actor->pid,
                       now->step);
-          ::kill(actor->pid(), SIGKILL);
+          ::kill(actor->pid, SIGKILL);
           killed = true;
         }
       }

@@ -23,8 +23,8 @@ from ._api import (ActorClass, ActorHandle, NodeAffinitySchedulingStrategy, Obje
                    get, get_actor, init, is_initialized, kill, placement_group,
                    remove_placement_group, remote, shutdown, wait)
 from .exceptions import (ActorDiedError, ActorError, ActorUnavailableError, CollectiveError,
-                         GetTimeoutError, InvalidCallError, PhalanxError, PlacementGroupError,
-                         TaskError)
+                         GetTimeoutError, InvalidArgumentError, InvalidCallError, NotFoundError,
+                         PhalanxError, PlacementGroupError, TaskError)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "remote", "get", "wait", "kill", "get_actor",
@@ -33,4 +33,5 @@ __all__ = [
     "PlacementGroupSchedulingStrategy", "NodeAffinitySchedulingStrategy",
     "PhalanxError", "ActorError", "ActorDiedError", "ActorUnavailableError", "TaskError",
     "InvalidCallError", "GetTimeoutError", "PlacementGroupError", "CollectiveError",
+    "NotFoundError", "InvalidArgumentError",
 ]

@@ -16,8 +16,7 @@ import cloudpickle
 import _phalanx
 
 from . import _serialization as ser
-from .exceptions import (ActorDiedError, ActorUnavailableError, GetTimeoutError,
-                         InvalidCallError, PhalanxError, PlacementGroupError, TaskError)
+from .exceptions import NotFoundError, PhalanxError
 
 _lock = threading.Lock()
 _local_cluster = None  # (tmpdir, port, watchdog) of a cluster init() started for this script
@@ -119,9 +118,9 @@ def init(address=None, *, token=None, namespace="", num_cpus=None, num_gpus=None
             address = ""
         try:
             _phalanx.init(address, token or "", namespace)
-        except RuntimeError as e:
+        except PhalanxError:
             _stop_local_cluster()
-            raise PhalanxError(str(e)) from None
+            raise
         atexit.register(shutdown)
 
 
@@ -175,35 +174,6 @@ class ObjectRef:
         return f
 
 
-def _raise_for(ref, kind, message):
-    actor_id = ref._ref.actor_id
-    if kind in ("ActorDied", "CreationFailed"):
-        cause = ""
-        try:
-            cause = _phalanx.actor_info(actor_id)["death_cause"]
-        except Exception:  # noqa: BLE001 - the message still says it
-            pass
-        raise ActorDiedError(message, actor_id=actor_id, cause=cause)
-    if kind == "ActorUnavailable":
-        raise ActorUnavailableError(message, actor_id=actor_id)
-    if kind == "TaskError":
-        first = message.split("\n", 1)[0]
-        cause_type = first.split(":", 1)[0] if ":" in first else ""
-        raise TaskError(message, cause_type=cause_type.strip(), remote_traceback=message)
-    if kind == "InvalidCall":
-        raise InvalidCallError(message)
-    if kind == "GetTimeout":
-        raise GetTimeoutError(message)
-    raise PhalanxError(message)
-
-
-def _decode(ref, outcome):
-    ok, value, kind, message = outcome
-    if not ok:
-        _raise_for(ref, kind, message)
-    return ser.loads_value(value, ref._encoding)
-
-
 def get(refs, *, timeout=None):
     """The result of one ref, or the results of a list of refs (in order). Raises the first
     call's error (``ActorDiedError``, ``TaskError``, ...), or ``GetTimeoutError`` after
@@ -216,8 +186,9 @@ def get(refs, *, timeout=None):
         if not isinstance(r, ObjectRef):
             raise TypeError(f"phalanx.get takes ObjectRefs (or a list of them), not "
                             f"{type(r).__name__}")
-    outcomes = _phalanx.get([r._ref for r in items], -1.0 if timeout is None else float(timeout))
-    values = [_decode(r, o) for r, o in zip(items, outcomes)]
+    # The native get raises the first failed call's error as its phalanx class.
+    results = _phalanx.get([r._ref for r in items], -1.0 if timeout is None else float(timeout))
+    values = [ser.loads_value(v, r._encoding) for r, v in zip(items, results)]
     return values[0] if single else values
 
 
@@ -389,10 +360,7 @@ class ActorClass:
         else:
             init_args = ser.dumps_call(args, kwargs, ser.MSGPACK)
         options = _native_options(self._options)
-        try:
-            actor_id = _phalanx.create_actor(self._class_name, self._language, init_args, options)
-        except RuntimeError as e:
-            raise PhalanxError(str(e)) from None
+        actor_id = _phalanx.create_actor(self._class_name, self._language, init_args, options)
         return ActorHandle(actor_id, self._class_name, self._language)
 
     def __call__(self, *args, **kwargs):
@@ -438,10 +406,7 @@ def kill(handle, *, no_restart=True):
     (at most ``KILL_WAIT_S``), so that a call made after it fails with ActorDiedError."""
     if not isinstance(handle, ActorHandle):
         raise TypeError(f"phalanx.kill takes an ActorHandle, not {type(handle).__name__}")
-    try:
-        _phalanx.kill(handle._actor_id, no_restart)
-    except RuntimeError as e:
-        raise PhalanxError(str(e)) from None
+    _phalanx.kill(handle._actor_id, no_restart)
     if not no_restart:
         return
     deadline = time.monotonic() + KILL_WAIT_S
@@ -449,8 +414,8 @@ def kill(handle, *, no_restart=True):
         try:
             if _phalanx.actor_info(handle._actor_id)["state"] == "DEAD":
                 return
-        except RuntimeError:
-            return  # the GCS does not know it (any more)
+        except PhalanxError:
+            return  # the GCS does not know it (any more), or cannot say
         time.sleep(0.01)
 
 
@@ -460,16 +425,14 @@ def get_actor(name, namespace=None):
     ns = namespace if namespace is not None else _phalanx.cluster()[3]
     try:
         info = _phalanx.named_actor(name, ns)
-    except RuntimeError as e:
+    except NotFoundError as e:
         raise ValueError(str(e)) from None
     return ActorHandle(info["actor_id"], info["class_name"], info["language"])
 
 
 def actor_info(handle):
     """State, pid, node, restarts and death cause of an actor (a dict)."""
-    info = dict(_phalanx.actor_info(handle._actor_id))
-    info.pop("json", None)
-    return info
+    return dict(_phalanx.actor_info(handle._actor_id))
 
 
 # ---- placement groups ---------------------------------------------------------------------
@@ -479,13 +442,9 @@ class _PlacementGroupReady:
         self._pg = pg
 
     def _get(self, timeout):
-        ok, message = _phalanx.wait_placement_group(self._pg.id,
-                                                    -1.0 if timeout is None else float(timeout))
-        if ok:
-            return self._pg
-        if "DEADLINE" in message.upper() or "within" in message:
-            raise GetTimeoutError(message)
-        raise PlacementGroupError(message)
+        # GetTimeoutError after `timeout`; PlacementGroupError if the group was removed.
+        _phalanx.wait_placement_group(self._pg.id, -1.0 if timeout is None else float(timeout))
+        return self._pg
 
 
 class PlacementGroup:
@@ -500,8 +459,11 @@ class PlacementGroup:
 
     def wait(self, timeout_seconds=30):
         """True once every bundle is reserved; False if that did not happen in time."""
-        ok, _ = _phalanx.wait_placement_group(self.id, float(timeout_seconds))
-        return ok
+        try:
+            _phalanx.wait_placement_group(self.id, float(timeout_seconds))
+            return True
+        except PhalanxError:
+            return False
 
     @property
     def state(self):
@@ -521,10 +483,7 @@ def placement_group(bundles, strategy="PACK", name=""):
     converted = []
     for b in bundles:
         converted.append({("memory" if k == "memory" else k): float(v) for k, v in b.items()})
-    try:
-        pg_id = _phalanx.create_placement_group(converted, strategy, name)
-    except RuntimeError as e:
-        raise PlacementGroupError(str(e)) from None
+    pg_id = _phalanx.create_placement_group(converted, strategy, name)  # PlacementGroupError
     return PlacementGroup(pg_id, bundles, strategy)
 
 

@@ -29,7 +29,8 @@ def create(init_args: bytes):
 
 
 def call(obj, method: str, payload: bytes):
-    """Runs ``obj.method`` on the decoded arguments: (ok, value, error kind, message)."""
+    """Runs ``obj.method`` on the decoded arguments: (ok, value, error kind, message); with an
+    error, ``value`` is its detail (a TaskError's exception class name)."""
     fn = getattr(obj, method, None) if not method.startswith("_") else None
     if fn is None or not callable(fn):
         return (False, b"", "InvalidCall",
@@ -50,13 +51,18 @@ def call(obj, method: str, payload: bytes):
             result = asyncio.run(result)
     except Exception as e:  # noqa: BLE001 - handed to the caller as a TaskError
         tb = traceback.format_exc().rstrip()
-        return (False, b"", "TaskError",
+        return (False, _cause_type(e), "TaskError",
                 f"{type(e).__name__}: {e}\n\n{type(obj).__name__}.{method} raised:\n{tb}")
     try:
         return True, ser.dumps_value(result, encoding), "", ""
     except Exception as e:  # noqa: BLE001
-        return False, b"", "TaskError", f"{type(obj).__name__}.{method}: the result cannot be " \
-                                        f"sent back ({type(e).__name__}: {e})"
+        return False, _cause_type(e), "TaskError", f"{type(obj).__name__}.{method}: the result " \
+                                                   f"cannot be sent back ({type(e).__name__}: {e})"
+
+
+def _cause_type(e):
+    """A TaskError's detail, which travels beside its message: the exception's class name."""
+    return type(e).__name__.encode()
 
 
 def main():

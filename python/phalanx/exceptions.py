@@ -1,6 +1,8 @@
-"""Errors raised by phalanx: each carries the cause (Ray's names where they fit)."""
+"""Errors raised by phalanx: each carries the cause (Ray's names where they fit).
 
-from _phalanx import CollectiveError  # noqa: F401  (re-exported: a collective failed)
+The native module raises these classes itself: the C++ error's kind (an actor died, a task
+raised, a get timed out, ...) picks the class, else the call's domain (placement groups,
+collectives), else its status code (python/src/errors.cc)."""
 
 
 class PhalanxError(Exception):
@@ -48,3 +50,15 @@ class GetTimeoutError(PhalanxError, TimeoutError):
 
 class PlacementGroupError(PhalanxError):
     """A placement group could not be created or was removed."""
+
+
+class CollectiveError(PhalanxError, RuntimeError):
+    """A collective failed: a peer died or left, it timed out, or it was aborted."""
+
+
+class NotFoundError(PhalanxError, LookupError):
+    """The cluster does not know the actor, job or key asked for."""
+
+
+class InvalidArgumentError(PhalanxError, ValueError):
+    """The cluster refused a request as malformed (e.g. a job spec, with the field and fix)."""

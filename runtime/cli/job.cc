@@ -13,8 +13,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "actors/elastic/job_record.h"
-#include "actors/elastic/job_spec.h"
 #include "gcs/gcs_client.h"
 #include "runtime/cli/commands.h"
 #include "runtime/common/files.h"
@@ -22,6 +20,7 @@
 #include "runtime/common/session.h"
 #include "runtime/common/system.h"
 #include "runtime/rpc/describe.h"
+#include "runtime/rpc/job_status.h"
 
 namespace phalanx::cli {
 namespace {
@@ -103,7 +102,7 @@ int RunJobStatus(const ClusterFlags& flags, const std::string& job_id) {
   auto job = (*gcs)->GetJob(job_id);
   if (!job.ok()) return Fail("status", job.status());
   if (job->kind() == "elastic") {
-    std::cout << elastic::FormatStatus(elastic::ToStatus(*job)) << "\n";
+    std::cout << FormatStatus(ToStatus(*job)) << "\n";
     return 0;
   }
   std::cout << FormatDriverJob(*job) << "\n";
@@ -124,8 +123,8 @@ int RunJobScale(const ClusterFlags& flags, const std::string& job_id, int replic
     if (!job.ok()) return Fail("scale", job.status());
     replicas = job->elastic().world_size() - static_cast<int>(ranks.size());
   }
-  if (auto s = elastic::RequestScale(**gcs, job_id, replicas, ranks); !s.ok()) {
-    return Fail("scale", s);
+  if (auto scaled = (*gcs)->ScaleJob(job_id, replicas, ranks); !scaled.ok()) {
+    return Fail("scale", scaled.status());
   }
   std::cout << "asked job " << job_id << " to scale to " << replicas << " replicas"
             << (ranks.empty() ? "" : absl::StrCat(" without ranks ", absl::StrJoin(ranks, ",")))
@@ -307,7 +306,7 @@ int FollowElastic(gcs::GcsClient& gcs, const std::string& job_id) {
     progress.Show(ProgressText(*job), ProgressKey(*job));
     if (Terminal(job->state())) {
       progress.Done();
-      std::cout << elastic::FormatStatus(elastic::ToStatus(*job), false) << "\n";
+      std::cout << FormatStatus(ToStatus(*job), false) << "\n";
       return job->state() == rpc::JOB_SUCCEEDED ? 0 : 1;
     }
     absl::SleepFor(absl::Milliseconds(250));
@@ -338,20 +337,11 @@ int RunJobSubmit(const JobSubmitOptions& o) {
       return Fail("submit", absl::InvalidArgumentError(
                                 absl::StrCat("-f ", o.spec_file, ": ", yaml.status().message())));
     }
-    // Check it here too, so a typo is reported before anything is sent.
-    auto spec = elastic::ParseJobSpec(*yaml);
-    if (!spec.ok()) {
-      return Fail("submit", absl::InvalidArgumentError(
-                                absl::StrCat(o.spec_file, ": ", spec.status().message())));
-    }
-    // A relative codePath is relative to the spec file.
-    if (!spec->code_path.empty() && spec->code_path[0] != '/') {
-      std::filesystem::path base = std::filesystem::absolute(o.spec_file).parent_path();
-      spec->code_path = (base / spec->code_path).lexically_normal().string();
-      request.set_spec_yaml(elastic::JobSpecToYaml(*spec));
-    } else {
-      request.set_spec_yaml(*yaml);
-    }
+    // The GCS checks it (errors name the field); relative paths in it (codePath) are
+    // relative to the spec file.
+    request.set_kind("elastic");
+    request.set_spec_yaml(*yaml);
+    request.set_spec_dir(std::filesystem::absolute(o.spec_file).parent_path().string());
   } else {
     if (o.entrypoint.empty()) {
       return Fail("submit", absl::InvalidArgumentError(
@@ -373,6 +363,11 @@ int RunJobSubmit(const JobSubmitOptions& o) {
   auto gcs = Connect(o.cluster);
   if (!gcs.ok()) return Fail("submit", gcs.status());
   auto job = (*gcs)->SubmitJob(request);
+  if (!job.ok() && !o.spec_file.empty()) {
+    // The spec's errors name its field: say which file it is in.
+    return Fail("submit", absl::Status(job.status().code(),
+                                       absl::StrCat(o.spec_file, ": ", job.status().message())));
+  }
   if (!job.ok()) return Fail("submit", job.status());
   std::cout << "Job " << job->job_id() << " submitted"
             << (job->kind() == "elastic" ? " (elastic training job " + job->name() + ")" : "")

@@ -176,7 +176,8 @@ void ActorClient::ReadLoop(std::shared_ptr<Connection> conn) {
       if (r.code() == 0) {
         state->Set(absl::OkStatus(), std::move(*r.mutable_value()));
       } else {
-        state->Set(MakeError(static_cast<absl::StatusCode>(r.code()), r.error_kind(), r.error()));
+        state->Set(MakeError(static_cast<absl::StatusCode>(r.code()), r.error_kind(), r.error()),
+                   std::move(*r.mutable_value()));
       }
     }
   }

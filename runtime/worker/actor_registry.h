@@ -17,7 +17,7 @@ namespace phalanx {
 // What one call returned: OK with a serialized value, or an error (tagged with its kind).
 struct CallOutcome {
   absl::Status status;
-  std::string value;
+  std::string value;  // the result; with an error, its detail for the caller (often empty)
 };
 
 // One live actor object inside a worker.

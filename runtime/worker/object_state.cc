@@ -1,5 +1,7 @@
 #include "runtime/worker/object_state.h"
 
+#include <boost/fiber/condition_variable.hpp>
+#include <boost/fiber/mutex.hpp>
 #include <chrono>
 #include <mutex>
 
@@ -28,39 +30,48 @@ std::chrono::steady_clock::time_point DeadlineFor(absl::Duration timeout) {
 }
 }  // namespace
 
+struct ObjectState::Sync {
+  boost::fibers::mutex mu;
+  boost::fibers::condition_variable cv;
+};
+
+ObjectState::ObjectState() : sync_(std::make_unique<Sync>()) {}
+
+ObjectState::~ObjectState() = default;
+
 void ObjectState::Set(absl::Status status, std::string value) {
   std::vector<std::function<void()>> callbacks;
   {
-    std::unique_lock<boost::fibers::mutex> lock(mu_);
+    std::unique_lock<boost::fibers::mutex> lock(sync_->mu);
     if (done_) return;
     status_ = std::move(status);
     value_ = std::move(value);
     done_ = true;
     callbacks.swap(callbacks_);
   }
-  cv_.notify_all();
+  sync_->cv.notify_all();
   for (auto& cb : callbacks) cb();
 }
 
 bool ObjectState::Wait(absl::Duration timeout) {
-  std::unique_lock<boost::fibers::mutex> lock(mu_);
+  std::unique_lock<boost::fibers::mutex> lock(sync_->mu);
   if (done_) return true;
   auto deadline = DeadlineFor(timeout);
   if (deadline == std::chrono::steady_clock::time_point::max()) {
-    cv_.wait(lock, [this] { return done_; });
+    sync_->cv.wait(lock, [this] { return done_; });
     return true;
   }
-  return cv_.wait_until(lock, deadline, [this] { return done_; });
+  return sync_->cv.wait_until(lock, deadline, [this] { return done_; });
 }
 
 bool ObjectState::done() const {
-  std::unique_lock<boost::fibers::mutex> lock(mu_);
+  std::unique_lock<boost::fibers::mutex> lock(sync_->mu);
   return done_;
 }
 
 void ObjectState::OnDone(std::function<void()> callback) {
   {
-    std::unique_lock<boost::fibers::mutex> lock(mu_);
+    std::unique_lock<boost::fibers::mutex> lock(sync_->mu);
     if (!done_) {
       callbacks_.push_back(std::move(callback));
       return;

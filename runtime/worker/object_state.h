@@ -1,10 +1,10 @@
 // ObjectState: the slot an actor call's result lands in. Set once (by the thread that reads
 // the reply); waited on by any number of threads or fibers (Boost.Fiber primitives, so a
-// call made from a fiber of an async actor suspends only that fiber). Thread-safe.
+// call made from a fiber of an async actor suspends only that fiber; they live in
+// object_state.cc, so that this header, included by actors/api.h, pulls in no Boost).
+// Thread-safe.
 #pragma once
 
-#include <boost/fiber/condition_variable.hpp>
-#include <boost/fiber/mutex.hpp>
 #include <functional>
 #include <memory>
 #include <string>
@@ -17,7 +17,8 @@ namespace phalanx {
 
 class ObjectState {
  public:
-  ObjectState() = default;
+  ObjectState();
+  ~ObjectState();
   ObjectState(const ObjectState&) = delete;
   ObjectState& operator=(const ObjectState&) = delete;
 
@@ -29,7 +30,8 @@ class ObjectState {
   bool Wait(absl::Duration timeout);
   bool done() const;
 
-  // Valid once done.
+  // Valid once done. After an error, value() holds the error's detail, if any (a Python
+  // TaskError: the remote exception's class name).
   const absl::Status& status() const { return status_; }
   const std::string& value() const { return value_; }
 
@@ -37,8 +39,8 @@ class ObjectState {
   void OnDone(std::function<void()> callback);
 
  private:
-  mutable boost::fibers::mutex mu_;
-  boost::fibers::condition_variable cv_;
+  struct Sync;  // the fiber mutex and condition variable
+  const std::unique_ptr<Sync> sync_;
   bool done_ = false;
   absl::Status status_;
   std::string value_;

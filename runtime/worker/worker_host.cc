@@ -171,7 +171,7 @@ class Host {
       }
     }).detach();
     actor_id_ = Env("PHALANX_WORKER_ACTOR_ID");
-    absl::SimpleAtoi(Env("PHALANX_WORKER_ATTEMPT"), &attempt_);
+    if (!absl::SimpleAtoi(Env("PHALANX_WORKER_ATTEMPT"), &attempt_)) attempt_ = 0;  // unset: first
     WatchNodeLease(Env(kNodeLeaseEnv));
     token_ = Env("PHALANX_TOKEN");
     std::string node_address = Env("PHALANX_NODE_ADDRESS");
@@ -370,6 +370,7 @@ class Host {
       result.set_code(static_cast<int>(outcome.status.code()));
       result.set_error(std::string(outcome.status.message()));
       result.set_error_kind(ErrorKind(outcome.status));
+      result.set_value(std::move(outcome.value));  // the error's detail, if any
     }
     calls_done_.fetch_add(1, std::memory_order_relaxed);
     return result;

@@ -44,6 +44,25 @@ class ActorTest : public testing::ClusterTest {
   std::vector<testing::ChildProcess> more_nodes_;
 };
 
+// The enums' names are the GCS's strings, and every name parses back to its value.
+TEST(ActorTestEnums, EveryNameParsesBackToItsValue) {
+  for (auto s : {SchedulingStrategy::kDefault, SchedulingStrategy::kSpread,
+                 SchedulingStrategy::kNodeAffinity}) {
+    EXPECT_EQ(*ParseSchedulingStrategy(ToString(s)), s) << ToString(s);
+  }
+  for (auto s : {PlacementStrategy::kPack, PlacementStrategy::kSpread,
+                 PlacementStrategy::kStrictPack, PlacementStrategy::kStrictSpread}) {
+    EXPECT_EQ(*ParsePlacementStrategy(ToString(s)), s) << ToString(s);
+  }
+  EXPECT_EQ(*ParseLanguage("cpp"), Language::kCpp);
+  EXPECT_EQ(*ParseLanguage("python"), Language::kPython);
+  EXPECT_EQ(ToString(PlacementStrategy::kStrictPack), "STRICT_PACK");
+  EXPECT_EQ(ToString(ActorState::kRestarting), "RESTARTING");
+  auto bad = ParseLanguage("rust", "trainer language");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "trainer language 'rust' is unknown; use cpp or python");
+}
+
 TEST_F(ActorTest, CreateCallKill) {
   auto counter = Actor<Counter>().SetResources({{"CPU", 1}}).Remote(5);
   ASSERT_TRUE(counter.ok()) << counter.status();
@@ -51,10 +70,25 @@ TEST_F(ActorTest, CreateCallKill) {
   EXPECT_EQ(*Get(counter->Task(&Counter::Value).Remote()), 8);
   EXPECT_EQ(*Get(counter->Task(&Counter::Echo).Remote("hello")), "hello");
   EXPECT_EQ(Info(counter->id()).state(), rpc::ACTOR_ALIVE);
+  // The public description agrees with the GCS's record.
+  auto info = GetActorInfo(*counter);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->actor_id, counter->id());
+  EXPECT_EQ(info->class_name, "Counter");
+  EXPECT_EQ(info->language, Language::kCpp);
+  EXPECT_EQ(info->state, ActorState::kAlive);
+  EXPECT_EQ(info->pid, Info(counter->id()).pid());
+  EXPECT_GT(info->pid, 0);
+  EXPECT_EQ(info->death_cause, "");
 
   ASSERT_TRUE(Kill(*counter).ok());
   ASSERT_TRUE(WaitForState(counter->id(), rpc::ACTOR_DEAD));
   EXPECT_EQ(Info(counter->id()).death_cause().kind(), rpc::DeathCause::KILLED_BY_USER);
+  auto dead = GetActorInfo(*counter);
+  ASSERT_TRUE(dead.ok()) << dead.status();
+  EXPECT_EQ(dead->state, ActorState::kDead);
+  EXPECT_NE(dead->death_cause, "");
+  EXPECT_TRUE(absl::IsNotFound(GetActorInfo("no-such-actor").status()));
   auto after = Get(counter->Task(&Counter::Value).Remote(), absl::Seconds(10));
   ASSERT_FALSE(after.ok());
   EXPECT_TRUE(IsActorDied(after.status())) << after.status();
@@ -413,9 +447,14 @@ TEST_F(ActorTest, BadInputGetsClearErrors) {
             std::string::npos)
       << impossible.status();
 
-  auto bad_strategy = Actor<Counter>().SetSchedulingStrategy("RANDOM").Remote(0);
+  // A strategy name from a user (a flag, a config file) is parsed with an error naming it.
+  auto bad_strategy = ParseSchedulingStrategy("RANDOM");
   ASSERT_FALSE(bad_strategy.ok());
-  EXPECT_NE(bad_strategy.status().message().find("'RANDOM' is unknown"), std::string::npos);
+  EXPECT_TRUE(absl::IsInvalidArgument(bad_strategy.status()));
+  EXPECT_NE(bad_strategy.status().message().find(
+                "scheduling strategy 'RANDOM' is unknown; use DEFAULT, SPREAD or NODE_AFFINITY"),
+            std::string::npos)
+      << bad_strategy.status();
 
   // Fits a node, but not now: pending, with the reason in `phalanx list actors`.
   auto big = Actor<Counter>().SetResource("CPU", 4).Remote(0);

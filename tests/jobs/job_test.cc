@@ -20,7 +20,6 @@
 #include "runtime/common/files.h"
 #include "runtime/common/process.h"
 #include "runtime/common/system.h"
-#include "runtime/worker/core_worker.h"
 #include "runtime/worker/worker_host.h"
 #include "tests/actors/test_actors.h"
 #include "tests/testing/test_util.h"
@@ -349,8 +348,8 @@ int main(int argc, char** argv) {
     auto counter = phalanx::Actor<phalanx::testing::Counter>().Remote(0);
     if (!counter.ok()) return 1;
     (void)phalanx::Get(counter->Task(&phalanx::testing::Counter::Value).Remote());  // placed
-    auto info = phalanx::CoreWorker::Get()->gcs().GetActor(counter->id());
-    std::printf("actor pid %d\n", info.ok() ? info->pid() : -1);
+    auto info = phalanx::GetActorInfo(*counter);
+    std::printf("actor pid %d\n", info.ok() ? info->pid : -1);
     std::fflush(stdout);
     for (;;) ::pause();
   }

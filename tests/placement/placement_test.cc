@@ -79,34 +79,36 @@ std::vector<std::map<std::string, double>> Cpus(int n, double each) {
 TEST_F(PlacementTest, EachStrategyPlacesBundlesAsDefined) {
   for (const char* id : {"node-a", "node-b", "node-c"}) AddNode(id, 4);
 
-  auto strict_pack = CreatePlacementGroup(Cpus(3, 1), "STRICT_PACK");
+  auto strict_pack = CreatePlacementGroup(Cpus(3, 1), PlacementStrategy::kStrictPack);
   ASSERT_TRUE(strict_pack.ok()) << strict_pack.status();
   ASSERT_TRUE(strict_pack->Wait(absl::Seconds(10)).ok());
   auto sp = Nodes(*strict_pack);
   EXPECT_EQ(std::set<std::string>(sp.begin(), sp.end()).size(), 1u);
   ASSERT_TRUE(RemovePlacementGroup(*strict_pack).ok());
 
-  auto pack = CreatePlacementGroup(Cpus(3, 1), "PACK");
+  auto pack = CreatePlacementGroup(Cpus(3, 1), PlacementStrategy::kPack);
   ASSERT_TRUE(pack->Wait(absl::Seconds(10)).ok());
   auto p = Nodes(*pack);
   EXPECT_EQ(std::set<std::string>(p.begin(), p.end()).size(), 1u) << "PACK fits on one node";
   ASSERT_TRUE(RemovePlacementGroup(*pack).ok());
 
-  auto pack_big = CreatePlacementGroup(Cpus(3, 3), "PACK");  // 9 CPUs: cannot fit one node
+  auto pack_big =
+      CreatePlacementGroup(Cpus(3, 3), PlacementStrategy::kPack);  // 9 CPUs: cannot fit one node
   ASSERT_TRUE(pack_big->Wait(absl::Seconds(10)).ok());
   auto pb = Nodes(*pack_big);
   EXPECT_EQ(std::set<std::string>(pb.begin(), pb.end()).size(), 3u);
   ASSERT_TRUE(RemovePlacementGroup(*pack_big).ok());
 
-  for (const char* strategy : {"SPREAD", "STRICT_SPREAD"}) {
+  for (PlacementStrategy strategy :
+       {PlacementStrategy::kSpread, PlacementStrategy::kStrictSpread}) {
     auto spread = CreatePlacementGroup(Cpus(3, 1), strategy);
-    ASSERT_TRUE(spread->Wait(absl::Seconds(10)).ok()) << strategy;
+    ASSERT_TRUE(spread->Wait(absl::Seconds(10)).ok()) << ToString(strategy);
     auto s = Nodes(*spread);
-    EXPECT_EQ(std::set<std::string>(s.begin(), s.end()).size(), 3u) << strategy;
+    EXPECT_EQ(std::set<std::string>(s.begin(), s.end()).size(), 3u) << ToString(strategy);
     ASSERT_TRUE(RemovePlacementGroup(*spread).ok());
   }
   // SPREAD is best effort: 4 bundles on 3 nodes still place (one node takes two).
-  auto spread4 = CreatePlacementGroup(Cpus(4, 1), "SPREAD");
+  auto spread4 = CreatePlacementGroup(Cpus(4, 1), PlacementStrategy::kSpread);
   ASSERT_TRUE(spread4->Wait(absl::Seconds(10)).ok());
   auto s4 = Nodes(*spread4);
   EXPECT_EQ(std::set<std::string>(s4.begin(), s4.end()).size(), 3u);
@@ -119,7 +121,7 @@ TEST_F(PlacementTest, EachStrategyPlacesBundlesAsDefined) {
 TEST_F(PlacementTest, StrictSpreadWaitsForAThirdNode) {
   AddNode("node-a", 2);
   AddNode("node-b", 2);
-  auto pg = CreatePlacementGroup(Cpus(3, 1), "STRICT_SPREAD", "three-ways");
+  auto pg = CreatePlacementGroup(Cpus(3, 1), PlacementStrategy::kStrictSpread, "three-ways");
   ASSERT_TRUE(pg.ok()) << pg.status();
   auto early = pg->Wait(absl::Milliseconds(500));
   ASSERT_TRUE(absl::IsDeadlineExceeded(early)) << early;
@@ -142,7 +144,7 @@ TEST_F(PlacementTest, StrictSpreadWaitsForAThirdNode) {
 TEST_F(PlacementTest, KilledNodeBetweenPrepareAndCommitRollsBackEverything) {
   AddNode("node-a", 2);
   AddNode("node-b", 2, /*prepare_delay_ms=*/1500);  // answers prepares slowly
-  auto pg = CreatePlacementGroup(Cpus(2, 1), "STRICT_SPREAD");
+  auto pg = CreatePlacementGroup(Cpus(2, 1), PlacementStrategy::kStrictSpread);
   ASSERT_TRUE(pg.ok());
   // node-a has prepared by now; node-b is still preparing when it dies.
   ASSERT_TRUE(
@@ -166,7 +168,7 @@ TEST_F(PlacementTest, KilledNodeBetweenPrepareAndCommitRollsBackEverything) {
 
 TEST_F(PlacementTest, NodeDeathReschedulesOnlyItsBundles) {
   for (const char* id : {"node-a", "node-b", "node-c"}) AddNode(id, 2);
-  auto pg = CreatePlacementGroup(Cpus(3, 1), "SPREAD");
+  auto pg = CreatePlacementGroup(Cpus(3, 1), PlacementStrategy::kSpread);
   ASSERT_TRUE(pg->Wait(absl::Seconds(10)).ok());
   std::vector<std::string> before = Nodes(*pg);
   std::vector<ActorHandle<Counter>> members;
@@ -232,7 +234,8 @@ TEST_F(PlacementTest, FractionalCpusAddUpExactly) {
   ASSERT_TRUE(testing::WaitFor([&] { return AvailableCpu("node-a") == 1; }, absl::Seconds(10)));
 
   // 0.3 + 0.3 + 0.4 is exactly one CPU.
-  auto pg = CreatePlacementGroup({{{"CPU", 0.3}}, {{"CPU", 0.3}}, {{"CPU", 0.4}}}, "STRICT_PACK");
+  auto pg = CreatePlacementGroup({{{"CPU", 0.3}}, {{"CPU", 0.3}}, {{"CPU", 0.4}}},
+                                 PlacementStrategy::kStrictPack);
   ASSERT_TRUE(pg->Wait(absl::Seconds(10)).ok());
   EXPECT_EQ(AvailableCpu("node-a"), 0);
 }
@@ -240,7 +243,7 @@ TEST_F(PlacementTest, FractionalCpusAddUpExactly) {
 TEST_F(PlacementTest, RemovalKillsTheGroupsActorsAndFreesEverything) {
   AddNode("node-a", 2);
   AddNode("node-b", 2);
-  auto pg = CreatePlacementGroup({{{"CPU", 2}}, {{"CPU", 1}}}, "SPREAD");
+  auto pg = CreatePlacementGroup({{{"CPU", 2}}, {{"CPU", 1}}}, PlacementStrategy::kSpread);
   ASSERT_TRUE(pg->Wait(absl::Seconds(10)).ok());
   auto in_any = Actor<Counter>().SetResource("CPU", 1).SetPlacementGroup(*pg).Remote(1);
   auto in_zero = Actor<Counter>().SetResource("CPU", 1).SetPlacementGroup(*pg, 0).Remote(2);
@@ -275,7 +278,7 @@ TEST_F(PlacementTest, RemovalKillsTheGroupsActorsAndFreesEverything) {
 TEST_F(PlacementTest, ReleasingABundleKillsItsActorsAndGivesItsResourcesBackForGood) {
   AddNode("node-a", 2);
   AddNode("node-b", 2);
-  auto pg = CreatePlacementGroup(Cpus(2, 2), "STRICT_SPREAD");
+  auto pg = CreatePlacementGroup(Cpus(2, 2), PlacementStrategy::kStrictSpread);
   ASSERT_TRUE(pg->Wait(absl::Seconds(10)).ok());
   std::string released_node = Nodes(*pg)[1];
   auto in_zero = Actor<Counter>().SetResource("CPU", 1).SetPlacementGroup(*pg, 0).Remote(1);
@@ -330,34 +333,37 @@ TEST_F(PlacementTest, ReleasingABundleKillsItsActorsAndGivesItsResourcesBackForG
 
 TEST_F(PlacementTest, BadInputGetsClearErrors) {
   AddNode("node-a", 2);
-  auto none = CreatePlacementGroup({}, "PACK");
+  auto none = CreatePlacementGroup({}, PlacementStrategy::kPack);
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("no bundles"), std::string::npos) << none.status();
-  auto empty = CreatePlacementGroup({{{"CPU", 1}}, {}}, "PACK");
+  auto empty = CreatePlacementGroup({{{"CPU", 1}}, {}}, PlacementStrategy::kPack);
   ASSERT_FALSE(empty.ok());
   EXPECT_NE(empty.status().message().find("bundle 1 is empty"), std::string::npos);
-  auto zero = CreatePlacementGroup({{{"CPU", 0}}}, "PACK");
+  auto zero = CreatePlacementGroup({{{"CPU", 0}}}, PlacementStrategy::kPack);
   ASSERT_FALSE(zero.ok());
   EXPECT_NE(zero.status().message().find("'CPU' has amount 0; amounts must be > 0"),
             std::string::npos)
       << zero.status();
-  auto negative = CreatePlacementGroup({{{"CPU", -2}}}, "PACK");
+  auto negative = CreatePlacementGroup({{{"CPU", -2}}}, PlacementStrategy::kPack);
   ASSERT_FALSE(negative.ok());
   EXPECT_NE(negative.status().message().find("amount -2"), std::string::npos);
-  auto strategy = CreatePlacementGroup(Cpus(1, 1), "SCATTER");
+  auto strategy = ParsePlacementStrategy("SCATTER");
   ASSERT_FALSE(strategy.ok());
-  EXPECT_NE(strategy.status().message().find("strategy 'SCATTER' is unknown"), std::string::npos);
-  auto too_big = CreatePlacementGroup(Cpus(1, 8), "PACK");
+  EXPECT_NE(strategy.status().message().find("placement strategy 'SCATTER' is unknown; use PACK, "
+                                             "SPREAD, STRICT_PACK or STRICT_SPREAD"),
+            std::string::npos)
+      << strategy.status();
+  auto too_big = CreatePlacementGroup(Cpus(1, 8), PlacementStrategy::kPack);
   ASSERT_FALSE(too_big.ok());
   EXPECT_TRUE(absl::IsFailedPrecondition(too_big.status()));
   EXPECT_NE(too_big.status().message().find("bigger than every node"), std::string::npos);
-  auto strict_pack = CreatePlacementGroup(Cpus(3, 1), "STRICT_PACK");
+  auto strict_pack = CreatePlacementGroup(Cpus(3, 1), PlacementStrategy::kStrictPack);
   ASSERT_FALSE(strict_pack.ok());
   EXPECT_NE(strict_pack.status().message().find("STRICT_PACK needs one node with {CPU: 3}"),
             std::string::npos)
       << strict_pack.status();
 
-  auto pg = CreatePlacementGroup(Cpus(2, 0.5), "PACK");
+  auto pg = CreatePlacementGroup(Cpus(2, 0.5), PlacementStrategy::kPack);
   ASSERT_TRUE(pg->Wait(absl::Seconds(10)).ok());
   auto out_of_range = Actor<Counter>().SetPlacementGroup(*pg, 2).Remote(0);
   ASSERT_FALSE(out_of_range.ok());

@@ -295,31 +295,28 @@ class CheckpointConfig:
 
 
 class Result:
-    def __init__(self, job):
-        elastic = job.get("elastic", {})
-        self.job_id = job.get("job_id", "")
-        self.state = job.get("state", "JOB_PENDING").replace("JOB_", "")
-        self.message = job.get("message", "")
-        self.world_size = int(elastic.get("world_size", 0))
-        self.steps = int(elastic.get("step", 0))
-        self.restarts = int(elastic.get("restarts", 0))
-        self.controller_actor_id = job.get("controller_actor_id", "")
-        results = elastic.get("results", "")
+    """An elastic job's outcome, from its status as the C++ side reads it (_phalanx.JobStatus,
+    the same as ``phalanx job status``)."""
+
+    def __init__(self, status):
+        self.job_id = status.job_id
+        self.state = status.state
+        self.message = status.message
+        self.world_size = status.world_size
+        self.steps = status.step
+        self.restarts = status.restarts
+        self.controller_actor_id = status.controller_actor_id
+        results = status.results
         try:
             self.metrics = json.loads(results) if results else {}
         except ValueError:
             self.metrics = {"results": results}
-        self.events = [{"time_ms": int(e.get("time_ms", 0)), "kind": e.get("kind", ""),
-                        "message": e.get("message", ""),
-                        "world_size": int(e.get("world_size", 0)),
-                        "epoch": int(e.get("epoch", 0))} for e in job.get("events", [])]
-        self.conditions = [{"type": c.get("type", ""), "reason": c.get("reason", ""),
-                            "message": c.get("message", ""), "time_ms": int(c.get("time_ms", 0))}
-                           for c in job.get("conditions", [])]
-        self.ranks = [{"rank": int(m.get("rank", 0)), "actor_id": m.get("actor_id", ""),
-                       "node_id": m.get("node_id", ""),
-                       "memory_bytes": float(m.get("memory_bytes", 0))}
-                      for m in elastic.get("members", [])]
+        self.events = [{"time_ms": e.time_ms, "kind": e.kind, "message": e.message,
+                        "world_size": e.world_size, "epoch": e.epoch} for e in status.events]
+        self.conditions = [{"type": c.type, "reason": c.reason, "message": c.message,
+                            "time_ms": c.time_ms} for c in status.conditions]
+        self.ranks = [{"rank": m.rank, "actor_id": m.actor_id, "node_id": m.node_id,
+                       "memory_bytes": m.memory_bytes} for m in status.ranks]
         self.error = self.message if self.state == "FAILED" else None
 
     def __repr__(self):
@@ -333,12 +330,9 @@ class TrainingFailedError(PhalanxError):
         self.result = result
 
 
-_DONE = ("SUCCEEDED", "FAILED", "STOPPED")
-
-
 def job_status(job_id):
     """The job's record (state, world size, events, ...) as a Result."""
-    return Result(json.loads(_phalanx.get_job(job_id)))
+    return Result(_phalanx.job_status(job_id))
 
 
 class ElasticTrainer:
@@ -357,6 +351,9 @@ class ElasticTrainer:
         self.job_id = None
 
     def _spec(self, fn_key):
+        """The job spec (a _phalanx.JobSpec): written in the spec's YAML form (JSON is YAML)
+        and read by the C++ parser, the same as for ``phalanx job submit -f``; a bad value
+        raises InvalidArgumentError naming the field and the fix."""
         s, f = self.scaling, self.failure
         spec = {
             "name": self.name,
@@ -378,7 +375,7 @@ class ElasticTrainer:
         if self.checkpoint is not None:
             spec["checkpoint"] = {"dir": self.checkpoint.dir,
                                   "intervalSteps": self.checkpoint.interval_steps}
-        return json.dumps(spec)  # JSON is YAML
+        return _phalanx.parse_job_spec(json.dumps(spec))
 
     def submit(self):
         """Starts the job and returns its id (``fit`` waits for it)."""
@@ -389,10 +386,7 @@ class ElasticTrainer:
         inner = cloudpickle.dumps((self.train_loop, self.train_loop_config), protocol=5)
         key = f"pyfn/{self.name}-{secrets.token_hex(6)}"
         _phalanx.kv_put("elastic", key, cloudpickle.dumps((paths, inner), protocol=5), True)
-        try:
-            self.job_id = _phalanx.submit_job(self._spec(key))
-        except RuntimeError as e:
-            raise PhalanxError(str(e)) from None
+        self.job_id = _phalanx.submit_job(self._spec(key))
         return self.job_id
 
     def fit(self, timeout=None):
@@ -404,20 +398,17 @@ class ElasticTrainer:
         deadline = None if timeout is None else time.time() + timeout
         shown_c = shown_e = 0
         while True:
-            job = json.loads(_phalanx.get_job(job_id))
+            status = _phalanx.job_status(job_id)
             if self.verbose:
-                for c in job.get("conditions", [])[shown_c:]:
-                    print(f"[condition] {c.get('type', ''):<10} {c.get('reason', ''):<16} "
-                          f"{c.get('message', '')}", flush=True)
-                for e in job.get("events", [])[shown_e:]:
-                    print(f"[event]     {e.get('kind', ''):<14} {e.get('message', '')}",
-                          flush=True)
-                shown_c = len(job.get("conditions", []))
-                shown_e = len(job.get("events", []))
-            state = job.get("state", "JOB_PENDING").replace("JOB_", "")
-            if state in _DONE:
-                result = Result(job)
-                if state != "SUCCEEDED":
+                for c in status.conditions[shown_c:]:
+                    print(f"[condition] {c.type:<10} {c.reason:<16} {c.message}", flush=True)
+                for e in status.events[shown_e:]:
+                    print(f"[event]     {e.kind:<14} {e.message}", flush=True)
+                shown_c = len(status.conditions)
+                shown_e = len(status.events)
+            if status.done():
+                result = Result(status)
+                if result.state != "SUCCEEDED":
                     raise TrainingFailedError(result)
                 return result
             if deadline is not None and time.time() > deadline:

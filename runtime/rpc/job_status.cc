@@ -1,18 +1,16 @@
-#include "actors/elastic/job_record.h"
+#include "runtime/rpc/job_status.h"
 
 #include <ctime>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/system.h"
+#include "runtime/proto/common.pb.h"
 #include "runtime/rpc/describe.h"
 
-namespace phalanx::elastic {
+namespace phalanx {
 namespace {
-
-constexpr char kKvNamespace[] = "elastic";
 
 std::string Clock(int64_t ms) {
   std::time_t t = static_cast<std::time_t>(ms / 1000);
@@ -40,8 +38,8 @@ JobStatus ToStatus(const rpc::JobInfo& job) {
   s.last_checkpoint_step = el.last_checkpoint_step();
   s.steps_per_second = el.steps_per_second();
   s.results = el.results();
-  auto spec = ParseJobSpec(job.spec_yaml());
-  if (spec.ok()) s.total_steps = spec->TotalSteps();
+  s.total_steps = el.total_steps();
+  s.controller_actor_id = job.controller_actor_id();
   for (const auto& m : el.members()) {
     s.ranks.push_back({m.rank(), m.actor_id(), m.node_id(), m.memory_bytes()});
   }
@@ -52,44 +50,6 @@ JobStatus ToStatus(const rpc::JobInfo& job) {
     s.events.push_back({e.time_ms(), e.kind(), e.message(), e.world_size(), e.epoch()});
   }
   return s;
-}
-
-absl::StatusOr<JobStatus> ReadStatus(gcs::GcsClient& gcs, const std::string& job_id) {
-  auto job = gcs.GetJob(job_id);
-  if (!job.ok()) return job.status();
-  return ToStatus(*job);
-}
-
-absl::Status RequestScale(gcs::GcsClient& gcs, const std::string& job_id, int replicas,
-                          const std::vector<int>& ranks) {
-  auto job = gcs.GetJob(job_id);
-  if (!job.ok()) return job.status();
-  if (job->kind() != "elastic") {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", job_id, " is not an elastic training job: it cannot be scaled"));
-  }
-  auto spec = ParseJobSpec(job->spec_yaml());
-  if (spec.ok() && ranks.empty() &&
-      (replicas < spec->min_replicas || replicas > spec->max_replicas)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--replicas ", replicas, " is outside the job's minReplicas..maxReplicas (",
-                     spec->min_replicas, "..", spec->max_replicas, ")"));
-  }
-  for (int r : ranks) {
-    if (r < 0 || r >= job->elastic().world_size()) {
-      return absl::InvalidArgumentError(absl::StrCat("rank ", r, " is not a rank of job ", job_id,
-                                                     " (world size ", job->elastic().world_size(),
-                                                     ")"));
-    }
-  }
-  std::string request = absl::StrCat(RandomHex(4), ":", replicas, ":", absl::StrJoin(ranks, ","));
-  return gcs.KvPut(kKvNamespace, absl::StrCat(job_id, "/scale"), request).status();
-}
-
-absl::Status RequestStop(gcs::GcsClient& gcs, const std::string& job_id) {
-  auto job = gcs.GetJob(job_id);
-  if (!job.ok()) return job.status();
-  return gcs.KvPut(kKvNamespace, absl::StrCat(job_id, "/stop"), "1").status();
 }
 
 std::string FormatStatus(const JobStatus& s, bool with_events) {
@@ -121,4 +81,4 @@ std::string FormatStatus(const JobStatus& s, bool with_events) {
   return out;
 }
 
-}  // namespace phalanx::elastic
+}  // namespace phalanx

@@ -1,0 +1,270 @@
+// Internal to actors/elastic: the ElasticController actor's class (controller.h says what it
+// does). Its work is split over three files along its seams:
+//   controller.cc   the lifecycle: start, lease, adoption of a dead controller's ranks, the
+//                   main loop, the end
+//   membership.cc   ranks joining and leaving: spawning, epochs, deaths and their policies,
+//                   scaling, the status it publishes
+//   steps.cc        one step on every rank, hangs, checkpoints
+// The record it keeps is a JobRecorder's (job_recorder.h); what it decides on a death is the
+// policies' (policy.h); what it calls on the ranks is a TrainerClient (trainer_protocol.h).
+//
+// Threads: the step loop (Main, and everything it calls) owns the members and the counters;
+// the subscription thread (OnMessage) and the lease thread touch only what mu_ guards.
+#pragma once
+
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "actors/api.h"
+#include "actors/elastic/job_recorder.h"
+#include "actors/elastic/job_spec.h"
+#include "actors/elastic/policy.h"
+#include "actors/elastic/trainer_protocol.h"
+#include "runtime/worker/worker_host.h"
+
+namespace phalanx::elastic {
+
+using Handle = ActorHandle<AnyActor>;
+using Metrics = StepMetrics;
+
+// Every bound the controller waits with, named in one place. The job's own bounds (the hang
+// timeout, the controller lease, the below-min timeout, the scale-out debounce) are spec
+// settings; these are the controller's.
+struct Timeouts {
+  // How often the step loop looks up from waiting for a step (to notice a member's death).
+  absl::Duration step_wait_slice = absl::Milliseconds(20);
+  // After a member died and the survivors were told to abort, how long their answers may take.
+  absl::Duration aborted_step_grace = absl::Seconds(2);
+  // After the hang timeout, how long the members have to answer a Ping (answered on a lane of
+  // its own, not the step's: a live rank answers in milliseconds even mid-collective). A rank
+  // that does not answer within it is taken for stopped or deadlocked and restarted.
+  absl::Duration hang_ping = absl::Milliseconds(500);
+  // Fetching a step's answer once it is ready.
+  absl::Duration step_result = absl::Seconds(30);
+  // Every rank forming an epoch (Reconfigure), and newcomers receiving the state (SyncState).
+  absl::Duration reconfigure = absl::Seconds(120);
+  // Rank 0 saving or loading a checkpoint.
+  absl::Duration checkpoint = absl::Seconds(120);
+  // Every rank's part in the network check.
+  absl::Duration network_check = absl::Seconds(60);
+  // A member whose call broke: how long the GCS has to call it dead before it is killed.
+  absl::Duration confirm_death = absl::Seconds(5);
+  // A removed member's record reaching DEAD (with its cause) before its policy is applied.
+  absl::Duration death_record = absl::Seconds(2);
+  // Rank 0's results at the end of the job.
+  absl::Duration results = absl::Seconds(30);
+  // Adopting a rank: its held step may take the hang timeout plus this.
+  absl::Duration adopt_beyond_hang = absl::Seconds(30);
+  // The record writer's period when nothing changed (it also polls scale and stop requests).
+  absl::Duration writer_period = absl::Milliseconds(200);
+  // At the job's end, how long the writer keeps trying to save the last record.
+  absl::Duration record_finish = absl::Seconds(30);
+  // How often a wait for the GCS's view (a death, ready joiners) looks again.
+  absl::Duration poll = absl::Milliseconds(20);
+};
+constexpr Timeouts kTimeouts;
+
+// One rank (or a rank to be): its actor and what it was started with.
+struct Member {
+  std::string actor_id;
+  Handle handle;
+  std::string node_id;
+  double memory = 0;
+  int bundle = -1;  // its placement-group bundle, -1 outside the group
+  ObjectRef<bool> setup;
+  bool ready = false;
+  std::string why;       // what it replaces, for the event log
+  std::string replaces;  // actor id of a straggler it replaces (removed when it joins)
+
+  TrainerClient trainer() const { return TrainerClient(handle); }
+};
+
+class Controller {
+ public:
+  // Starts at once: a controller restarted by the runtime carries on by itself.
+  Controller(std::string job_id, std::string spec_yaml);
+  ~Controller();
+
+  bool Start();
+  std::string Describe() { return recorder_.Describe(); }
+
+ private:
+  void Condition(const std::string& type, const std::string& reason, const std::string& message) {
+    recorder_.Condition(type, reason, message);
+  }
+  void Event(const std::string& kind, const std::string& message) {
+    recorder_.Event(kind, message, static_cast<int>(members_.size()), epoch_);
+  }
+  void Fail(const std::string& message) {
+    failed_ = true;
+    failure_ = message;
+  }
+  // The name of the job's placement group.
+  std::string ReservationName() const { return absl::StrCat("elastic-", job_id_); }
+
+  // ---- lifecycle (controller.cc) -----------------------------------------------------------
+
+  // Renews this controller's lease through the GCS for as long as the actor lives (also after
+  // the job ended: an expired lease would start a controller again). Each renewal takes the
+  // controller's lock, so a controller deadlocked on it stops renewing too. A renewal that
+  // says this attempt was replaced (a controller on a host that came back) ends the process:
+  // two controllers must never drive one job.
+  void LeaseLoop(HostedActor me, absl::Duration lease);
+
+  void OnMessage(const rpc::PubMessage& m);
+
+  // A member's actor died (its process, or its node): the survivors' step in flight cannot
+  // finish, and on a host that vanished their collective would wait for its timeout. Abort
+  // it now; the step loop then removes the dead and forms the next epoch.
+  void OnActorMessage(const rpc::ActorInfo& actor);
+
+  void Main();
+
+  void Train();
+
+  // The job's first start: reserves the ranks' resources (one placement group) and starts
+  // them. False (and the job Failed) when they cannot be placed or started.
+  bool PlaceAndStart();
+
+  // A previous incarnation of this controller died (its process was killed, or its node):
+  // the ranks it left still hold their state in memory. The live ones are adopted, the lost
+  // ones replaced, and the job goes on from the newest step they hold, without a checkpoint.
+  // False when no rank is left to adopt (the job then restarts from its last checkpoint).
+  bool Adopt(const rpc::ElasticStatus& previous);
+
+  void RemoveReservationsNamed(const std::string& name);
+
+  // Kills this job's trainer actors that are not in `keep`: those a dead controller was
+  // starting or retiring (they are not in its record).
+  void KillStrays(const std::set<std::string>& keep);
+
+  // The job is over (its record says how): this controller's actor ends for good, so that it
+  // is not started again when its host dies.
+  void Leave();
+
+  // ---- membership (membership.cc) ----------------------------------------------------------
+
+  // Copies the controller's view into the record; the recorder's writer saves it.
+  void PublishStatus();
+
+  std::set<std::string> DeadMembers();
+
+  // Starts a trainer actor; it joins at a step boundary once ready.
+  Member Spawn(int bundle, double memory, const std::vector<std::string>& avoid,
+               const std::string& why);
+
+  rpc::ActorInfo ActorState(const std::string& actor_id);
+
+  // Forms epoch `epoch_ + 1` with `members_` (in rank order) and rolls everyone back to the
+  // agreed state; newcomers then receive it from rank 0. Returns false if it failed.
+  bool FormEpoch(const std::string& why);
+
+  void CheckNetwork();
+
+  // A rank is gone: the policies decide (actors/elastic/policy.h); this carries it out.
+  void HandleDeath(const Member& m, const rpc::ActorInfo& info);
+
+  // A member's death in the policies' terms.
+  RankDeath ToRankDeath(const Member& m, const rpc::DeathCause& cause) const;
+
+  // Waits (bounded) until the GCS says each member in `candidates` is dead or alive.
+  std::vector<size_t> ConfirmDeaths(const std::vector<size_t>& candidates);
+
+  // Finds which members are dead (those in `suspects`, plus any the GCS reports dead),
+  // removes them, and applies the policies.
+  void RemoveDead(const std::vector<size_t>& suspects, bool only_confirmed);
+
+  // Between steps: joiners that are ready, scale requests, growth. Returns false when the
+  // membership change failed (the caller retries via the failure path).
+  enum class Change { kNone, kFormed, kFailed };
+
+  Change Boundary();
+
+  // Grows toward the target when some node has room for a rank (after a debounce since the
+  // last resource event), keeping the new ranks warm until they join.
+  void MaybeGrow();
+
+  // Applies a scale request the recorder read (actors/elastic/job_keys.h), and notes a stop.
+  void TakeRequests();
+
+  void WaitForJoiners(int want, absl::Duration timeout);
+
+  int ReadyJoiners();
+
+  // ---- the step loop (steps.cc) ------------------------------------------------------------
+
+  // Runs step `agreed_` on every member. Returns the members that died (their actors),
+  // or an empty list with ok = true.
+  bool RunStep(std::vector<size_t>* lost, std::string* error);
+
+  // No step finished within the hang timeout: find the stuck ranks (they do not answer, or
+  // compute while the others wait in a collective) and restart them; unblock the rest.
+  // Returns the ranks killed.
+  std::vector<size_t> HandleHang(const std::vector<ObjectRef<Metrics>>& refs);
+
+  void CheckpointIfDue();
+
+  // No rank holds the state (the start, or every rank was lost): rank 0 loads the last
+  // checkpoint, if any, and the others get it when the epoch forms.
+  void RestartFromCheckpoint(bool lost_everything);
+
+  // ---- state ------------------------------------------------------------------------------
+
+  const std::string job_id_;
+  const std::string spec_yaml_;
+  JobRecorder recorder_;
+  JobSpec spec_;
+  gcs::GcsClient* gcs_ = nullptr;
+  std::string group_name_;
+  PlacementGroup pg_;
+  bool restarted_ = false;       // a previous incarnation of this controller died
+  rpc::ElasticStatus previous_;  // what it left
+  std::vector<Member> members_;  // rank order
+  std::vector<Member> joining_;
+  std::vector<Member> retiring_;
+  std::set<std::string> hung_;  // actors killed for hanging (their death is a "hang")
+  std::vector<int> scale_in_ranks_;
+  RestartBudget budget_{0, absl::ZeroDuration()};  // set from the spec
+  int64_t epoch_ = 0;
+  int64_t agreed_ = 0;
+  int64_t data_epoch_ = 0;
+  int64_t last_checkpoint_ = 0;
+  double last_loss_ = 0;
+  double steps_per_second_ = 0;
+  int restarts_ = 0;
+  int target_ = 0;
+  int requested_ = 0;      // a user's scale request (0: none)
+  int ceiling_ = 1 << 30;  // after a shrink: no growth past this until a node joins
+  int consecutive_failures_ = 0;
+  bool had_members_ = false;
+  bool running_ = false;
+  bool failed_ = false;
+  bool stop_requested_ = false;
+  std::string failure_;
+  std::unique_ptr<std::ofstream> step_log_;
+  absl::Time grow_after_ = absl::InfiniteFuture();
+
+  absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool resource_event_ ABSL_GUARDED_BY(mu_) = false;
+  bool node_added_ ABSL_GUARDED_BY(mu_) = false;
+  // The members' actors (for the subscription thread) and those of them reported dead since
+  // the membership was last published.
+  std::map<std::string, Handle> live_members_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> dead_members_ ABSL_GUARDED_BY(mu_);
+  std::thread lease_thread_;
+  bool trainer_done_ = false;  // rank 0's last step said its loop returned
+  std::thread thread_;
+};
+
+}  // namespace phalanx::elastic

@@ -1,0 +1,460 @@
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <deque>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "actors/api.h"
+#include "actors/elastic/controller_internal.h"
+#include "actors/elastic/job_keys.h"
+#include "actors/elastic/job_recorder.h"
+#include "actors/elastic/job_spec.h"
+#include "actors/elastic/policy.h"
+#include "actors/elastic/trainer_host.h"
+#include "actors/elastic/trainer_protocol.h"
+#include "runtime/common/ids.h"
+#include "runtime/common/logging.h"
+#include "runtime/common/system.h"
+#include "runtime/rpc/describe.h"
+#include "runtime/worker/core_worker.h"
+#include "runtime/worker/worker_host.h"
+
+namespace phalanx::elastic {
+
+// Copies the controller's view into the record; the recorder's writer saves it.
+void Controller::PublishStatus() {
+  {
+    absl::MutexLock lock(&mu_);
+    live_members_.clear();
+    for (const auto& m : members_) live_members_.emplace(m.actor_id, m.handle);
+    for (auto it = dead_members_.begin(); it != dead_members_.end();) {
+      it = live_members_.count(*it) ? std::next(it) : dead_members_.erase(it);
+    }
+  }
+  recorder_.Update([&](rpc::JobInfo* job) {
+    auto* el = job->mutable_elastic();
+    el->set_world_size(static_cast<int>(members_.size()));
+    el->set_epoch(epoch_);
+    el->set_step(agreed_);
+    el->set_total_steps(spec_.TotalSteps());
+    el->set_loss(last_loss_);
+    el->set_restarts(restarts_);
+    el->set_min_replicas(spec_.min_replicas);
+    el->set_max_replicas(spec_.max_replicas);
+    el->set_target_replicas(target_);
+    el->set_data_epoch(data_epoch_);
+    el->set_last_checkpoint_step(last_checkpoint_);
+    el->set_steps_per_second(steps_per_second_);
+    el->clear_members();
+    for (size_t r = 0; r < members_.size(); ++r) {
+      auto* m = el->add_members();
+      m->set_rank(static_cast<int>(r));
+      m->set_actor_id(members_[r].actor_id);
+      m->set_node_id(members_[r].node_id);
+      m->set_memory_bytes(members_[r].memory);
+      m->set_bundle(members_[r].bundle);
+    }
+    el->set_placement_group_id(pg_.id());
+    job->set_world_size(static_cast<int>(members_.size()));
+    job->set_epoch(epoch_);
+  });
+}
+
+std::set<std::string> Controller::DeadMembers() {
+  absl::MutexLock lock(&mu_);
+  return dead_members_;
+}
+
+// Starts a trainer actor; it joins at a step boundary once ready.
+Member Controller::Spawn(int bundle, double memory, const std::vector<std::string>& avoid,
+                         const std::string& why) {
+  Member m;
+  m.bundle = bundle;
+  m.memory = memory;
+  m.why = why;
+  auto resources = spec_.resources;
+  if (memory > 0) resources["memory"] = memory;
+  auto creator = ActorOf(spec_.trainer)
+                     .SetResources(resources)
+                     .SetMaxRestarts(0)
+                     .SetEnv("PHALANX_JOB_ID", job_id_);
+  if (!spec_.code_path.empty()) creator.SetCodePath(spec_.code_path);
+  auto language = ParseLanguage(spec_.language, "language");  // checked by job_spec.cc
+  if (!language.ok()) {
+    Event("spawn_failed", absl::StrCat("cannot start a rank: ", language.status().message()));
+    return m;
+  }
+  creator.SetLanguage(*language);
+  if (bundle >= 0) {
+    creator.SetPlacementGroup(pg_, bundle);
+  } else if (!avoid.empty()) {
+    creator.SetAvoidNodes(avoid);
+  }
+  auto handle = creator.Remote();
+  if (!handle.ok()) {
+    Event("spawn_failed", absl::StrCat("cannot start a rank: ", handle.status().message()));
+    return m;
+  }
+  m.handle = *handle;
+  m.actor_id = handle->id();
+  m.setup = m.trainer().Setup(job_id_, spec_yaml_);
+  return m;
+}
+
+rpc::ActorInfo Controller::ActorState(const std::string& actor_id) {
+  auto info = gcs_->GetActor(actor_id);
+  return info.ok() ? *info : rpc::ActorInfo();
+}
+
+// Forms epoch `epoch_ + 1` with `members_` (in rank order) and rolls everyone back to the
+// agreed state; newcomers then receive it from rank 0. Returns false if it failed.
+bool Controller::FormEpoch(const std::string& why) {
+  int64_t epoch = ++epoch_;
+  int world = static_cast<int>(members_.size());
+  std::vector<ObjectRef<int64_t>> refs;
+  for (int r = 0; r < world; ++r) {
+    refs.push_back(members_[r].trainer().Reconfigure(group_name_, epoch, r, world, agreed_));
+  }
+  bool ok = true;
+  bool behind = false;
+  for (int r = 0; r < world; ++r) {
+    auto held = Get(refs[r], kTimeouts.reconfigure);
+    if (!held.ok()) {
+      spdlog::warn("job {}: rank {} failed to form epoch {}: {}", job_id_, r, epoch, held.status());
+      ok = false;
+    } else if (*held != agreed_) {
+      behind = true;
+    }
+  }
+  if (ok && behind) {
+    // Newcomers (or a whole set restarting from a checkpoint) get rank 0's state.
+    std::vector<ObjectRef<int64_t>> syncs;
+    for (int r = 0; r < world; ++r) syncs.push_back(members_[r].trainer().SyncState(0));
+    for (int r = 0; r < world; ++r) {
+      auto held = Get(syncs[r], kTimeouts.reconfigure);
+      if (!held.ok() || *held != agreed_) {
+        spdlog::warn(
+            "job {}: rank {} failed to receive the state: {}", job_id_, r,
+            held.ok() ? absl::StrCat("holds ", *held) : std::string(held.status().message()));
+        ok = false;
+      }
+    }
+  }
+  for (auto& m : members_) m.node_id = ActorState(m.actor_id).node_id();
+  PublishStatus();
+  if (ok) Event("epoch", absl::StrCat("epoch ", epoch, ": world size ", world, " (", why, ")"));
+  if (ok && spec_.straggler_check && world > 1) CheckNetwork();
+  return ok;
+}
+
+void Controller::CheckNetwork() {
+  std::vector<ObjectRef<std::vector<int>>> refs;
+  for (auto& m : members_) refs.push_back(m.trainer().NetworkCheck(spec_.straggler_factor));
+  auto report = Get(refs[0], kTimeouts.network_check);
+  for (auto& r : refs) Get(r, kTimeouts.network_check).IgnoreError();
+  if (!report.ok()) {
+    Event("network_check_failed", std::string(report.status().message()));
+    return;
+  }
+  bool faulty_part = false;
+  for (int r : *report) {
+    if (r < 0) {
+      faulty_part = true;
+      continue;
+    }
+    if (r >= static_cast<int>(members_.size())) continue;
+    Member& m = members_[r];
+    if (faulty_part) {
+      Event("faulty", absl::StrCat("rank ", r, " failed both network-check rounds"));
+      hung_.insert(m.actor_id);
+      Kill(m.handle).IgnoreError();
+      continue;
+    }
+    FaultPolicy policy = MatchPolicy(spec_, "straggler", 0, 0);
+    Event("straggler", absl::StrCat("rank ", r, " on node ", ShortId(m.node_id), " is slower than ",
+                                    spec_.straggler_factor,
+                                    "× the median; action: ", ActionName(policy.action)));
+    if (ReplaceStraggler(policy, &budget_, absl::Now())) {
+      ++restarts_;
+      Member replacement =
+          Spawn(-1, m.memory, {m.node_id}, absl::StrCat("replaces straggler rank ", r));
+      replacement.replaces = m.actor_id;
+      if (!replacement.actor_id.empty()) joining_.push_back(std::move(replacement));
+    }
+  }
+}
+
+// A rank is gone: the policies decide (actors/elastic/policy.h); this carries it out.
+void Controller::HandleDeath(const Member& m, const rpc::ActorInfo& info) {
+  const rpc::DeathCause& cause = info.death_cause();
+  if (cause.kind() == rpc::DeathCause::CREATION_FAILED) {
+    Fail(absl::StrCat("a rank could not be created: ", rpc::DescribeCause(cause)));
+    return;
+  }
+  DeathDecision d = DecideOnDeath(spec_, ToRankDeath(m, cause), &budget_, absl::Now());
+  std::string what = absl::StrCat(rpc::DescribeActor(info), " on node ", ShortId(m.node_id),
+                                  " died: ", rpc::DescribeCause(cause));
+  if (d.kind == DeathDecision::Kind::kReplace) ++restarts_;
+  Event("rank_died", absl::StrCat(what, "; ", d.summary));
+  switch (d.kind) {
+    case DeathDecision::Kind::kFailJob:
+      Fail(absl::StrCat("policy failJob: ", what));
+      return;
+    case DeathDecision::Kind::kShrink:
+      target_ = std::max(spec_.min_replicas, target_ - 1);
+      ceiling_ = target_;
+      return;
+    case DeathDecision::Kind::kReplace:
+      break;
+  }
+  if (d.release_bundle && !pg_.id().empty()) {
+    absl::Status released = ReleaseBundle(pg_, m.bundle);
+    if (!released.ok()) {
+      spdlog::warn("job {}: cannot release bundle {}: {}", job_id_, m.bundle, released);
+    }
+  }
+  Member replacement =
+      Spawn(d.bundle, d.memory, d.avoid_nodes, absl::StrCat("replaces ", ShortId(m.actor_id)));
+  if (!replacement.actor_id.empty()) joining_.push_back(std::move(replacement));
+}
+
+// A member's death in the policies' terms.
+RankDeath Controller::ToRankDeath(const Member& m, const rpc::DeathCause& cause) const {
+  RankDeath death;
+  death.memory = m.memory;
+  death.bundle = m.bundle;
+  death.node_id = m.node_id;
+  switch (cause.kind()) {
+    case rpc::DeathCause::OOM_KILLED:
+      death.kind = RankDeath::Kind::kOom;
+      break;
+    case rpc::DeathCause::NODE_DIED:
+      death.kind = RankDeath::Kind::kNodeDied;
+      break;
+    case rpc::DeathCause::EXITED:
+      death.kind = RankDeath::Kind::kExited;
+      death.exit_code = cause.exit_code();
+      break;
+    case rpc::DeathCause::SIGNALED:
+      death.kind = RankDeath::Kind::kSignaled;
+      death.signal = cause.signal();
+      break;
+    case rpc::DeathCause::KILLED_BY_USER:
+      death.kind = RankDeath::Kind::kKilled;
+      death.hung = hung_.count(m.actor_id) > 0;
+      break;
+    default:
+      death.kind = RankDeath::Kind::kOther;
+      break;
+  }
+  return death;
+}
+
+// Waits (bounded) until the GCS says each member in `candidates` is dead or alive.
+std::vector<size_t> Controller::ConfirmDeaths(const std::vector<size_t>& candidates) {
+  std::vector<size_t> dead;
+  for (size_t r : candidates) {
+    absl::Time until = absl::Now() + kTimeouts.confirm_death;
+    rpc::ActorInfo info = ActorState(members_[r].actor_id);
+    while (info.state() != rpc::ACTOR_DEAD && absl::Now() < until) {
+      absl::SleepFor(kTimeouts.poll);
+      info = ActorState(members_[r].actor_id);
+    }
+    if (info.state() != rpc::ACTOR_DEAD) {
+      // Its connection broke but the GCS calls it alive: make it so.
+      Kill(members_[r].handle).IgnoreError();
+    }
+    dead.push_back(r);
+  }
+  return dead;
+}
+
+Controller::Change Controller::Boundary() {
+  TakeRequests();
+  // Joiners: ready ones join (up to the target); dead ones are handled like deaths.
+  std::vector<Member> ready;
+  for (auto it = joining_.begin(); it != joining_.end();) {
+    if (!it->setup.Ready()) {
+      ++it;
+      continue;
+    }
+    absl::Status s = Get(it->setup).status();
+    if (!s.ok()) {
+      rpc::ActorInfo info = ActorState(it->actor_id);
+      Event("spawn_failed", absl::StrCat("a new rank failed to start: ", s.message()));
+      if (info.state() == rpc::ACTOR_DEAD) HandleDeath(*it, info);
+      it = joining_.erase(it);
+      continue;
+    }
+    ready.push_back(std::move(*it));
+    it = joining_.erase(it);
+  }
+  std::vector<std::string> changes;
+  // Stragglers leave when their replacement is ready.
+  for (auto& r : ready) {
+    if (r.replaces.empty()) continue;
+    auto gone = std::find_if(members_.begin(), members_.end(),
+                             [&](const Member& m) { return m.actor_id == r.replaces; });
+    if (gone != members_.end()) {
+      changes.push_back(absl::StrCat("rank on ", ShortId(gone->node_id), " replaced"));
+      retiring_.push_back(*gone);
+      members_.erase(gone);
+    }
+  }
+  int room = target_ - static_cast<int>(members_.size());
+  for (auto& r : ready) {
+    if (room <= 0 && r.replaces.empty()) {
+      joining_.push_back(std::move(r));  // not needed now; keep it warm
+      continue;
+    }
+    changes.push_back(absl::StrCat("+", ShortId(r.actor_id), " (", r.why, ")"));
+    members_.push_back(std::move(r));
+    --room;
+  }
+  // Scale in, gracefully: the leaving ranks finished the last step with the others; they
+  // leave the group here and their actors go after the new epoch formed. Named ranks first,
+  // then the highest.
+  std::sort(scale_in_ranks_.rbegin(), scale_in_ranks_.rend());
+  scale_in_ranks_.erase(std::unique(scale_in_ranks_.begin(), scale_in_ranks_.end()),
+                        scale_in_ranks_.end());
+  for (int r : scale_in_ranks_) {
+    if (r >= static_cast<int>(members_.size()) ||
+        static_cast<int>(members_.size()) <= spec_.min_replicas) {
+      continue;
+    }
+    retiring_.push_back(members_[r]);
+    changes.push_back(absl::StrCat("-rank ", r, " (scale in)"));
+    members_.erase(members_.begin() + r);
+  }
+  scale_in_ranks_.clear();
+  while (static_cast<int>(members_.size()) > target_ && members_.size() > 1) {
+    retiring_.push_back(members_.back());
+    changes.push_back(absl::StrCat("-rank ", members_.size() - 1, " (scale in)"));
+    members_.pop_back();
+  }
+  MaybeGrow();
+  if (changes.empty()) return Change::kNone;
+  bool ok = !members_.empty() && FormEpoch(absl::StrJoin(changes, ", "));
+  // Retired ranks finished their last step with the others; now they go.
+  for (auto& m : retiring_) {
+    Kill(m.handle).IgnoreError();
+    Event("scaled_in",
+          absl::StrCat("rank ", ShortId(m.actor_id), " on node ", ShortId(m.node_id), " left"));
+  }
+  retiring_.clear();
+  if (members_.empty()) return Change::kNone;
+  return ok ? Change::kFormed : Change::kFailed;
+}
+
+// Grows toward the target when some node has room for a rank (after a debounce since the
+// last resource event), keeping the new ranks warm until they join.
+void Controller::MaybeGrow() {
+  int want = target_ - static_cast<int>(members_.size() + joining_.size());
+  if (want <= 0 || absl::Now() < grow_after_) return;
+  grow_after_ = absl::InfiniteFuture();  // until the next resource event
+  auto nodes = gcs_->GetAllNodes(true);
+  if (!nodes.ok()) return;
+  int fits = 0;
+  for (const auto& n : *nodes) {
+    Resources available = rpc::FromProto(n.available());
+    Resources need;
+    for (const auto& [k, v] : spec_.resources) need.Set(k, v);
+    while (fits < want && available.Contains(need) && !need.Empty()) {
+      available -= need;
+      ++fits;
+    }
+  }
+  for (int i = 0; i < fits; ++i) {
+    Member m = Spawn(-1, spec_.resources.count("memory") ? spec_.resources.at("memory") : 0, {},
+                     "scale out");
+    if (!m.actor_id.empty()) joining_.push_back(std::move(m));
+  }
+  if (fits > 0) Event("scaling_out", absl::StrCat("starting ", fits, " rank(s) toward ", target_));
+}
+
+// Applies a scale request the recorder read (actors/elastic/job_keys.h), and notes a stop.
+void Controller::TakeRequests() {
+  std::string request = recorder_.TakeScaleRequest();
+  if (recorder_.StopAsked()) stop_requested_ = true;
+  if (request.empty()) return;
+  auto parsed = ParseScaleRequest(request, static_cast<int>(members_.size()), spec_);
+  if (!parsed.ok()) {
+    spdlog::warn("job {}: {}", job_id_, parsed.status().message());
+    return;
+  }
+  scale_in_ranks_ = parsed->leaving;
+  int clamped = parsed->replicas;
+  Condition(
+      "Scaling", "ScaleRequested",
+      absl::StrCat("replicas ", parsed->asked,
+                   clamped != parsed->asked
+                       ? absl::StrCat(" (clamped to ", clamped, ": min ", spec_.min_replicas,
+                                      ", max ", spec_.max_replicas, ")")
+                       : "",
+                   scale_in_ranks_.empty()
+                       ? ""
+                       : absl::StrCat(", ranks ", absl::StrJoin(scale_in_ranks_, ","), " leave")));
+  requested_ = clamped;
+  target_ = clamped;
+  ceiling_ = std::max(clamped, ceiling_);
+  grow_after_ = absl::Now();
+}
+
+void Controller::WaitForJoiners(int want, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (static_cast<int>(members_.size()) + ReadyJoiners() < want && absl::Now() < deadline &&
+         !failed_) {
+    absl::SleepFor(kTimeouts.poll);
+    if (joining_.empty()) break;
+  }
+}
+
+int Controller::ReadyJoiners() {
+  int n = 0;
+  for (auto& j : joining_) n += j.setup.Ready() ? 1 : 0;
+  return n;
+}
+
+// Finds which members are dead (those in `suspects`, plus any the GCS reports dead),
+// removes them, and applies the policies.
+void Controller::RemoveDead(const std::vector<size_t>& suspects, bool only_confirmed) {
+  std::set<size_t> check(suspects.begin(), suspects.end());
+  for (size_t r = 0; r < members_.size(); ++r) {
+    rpc::ActorInfo info = ActorState(members_[r].actor_id);
+    if (info.state() == rpc::ACTOR_DEAD) check.insert(r);
+  }
+  std::vector<size_t> dead;
+  if (only_confirmed) {
+    for (size_t r : check) {
+      if (ActorState(members_[r].actor_id).state() == rpc::ACTOR_DEAD) dead.push_back(r);
+    }
+  } else {
+    dead = ConfirmDeaths(std::vector<size_t>(check.begin(), check.end()));
+  }
+  std::vector<Member> gone;
+  for (auto it = dead.rbegin(); it != dead.rend(); ++it) {
+    gone.push_back(members_[*it]);
+    members_.erase(members_.begin() + static_cast<long>(*it));
+  }
+  for (const auto& m : gone) {
+    rpc::ActorInfo info = ActorState(m.actor_id);
+    absl::Time until = absl::Now() + kTimeouts.death_record;
+    while (info.state() != rpc::ACTOR_DEAD && absl::Now() < until) {
+      absl::SleepFor(kTimeouts.poll);
+      info = ActorState(m.actor_id);
+    }
+    HandleDeath(m, info);
+  }
+  PublishStatus();
+}
+
+}  // namespace phalanx::elastic

@@ -1,0 +1,161 @@
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <deque>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "actors/api.h"
+#include "actors/elastic/controller_internal.h"
+#include "actors/elastic/job_keys.h"
+#include "actors/elastic/job_recorder.h"
+#include "actors/elastic/job_spec.h"
+#include "actors/elastic/policy.h"
+#include "actors/elastic/trainer_host.h"
+#include "actors/elastic/trainer_protocol.h"
+#include "runtime/common/ids.h"
+#include "runtime/common/logging.h"
+#include "runtime/common/system.h"
+#include "runtime/rpc/describe.h"
+#include "runtime/worker/core_worker.h"
+#include "runtime/worker/worker_host.h"
+
+namespace phalanx::elastic {
+
+// Runs step `agreed_` on every member. Returns the members that died (their actors),
+// or an empty list with ok = true.
+bool Controller::RunStep(std::vector<size_t>* lost, std::string* error) {
+  std::vector<ObjectRef<Metrics>> refs;
+  for (auto& m : members_) refs.push_back(m.trainer().Step(agreed_, agreed_));
+  // Until every rank answered, or one died (the survivors were told to abort: wait for
+  // their answers only briefly), or the hang timeout.
+  absl::Time hang_at = absl::Now() + absl::Seconds(spec_.hang_timeout_s);
+  absl::Time death_grace = absl::InfiniteFuture();
+  bool all_ready = false;
+  while (absl::Now() < std::min(hang_at, death_grace)) {
+    auto waited = Wait(refs, static_cast<int>(refs.size()), kTimeouts.step_wait_slice);
+    if (waited.not_ready.empty()) {
+      all_ready = true;
+      break;
+    }
+    std::set<std::string> dead = DeadMembers();
+    if (dead.empty()) continue;
+    if (death_grace == absl::InfiniteFuture())
+      death_grace = absl::Now() + kTimeouts.aborted_step_grace;
+    bool survivors_answered = true;
+    for (size_t r = 0; r < refs.size(); ++r) {
+      survivors_answered &= dead.count(members_[r].actor_id) > 0 || refs[r].Ready();
+    }
+    if (survivors_answered) break;
+  }
+  // The ranks killed for hanging count as lost: the survivors go on without them at once.
+  if (!all_ready && death_grace == absl::InfiniteFuture()) *lost = HandleHang(refs);
+  bool all_ok = true;
+  bool done = false;
+  double loss = 0;
+  for (size_t r = 0; r < refs.size(); ++r) {
+    auto result = refs[r].Ready() || all_ready
+                      ? Get(refs[r], kTimeouts.step_result)
+                      : absl::StatusOr<Metrics>(absl::UnavailableError(
+                            "no answer after a member died (its step was aborted)"));
+    if (!result.ok()) {
+      all_ok = false;
+      if (error->empty()) *error = std::string(result.status().message());
+      bool counted = std::find(lost->begin(), lost->end(), r) != lost->end();
+      if (!counted && (IsActorDied(result.status()) ||
+                       ErrorKind(result.status()) == error_kind::kActorUnavailable)) {
+        lost->push_back(r);
+      }
+      continue;
+    }
+    if (r == 0) {
+      loss = result->at("loss");
+      data_epoch_ = static_cast<int64_t>(result->at("data_epoch"));
+      // A trainer-driven loop (Python) ends when it returns.
+      auto it = result->find("done");
+      done = it != result->end() && it->second != 0;
+    }
+  }
+  if (all_ok) last_loss_ = loss;
+  trainer_done_ = all_ok && done;
+  return all_ok;
+}
+
+// No step finished within the hang timeout: find the stuck ranks (they do not answer, or
+// compute while the others wait in a collective) and restart them; unblock the rest.
+// Returns the ranks killed.
+std::vector<size_t> Controller::HandleHang(const std::vector<ObjectRef<Metrics>>& refs) {
+  std::vector<ObjectRef<std::vector<int64_t>>> pings;
+  for (auto& m : members_) pings.push_back(m.trainer().Ping());
+  // One bound for all of them together, not one per rank.
+  Wait(pings, static_cast<int>(pings.size()), kTimeouts.hang_ping);
+  std::vector<int> phase(members_.size(), -1);
+  for (size_t r = 0; r < members_.size(); ++r) {
+    if (!pings[r].Ready()) continue;
+    auto p = Get(pings[r], absl::ZeroDuration());
+    if (p.ok() && !p->empty()) phase[r] = static_cast<int>((*p)[0]);
+  }
+  bool someone_waits = std::count(phase.begin(), phase.end(), kCollective) > 0;
+  std::vector<size_t> killed;
+  for (size_t r = 0; r < members_.size(); ++r) {
+    bool silent = phase[r] < 0;
+    bool computing_alone = phase[r] == kComputing && someone_waits;
+    if (refs[r].Ready() || !(silent || computing_alone)) continue;
+    Event("hang", absl::StrCat("rank ", r, " made no progress for ", spec_.hang_timeout_s, " s (",
+                               silent ? "does not answer" : "stuck computing", "); restarting it"));
+    hung_.insert(members_[r].actor_id);
+    Kill(members_[r].handle).IgnoreError();
+    killed.push_back(r);
+  }
+  for (auto& m : members_) m.trainer().Abort();
+  return killed;
+}
+
+void Controller::CheckpointIfDue() {
+  if (spec_.checkpoint_interval <= 0 || agreed_ == 0 || agreed_ % spec_.checkpoint_interval != 0) {
+    return;
+  }
+  std::string path = absl::StrCat(spec_.checkpoint_dir, "/", spec_.name, "-step", agreed_, ".ckpt");
+  auto saved = Get(members_[0].trainer().SaveCheckpoint(path), kTimeouts.checkpoint);
+  if (!saved.ok()) {
+    Event("checkpoint_failed", std::string(saved.status().message()));
+    return;
+  }
+  last_checkpoint_ = agreed_;
+  recorder_.RecordCheckpoint({agreed_, path});
+}
+
+// No rank holds the state (the start, or every rank was lost): rank 0 loads the last
+// checkpoint, if any, and the others get it when the epoch forms.
+void Controller::RestartFromCheckpoint(bool lost_everything) {
+  auto pointer = ReadCheckpointPointer(*gcs_, job_id_);
+  int64_t step = 0;
+  if (pointer) {
+    auto loaded = Get(members_[0].trainer().LoadCheckpoint(pointer->path), kTimeouts.checkpoint);
+    if (loaded.ok() && *loaded >= 0) {
+      step = *loaded;
+    } else {
+      // Unreadable: say so, and forget it (a later checkpoint must not yield to it).
+      Event("checkpoint_unreadable",
+            absl::StrCat(pointer->path, ": ",
+                         loaded.ok() ? "missing" : std::string(loaded.status().message())));
+      gcs_->KvDelete(keys::kNamespace, keys::Checkpoint(job_id_)).status().IgnoreError();
+    }
+  }
+  if (lost_everything || step > 0) {
+    Event("restart_from_checkpoint",
+          absl::StrCat(lost_everything ? "every rank was lost: " : "", "starting from step ", step,
+                       step > 0 ? " (checkpoint)" : " (no checkpoint)"));
+  }
+  agreed_ = step;
+}
+
+}  // namespace phalanx::elastic

@@ -1,0 +1,93 @@
+// The trainer protocol: the methods of a rank (TrainerHost, trainer_host.h) that the elastic
+// controller calls, named once for both sides, and TrainerClient, the controller's typed
+// side of them (no method names or result types spelled at call sites).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "actors/api.h"
+
+namespace phalanx::elastic {
+
+namespace trainer_method {
+inline constexpr char kSetup[] = "Setup";
+inline constexpr char kStep[] = "Step";
+inline constexpr char kReconfigure[] = "Reconfigure";
+inline constexpr char kSyncState[] = "SyncState";
+inline constexpr char kSaveCheckpoint[] = "SaveCheckpoint";
+inline constexpr char kLoadCheckpoint[] = "LoadCheckpoint";
+inline constexpr char kNetworkCheck[] = "NetworkCheck";
+inline constexpr char kPing[] = "Ping";
+inline constexpr char kAbort[] = "Abort";
+inline constexpr char kQuery[] = "Query";
+}  // namespace trainer_method
+
+// Keys a rank answers Query with.
+namespace trainer_query {
+inline constexpr char kHeldStep[] = "held_step";  // the committed step it holds
+inline constexpr char kResults[] = "results";     // what the trainer wants drivers to see
+}  // namespace trainer_query
+
+// A step's result: {"loss", "data_epoch", "done" (Python loops), metrics…}.
+using StepMetrics = std::map<std::string, double>;
+
+// The controller's handle on one rank. Each call returns at once; Get the reference.
+class TrainerClient {
+ public:
+  TrainerClient() = default;
+  explicit TrainerClient(ActorHandle<AnyActor> handle) : handle_(std::move(handle)) {}
+
+  const ActorHandle<AnyActor>& handle() const { return handle_; }
+
+  // Builds the trainer for job `job_id` from its spec (YAML).
+  ObjectRef<bool> Setup(const std::string& job_id, const std::string& spec_yaml) const {
+    return Call<bool>(trainer_method::kSetup, job_id, spec_yaml);
+  }
+  // Runs step `step` once `agreed` steps are committed everywhere.
+  ObjectRef<StepMetrics> Step(int64_t step, int64_t agreed) const {
+    return Call<StepMetrics>(trainer_method::kStep, step, agreed);
+  }
+  // Forms the group's epoch and rolls back to `agreed` steps; answers the steps it holds.
+  ObjectRef<int64_t> Reconfigure(const std::string& group, int64_t epoch, int rank, int world,
+                                 int64_t agreed) const {
+    return Call<int64_t>(trainer_method::kReconfigure, group, epoch, rank, world, agreed);
+  }
+  // Every member calls it: `root` broadcasts its committed state; answers the steps it holds.
+  ObjectRef<int64_t> SyncState(int root) const {
+    return Call<int64_t>(trainer_method::kSyncState, root);
+  }
+  ObjectRef<bool> SaveCheckpoint(const std::string& path) const {
+    return Call<bool>(trainer_method::kSaveCheckpoint, path);
+  }
+  // Answers the checkpoint's step count (-1: none at `path`).
+  ObjectRef<int64_t> LoadCheckpoint(const std::string& path) const {
+    return Call<int64_t>(trainer_method::kLoadCheckpoint, path);
+  }
+  // {straggler ranks…} then -1 then {faulty ranks…}.
+  ObjectRef<std::vector<int>> NetworkCheck(double factor) const {
+    return Call<std::vector<int>>(trainer_method::kNetworkCheck, factor);
+  }
+  // {phase (trainer_host.h's Phase), committed steps, step in progress}; answered on a lane
+  // of its own, also while a step runs.
+  ObjectRef<std::vector<int64_t>> Ping() const {
+    return Call<std::vector<int64_t>>(trainer_method::kPing);
+  }
+  // Ends the collective in flight (the step fails; the rank stays).
+  ObjectRef<bool> Abort() const { return Call<bool>(trainer_method::kAbort); }
+  ObjectRef<std::string> Query(const std::string& key) const {
+    return Call<std::string>(trainer_method::kQuery, key);
+  }
+
+ private:
+  template <typename R, typename... Args>
+  ObjectRef<R> Call(const char* method, const Args&... args) const {
+    return handle_.template Call<R>(method, args...);
+  }
+
+  ActorHandle<AnyActor> handle_;
+};
+
+}  // namespace phalanx::elastic

@@ -1,0 +1,51 @@
+// Machinery of actors/api.h, not part of the contract: what ActorCreator collects, and the
+// non-template entry points into the runtime that the API's templates call (actors/api.cc).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/worker/object_state.h"
+
+// Declared (with their enumerators) in actors/api.h, which includes this header first.
+namespace phalanx {
+enum class SchedulingStrategy;
+enum class Language;
+struct ActorDescription;
+}  // namespace phalanx
+
+namespace phalanx::internal {
+
+struct ActorOptions {
+  std::map<std::string, double> resources;
+  std::string name;
+  int max_restarts = 0;
+  int max_task_retries = 0;
+  int max_concurrency = 1;
+  SchedulingStrategy scheduling_strategy{};  // kDefault
+  std::string affinity_node_id;
+  bool affinity_soft = false;
+  std::string placement_group_id;
+  int bundle_index = -1;
+  bool detached = false;
+  std::map<std::string, std::string> env;
+  std::string code_path;
+  Language language{};  // kCpp
+  std::vector<std::string> avoid_node_ids;
+  std::string namespace_;  // for `name`; "": this process's namespace
+};
+
+absl::StatusOr<std::string> CreateActor(const std::string& class_name, const ActorOptions& options,
+                                        std::string packed_args);
+// Never null: a failure to submit is the returned slot's error.
+std::shared_ptr<ObjectState> SubmitCall(const std::string& actor_id, const std::string& method,
+                                        std::string packed_args);
+absl::StatusOr<std::string> LookupNamedActor(const std::string& name);
+absl::Status KillActor(const std::string& actor_id, bool no_restart);
+// NotFound when no live actor has the name in `ns` (GetActorInfo: by id).
+absl::StatusOr<ActorDescription> DescribeNamedActor(const std::string& name, const std::string& ns);
+
+}  // namespace phalanx::internal

@@ -1,0 +1,211 @@
+// The definitions of actors/api.h's templates, kept out of the contract. Included only at the
+// end of actors/api.h; do not include it directly.
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "actors/internal/actor_options.h"
+#include "actors/internal/registration.h"
+#include "actors/internal/serialization.h"
+
+namespace phalanx {
+
+template <typename T>
+absl::StatusOr<T> Get(const ObjectRef<T>& ref, absl::Duration timeout) {
+  if (auto s = internal::Await(ref.state(), timeout, ref.what()); !s.ok()) return s;
+  return internal::Unpack<T>(ref.state()->value(), ref.what());
+}
+
+inline absl::Status Get(const ObjectRef<void>& ref, absl::Duration timeout) {
+  return internal::Await(ref.state(), timeout, ref.what());
+}
+
+template <typename T>
+absl::StatusOr<std::vector<T>> Get(const std::vector<ObjectRef<T>>& refs, absl::Duration timeout) {
+  absl::Time deadline =
+      timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
+  std::vector<T> out;
+  out.reserve(refs.size());
+  for (const auto& ref : refs) {
+    absl::Duration left =
+        deadline == absl::InfiniteFuture() ? absl::InfiniteDuration() : deadline - absl::Now();
+    auto value = Get(ref, std::max(left, absl::ZeroDuration()));
+    if (!value.ok()) return value.status();
+    out.push_back(std::move(*value));
+  }
+  return out;
+}
+
+template <typename T>
+WaitResult<T> Wait(const std::vector<ObjectRef<T>>& refs, int num_returns, absl::Duration timeout) {
+  std::vector<std::shared_ptr<ObjectState>> states;
+  for (const auto& r : refs) states.push_back(r.state());
+  std::vector<bool> done = WaitAny(states, num_returns, timeout);
+  WaitResult<T> out;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    (done[i] && static_cast<int>(out.ready.size()) < num_returns ? out.ready : out.not_ready)
+        .push_back(refs[i]);
+  }
+  return out;
+}
+
+template <typename R, typename... Params>
+template <typename... Args>
+ObjectRef<R> TaskCaller<R, Params...>::Remote(Args&&... args) const {
+  static_assert(sizeof...(Args) == sizeof...(Params),
+                "wrong number of arguments for this actor method");
+  if (!error_.ok()) {
+    auto state = std::make_shared<ObjectState>();
+    state->Set(error_);
+    return ObjectRef<R>(state, what_);
+  }
+  std::string packed =
+      internal::PackArgs(static_cast<std::decay_t<Params>>(std::forward<Args>(args))...);
+  return ObjectRef<R>(internal::SubmitCall(actor_id_, method_, std::move(packed)), what_);
+}
+
+namespace internal {
+
+template <typename T, typename R, typename... Params>
+TaskCaller<R, Params...> MakeCaller(const ActorHandle<T>& handle, const std::string& key) {
+  auto method = RegisteredMethod<T>(key, handle.class_name());
+  if (!method.ok()) {
+    return TaskCaller<R, Params...>(handle.id(), "", handle.class_name(), method.status());
+  }
+  return TaskCaller<R, Params...>(
+      handle.id(), *method, CallName(handle.class_name(), *method, handle.id()), absl::OkStatus());
+}
+
+}  // namespace internal
+
+template <typename T>
+template <typename R, typename... Params>
+TaskCaller<R, Params...> ActorHandle<T>::Task(R (T::*method)(Params...)) const {
+  return internal::MakeCaller<T, R, Params...>(*this, internal::PointerKey(method));
+}
+
+template <typename T>
+template <typename R, typename... Params>
+TaskCaller<R, Params...> ActorHandle<T>::Task(R (T::*method)(Params...) const) const {
+  return internal::MakeCaller<T, R, Params...>(*this, internal::PointerKey(method));
+}
+
+template <typename T>
+template <typename R, typename... Args>
+ObjectRef<R> ActorHandle<T>::Call(const std::string& method, Args&&... args) const {
+  return ObjectRef<R>(
+      internal::SubmitCall(id_, method, internal::PackArgs(std::forward<Args>(args)...)),
+      internal::CallName(class_name_, method, id_));
+}
+
+template <typename T>
+ActorCreator<T>& ActorCreator<T>::SetResources(const std::map<std::string, double>& resources) {
+  options_.resources = resources;
+  return *this;
+}
+template <typename T>
+ActorCreator<T>& ActorCreator<T>::SetResource(const std::string& name, double amount) {
+  options_.resources[name] = amount;
+  return *this;
+}
+template <typename T>
+ActorCreator<T>& ActorCreator<T>::SetName(const std::string& name) {
+  options_.name = name;
+  return *this;
+}
+template <typename T>
+ActorCreator<T>& ActorCreator<T>::SetMaxRestarts(int n) {
+  options_.max_restarts = n;
+  return *this;
+}
+template <typename T>
+ActorCreator<T>& ActorCreator<T>::SetMaxTaskRetries(int n) {
+  options_.max_task_retries = n;
+  return *this;
+}
+template <typename T>
+ActorCreator<T>& ActorCreator<T>::SetMaxConcurrency(int n) {
+  options_.max_concurrency = n;
+  return *this;
+}
+template <typename T>
+ActorCreator<T>& ActorCreator<T>::SetSchedulingStrategy(SchedulingStrategy strategy) {
+  options_.scheduling_strategy = strategy;
+  return *this;
+}
+template <typename T>
+ActorCreator<T>& ActorCreator<T>::SetNodeAffinity(const std::string& node_id, bool soft) {
+  options_.scheduling_strategy = SchedulingStrategy::kNodeAffinity;
+  options_.affinity_node_id = node_id;
+  options_.affinity_soft = soft;
+  return *this;
+}
+template <typename T>
+ActorCreator<T>& ActorCreator<T>::SetPlacementGroup(const PlacementGroup& group, int bundle_index) {
+  options_.placement_group_id = group.id();
+  options_.bundle_index = bundle_index;
+  return *this;
+}
+template <typename T>
+ActorCreator<T>& ActorCreator<T>::SetDetached(bool detached) {
+  options_.detached = detached;
+  return *this;
+}
+template <typename T>
+ActorCreator<T>& ActorCreator<T>::SetEnv(const std::string& key, const std::string& value) {
+  options_.env[key] = value;
+  return *this;
+}
+template <typename T>
+ActorCreator<T>& ActorCreator<T>::SetAvoidNodes(const std::vector<std::string>& node_ids) {
+  options_.avoid_node_ids = node_ids;
+  return *this;
+}
+template <typename T>
+ActorCreator<T>& ActorCreator<T>::SetLanguage(Language language) {
+  options_.language = language;
+  return *this;
+}
+template <typename T>
+ActorCreator<T>& ActorCreator<T>::SetCodePath(const std::string& path) {
+  options_.code_path = path;
+  return *this;
+}
+
+template <typename T>
+template <typename... Args>
+absl::StatusOr<ActorHandle<T>> ActorCreator<T>::Remote(Args&&... args) const {
+  auto id =
+      internal::CreateActor(class_name_, options_, internal::PackArgs(std::forward<Args>(args)...));
+  if (!id.ok()) return id.status();
+  return ActorHandle<T>(*id, class_name_);
+}
+
+template <typename T>
+ActorCreator<T> Actor() {
+  return ActorCreator<T>(internal::ClassName<T>::Get());
+}
+
+template <typename T>
+absl::StatusOr<ActorHandle<T>> GetActor(const std::string& name) {
+  auto id = internal::LookupNamedActor(name);
+  if (!id.ok()) return id.status();
+  return ActorHandle<T>(*id, internal::ClassName<T>::Get());
+}
+
+template <typename T>
+absl::Status Kill(const ActorHandle<T>& actor, bool no_restart) {
+  return internal::KillActor(actor.id(), no_restart);
+}
+
+template <typename T>
+absl::StatusOr<ActorDescription> GetActorInfo(const ActorHandle<T>& actor) {
+  return GetActorInfo(actor.id());
+}
+
+}  // namespace phalanx

@@ -1,0 +1,97 @@
+// Machinery of actors/api.h, not part of the contract: msgpack packing and unpacking of call
+// arguments and results, and waiting on a result's slot.
+#pragma once
+
+// msgpack-c's Boost adaptors (boost::optional, variant, fusion) are not used: without this,
+// <msgpack.hpp> pulls Boost into every program that includes actors/api.h.
+#ifndef MSGPACK_NO_BOOST
+#define MSGPACK_NO_BOOST
+#endif
+
+#include <exception>
+#include <memory>
+#include <msgpack.hpp>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "runtime/worker/errors.h"
+#include "runtime/worker/object_state.h"
+
+namespace phalanx::internal {
+
+// Packs `args` as one msgpack array (a call's or a constructor's arguments).
+template <typename... Args>
+std::string PackArgs(Args&&... args) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> packer(buffer);
+  packer.pack_array(sizeof...(Args));
+  (packer.pack(std::forward<Args>(args)), ...);
+  return std::string(buffer.data(), buffer.size());
+}
+
+template <typename V>
+std::string PackValue(const V& value) {
+  msgpack::sbuffer buffer;
+  msgpack::pack(buffer, value);
+  return std::string(buffer.data(), buffer.size());
+}
+
+// A call's result as T; InvalidArgument (kind InvalidCall) when it does not convert.
+template <typename T>
+absl::StatusOr<T> Unpack(const std::string& bytes, const std::string& what) {
+  try {
+    msgpack::object_handle handle = msgpack::unpack(bytes.data(), bytes.size());
+    return handle.get().as<T>();
+  } catch (const std::exception& e) {
+    return MakeError(absl::StatusCode::kInvalidArgument, error_kind::kInvalidCall,
+                     absl::StrCat("the result of ", what,
+                                  " does not convert to the type asked for: ", e.what()));
+  }
+}
+
+// Waits for `state` (what: the call, for the message) and returns the call's status.
+inline absl::Status Await(const std::shared_ptr<ObjectState>& state, absl::Duration timeout,
+                          const std::string& what) {
+  if (!state) {
+    return absl::FailedPreconditionError("Get on an empty ObjectRef");
+  }
+  if (!state->Wait(timeout)) {
+    return MakeError(
+        absl::StatusCode::kDeadlineExceeded, error_kind::kGetTimeout,
+        absl::StrCat("Get timed out after ", absl::FormatDuration(timeout), " waiting for ", what));
+  }
+  return state->status();
+}
+
+inline std::string Describe(const msgpack::object& o) {
+  std::ostringstream out;
+  out << o;
+  return out.str();
+}
+
+// Unpacks a msgpack array into a tuple of exactly the parameter types.
+template <typename Tuple>
+absl::Status UnpackArgs(const std::string& bytes, Tuple* out, const std::string& what,
+                        const std::string& signature) {
+  try {
+    msgpack::object_handle handle = msgpack::unpack(bytes.data(), bytes.size());
+    const msgpack::object& o = handle.get();
+    if (o.type != msgpack::type::ARRAY || o.via.array.size != std::tuple_size_v<Tuple>) {
+      return MakeError(absl::StatusCode::kInvalidArgument, error_kind::kInvalidCall,
+                       absl::StrCat(what, " takes ", std::tuple_size_v<Tuple>, " argument(s) ",
+                                    signature, ", got ", Describe(o)));
+    }
+    o.convert(*out);
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return MakeError(absl::StatusCode::kInvalidArgument, error_kind::kInvalidCall,
+                     absl::StrCat("wrong argument types for ", what, signature, ": ", e.what()));
+  }
+}
+
+}  // namespace phalanx::internal

@@ -1,0 +1,242 @@
+// The driver side of _phalanx: connecting to a cluster, creating and calling actors, waiting
+// for results, placement groups and the GCS's key-value store. Built on the C++ actor API
+// (actors/api.h): no protobuf here.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "actors/api.h"
+#include "gcs/gcs_client.h"
+#include "python/src/bindings.h"
+#include "runtime/worker/core_worker.h"
+#include "runtime/worker/errors.h"
+#include "runtime/worker/object_state.h"
+
+namespace phalanx::python {
+namespace {
+
+// The result slot of one call, as Python sees it.
+struct PyObjectRef {
+  std::shared_ptr<ObjectState> state;
+  std::string actor_id;
+  std::string method;
+};
+
+// A name from Python as its enum; an unknown one raises the error naming `field` and the
+// allowed names (ValueError).
+template <typename E>
+E ParseOrRaise(absl::StatusOr<E> parsed, ErrorDomain domain = ErrorDomain::kGeneral) {
+  if (!parsed.ok()) RaiseStatus(parsed.status(), domain);
+  return *parsed;
+}
+
+internal::ActorOptions ToActorOptions(const std::string& language, const py::dict& o) {
+  internal::ActorOptions options;
+  options.language = ParseOrRaise(ParseLanguage(language));
+  auto get = [&](const char* key) -> py::object {
+    return o.contains(key) ? py::reinterpret_borrow<py::object>(o[key]) : py::none();
+  };
+  auto set = [&](const char* key, auto* field) {
+    if (auto v = get(key); !v.is_none()) *field = v.cast<std::decay_t<decltype(*field)>>();
+  };
+  set("resources", &options.resources);
+  set("name", &options.name);
+  set("namespace", &options.namespace_);
+  set("max_restarts", &options.max_restarts);
+  set("max_task_retries", &options.max_task_retries);
+  set("max_concurrency", &options.max_concurrency);
+  set("detached", &options.detached);
+  set("code_path", &options.code_path);
+  set("env", &options.env);
+  set("placement_group_id", &options.placement_group_id);
+  set("bundle_index", &options.bundle_index);
+  if (auto v = get("scheduling_strategy"); !v.is_none()) {
+    options.scheduling_strategy = ParseOrRaise(ParseSchedulingStrategy(v.cast<std::string>()));
+  }
+  set("node_id", &options.affinity_node_id);
+  set("soft", &options.affinity_soft);
+  return options;
+}
+
+std::string CreateActor(const std::string& class_name, const std::string& language,
+                        py::bytes init_args, const py::dict& options) {
+  internal::ActorOptions o = ToActorOptions(language, options);
+  std::string args(init_args);
+  return CallBlocking([&] { return internal::CreateActor(class_name, o, std::move(args)); });
+}
+
+PyObjectRef Submit(const std::string& actor_id, const std::string& method, py::bytes args) {
+  std::string packed(args);
+  auto state =
+      CallBlocking([&] { return internal::SubmitCall(actor_id, method, std::move(packed)); });
+  return {std::move(state), actor_id, method};
+}
+
+// Raises the error `ref` failed with, with the actor's death cause for ActorDiedError and
+// the remote exception's class for TaskError.
+[[noreturn]] void RaiseCallError(const PyObjectRef& ref) {
+  StatusError e;
+  e.status = ref.state->status();
+  e.actor_id = ref.actor_id;
+  e.detail = ref.state->value();
+  const std::string kind = ErrorKind(e.status);
+  if (kind == error_kind::kActorDied || kind == error_kind::kCreationFailed) {
+    // Best effort: the message names the cause too.
+    e.cause = CallBlocking([&] {
+      auto info = GetActorInfo(ref.actor_id);
+      return info.ok() ? info->death_cause : std::string();
+    });
+  }
+  throw e;
+}
+
+// The serialized results of `refs`, in order, once all are done (up to `timeout_s` in all);
+// raises the first failed call's error, or GetTimeoutError for a ref still pending then.
+std::vector<py::bytes> GetMany(const std::vector<PyObjectRef>& refs, double timeout_s) {
+  absl::Time deadline =
+      timeout_s < 0 ? absl::InfiniteFuture() : absl::Now() + absl::Seconds(timeout_s);
+  std::vector<bool> done = CallBlocking([&] {
+    std::vector<bool> out(refs.size(), false);
+    for (size_t i = 0; i < refs.size(); ++i) {
+      // Wait in slices so that Ctrl-C reaches Python within a second.
+      while (true) {
+        absl::Duration left = deadline - absl::Now();
+        if (left <= absl::ZeroDuration()) break;
+        if (refs[i].state->Wait(std::min(left, absl::Seconds(1)))) {
+          out[i] = true;
+          break;
+        }
+        py::gil_scoped_acquire acquire;
+        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      }
+      if (!out[i]) out[i] = refs[i].state->done();
+    }
+    return out;
+  });
+  std::vector<py::bytes> values;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    if (!done[i]) {
+      RaiseStatus(
+          MakeError(absl::StatusCode::kDeadlineExceeded, error_kind::kGetTimeout,
+                    absl::StrCat("get timed out after ", timeout_s, " s waiting for ",
+                                 refs[i].method, " on actor ", refs[i].actor_id.substr(0, 8))));
+    }
+    if (!refs[i].state->status().ok()) RaiseCallError(refs[i]);
+    values.emplace_back(refs[i].state->value());
+  }
+  return values;
+}
+
+std::vector<bool> WaitRefs(const std::vector<PyObjectRef>& refs, int num_returns,
+                           double timeout_s) {
+  std::vector<std::shared_ptr<ObjectState>> states;
+  for (const auto& r : refs) states.push_back(r.state);
+  return CallBlocking([&] { return WaitAny(states, num_returns, Timeout(timeout_s)); });
+}
+
+py::dict ToDict(const ActorDescription& a) {
+  py::dict d;
+  d["actor_id"] = a.actor_id;
+  d["class_name"] = a.class_name;
+  d["language"] = std::string(ToString(a.language));
+  d["name"] = a.name;
+  d["state"] = std::string(ToString(a.state));
+  d["pid"] = a.pid;
+  d["node_id"] = a.node_id;
+  d["num_restarts"] = a.num_restarts;
+  d["death_cause"] = a.death_cause;
+  return d;
+}
+
+void BindRuntime(py::module_& m) {
+  m.def(
+      "init",
+      [](const std::string& address, const std::string& token, const std::string& ns) {
+        InitOptions options;
+        options.address = address;
+        options.token = token;
+        options.namespace_ = ns;
+        CallBlocking([&] { return Init(options); });
+      },
+      py::arg("address") = "", py::arg("token") = "", py::arg("namespace") = "");
+  m.def("is_initialized", [] { return CoreWorker::Get() != nullptr; });
+  m.def("shutdown", [] { CallBlocking([] { Shutdown(); }); });
+  m.def("cluster", [] {
+    auto o = Worker().options();
+    return py::make_tuple(o.address, o.token, o.job_id, o.namespace_);
+  });
+}
+
+void BindActors(py::module_& m) {
+  py::class_<PyObjectRef>(m, "ObjectRef")
+      .def("done", [](const PyObjectRef& r) { return r.state->done(); })
+      .def_readonly("actor_id", &PyObjectRef::actor_id)
+      .def_readonly("method", &PyObjectRef::method);
+  m.def("create_actor", &CreateActor);
+  m.def("submit", &Submit);
+  m.def("get", &GetMany);
+  m.def("wait", &WaitRefs);
+  m.def("kill", [](const std::string& actor_id, bool no_restart) {
+    CallBlocking([&] { return internal::KillActor(actor_id, no_restart); });
+  });
+  m.def("actor_info", [](const std::string& actor_id) {
+    return ToDict(CallBlocking([&] { return GetActorInfo(actor_id); }));
+  });
+  m.def("named_actor", [](const std::string& name, const std::string& ns) {
+    return ToDict(CallBlocking([&] { return internal::DescribeNamedActor(name, ns); }));
+  });
+}
+
+void BindPlacementGroups(py::module_& m) {
+  constexpr ErrorDomain kPg = ErrorDomain::kPlacementGroup;
+  m.def("create_placement_group", [](const std::vector<std::map<std::string, double>>& bundles,
+                                     const std::string& strategy, const std::string& name) {
+    PlacementStrategy parsed = ParseOrRaise(ParsePlacementStrategy(strategy, "strategy"), kPg);
+    return CallBlocking([&] { return CreatePlacementGroup(bundles, parsed, name); }, kPg).id();
+  });
+  // Returns once every bundle is reserved; GetTimeoutError after `timeout_s`.
+  m.def("wait_placement_group", [](const std::string& id, double timeout_s) {
+    CallBlocking([&] { return PlacementGroup(id).Wait(Timeout(timeout_s)); }, kPg);
+  });
+  m.def("remove_placement_group", [](const std::string& id) {
+    CallBlocking([&] { return RemovePlacementGroup(PlacementGroup(id)); }, kPg);
+  });
+  m.def("placement_group_state", [](const std::string& id) {
+    return CallBlocking([&] { return PlacementGroup(id).State(); }, kPg);
+  });
+}
+
+void BindKv(py::module_& m) {
+  m.def("kv_put",
+        [](const std::string& ns, const std::string& key, py::bytes value, bool overwrite) {
+          std::string v(value);
+          return CallBlocking([&] { return Worker().gcs().KvPut(ns, key, v, overwrite); });
+        });
+  m.def("kv_get", [](const std::string& ns, const std::string& key) -> py::object {
+    std::optional<std::string> value = CallBlocking([&] { return Worker().gcs().KvGet(ns, key); });
+    if (!value.has_value()) return py::none();
+    return py::bytes(*value);
+  });
+  m.def("kv_delete", [](const std::string& ns, const std::string& key, bool by_prefix) {
+    return CallBlocking([&] { return Worker().gcs().KvDelete(ns, key, by_prefix); });
+  });
+}
+
+}  // namespace
+
+void BindDriver(py::module_& m) {
+  BindRuntime(m);
+  BindActors(m);
+  BindPlacementGroups(m);
+  BindKv(m);
+}
+
+}  // namespace phalanx::python

@@ -1,0 +1,142 @@
+// Elastic jobs in _phalanx: the job spec and the job status are the C++ ones
+// (actors/elastic/job_spec.h, runtime/rpc/job_status.h), so phalanx.train, the CLI and C++ drivers
+// share one parser and one reading of the GCS's job record.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <filesystem>
+#include <string>
+
+#include "actors/elastic/elastic.h"
+#include "actors/elastic/job_spec.h"
+#include "gcs/gcs_client.h"
+#include "google/protobuf/util/json_util.h"
+#include "python/src/bindings.h"
+#include "runtime/rpc/job_status.h"
+#include "runtime/worker/core_worker.h"
+
+namespace phalanx::python {
+namespace {
+
+using elastic::JobSpec;
+using elastic::JobStatus;
+
+void BindSpec(py::module_& m) {
+  py::class_<elastic::FaultPolicy>(m, "FaultPolicy")
+      .def_readonly("exit_codes", &elastic::FaultPolicy::exit_codes)
+      .def_readonly("event", &elastic::FaultPolicy::event)
+      .def_property_readonly(
+          "action", [](const elastic::FaultPolicy& p) { return elastic::ActionName(p.action); })
+      .def_readonly("memory_growth", &elastic::FaultPolicy::memory_growth)
+      .def_readonly("max_memory_step", &elastic::FaultPolicy::max_memory_step)
+      .def_readonly("memory_cap", &elastic::FaultPolicy::memory_cap)
+      .def_readonly("dump", &elastic::FaultPolicy::dump);
+
+  py::class_<JobSpec>(m, "JobSpec", "an elastic job spec, as parse_job_spec reads it")
+      .def_readonly("name", &JobSpec::name)
+      .def_readonly("trainer", &JobSpec::trainer)
+      .def_readonly("code_path", &JobSpec::code_path)
+      .def_readonly("language", &JobSpec::language)
+      .def_readonly("replicas", &JobSpec::replicas)
+      .def_readonly("min_replicas", &JobSpec::min_replicas)
+      .def_readonly("max_replicas", &JobSpec::max_replicas)
+      .def_readonly("resources", &JobSpec::resources)
+      .def_readonly("policies", &JobSpec::policies)
+      .def_readonly("restart_limit", &JobSpec::restart_limit)
+      .def_readonly("restart_time_limit_s", &JobSpec::restart_time_limit_s)
+      .def_readonly("below_min_timeout_s", &JobSpec::below_min_timeout_s)
+      .def_readonly("checkpoint_dir", &JobSpec::checkpoint_dir)
+      .def_readonly("checkpoint_interval", &JobSpec::checkpoint_interval)
+      .def_readonly("straggler_check", &JobSpec::straggler_check)
+      .def_readonly("straggler_factor", &JobSpec::straggler_factor)
+      .def_readonly("hang_timeout_s", &JobSpec::hang_timeout_s)
+      .def_readonly("controller_lease_s", &JobSpec::controller_lease_s)
+      .def_readonly("num_samples", &JobSpec::num_samples)
+      .def_readonly("global_batch", &JobSpec::global_batch)
+      .def_readonly("seed", &JobSpec::seed)
+      .def_readonly("steps", &JobSpec::steps)
+      .def_readonly("data_epochs", &JobSpec::data_epochs)
+      .def_readonly("config", &JobSpec::config)
+      .def_readonly("placement_strategy", &JobSpec::placement_strategy)
+      .def_readonly("scale_out_debounce_s", &JobSpec::scale_out_debounce_s)
+      .def("total_steps", &JobSpec::TotalSteps)
+      .def("to_yaml", [](const JobSpec& spec) { return elastic::JobSpecToYaml(spec); });
+
+  // YAML (or JSON) → a validated JobSpec; InvalidArgumentError naming the field and the fix.
+  m.def("parse_job_spec", [](const std::string& yaml) {
+    return CallBlocking([&] { return elastic::ParseJobSpec(yaml); });
+  });
+}
+
+void BindStatus(py::module_& m) {
+  py::class_<elastic::JobCondition>(m, "JobCondition")
+      .def_readonly("type", &elastic::JobCondition::type)
+      .def_readonly("time_ms", &elastic::JobCondition::time_ms)
+      .def_readonly("reason", &elastic::JobCondition::reason)
+      .def_readonly("message", &elastic::JobCondition::message);
+  py::class_<elastic::JobEvent>(m, "JobEvent")
+      .def_readonly("time_ms", &elastic::JobEvent::time_ms)
+      .def_readonly("kind", &elastic::JobEvent::kind)
+      .def_readonly("message", &elastic::JobEvent::message)
+      .def_readonly("world_size", &elastic::JobEvent::world_size)
+      .def_readonly("epoch", &elastic::JobEvent::epoch);
+  py::class_<elastic::RankStatus>(m, "RankStatus")
+      .def_readonly("rank", &elastic::RankStatus::rank)
+      .def_readonly("actor_id", &elastic::RankStatus::actor_id)
+      .def_readonly("node_id", &elastic::RankStatus::node_id)
+      .def_readonly("memory_bytes", &elastic::RankStatus::memory_bytes);
+  py::class_<JobStatus>(m, "JobStatus", "an elastic job's status, as `phalanx job status` shows")
+      .def_readonly("job_id", &JobStatus::job_id)
+      .def_readonly("name", &JobStatus::name)
+      .def_readonly("state", &JobStatus::state)
+      .def_readonly("message", &JobStatus::message)
+      .def_readonly("world_size", &JobStatus::world_size)
+      .def_readonly("epoch", &JobStatus::epoch)
+      .def_readonly("step", &JobStatus::step)
+      .def_readonly("total_steps", &JobStatus::total_steps)
+      .def_readonly("loss", &JobStatus::loss)
+      .def_readonly("restarts", &JobStatus::restarts)
+      .def_readonly("last_checkpoint_step", &JobStatus::last_checkpoint_step)
+      .def_readonly("steps_per_second", &JobStatus::steps_per_second)
+      .def_readonly("results", &JobStatus::results)
+      .def_readonly("controller_actor_id", &JobStatus::controller_actor_id)
+      .def_readonly("ranks", &JobStatus::ranks)
+      .def_readonly("conditions", &JobStatus::conditions)
+      .def_readonly("events", &JobStatus::events)
+      .def("done", &JobStatus::Done)
+      .def("format", &FormatStatus, py::arg("with_events") = true);
+}
+
+}  // namespace
+
+void BindJobs(py::module_& m) {
+  BindSpec(m);
+  BindStatus(m);
+
+  // Records the job and starts its controller (as `phalanx job submit -f`); the job id.
+  m.def("submit_job", [](const JobSpec& spec) {
+    rpc::SubmitJobRequest request;
+    request.set_kind("elastic");
+    request.set_spec_yaml(elastic::JobSpecToYaml(spec));
+    request.set_spec_dir(std::filesystem::current_path().string());
+    return CallBlocking([&] { return Worker().gcs().SubmitJob(request); }).job_id();
+  });
+  m.def("job_status", [](const std::string& job_id) {
+    rpc::JobInfo job = CallBlocking([&] { return Worker().gcs().GetJob(job_id); });
+    return ToStatus(job);
+  });
+  // The job's record as the GCS keeps it, as JSON (for tests and tools that want all of it).
+  m.def("get_job", [](const std::string& job_id) {
+    rpc::JobInfo job = CallBlocking([&] { return Worker().gcs().GetJob(job_id); });
+    std::string out;
+    google::protobuf::util::JsonPrintOptions options;
+    options.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(job, &out, options);
+    return out;
+  });
+  m.def("stop_job", [](const std::string& job_id) {
+    CallBlocking([&] { return Worker().gcs().StopJob(job_id, 0).status(); });
+  });
+}
+
+}  // namespace phalanx::python

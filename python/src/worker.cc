@@ -1,0 +1,75 @@
+// The Python worker side of _phalanx: `python3 -m phalanx._worker` hosts one actor. Pickled
+// Python classes are created and called through phalanx._worker (create, call); C++ classes
+// registered in this module (the elastic controller, the PythonTrainer host) are hosted as
+// in any C++ worker.
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "python/src/bindings.h"
+#include "runtime/worker/actor_registry.h"
+#include "runtime/worker/errors.h"
+#include "runtime/worker/worker_host.h"
+
+namespace phalanx::python {
+namespace {
+
+// A Python actor object, called through phalanx._worker.call(obj, method, args).
+class PyActorInstance final : public ActorInstance {
+ public:
+  explicit PyActorInstance(py::object obj) : obj_(std::move(obj)) {}
+  ~PyActorInstance() override {
+    py::gil_scoped_acquire acquire;
+    obj_ = py::object();
+  }
+
+  CallOutcome Call(const std::string& method, const std::string& args) override {
+    py::gil_scoped_acquire acquire;
+    try {
+      // (ok, value, error kind, message); with an error, value is its detail (the
+      // exception's class name of a TaskError), which travels to the caller.
+      py::tuple r = py::module_::import("phalanx._worker")
+                        .attr("call")(obj_, method, py::bytes(args))
+                        .cast<py::tuple>();
+      if (r[0].cast<bool>()) return {absl::OkStatus(), r[1].cast<std::string>()};
+      std::string kind = r[2].cast<std::string>();
+      auto code = kind == error_kind::kInvalidCall ? absl::StatusCode::kInvalidArgument
+                                                   : absl::StatusCode::kUnknown;
+      return {MakeError(code, kind, r[3].cast<std::string>()), r[1].cast<std::string>()};
+    } catch (const std::exception& e) {
+      return {MakeError(absl::StatusCode::kInternal, error_kind::kTaskError, e.what()), ""};
+    }
+  }
+
+ private:
+  py::object obj_;
+};
+
+int RunPythonWorker() {
+  ActorClass python;
+  python.name = "python";
+  python.threaded = true;
+  python.create = [](const std::string& args) -> absl::StatusOr<std::unique_ptr<ActorInstance>> {
+    py::gil_scoped_acquire acquire;
+    try {
+      py::object obj = py::module_::import("phalanx._worker").attr("create")(py::bytes(args));
+      return std::unique_ptr<ActorInstance>(new PyActorInstance(std::move(obj)));
+    } catch (const std::exception& e) {
+      return absl::InternalError(e.what());
+    }
+  };
+  ActorRegistry::Global().SetFallback(std::move(python));
+  return CallBlocking([] { return RunWorker(); });
+}
+
+}  // namespace
+
+void BindWorker(py::module_& m) {
+  m.def("in_worker_mode", &InWorkerMode);
+  m.def("run_worker", &RunPythonWorker,
+        "host the actor the node manager names; returns the process exit code");
+}
+
+}  // namespace phalanx::python

@@ -1,0 +1,180 @@
+// The elastic tests' fixture (elastic_test.cc, control_plane_test.cc): a real control plane,
+// nodes started on demand, and a regression job whose final weights are known, so that a
+// healed job can be told from a merely finished one.
+#pragma once
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "actors/api.h"
+#include "actors/elastic/elastic.h"
+#include "actors/elastic/trainer_host.h"
+#include "examples/cpp/regression_trainer.h"
+#include "gcs/gcs_client.h"
+#include "gtest/gtest.h"
+#include "runtime/common/files.h"
+#include "runtime/common/process.h"
+#include "runtime/rpc/describe.h"
+#include "tests/testing/cluster_test.h"
+#include "tests/testing/test_util.h"
+
+namespace phalanx::elastic::test {
+
+inline std::vector<double> Weights(const JobStatus& s) {
+  std::vector<double> out;
+  for (absl::string_view part : absl::StrSplit(s.results, ';')) {
+    if (!absl::StartsWith(part, "weights=")) continue;
+    for (absl::string_view w : absl::StrSplit(part.substr(8), ',', absl::SkipEmpty())) {
+      double v = 0;
+      EXPECT_TRUE(absl::SimpleAtod(w, &v));
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+// "min,max" of per-sample visits.
+inline std::pair<int, int> Visits(const JobStatus& s) {
+  for (absl::string_view part : absl::StrSplit(s.results, ';')) {
+    if (!absl::StartsWith(part, "visits=")) continue;
+    std::vector<std::string> f = absl::StrSplit(part.substr(7), ',');
+    int lo = -1, hi = -1;
+    if (f.size() == 2 && absl::SimpleAtoi(f[0], &lo) && absl::SimpleAtoi(f[1], &hi)) {
+      return {lo, hi};
+    }
+  }
+  return {-1, -1};
+}
+
+inline bool HasEvent(const JobStatus& s, const std::string& kind, const std::string& text = "") {
+  for (const auto& e : s.events) {
+    if (e.kind == kind && e.message.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+class ElasticTest : public testing::ClusterTest {
+ protected:
+  void SetUp() override {
+    ClusterTest::SetUp();
+    if (HasFatalFailure()) return;
+  }
+
+  void TearDown() override {
+    // Every worker that ever ran must be gone once the nodes stop.
+    std::vector<int> pids;
+    auto actors = client_->ListActors();
+    if (actors.ok()) {
+      for (const auto& a : *actors) {
+        if (a.pid() > 0) pids.push_back(a.pid());
+      }
+    }
+    ClusterTest::TearDown();
+    for (auto& [id, n] : nodes_) n.Terminate();
+    for (int pid : pids) {
+      EXPECT_TRUE(testing::WaitFor([&] { return !ProcessAlive(pid); }, absl::Seconds(5)))
+          << "worker " << pid << " outlived its node";
+    }
+  }
+
+  void AddNode(const std::string& id, double cpus,
+               std::vector<std::pair<std::string, std::string>> env = {}) {
+    testing::NodeOptions options;
+    options.num_cpus = cpus;
+    options.memory = 16.0 * (1 << 30);
+    nodes_[id] = testing::StartNode(*gcs_, id, options, std::move(env));
+  }
+
+  JobSpec Spec(int replicas, int min, int max) {
+    JobSpec spec;
+    spec.name = "reg";
+    spec.trainer = "RegressionTrainer";
+    spec.replicas = replicas;
+    spec.min_replicas = min;
+    spec.max_replicas = max;
+    spec.num_samples = 512;
+    spec.global_batch = 32;
+    spec.seed = 3;
+    spec.data_epochs = 8;  // 128 steps
+    spec.resources = {{"CPU", 1}};
+    spec.hang_timeout_s = 5;
+    spec.below_min_timeout_s = 20;
+    spec.scale_out_debounce_s = 0.5;
+    spec.config = {{"stepMs", "15"}, {"dims", "8"}, {"lr", "0.3"}};
+    return spec;
+  }
+
+  // Runs `spec` to the end; `chaos` is called with each status while it runs.
+  JobStatus Run(const JobSpec& spec, const std::function<void(const JobStatus&)>& chaos = nullptr) {
+    auto job = Submit(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    if (!job.ok()) return {};
+    JobStatus last;
+    absl::Time deadline = absl::Now() + absl::Seconds(120);
+    while (absl::Now() < deadline) {
+      auto s = Status(*job);
+      if (s.ok()) {
+        last = *s;
+        if (last.Done()) break;
+        if (chaos) chaos(last);
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    EXPECT_TRUE(last.Done()) << FormatStatus(last);
+    return last;
+  }
+
+  // The uninterrupted run every faulty run is compared with.
+  std::vector<double> Baseline(const JobSpec& spec) {
+    JobSpec quiet = spec;
+    quiet.name = "baseline";
+    quiet.config.erase("oomAtStep");
+    quiet.config.erase("exitAtStep");
+    JobStatus s = Run(quiet);
+    EXPECT_EQ(s.state, "SUCCEEDED") << FormatStatus(s);
+    return Weights(s);
+  }
+
+  // The checks every healed run passes.
+  void ExpectHealed(const JobStatus& s, const JobSpec& spec, const std::vector<double>& baseline,
+                    int world) {
+    EXPECT_EQ(s.state, "SUCCEEDED") << FormatStatus(s);
+    EXPECT_EQ(s.step, spec.TotalSteps()) << FormatStatus(s);
+    EXPECT_EQ(s.world_size, world) << FormatStatus(s);
+    std::vector<double> w = Weights(s);
+    ASSERT_EQ(w.size(), baseline.size()) << s.results;
+    for (size_t j = 0; j < w.size(); ++j) EXPECT_NEAR(w[j], baseline[j], 1e-5) << "weight " << j;
+    auto [lo, hi] = Visits(s);
+    EXPECT_EQ(lo, spec.data_epochs) << "a sample was used fewer times than there were passes";
+    EXPECT_EQ(hi, spec.data_epochs) << "a sample was used more than once in a pass";
+  }
+
+  // `event` → `action` with a dying gasp, into <test dir>/ckpt; no periodic checkpoints (so
+  // that any checkpoint there is a gasp).
+  void DumpOn(JobSpec* spec, const std::string& event, Action action) {
+    spec->checkpoint_dir = dir_.path() + "/ckpt";
+    spec->checkpoint_interval = 0;
+    FaultPolicy policy;
+    policy.event = event;
+    policy.action = action;
+    policy.dump = true;
+    spec->policies = {policy};
+  }
+
+  int PidOfRank(const JobStatus& s, int rank) {
+    if (rank >= static_cast<int>(s.ranks.size())) return -1;
+    auto a = client_->GetActor(s.ranks[rank].actor_id);
+    return a.ok() ? a->pid() : -1;
+  }
+
+  std::map<std::string, testing::ChildProcess> nodes_;
+  testing::TempDir dir_;
+};
+
+}  // namespace phalanx::elastic::test

@@ -1,0 +1,247 @@
+// The elastic fault policies, row by row, without a cluster: what a rank's death leads to
+// (fail, shrink, or a replacement and how it starts), the restart budget's window, memory
+// growth and its caps, scale requests, and the KV values the job kind and the controller
+// share (actors/elastic/job_keys.h).
+#include "actors/elastic/policy.h"
+
+#include "actors/elastic/job_keys.h"
+#include "gtest/gtest.h"
+
+namespace phalanx::elastic {
+namespace {
+
+constexpr double kMi = 1 << 20;
+constexpr double kGi = 1 << 30;
+const absl::Time kT0 = absl::FromUnixSeconds(1'800'000'000);
+
+JobSpec Spec(std::vector<FaultPolicy> policies = {}) {
+  JobSpec spec;
+  spec.name = "p";
+  spec.trainer = "T";
+  spec.replicas = 3;
+  spec.min_replicas = 2;
+  spec.max_replicas = 4;
+  spec.steps = 10;
+  spec.policies = std::move(policies);
+  return spec;
+}
+
+FaultPolicy Rule(Action action, std::string event, std::vector<int> codes = {}) {
+  FaultPolicy p;
+  p.action = action;
+  p.event = std::move(event);
+  p.exit_codes = std::move(codes);
+  return p;
+}
+
+RankDeath Death(RankDeath::Kind kind, int code_or_signal = 0) {
+  RankDeath d;
+  d.kind = kind;
+  if (kind == RankDeath::Kind::kExited) d.exit_code = code_or_signal;
+  if (kind == RankDeath::Kind::kSignaled) d.signal = code_or_signal;
+  d.memory = 256 * kMi;
+  d.bundle = 1;
+  d.node_id = "node-a";
+  return d;
+}
+
+DeathDecision Decide(const JobSpec& spec, const RankDeath& death) {
+  RestartBudget budget(10, absl::Hours(1));
+  return DecideOnDeath(spec, death, &budget, kT0);
+}
+
+TEST(PolicyTest, EachCauseMatchesItsEvent) {
+  EXPECT_EQ(DeathEvent(Death(RankDeath::Kind::kOom)), "oom");
+  EXPECT_EQ(DeathEvent(Death(RankDeath::Kind::kNodeDied)), "nodeDied");
+  EXPECT_EQ(DeathEvent(Death(RankDeath::Kind::kExited, 3)), "exited");
+  EXPECT_EQ(DeathEvent(Death(RankDeath::Kind::kSignaled, 9)), "exited");
+  RankDeath killed = Death(RankDeath::Kind::kKilled);
+  EXPECT_EQ(DeathEvent(killed), "exited");
+  killed.hung = true;
+  EXPECT_EQ(DeathEvent(killed), "hang");
+}
+
+TEST(PolicyTest, ByDefaultAnOomRespawnsLargerOutsideItsBundleWhichIsGivenBack) {
+  DeathDecision d = Decide(Spec(), Death(RankDeath::Kind::kOom));
+  EXPECT_EQ(d.kind, DeathDecision::Kind::kReplace);
+  EXPECT_EQ(d.policy.action, Action::kRespawnLarger);
+  EXPECT_EQ(d.memory, 512 * kMi);
+  EXPECT_EQ(d.bundle, -1);
+  EXPECT_TRUE(d.release_bundle);
+  EXPECT_TRUE(d.avoid_nodes.empty());
+  EXPECT_EQ(d.summary, "action: respawnLarger: memory 256.0 MiB → 512.0 MiB");
+}
+
+TEST(PolicyTest, AnOomWithoutAMemoryRequestRestartsInItsBundle) {
+  RankDeath death = Death(RankDeath::Kind::kOom);
+  death.memory = 0;
+  DeathDecision d = Decide(Spec(), death);
+  EXPECT_EQ(d.kind, DeathDecision::Kind::kReplace);
+  EXPECT_EQ(d.memory, 0);
+  EXPECT_EQ(d.bundle, 1);
+  EXPECT_FALSE(d.release_bundle);
+  EXPECT_EQ(d.summary, "action: respawnLarger");
+}
+
+TEST(PolicyTest, MemoryGrowsByTheFactorAtMostTheStepAndAtMostTheCap) {
+  FaultPolicy p = Rule(Action::kRespawnLarger, "oom");
+  p.memory_growth = 4;
+  p.max_memory_step = static_cast<int64_t>(1 * kGi);
+  p.memory_cap = static_cast<int64_t>(3 * kGi);
+  EXPECT_EQ(GrownMemory(p, 256 * kMi), 1 * kGi);  // ×4
+  EXPECT_EQ(GrownMemory(p, 1 * kGi), 2 * kGi);    // +1 GiB at most
+  EXPECT_EQ(GrownMemory(p, 2.5 * kGi), 3 * kGi);  // 3 GiB at most
+  EXPECT_EQ(GrownMemory(p, 3 * kGi), 3 * kGi);    // stays at the cap
+  FaultPolicy defaults;                           // DLRover's: ×2, ≤ +8 GiB, ≤ 64 GiB
+  EXPECT_EQ(GrownMemory(defaults, 4 * kGi), 8 * kGi);
+  EXPECT_EQ(GrownMemory(defaults, 12 * kGi), 20 * kGi);
+  EXPECT_EQ(GrownMemory(defaults, 60 * kGi), 64 * kGi);
+}
+
+TEST(PolicyTest, ADeadNodesRankIsReplacedInItsBundleWhichTheGcsPlacesAgain) {
+  DeathDecision d = Decide(Spec(), Death(RankDeath::Kind::kNodeDied));
+  EXPECT_EQ(d.kind, DeathDecision::Kind::kReplace);
+  EXPECT_EQ(d.policy.action, Action::kReschedule);
+  EXPECT_EQ(d.bundle, 1);
+  EXPECT_FALSE(d.release_bundle);
+  EXPECT_TRUE(d.avoid_nodes.empty());
+  EXPECT_EQ(d.summary, "action: reschedule");
+}
+
+TEST(PolicyTest, RescheduleElsewhereAvoidsTheNodeAndGivesTheBundleBack) {
+  DeathDecision d =
+      Decide(Spec({Rule(Action::kReschedule, "exited")}), Death(RankDeath::Kind::kExited, 1));
+  EXPECT_EQ(d.kind, DeathDecision::Kind::kReplace);
+  EXPECT_EQ(d.avoid_nodes, std::vector<std::string>{"node-a"});
+  EXPECT_EQ(d.bundle, -1);
+  EXPECT_TRUE(d.release_bundle);
+  EXPECT_EQ(d.memory, 256 * kMi);
+}
+
+TEST(PolicyTest, ExitsSignalsAndHangsRestartInPlaceByDefault) {
+  RankDeath hung = Death(RankDeath::Kind::kKilled);
+  hung.hung = true;
+  for (const RankDeath& death :
+       {Death(RankDeath::Kind::kExited, 1), Death(RankDeath::Kind::kSignaled, 9), hung}) {
+    DeathDecision d = Decide(Spec(), death);
+    EXPECT_EQ(d.kind, DeathDecision::Kind::kReplace) << DeathEvent(death);
+    EXPECT_EQ(d.policy.action, Action::kRestart) << DeathEvent(death);
+    EXPECT_EQ(d.bundle, 1);
+    EXPECT_EQ(d.memory, 256 * kMi);
+    EXPECT_FALSE(d.release_bundle);
+    EXPECT_EQ(d.summary, "action: restart");
+  }
+}
+
+TEST(PolicyTest, ExitCodeRulesMatchExitCodesAndOneHundredTwentyEightPlusTheSignal) {
+  JobSpec spec = Spec({Rule(Action::kFailJob, "", {129, 101})});
+  EXPECT_EQ(Decide(spec, Death(RankDeath::Kind::kExited, 101)).kind, DeathDecision::Kind::kFailJob);
+  EXPECT_EQ(Decide(spec, Death(RankDeath::Kind::kSignaled, 1)).kind,
+            DeathDecision::Kind::kFailJob);  // SIGHUP: 128 + 1
+  EXPECT_EQ(Decide(spec, Death(RankDeath::Kind::kExited, 129)).kind, DeathDecision::Kind::kFailJob);
+  EXPECT_EQ(Decide(spec, Death(RankDeath::Kind::kExited, 3)).kind, DeathDecision::Kind::kReplace);
+  EXPECT_EQ(Decide(spec, Death(RankDeath::Kind::kSignaled, 9)).kind,
+            DeathDecision::Kind::kReplace);  // 137 is not listed
+  // An OOM is not an exit code: its own rule (the default) applies.
+  EXPECT_EQ(Decide(spec, Death(RankDeath::Kind::kOom)).policy.action, Action::kRespawnLarger);
+  EXPECT_EQ(Decide(spec, Death(RankDeath::Kind::kExited, 101)).summary, "policy: failJob");
+}
+
+TEST(PolicyTest, TheFirstMatchingRuleWinsAndTheUsersComeBeforeTheDefaults) {
+  JobSpec spec = Spec({Rule(Action::kShrink, "oom"), Rule(Action::kFailJob, "oom"),
+                       Rule(Action::kFailJob, "hang")});
+  DeathDecision oom = Decide(spec, Death(RankDeath::Kind::kOom));
+  EXPECT_EQ(oom.kind, DeathDecision::Kind::kShrink);
+  EXPECT_EQ(oom.summary, "policy: shrink");
+  RankDeath hung = Death(RankDeath::Kind::kKilled);
+  hung.hung = true;
+  EXPECT_EQ(Decide(spec, hung).kind, DeathDecision::Kind::kFailJob);
+  // A kill that was not for hanging is not a hang.
+  EXPECT_EQ(Decide(spec, Death(RankDeath::Kind::kKilled)).kind, DeathDecision::Kind::kReplace);
+}
+
+TEST(PolicyTest, TheBudgetAllowsLimitRespawnsPerWindowThenTheJobShrinks) {
+  JobSpec spec = Spec();
+  RestartBudget budget(2, absl::Seconds(60));
+  RankDeath death = Death(RankDeath::Kind::kExited, 1);
+  EXPECT_EQ(DecideOnDeath(spec, death, &budget, kT0).kind, DeathDecision::Kind::kReplace);
+  EXPECT_EQ(DecideOnDeath(spec, death, &budget, kT0 + absl::Seconds(10)).kind,
+            DeathDecision::Kind::kReplace);
+  DeathDecision third = DecideOnDeath(spec, death, &budget, kT0 + absl::Seconds(20));
+  EXPECT_EQ(third.kind, DeathDecision::Kind::kShrink);
+  EXPECT_EQ(third.summary, "restart budget exhausted: shrinking");
+  // A shrink spends nothing, and a policy that shrinks does not look at the budget.
+  EXPECT_EQ(DecideOnDeath(spec, death, &budget, kT0 + absl::Seconds(59)).kind,
+            DeathDecision::Kind::kShrink);
+  // The first respawn leaves the window after 60 s: one is left again, then none.
+  EXPECT_EQ(DecideOnDeath(spec, death, &budget, kT0 + absl::Seconds(61)).kind,
+            DeathDecision::Kind::kReplace);
+  EXPECT_EQ(DecideOnDeath(spec, death, &budget, kT0 + absl::Seconds(62)).kind,
+            DeathDecision::Kind::kShrink);
+  RestartBudget none(0, absl::Seconds(60));
+  EXPECT_EQ(DecideOnDeath(spec, death, &none, kT0).kind, DeathDecision::Kind::kShrink);
+  // A failJob rule fails the job whatever the budget.
+  EXPECT_EQ(DecideOnDeath(Spec({Rule(Action::kFailJob, "exited")}), death, &none, kT0).kind,
+            DeathDecision::Kind::kFailJob);
+}
+
+TEST(PolicyTest, AStragglerIsReplacedWhenItsPolicyRestartsOrReschedulesAndBudgetIsLeft) {
+  RestartBudget budget(1, absl::Seconds(60));
+  EXPECT_FALSE(ReplaceStraggler(Rule(Action::kShrink, "straggler"), &budget, kT0));
+  EXPECT_FALSE(ReplaceStraggler(Rule(Action::kFailJob, "straggler"), &budget, kT0));
+  EXPECT_TRUE(ReplaceStraggler(Rule(Action::kReschedule, "straggler"), &budget, kT0));
+  EXPECT_FALSE(ReplaceStraggler(Rule(Action::kRestart, "straggler"), &budget, kT0))
+      << "the one respawn was spent";
+  EXPECT_TRUE(
+      ReplaceStraggler(Rule(Action::kRestart, "straggler"), &budget, kT0 + absl::Seconds(61)));
+  EXPECT_EQ(MatchPolicy(Spec(), "straggler", 0, 0).action, Action::kReschedule);
+}
+
+TEST(PolicyTest, ScaleRequestsAreClampedAndNamedRanksLeave) {
+  JobSpec spec = Spec();  // min 2, max 4
+  auto plain = ParseScaleRequest("r1:3", 3, spec);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->asked, 3);
+  EXPECT_EQ(plain->replicas, 3);
+  EXPECT_TRUE(plain->leaving.empty());
+  EXPECT_EQ(ParseScaleRequest("r2:9", 3, spec)->replicas, 4);
+  EXPECT_EQ(ParseScaleRequest("r3:0", 3, spec)->replicas, 2);
+  // Named ranks: out of range or repeated ones are ignored; the size follows from them.
+  auto named = ParseScaleRequest("r4:2:2,0,2,7,-1,x", 4, spec);
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->leaving, (std::vector<int>{2, 0}));
+  EXPECT_EQ(named->asked, 2);
+  EXPECT_EQ(named->replicas, 2);
+  EXPECT_EQ(ParseScaleRequest("r5:2:0,1,2", 4, spec)->replicas, 2);  // asked 1: min 2
+  for (const char* bad : {"", "r6", "r7:many", "r8:"}) {
+    auto parsed = ParseScaleRequest(bad, 3, spec);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(parsed.status().message().find("<replicas>"), std::string::npos) << bad;
+  }
+}
+
+TEST(PolicyTest, AScaleRequestWrittenByTheJobKindParsesBackAndEachIsNew) {
+  JobSpec spec = Spec();
+  std::string first = keys::ScaleValue(3, {});
+  std::string again = keys::ScaleValue(3, {});
+  EXPECT_NE(first, again);  // the same size asked twice is two requests
+  EXPECT_EQ(ParseScaleRequest(first, 4, spec)->replicas, 3);
+  auto named = ParseScaleRequest(keys::ScaleValue(3, {1}), 4, spec);
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->leaving, (std::vector<int>{1}));
+}
+
+TEST(PolicyTest, TheCheckpointPointerHoldsStepAndPathInOneValue) {
+  std::string value = keys::Encode({120, "/ckpt/job step 120.ckpt"});
+  auto back = keys::DecodeCheckpoint(value);
+  ASSERT_TRUE(back.has_value()) << value;
+  EXPECT_EQ(back->step, 120);
+  EXPECT_EQ(back->path, "/ckpt/job step 120.ckpt");  // spaces in the path survive
+  for (const char* bad : {"", "120", "120 ", "x /p", "-1 /p", "/ckpt/a.ckpt"}) {
+    EXPECT_FALSE(keys::DecodeCheckpoint(bad).has_value()) << bad;
+  }
+  EXPECT_EQ(keys::Checkpoint("job-1"), "job-1/checkpoint");
+}
+
+}  // namespace
+}  // namespace phalanx::elastic
