@@ -25,7 +25,6 @@
 #include "absl/strings/str_cat.h"
 #include "actors/api.h"
 #include "actors/elastic/elastic.h"
-#include "actors/elastic/trainer_host.h"
 #include "bench/bench_util.h"
 #include "examples/cpp/regression_trainer.h"
 #include "gcs/gcs_client.h"

@@ -24,11 +24,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "actors/internal/macros.h"
 #include "collectives/collective_group.h"
 
 namespace phalanx::elastic {
@@ -87,4 +90,20 @@ std::vector<int64_t> StepIndices(int64_t num_samples, int64_t global_batch, int6
                                  int64_t step, int rank, int world_size, int64_t* data_epoch,
                                  int64_t* step_samples);
 
+// Registers trainer class `name` (hosted by trainer_host.cc); PHALANX_TRAINER calls it.
+void RegisterTrainer(const std::string& name, std::function<std::unique_ptr<Trainer>()> make);
+
+template <typename T>
+struct TrainerRegistrar {
+  explicit TrainerRegistrar(const char* name) {
+    RegisterTrainer(name, [] { return std::unique_ptr<Trainer>(std::make_unique<T>()); });
+  }
+};
+
 }  // namespace phalanx::elastic
+
+// PHALANX_TRAINER(Class): registers a Trainer subclass (default-constructible) as the trainer
+// class named "Class", for job specs (`trainer: Class`).
+#define PHALANX_TRAINER(Class)                                             \
+  static ::phalanx::elastic::TrainerRegistrar<Class> PHALANX_INTERNAL_CAT( \
+      phalanx_trainer_registrar_, __LINE__)(#Class)

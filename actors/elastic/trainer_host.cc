@@ -333,4 +333,8 @@ void RegisterTrainerHost(const std::string& name,
   ActorRegistry::Global().Register(std::move(cls));
 }
 
+void RegisterTrainer(const std::string& name, std::function<std::unique_ptr<Trainer>()> make) {
+  RegisterTrainerHost(name, [make] { return std::make_unique<TrainerHostBase>(make()); });
+}
+
 }  // namespace phalanx::elastic

@@ -1,4 +1,4 @@
-// TrainerHost<T>: the actor that hosts a Trainer as a rank of an elastic job (internal: the
+// TrainerHostBase: the actor that hosts a Trainer as a rank of an elastic job (internal: the
 // controller calls these methods; users register with PHALANX_TRAINER). Step runs on the
 // actor's default lane; the rest on lanes of their own, so that a controller can ping a rank
 // or abort its collective while a step runs.
@@ -78,27 +78,8 @@ class TrainerHostBase {
   std::atomic<collective::CollectiveGroup*> live_group_{nullptr};
 };
 
-template <typename T>
-class TrainerHost : public TrainerHostBase {
- public:
-  TrainerHost() : TrainerHostBase(std::make_unique<T>()) {}
-};
-
-// Registers the host of trainer class T under T's name (with its methods and lanes).
+// Registers the host of a trainer class under `name` (with its methods and lanes).
 void RegisterTrainerHost(const std::string& name,
                          std::function<std::unique_ptr<TrainerHostBase>()> make);
 
-template <typename T>
-struct TrainerRegistrar {
-  explicit TrainerRegistrar(const char* name) {
-    RegisterTrainerHost(name, [] { return std::make_unique<TrainerHost<T>>(); });
-  }
-};
-
 }  // namespace phalanx::elastic
-
-// PHALANX_TRAINER(Class): registers a Trainer subclass (default-constructible) as the trainer
-// class named "Class", for job specs (`trainer: Class`).
-#define PHALANX_TRAINER(Class)                                             \
-  static ::phalanx::elastic::TrainerRegistrar<Class> PHALANX_INTERNAL_CAT( \
-      phalanx_trainer_registrar_, __LINE__)(#Class)

@@ -19,7 +19,6 @@
 #include "absl/strings/str_split.h"
 #include "actors/api.h"
 #include "actors/elastic/elastic.h"
-#include "actors/elastic/trainer_host.h"
 #include "examples/cpp/regression_trainer.h"
 
 using phalanx::examples::RegressionTrainer;
