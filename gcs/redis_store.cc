@@ -280,7 +280,14 @@ absl::StatusOr<std::unique_ptr<Store>> ConnectRedisStore(const RedisOptions& opt
   if (options.cluster_id.empty()) {
     return absl::InvalidArgumentError("ConnectRedisStore: cluster_id must not be empty");
   }
+  // Redis may still be starting (a GCS and its Redis started together, or Redis loading its
+  // AOF): an unreachable one is tried again until `startup_timeout`; a refused password is not.
+  absl::Time give_up = absl::Now() + options.startup_timeout;
   auto ctx = Connect(options);
+  while (!ctx.ok() && absl::IsUnavailable(ctx.status()) && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(100));
+    ctx = Connect(options);
+  }
   if (!ctx.ok()) return ctx.status();
   return std::unique_ptr<Store>(new RedisStore(options, std::move(*ctx)));
 }

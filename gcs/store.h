@@ -51,6 +51,9 @@ struct RedisOptions {
   std::string password;    // empty: no AUTH
   std::string cluster_id;  // tables live in hashes named "phx:<cluster_id>:<table>"
   absl::Duration connect_timeout = absl::Seconds(5);
+  // At the GCS's start: how long an unreachable Redis (still starting, or loading its AOF)
+  // is tried again before the GCS gives up.
+  absl::Duration startup_timeout = absl::Seconds(10);
   // How long a write keeps retrying while Redis is unreachable before it fails.
   absl::Duration write_retry_timeout = absl::Seconds(60);
 };

@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "runtime/common/files.h"
@@ -125,7 +126,12 @@ TEST_F(CliTest, StopFindsAGcsAndRedisStartedAgainByHand) {
     restarted.push_back(*pid);
   }
   ASSERT_TRUE(
-      testing::WaitFor([&] { return Phalanx({"status"}).exit_code == 0; }, absl::Seconds(20)));
+      testing::WaitFor([&] { return Phalanx({"status"}).exit_code == 0; }, absl::Seconds(20)))
+      << Phalanx({"status"}).output << "\ngcs.out:\n"
+      << ReadFile(session + "/logs/gcs.out").value_or("(none)") << "\ngcs.log:\n"
+      << ReadFile(session + "/logs/gcs.log").value_or("(none)") << "\nredis.log:\n"
+      << ReadFile(session + "/logs/redis.log").value_or("(none)")
+      << "\nlogs: " << absl::StrJoin(ListDir(session + "/logs"), ", ");
   // Each recorded its own pid.
   EXPECT_EQ(RecordedPid(session, "redis"), restarted[0]);
   EXPECT_EQ(RecordedPid(session, "gcs"), restarted[1]);
