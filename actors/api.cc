@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "actors/elastic/controller.h"
 #include "runtime/common/session.h"
 #include "runtime/rpc/describe.h"
 #include "runtime/worker/core_worker.h"
@@ -40,6 +39,11 @@ const auto& kStateNames = *new Names<ActorState>{{ActorState::kPending, "PENDING
                                                  {ActorState::kAlive, "ALIVE"},
                                                  {ActorState::kRestarting, "RESTARTING"},
                                                  {ActorState::kDead, "DEAD"}};
+const auto& kGroupStateNames =
+    *new Names<PlacementGroupState>{{PlacementGroupState::kPending, "PENDING"},
+                                    {PlacementGroupState::kCreated, "CREATED"},
+                                    {PlacementGroupState::kRescheduling, "RESCHEDULING"},
+                                    {PlacementGroupState::kRemoved, "REMOVED"}};
 
 template <typename E>
 absl::string_view NameOf(const Names<E>& names, E value) {
@@ -99,6 +103,7 @@ absl::string_view ToString(SchedulingStrategy s) { return NameOf(kSchedulingName
 absl::string_view ToString(PlacementStrategy s) { return NameOf(kPlacementNames, s); }
 absl::string_view ToString(Language language) { return NameOf(kLanguageNames, language); }
 absl::string_view ToString(ActorState state) { return NameOf(kStateNames, state); }
+absl::string_view ToString(PlacementGroupState state) { return NameOf(kGroupStateNames, state); }
 
 absl::StatusOr<SchedulingStrategy> ParseSchedulingStrategy(absl::string_view name,
                                                            absl::string_view field) {
@@ -113,30 +118,28 @@ absl::StatusOr<Language> ParseLanguage(absl::string_view name, absl::string_view
 }
 
 absl::Status Init(const InitOptions& options) {
-  // Every program that uses Phalanx can host a job's elastic controller.
-  elastic::RegisterController();
-  if (InWorkerMode()) std::exit(RunWorker());
+  if (worker::InWorkerMode()) std::exit(worker::RunWorker());
   auto cluster = ResolveCluster(options.address, options.token);
   if (!cluster.ok()) return cluster.status();
-  CoreWorkerOptions core;
+  worker::CoreWorkerOptions core;
   core.address = cluster->address;
   core.token = cluster->token;
   core.code_path = options.code_path;
   core.namespace_ = options.namespace_;
   core.is_driver = true;
   if (const char* job = std::getenv("PHALANX_JOB_ID"); job && *job) core.job_id = job;
-  if (auto s = CoreWorker::Init(core); !s.ok()) return s;
+  if (auto s = worker::CoreWorker::Init(core); !s.ok()) return s;
   static bool registered = false;
   if (!registered) {
     registered = true;
-    std::atexit([] { CoreWorker::Shutdown(); });
+    std::atexit([] { worker::CoreWorker::Shutdown(); });
   }
   return absl::OkStatus();
 }
 
-void Shutdown() { CoreWorker::Shutdown(); }
+void Shutdown() { worker::CoreWorker::Shutdown(); }
 
-bool IsInitialized() { return CoreWorker::Get() != nullptr; }
+bool IsInitialized() { return worker::CoreWorker::Get() != nullptr; }
 
 void SleepFor(absl::Duration duration) {
   boost::this_fiber::sleep_for(absl::ToChronoNanoseconds(duration));
@@ -145,7 +148,7 @@ void SleepFor(absl::Duration duration) {
 absl::StatusOr<PlacementGroup> CreatePlacementGroup(
     const std::vector<std::map<std::string, double>>& bundles, PlacementStrategy strategy,
     const std::string& name) {
-  CoreWorker* cw = CoreWorker::Get();
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   rpc::PlacementGroupInfo spec;
   spec.set_name(name);
@@ -161,19 +164,19 @@ absl::StatusOr<PlacementGroup> CreatePlacementGroup(
 }
 
 absl::Status RemovePlacementGroup(const PlacementGroup& group) {
-  CoreWorker* cw = CoreWorker::Get();
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   return cw->gcs().RemovePlacementGroup(group.id());
 }
 
 absl::Status ReleaseBundle(const PlacementGroup& group, int index) {
-  CoreWorker* cw = CoreWorker::Get();
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   return cw->gcs().ReleasePlacementGroupBundle(group.id(), index);
 }
 
 absl::Status PlacementGroup::Wait(absl::Duration timeout) const {
-  CoreWorker* cw = CoreWorker::Get();
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   absl::Time deadline =
       timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
@@ -187,15 +190,16 @@ absl::Status PlacementGroup::Wait(absl::Duration timeout) const {
           absl::StrCat("placement group ", id_.substr(0, 8), " was removed"));
     }
     if (absl::Now() >= deadline) {
-      return MakeError(absl::StatusCode::kDeadlineExceeded, error_kind::kGetTimeout,
-                       absl::StrCat("placement group ", id_.substr(0, 8), " is not placed after ",
-                                    absl::FormatDuration(timeout), ": ", pg->pending_reason()));
+      return worker::MakeError(
+          absl::StatusCode::kDeadlineExceeded, worker::error_kind::kGetTimeout,
+          absl::StrCat("placement group ", id_.substr(0, 8), " is not placed after ",
+                       absl::FormatDuration(timeout), ": ", pg->pending_reason()));
     }
   }
 }
 
 absl::StatusOr<std::vector<std::string>> PlacementGroup::BundleNodes() const {
-  CoreWorker* cw = CoreWorker::Get();
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   auto pg = cw->gcs().GetPlacementGroup(id_);
   if (!pg.ok()) return pg.status();
@@ -204,25 +208,25 @@ absl::StatusOr<std::vector<std::string>> PlacementGroup::BundleNodes() const {
   return out;
 }
 
-absl::StatusOr<std::string> PlacementGroup::State() const {
-  CoreWorker* cw = CoreWorker::Get();
+absl::StatusOr<PlacementGroupState> PlacementGroup::State() const {
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   auto pg = cw->gcs().GetPlacementGroup(id_);
   if (!pg.ok()) return pg.status();
   switch (pg->state()) {
     case rpc::PG_PENDING:
-      return std::string("PENDING");
+      return PlacementGroupState::kPending;
     case rpc::PG_CREATED:
-      return std::string("CREATED");
+      return PlacementGroupState::kCreated;
     case rpc::PG_RESCHEDULING:
-      return std::string("RESCHEDULING");
+      return PlacementGroupState::kRescheduling;
     default:
-      return std::string("REMOVED");
+      return PlacementGroupState::kRemoved;
   }
 }
 
 absl::StatusOr<ActorDescription> GetActorInfo(const std::string& actor_id) {
-  CoreWorker* cw = CoreWorker::Get();
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   auto info = cw->gcs().GetActor(actor_id);
   if (!info.ok()) return info.status();
@@ -233,7 +237,7 @@ namespace internal {
 
 absl::StatusOr<std::string> CreateActor(const std::string& class_name, const ActorOptions& o,
                                         std::string packed_args) {
-  CoreWorker* cw = CoreWorker::Get();
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   if (class_name.empty()) {
     return absl::InvalidArgumentError(
@@ -266,17 +270,18 @@ absl::StatusOr<std::string> CreateActor(const std::string& class_name, const Act
   return created->actor_id();
 }
 
-std::shared_ptr<ObjectState> SubmitCall(const std::string& actor_id, const std::string& method,
-                                        std::string packed_args) {
-  CoreWorker* cw = CoreWorker::Get();
+std::shared_ptr<worker::ObjectState> SubmitCall(const std::string& actor_id,
+                                                const std::string& method,
+                                                std::string packed_args) {
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) {
-    auto state = std::make_shared<ObjectState>();
+    auto state = std::make_shared<worker::ObjectState>();
     state->Set(NotInitialized());
     return state;
   }
   auto client = cw->Client(actor_id);
   if (!client.ok()) {
-    auto state = std::make_shared<ObjectState>();
+    auto state = std::make_shared<worker::ObjectState>();
     state->Set(client.status());
     return state;
   }
@@ -285,7 +290,7 @@ std::shared_ptr<ObjectState> SubmitCall(const std::string& actor_id, const std::
 
 absl::StatusOr<ActorDescription> DescribeNamedActor(const std::string& name,
                                                     const std::string& ns) {
-  CoreWorker* cw = CoreWorker::Get();
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   auto client = cw->NamedClient(name, ns);
   if (!client.ok()) return client.status();
@@ -293,7 +298,7 @@ absl::StatusOr<ActorDescription> DescribeNamedActor(const std::string& name,
 }
 
 absl::StatusOr<std::string> LookupNamedActor(const std::string& name) {
-  CoreWorker* cw = CoreWorker::Get();
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   auto client = cw->NamedClient(name, cw->options().namespace_);
   if (!client.ok()) return client.status();
@@ -301,7 +306,7 @@ absl::StatusOr<std::string> LookupNamedActor(const std::string& name) {
 }
 
 absl::Status KillActor(const std::string& actor_id, bool no_restart) {
-  CoreWorker* cw = CoreWorker::Get();
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   return cw->Kill(actor_id, no_restart);
 }

@@ -55,6 +55,12 @@
 
 namespace phalanx {
 
+// The errors' kinds, as the comment above lists them (runtime/worker/errors.h).
+using worker::ErrorKind;
+using worker::IsActorDied;
+using worker::IsGetTimeout;
+using worker::IsTaskError;
+
 // ---------------------------------------------------------------------------------------
 // Runtime
 
@@ -103,11 +109,14 @@ enum class PlacementStrategy {
 enum class Language { kCpp, kPython };
 // An actor's lifecycle: PENDING -> CREATING -> ALIVE <-> RESTARTING, and DEAD from any.
 enum class ActorState { kPending, kCreating, kAlive, kRestarting, kDead };
+// A placement group's: PENDING -> CREATED <-> RESCHEDULING (a node died), REMOVED from any.
+enum class PlacementGroupState { kPending, kCreated, kRescheduling, kRemoved };
 
 absl::string_view ToString(SchedulingStrategy strategy);  // "DEFAULT", "SPREAD", ...
 absl::string_view ToString(PlacementStrategy strategy);   // "PACK", "STRICT_SPREAD", ...
 absl::string_view ToString(Language language);            // "cpp", "python"
 absl::string_view ToString(ActorState state);             // "ALIVE", "DEAD", ...
+absl::string_view ToString(PlacementGroupState state);    // "PENDING", "CREATED", ...
 absl::StatusOr<SchedulingStrategy> ParseSchedulingStrategy(
     absl::string_view name, absl::string_view field = "scheduling strategy");
 absl::StatusOr<PlacementStrategy> ParsePlacementStrategy(
@@ -123,15 +132,15 @@ template <typename T>
 class ObjectRef {
  public:
   ObjectRef() = default;
-  ObjectRef(std::shared_ptr<ObjectState> state, std::string what)
+  ObjectRef(std::shared_ptr<worker::ObjectState> state, std::string what)
       : state_(std::move(state)), what_(std::move(what)) {}
   bool Ready() const { return state_ && state_->done(); }
-  const std::shared_ptr<ObjectState>& state() const { return state_; }
+  const std::shared_ptr<worker::ObjectState>& state() const { return state_; }
   // "Counter.Add on actor 3f2a9c1d", for error messages.
   const std::string& what() const { return what_; }
 
  private:
-  std::shared_ptr<ObjectState> state_;
+  std::shared_ptr<worker::ObjectState> state_;
   std::string what_;
 };
 
@@ -171,8 +180,7 @@ class PlacementGroup {
   absl::Status Wait(absl::Duration timeout = absl::InfiniteDuration()) const;
   // The node of each bundle ("" while a bundle is not placed).
   absl::StatusOr<std::vector<std::string>> BundleNodes() const;
-  // "PENDING", "CREATED", "RESCHEDULING", "REMOVED".
-  absl::StatusOr<std::string> State() const;
+  absl::StatusOr<PlacementGroupState> State() const;
 
  private:
   std::string id_;

@@ -199,6 +199,6 @@ int Main(int argc, char** argv) {
 }  // namespace phalanx
 
 int main(int argc, char** argv) {
-  if (phalanx::InWorkerMode()) return phalanx::RunWorker();
+  if (phalanx::worker::InWorkerMode()) return phalanx::worker::RunWorker();
   return phalanx::Main(argc, argv);
 }

@@ -166,6 +166,6 @@ int Main(int argc, char** argv) {
 }  // namespace phalanx
 
 int main(int argc, char** argv) {
-  if (phalanx::InWorkerMode()) phalanx::Init().IgnoreError();
+  if (phalanx::worker::InWorkerMode()) phalanx::Init().IgnoreError();
   return phalanx::Main(argc, argv);
 }

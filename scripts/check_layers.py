@@ -8,7 +8,8 @@ The layers, bottom to top (the same list opens the top-level CMakeLists.txt):
     gcs           gcs
     runtime       runtime/node, runtime/worker
     collectives   collectives
-    actors        actors, actors/internal, actors/elastic
+    actors        actors, actors/internal
+    elastic       actors/elastic
     programs      runtime/cli, examples, python
     tests         tests, bench
 
@@ -38,7 +39,8 @@ LAYERS = [
     ("gcs", ["gcs"]),
     ("runtime", ["runtime/node", "runtime/worker"]),
     ("collectives", ["collectives"]),
-    ("actors", ["actors", "actors/internal", "actors/elastic"]),
+    ("actors", ["actors", "actors/internal"]),
+    ("elastic", ["actors/elastic"]),
     ("programs", ["runtime/cli", "examples", "python"]),
     ("tests", ["tests", "bench"]),
 ]
@@ -64,12 +66,11 @@ ALLOWED = {
     "runtime/node": below("runtime/node"),
     "runtime/worker": below("runtime/worker"),
     "collectives": below("collectives"),
-    # The actor API starts the elastic controller/trainer hosts in every worker, and the
-    # elastic runtime is written on the actor API: one layer, one library (phalanx_actors).
-    "actors": below("actors") + ["actors/internal", "actors/elastic"],
-    # The machinery behind actors/api.h (templates, registration, macros), included by it.
+    # The actor API and the machinery behind it (templates, registration, macros).
+    "actors": below("actors") + ["actors/internal"],
     "actors/internal": below("actors"),
-    "actors/elastic": below("actors") + ["actors", "actors/internal"],
+    # Elastic training is written on the actor API; nothing below it knows of it.
+    "actors/elastic": below("actors/elastic"),
     # The `phalanx` command is a client of the GCS: it reads and writes its tables and links
     # no actor runtime. What it shows of an elastic job comes from the job's GCS record.
     "runtime/cli": GROUND + ["gcs"],
@@ -213,12 +214,13 @@ def self_test():
         "gcs/unknown.cc": '#include "runtime/nowhere/x.h"\n',
         "runtime/cli/job.cc": '#include "gcs/gcs_client.h"\n#include "actors/elastic/spec.h"\n',
         "newmod/x.cc": '#include "gcs/gcs_client.h"\n',
+        "actors/api.cc": '#include "actors/api.h"\n#include "actors/elastic/controller.h"\n',
         "build-tsa/gen.pb.cc": '#include "tests/x.h"\n',  # build output: not checked
     }
     expected = {
         "placement/bad_up.cc:2:", "runtime/node/bad_side.cc:1:", "gcs/job_manager.cc:1:",
         "gcs/other_main.cc:1:", "runtime/common/bad_up2.h:1:", "gcs/unknown.cc:1:",
-        "runtime/cli/job.cc:2:", "newmod/x.cc:1:",
+        "runtime/cli/job.cc:2:", "newmod/x.cc:1:", "actors/api.cc:2:",
     }
     with tempfile.TemporaryDirectory() as root:
         for rel, text in files.items():

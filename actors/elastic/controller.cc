@@ -62,7 +62,7 @@ bool Controller::Start() {
 // controller's lock, so a controller deadlocked on it stops renewing too. A renewal that
 // says this attempt was replaced (a controller on a host that came back) ends the process:
 // two controllers must never drive one job.
-void Controller::LeaseLoop(HostedActor me, absl::Duration lease) {
+void Controller::LeaseLoop(worker::HostedActor me, absl::Duration lease) {
   absl::Duration period = lease / 4;
   absl::Time last_ok = absl::Now();
   while (true) {
@@ -123,7 +123,7 @@ void Controller::OnMessage(const rpc::PubMessage& m) {
 }
 
 void Controller::Main() {
-  CoreWorker* cw = CoreWorker::Get();
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) {
     spdlog::error("the controller has no runtime");
     return;
@@ -144,7 +144,7 @@ void Controller::Main() {
   rpc::JobInfo job = existing.ok() ? *existing : rpc::JobInfo();
   // A previous incarnation of this controller died: Train() adopts the ranks it left. The
   // attempt number says so even when it died before it could record the job as running.
-  auto me = CurrentHostedActor();
+  auto me = worker::CurrentHostedActor();
   restarted_ = job.state() == rpc::JOB_RUNNING || (me && me->attempt > 0);
   previous_ = job.elastic();
   job.set_job_id(job_id_);
@@ -167,7 +167,7 @@ void Controller::Main() {
     step_log_ = std::make_unique<std::ofstream>(log->second, std::ios::app);
   }
   target_ = spec_.max_replicas;
-  if (auto me = CurrentHostedActor()) {
+  if (auto me = worker::CurrentHostedActor()) {
     absl::Duration lease = absl::Seconds(spec_.ControllerLeaseSeconds());
     lease_thread_ = std::thread([this, me = *me, lease] { LeaseLoop(me, lease); });
   }
@@ -187,7 +187,7 @@ void Controller::Main() {
 // The job is over (its record says how): this controller's actor ends for good, so that it
 // is not started again when its host dies.
 void Controller::Leave() {
-  if (auto me = CurrentHostedActor()) {
+  if (auto me = worker::CurrentHostedActor()) {
     absl::Status killed = gcs_->KillActor(me->actor_id, /*no_restart=*/true);
     if (!killed.ok()) spdlog::warn("job {}: the controller cannot end: {}", job_id_, killed);
   }

@@ -10,7 +10,8 @@
 
 namespace phalanx::elastic {
 
-// Registers the controller's actor class in this program (Init does it).
+// Registers the controller's actor class in this program. Registering a trainer does it (a
+// job's controller runs in the program that hosts its trainer); Python's module does it too.
 void RegisterController();
 
 }  // namespace phalanx::elastic

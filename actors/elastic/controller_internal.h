@@ -118,7 +118,7 @@ class Controller {
   // controller's lock, so a controller deadlocked on it stops renewing too. A renewal that
   // says this attempt was replaced (a controller on a host that came back) ends the process:
   // two controllers must never drive one job.
-  void LeaseLoop(HostedActor me, absl::Duration lease);
+  void LeaseLoop(worker::HostedActor me, absl::Duration lease);
 
   void OnMessage(const rpc::PubMessage& m);
 

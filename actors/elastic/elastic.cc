@@ -16,7 +16,7 @@ namespace phalanx::elastic {
 namespace {
 
 absl::StatusOr<gcs::GcsClient*> Gcs() {
-  CoreWorker* cw = CoreWorker::Get();
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) {
     return absl::FailedPreconditionError("phalanx is not initialized: call phalanx::Init() first");
   }
@@ -36,7 +36,7 @@ absl::StatusOr<std::string> Submit(JobSpec spec) {
   auto gcs = Gcs();
   if (!gcs.ok()) return gcs.status();
   if (spec.code_path.empty()) {
-    CoreWorker* cw = CoreWorker::Get();
+    worker::CoreWorker* cw = worker::CoreWorker::Get();
     spec.code_path = cw->options().code_path.empty() ? SelfExe() : cw->options().code_path;
   }
   // The job manager records the job and starts its controller (as for `phalanx job submit -f`).

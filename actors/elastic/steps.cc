@@ -70,8 +70,9 @@ bool Controller::RunStep(std::vector<size_t>* lost, std::string* error) {
       all_ok = false;
       if (error->empty()) *error = std::string(result.status().message());
       bool counted = std::find(lost->begin(), lost->end(), r) != lost->end();
-      if (!counted && (IsActorDied(result.status()) ||
-                       ErrorKind(result.status()) == error_kind::kActorUnavailable)) {
+      if (!counted &&
+          (worker::IsActorDied(result.status()) ||
+           worker::ErrorKind(result.status()) == worker::error_kind::kActorUnavailable)) {
         lost->push_back(r);
       }
       continue;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "actors/elastic/controller.h"
 #include "actors/elastic/job_recorder.h"
 #include "actors/elastic/trainer_protocol.h"
 #include "gcs/gcs_client.h"
@@ -63,7 +64,7 @@ bool TrainerHostBase::Setup(std::string job_id, std::string spec_yaml) {
     gasp_job_ = job_id_;
     static std::atomic<bool> added{false};
     if (!added.exchange(true)) {
-      AddDyingGaspHook([this](const std::string& why) { DyingGasp(why); });
+      worker::AddDyingGaspHook([this](const std::string& why) { DyingGasp(why); });
     }
   }
   return true;
@@ -97,7 +98,7 @@ void TrainerHostBase::DyingGasp(const std::string& why) {
     return;
   }
   spdlog::warn("dying gasp ({}): the committed state of {} steps is in {}", why, step, path);
-  CoreWorker* cw = CoreWorker::Get();
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return;
   // The job's checkpoint pointer moves to this state unless it points at a newer one.
   PointCheckpointIfNewer(cw->gcs(), job, {step, path}).status().IgnoreError();
@@ -294,15 +295,16 @@ std::map<std::string, Invoker>& HostMethods() {
   return *methods;
 }
 
-class HostInstance final : public ActorInstance {
+class HostInstance final : public worker::ActorInstance {
  public:
   explicit HostInstance(std::unique_ptr<TrainerHostBase> host) : host_(std::move(host)) {}
-  CallOutcome Call(const std::string& method, const std::string& args) override {
+  worker::CallOutcome Call(const std::string& method, const std::string& args) override {
     auto it = HostMethods().find(method);
     if (it == HostMethods().end()) {
-      return {MakeError(absl::StatusCode::kInvalidArgument, error_kind::kInvalidCall,
-                        absl::StrCat("a trainer has no method '", method, "'")),
-              ""};
+      return {
+          worker::MakeError(absl::StatusCode::kInvalidArgument, worker::error_kind::kInvalidCall,
+                            absl::StrCat("a trainer has no method '", method, "'")),
+          ""};
     }
     return it->second(host_.get(), args);
   }
@@ -315,10 +317,13 @@ class HostInstance final : public ActorInstance {
 
 void RegisterTrainerHost(const std::string& name,
                          std::function<std::unique_ptr<TrainerHostBase>()> make) {
-  ActorClass cls;
+  // The job's controller runs in a program that hosts its trainer (the spec's codePath).
+  RegisterController();
+  worker::ActorClass cls;
   cls.name = name;
-  cls.create = [make](const std::string&) -> absl::StatusOr<std::unique_ptr<ActorInstance>> {
-    return std::unique_ptr<ActorInstance>(new HostInstance(make()));
+  cls.create =
+      [make](const std::string&) -> absl::StatusOr<std::unique_ptr<worker::ActorInstance>> {
+    return std::unique_ptr<worker::ActorInstance>(new HostInstance(make()));
   };
   for (const auto& [method, fn] : HostMethods()) cls.methods.push_back(method);
   // Lanes: the controller talks to a rank while its step runs.
@@ -330,7 +335,7 @@ void RegisterTrainerHost(const std::string& name,
   for (const char* m : {names::kPing, names::kAbort, names::kQuery}) cls.method_group[m] = "ping";
   cls.group_concurrency["control"] = 1;
   cls.group_concurrency["ping"] = 1;
-  ActorRegistry::Global().Register(std::move(cls));
+  worker::ActorRegistry::Global().Register(std::move(cls));
 }
 
 void RegisterTrainer(const std::string& name, std::function<std::unique_ptr<Trainer>()> make) {

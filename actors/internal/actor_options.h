@@ -41,8 +41,8 @@ struct ActorOptions {
 absl::StatusOr<std::string> CreateActor(const std::string& class_name, const ActorOptions& options,
                                         std::string packed_args);
 // Never null: a failure to submit is the returned slot's error.
-std::shared_ptr<ObjectState> SubmitCall(const std::string& actor_id, const std::string& method,
-                                        std::string packed_args);
+std::shared_ptr<worker::ObjectState> SubmitCall(const std::string& actor_id,
+                                                const std::string& method, std::string packed_args);
 absl::StatusOr<std::string> LookupNamedActor(const std::string& name);
 absl::Status KillActor(const std::string& actor_id, bool no_restart);
 // NotFound when no live actor has the name in `ns` (GetActorInfo: by id).

@@ -43,7 +43,7 @@ absl::StatusOr<std::vector<T>> Get(const std::vector<ObjectRef<T>>& refs, absl::
 
 template <typename T>
 WaitResult<T> Wait(const std::vector<ObjectRef<T>>& refs, int num_returns, absl::Duration timeout) {
-  std::vector<std::shared_ptr<ObjectState>> states;
+  std::vector<std::shared_ptr<worker::ObjectState>> states;
   for (const auto& r : refs) states.push_back(r.state());
   std::vector<bool> done = WaitAny(states, num_returns, timeout);
   WaitResult<T> out;
@@ -60,7 +60,7 @@ ObjectRef<R> TaskCaller<R, Params...>::Remote(Args&&... args) const {
   static_assert(sizeof...(Args) == sizeof...(Params),
                 "wrong number of arguments for this actor method");
   if (!error_.ok()) {
-    auto state = std::make_shared<ObjectState>();
+    auto state = std::make_shared<worker::ObjectState>();
     state->Set(error_);
     return ObjectRef<R>(state, what_);
   }

@@ -52,8 +52,8 @@ absl::StatusOr<std::string> RegisteredMethod(const std::string& key,
   const auto& names = MethodNames<T>();
   auto it = names.find(key);
   if (it == names.end()) {
-    return MakeError(
-        absl::StatusCode::kInvalidArgument, error_kind::kInvalidCall,
+    return worker::MakeError(
+        absl::StatusCode::kInvalidArgument, worker::error_kind::kInvalidCall,
         absl::StrCat("this method of ", class_name,
                      " is not registered: list it in PHALANX_METHODS(", class_name, ", ...)"));
   }
@@ -67,7 +67,7 @@ inline std::string CallName(const std::string& class_name, const std::string& me
 }
 
 template <typename T>
-using Invoker = std::function<CallOutcome(T*, const std::string&)>;
+using Invoker = std::function<worker::CallOutcome(T*, const std::string&)>;
 
 template <typename T>
 std::map<std::string, Invoker<T>>& MethodTable() {
@@ -78,7 +78,7 @@ std::map<std::string, Invoker<T>>& MethodTable() {
 template <typename T, typename R, typename... Params, typename M>
 Invoker<T> MakeInvoker(const std::string& what, M method) {
   std::string signature = absl::StrCat("(", sizeof...(Params), " parameter(s))");
-  return [what, signature, method](T* self, const std::string& args) -> CallOutcome {
+  return [what, signature, method](T* self, const std::string& args) -> worker::CallOutcome {
     std::tuple<std::decay_t<Params>...> values;
     if (auto s = UnpackArgs(args, &values, what, signature); !s.ok()) return {s, ""};
     try {
@@ -90,12 +90,12 @@ Invoker<T> MakeInvoker(const std::string& what, M method) {
         return {absl::OkStatus(), PackValue(result)};
       }
     } catch (const std::exception& e) {
-      return {MakeError(absl::StatusCode::kUnknown, error_kind::kTaskError,
-                        absl::StrCat(what, " raised: ", e.what())),
+      return {worker::MakeError(absl::StatusCode::kUnknown, worker::error_kind::kTaskError,
+                                absl::StrCat(what, " raised: ", e.what())),
               ""};
     } catch (...) {
-      return {MakeError(absl::StatusCode::kUnknown, error_kind::kTaskError,
-                        absl::StrCat(what, " raised a non-standard exception")),
+      return {worker::MakeError(absl::StatusCode::kUnknown, worker::error_kind::kTaskError,
+                                absl::StrCat(what, " raised a non-standard exception")),
               ""};
     }
   };
@@ -108,19 +108,20 @@ Invoker<T> MethodInvokerFor(const std::string& what, R (T::*fn)(Params...)) {
 }
 
 template <typename T>
-class TypedInstance final : public ActorInstance {
+class TypedInstance final : public worker::ActorInstance {
  public:
   explicit TypedInstance(std::unique_ptr<T> object) : object_(std::move(object)) {}
-  CallOutcome Call(const std::string& method, const std::string& args) override {
+  worker::CallOutcome Call(const std::string& method, const std::string& args) override {
     const auto& table = MethodTable<T>();
     auto it = table.find(method);
     if (it == table.end()) {
       std::string known;
       for (const auto& [name, fn] : table) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
-      return {MakeError(absl::StatusCode::kInvalidArgument, error_kind::kInvalidCall,
-                        absl::StrCat(ClassName<T>::Get(), " has no method '", method,
-                                     "' (registered: ", known, ")")),
-              ""};
+      return {
+          worker::MakeError(absl::StatusCode::kInvalidArgument, worker::error_kind::kInvalidCall,
+                            absl::StrCat(ClassName<T>::Get(), " has no method '", method,
+                                         "' (registered: ", known, ")")),
+          ""};
     }
     return it->second(object_.get(), args);
   }
@@ -133,18 +134,19 @@ template <typename T, typename... CtorArgs>
 struct ActorRegistrar {
   explicit ActorRegistrar(const char* name) {
     ClassName<T>::Get() = name;
-    ActorClass cls;
+    worker::ActorClass cls;
     cls.name = name;
-    cls.create = [name = std::string(name)](
-                     const std::string& args) -> absl::StatusOr<std::unique_ptr<ActorInstance>> {
+    cls.create =
+        [name = std::string(name)](
+            const std::string& args) -> absl::StatusOr<std::unique_ptr<worker::ActorInstance>> {
       std::tuple<std::decay_t<CtorArgs>...> values;
       std::string signature = absl::StrCat("(", sizeof...(CtorArgs), " parameter(s))");
       if (auto s = UnpackArgs(args, &values, name, signature); !s.ok()) return s;
       std::unique_ptr<T> object =
           std::apply([](auto&... a) { return std::make_unique<T>(a...); }, values);  // may throw
-      return std::unique_ptr<ActorInstance>(new TypedInstance<T>(std::move(object)));
+      return std::unique_ptr<worker::ActorInstance>(new TypedInstance<T>(std::move(object)));
     };
-    ActorRegistry::Global().Register(std::move(cls));
+    worker::ActorRegistry::Global().Register(std::move(cls));
   }
 };
 
@@ -168,7 +170,7 @@ struct MethodRegistrar {
     MethodTable<T>()[method] =
         MakeInvoker<T, R, Params...>(absl::StrCat(class_name, ".", method), fn);
     MethodNames<T>()[PointerKey(fn)] = method;
-    ActorRegistry::Global().AddMethods(class_name, {method}, group, concurrency);
+    worker::ActorRegistry::Global().AddMethods(class_name, {method}, group, concurrency);
   }
 };
 

@@ -48,21 +48,21 @@ absl::StatusOr<T> Unpack(const std::string& bytes, const std::string& what) {
     msgpack::object_handle handle = msgpack::unpack(bytes.data(), bytes.size());
     return handle.get().as<T>();
   } catch (const std::exception& e) {
-    return MakeError(absl::StatusCode::kInvalidArgument, error_kind::kInvalidCall,
-                     absl::StrCat("the result of ", what,
-                                  " does not convert to the type asked for: ", e.what()));
+    return worker::MakeError(absl::StatusCode::kInvalidArgument, worker::error_kind::kInvalidCall,
+                             absl::StrCat("the result of ", what,
+                                          " does not convert to the type asked for: ", e.what()));
   }
 }
 
 // Waits for `state` (what: the call, for the message) and returns the call's status.
-inline absl::Status Await(const std::shared_ptr<ObjectState>& state, absl::Duration timeout,
+inline absl::Status Await(const std::shared_ptr<worker::ObjectState>& state, absl::Duration timeout,
                           const std::string& what) {
   if (!state) {
     return absl::FailedPreconditionError("Get on an empty ObjectRef");
   }
   if (!state->Wait(timeout)) {
-    return MakeError(
-        absl::StatusCode::kDeadlineExceeded, error_kind::kGetTimeout,
+    return worker::MakeError(
+        absl::StatusCode::kDeadlineExceeded, worker::error_kind::kGetTimeout,
         absl::StrCat("Get timed out after ", absl::FormatDuration(timeout), " waiting for ", what));
   }
   return state->status();
@@ -82,15 +82,16 @@ absl::Status UnpackArgs(const std::string& bytes, Tuple* out, const std::string&
     msgpack::object_handle handle = msgpack::unpack(bytes.data(), bytes.size());
     const msgpack::object& o = handle.get();
     if (o.type != msgpack::type::ARRAY || o.via.array.size != std::tuple_size_v<Tuple>) {
-      return MakeError(absl::StatusCode::kInvalidArgument, error_kind::kInvalidCall,
-                       absl::StrCat(what, " takes ", std::tuple_size_v<Tuple>, " argument(s) ",
-                                    signature, ", got ", Describe(o)));
+      return worker::MakeError(absl::StatusCode::kInvalidArgument, worker::error_kind::kInvalidCall,
+                               absl::StrCat(what, " takes ", std::tuple_size_v<Tuple>,
+                                            " argument(s) ", signature, ", got ", Describe(o)));
     }
     o.convert(*out);
     return absl::OkStatus();
   } catch (const std::exception& e) {
-    return MakeError(absl::StatusCode::kInvalidArgument, error_kind::kInvalidCall,
-                     absl::StrCat("wrong argument types for ", what, signature, ": ", e.what()));
+    return worker::MakeError(
+        absl::StatusCode::kInvalidArgument, worker::error_kind::kInvalidCall,
+        absl::StrCat("wrong argument types for ", what, signature, ": ", e.what()));
   }
 }
 

@@ -19,9 +19,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace phalanx {
+namespace phalanx::worker {
 class CoreWorker;
-}  // namespace phalanx
+}  // namespace phalanx::worker
 
 namespace phalanx::python {
 
@@ -85,7 +85,7 @@ auto CallBlocking(F&& f, ErrorDomain domain = ErrorDomain::kGeneral) {
 }
 
 // This process's core worker; a phalanx error if phalanx.init() was not called.
-CoreWorker& Worker();
+worker::CoreWorker& Worker();
 
 // Seconds from Python (< 0: no limit) as a Duration.
 inline absl::Duration Timeout(double seconds) {

@@ -106,7 +106,7 @@ class PyCollectiveGroup {
     options.gcs_address = gcs_address;
     options.token = token;
     if (options.gcs_address.empty()) {
-      if (CoreWorker* cw = CoreWorker::Get()) {
+      if (worker::CoreWorker* cw = worker::CoreWorker::Get()) {
         options.gcs_address = cw->options().address;
         options.token = cw->options().token;
       }

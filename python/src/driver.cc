@@ -25,7 +25,7 @@ namespace {
 
 // The result slot of one call, as Python sees it.
 struct PyObjectRef {
-  std::shared_ptr<ObjectState> state;
+  std::shared_ptr<worker::ObjectState> state;
   std::string actor_id;
   std::string method;
 };
@@ -87,8 +87,8 @@ PyObjectRef Submit(const std::string& actor_id, const std::string& method, py::b
   e.status = ref.state->status();
   e.actor_id = ref.actor_id;
   e.detail = ref.state->value();
-  const std::string kind = ErrorKind(e.status);
-  if (kind == error_kind::kActorDied || kind == error_kind::kCreationFailed) {
+  const std::string kind = worker::ErrorKind(e.status);
+  if (kind == worker::error_kind::kActorDied || kind == worker::error_kind::kCreationFailed) {
     // Best effort: the message names the cause too.
     e.cause = CallBlocking([&] {
       auto info = GetActorInfo(ref.actor_id);
@@ -124,10 +124,10 @@ std::vector<py::bytes> GetMany(const std::vector<PyObjectRef>& refs, double time
   std::vector<py::bytes> values;
   for (size_t i = 0; i < refs.size(); ++i) {
     if (!done[i]) {
-      RaiseStatus(
-          MakeError(absl::StatusCode::kDeadlineExceeded, error_kind::kGetTimeout,
-                    absl::StrCat("get timed out after ", timeout_s, " s waiting for ",
-                                 refs[i].method, " on actor ", refs[i].actor_id.substr(0, 8))));
+      RaiseStatus(worker::MakeError(
+          absl::StatusCode::kDeadlineExceeded, worker::error_kind::kGetTimeout,
+          absl::StrCat("get timed out after ", timeout_s, " s waiting for ", refs[i].method,
+                       " on actor ", refs[i].actor_id.substr(0, 8))));
     }
     if (!refs[i].state->status().ok()) RaiseCallError(refs[i]);
     values.emplace_back(refs[i].state->value());
@@ -137,7 +137,7 @@ std::vector<py::bytes> GetMany(const std::vector<PyObjectRef>& refs, double time
 
 std::vector<bool> WaitRefs(const std::vector<PyObjectRef>& refs, int num_returns,
                            double timeout_s) {
-  std::vector<std::shared_ptr<ObjectState>> states;
+  std::vector<std::shared_ptr<worker::ObjectState>> states;
   for (const auto& r : refs) states.push_back(r.state);
   return CallBlocking([&] { return WaitAny(states, num_returns, Timeout(timeout_s)); });
 }
@@ -167,7 +167,7 @@ void BindRuntime(py::module_& m) {
         CallBlocking([&] { return Init(options); });
       },
       py::arg("address") = "", py::arg("token") = "", py::arg("namespace") = "");
-  m.def("is_initialized", [] { return CoreWorker::Get() != nullptr; });
+  m.def("is_initialized", [] { return worker::CoreWorker::Get() != nullptr; });
   m.def("shutdown", [] { CallBlocking([] { Shutdown(); }); });
   m.def("cluster", [] {
     auto o = Worker().options();
@@ -210,7 +210,8 @@ void BindPlacementGroups(py::module_& m) {
     CallBlocking([&] { return RemovePlacementGroup(PlacementGroup(id)); }, kPg);
   });
   m.def("placement_group_state", [](const std::string& id) {
-    return CallBlocking([&] { return PlacementGroup(id).State(); }, kPg);
+    auto state = CallBlocking([&] { return PlacementGroup(id).State(); }, kPg);
+    return std::string(ToString(state));
   });
 }
 

@@ -14,14 +14,14 @@
 namespace phalanx::python {
 
 const char* ExceptionClassFor(const absl::Status& status, ErrorDomain domain) {
-  const std::string kind = ErrorKind(status);
-  if (kind == error_kind::kActorDied || kind == error_kind::kCreationFailed) {
+  const std::string kind = worker::ErrorKind(status);
+  if (kind == worker::error_kind::kActorDied || kind == worker::error_kind::kCreationFailed) {
     return "ActorDiedError";
   }
-  if (kind == error_kind::kActorUnavailable) return "ActorUnavailableError";
-  if (kind == error_kind::kTaskError) return "TaskError";
-  if (kind == error_kind::kInvalidCall) return "InvalidCallError";
-  if (kind == error_kind::kGetTimeout) return "GetTimeoutError";
+  if (kind == worker::error_kind::kActorUnavailable) return "ActorUnavailableError";
+  if (kind == worker::error_kind::kTaskError) return "TaskError";
+  if (kind == worker::error_kind::kInvalidCall) return "InvalidCallError";
+  if (kind == worker::error_kind::kGetTimeout) return "GetTimeoutError";
   switch (domain) {
     case ErrorDomain::kPlacementGroup:
       return "PlacementGroupError";
@@ -47,8 +47,8 @@ void RaiseStatus(absl::Status status, ErrorDomain domain) {
   throw e;
 }
 
-CoreWorker& Worker() {
-  CoreWorker* cw = CoreWorker::Get();
+worker::CoreWorker& Worker() {
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) {
     RaiseStatus(
         absl::FailedPreconditionError("phalanx is not initialized: call phalanx.init() first"));
@@ -98,8 +98,9 @@ void BindErrors(py::module_& m) {
       [](int code, const std::string& kind, const std::string& message, const std::string& domain,
          const std::string& detail) {
         StatusError e;
-        e.status = kind.empty() ? absl::Status(static_cast<absl::StatusCode>(code), message)
-                                : MakeError(static_cast<absl::StatusCode>(code), kind, message);
+        e.status = kind.empty()
+                       ? absl::Status(static_cast<absl::StatusCode>(code), message)
+                       : worker::MakeError(static_cast<absl::StatusCode>(code), kind, message);
         e.domain = domain == "placement_group" ? ErrorDomain::kPlacementGroup
                    : domain == "collective"    ? ErrorDomain::kCollective
                                                : ErrorDomain::kGeneral;

@@ -17,7 +17,7 @@ namespace phalanx::python {
 namespace {
 
 // A Python actor object, called through phalanx._worker.call(obj, method, args).
-class PyActorInstance final : public ActorInstance {
+class PyActorInstance final : public worker::ActorInstance {
  public:
   explicit PyActorInstance(py::object obj) : obj_(std::move(obj)) {}
   ~PyActorInstance() override {
@@ -25,7 +25,7 @@ class PyActorInstance final : public ActorInstance {
     obj_ = py::object();
   }
 
-  CallOutcome Call(const std::string& method, const std::string& args) override {
+  worker::CallOutcome Call(const std::string& method, const std::string& args) override {
     py::gil_scoped_acquire acquire;
     try {
       // (ok, value, error kind, message); with an error, value is its detail (the
@@ -35,11 +35,13 @@ class PyActorInstance final : public ActorInstance {
                         .cast<py::tuple>();
       if (r[0].cast<bool>()) return {absl::OkStatus(), r[1].cast<std::string>()};
       std::string kind = r[2].cast<std::string>();
-      auto code = kind == error_kind::kInvalidCall ? absl::StatusCode::kInvalidArgument
-                                                   : absl::StatusCode::kUnknown;
-      return {MakeError(code, kind, r[3].cast<std::string>()), r[1].cast<std::string>()};
+      auto code = kind == worker::error_kind::kInvalidCall ? absl::StatusCode::kInvalidArgument
+                                                           : absl::StatusCode::kUnknown;
+      return {worker::MakeError(code, kind, r[3].cast<std::string>()), r[1].cast<std::string>()};
     } catch (const std::exception& e) {
-      return {MakeError(absl::StatusCode::kInternal, error_kind::kTaskError, e.what()), ""};
+      return {
+          worker::MakeError(absl::StatusCode::kInternal, worker::error_kind::kTaskError, e.what()),
+          ""};
     }
   }
 
@@ -48,26 +50,27 @@ class PyActorInstance final : public ActorInstance {
 };
 
 int RunPythonWorker() {
-  ActorClass python;
+  worker::ActorClass python;
   python.name = "python";
   python.threaded = true;
-  python.create = [](const std::string& args) -> absl::StatusOr<std::unique_ptr<ActorInstance>> {
+  python.create =
+      [](const std::string& args) -> absl::StatusOr<std::unique_ptr<worker::ActorInstance>> {
     py::gil_scoped_acquire acquire;
     try {
       py::object obj = py::module_::import("phalanx._worker").attr("create")(py::bytes(args));
-      return std::unique_ptr<ActorInstance>(new PyActorInstance(std::move(obj)));
+      return std::unique_ptr<worker::ActorInstance>(new PyActorInstance(std::move(obj)));
     } catch (const std::exception& e) {
       return absl::InternalError(e.what());
     }
   };
-  ActorRegistry::Global().SetFallback(std::move(python));
-  return CallBlocking([] { return RunWorker(); });
+  worker::ActorRegistry::Global().SetFallback(std::move(python));
+  return CallBlocking([] { return worker::RunWorker(); });
 }
 
 }  // namespace
 
 void BindWorker(py::module_& m) {
-  m.def("in_worker_mode", &InWorkerMode);
+  m.def("in_worker_mode", &worker::InWorkerMode);
   m.def("run_worker", &RunPythonWorker,
         "host the actor the node manager names; returns the process exit code");
 }

@@ -9,7 +9,7 @@
 #include "runtime/rpc/rpc.h"
 #include "runtime/worker/errors.h"
 
-namespace phalanx {
+namespace phalanx::worker {
 
 struct ActorClient::Connection {
   int attempt = 0;
@@ -303,4 +303,4 @@ void ActorClient::Close() {
                           "phalanx was shut down in this process"));
 }
 
-}  // namespace phalanx
+}  // namespace phalanx::worker

@@ -15,7 +15,7 @@
 #include "runtime/proto/common.pb.h"
 #include "runtime/worker/object_state.h"
 
-namespace phalanx {
+namespace phalanx::worker {
 
 class ActorClient : public std::enable_shared_from_this<ActorClient> {
  public:
@@ -77,4 +77,4 @@ class ActorClient : public std::enable_shared_from_this<ActorClient> {
   int lost_attempt_ ABSL_GUARDED_BY(mu_) = -1;  // attempt whose connection broke
 };
 
-}  // namespace phalanx
+}  // namespace phalanx::worker

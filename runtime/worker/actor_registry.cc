@@ -6,7 +6,7 @@
 #include <mutex>
 #include <thread>
 
-namespace phalanx {
+namespace phalanx::worker {
 
 namespace {
 
@@ -91,4 +91,4 @@ void ActorRegistry::AddMethods(const std::string& class_name,
   if (!group.empty()) slot.group_concurrency[group] = std::max(1, group_concurrency);
 }
 
-}  // namespace phalanx
+}  // namespace phalanx::worker

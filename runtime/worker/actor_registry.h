@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace phalanx {
+namespace phalanx::worker {
 
 // What one call returned: OK with a serialized value, or an error (tagged with its kind).
 struct CallOutcome {
@@ -71,4 +71,4 @@ class ActorRegistry {
   std::unique_ptr<ActorClass> fallback_;
 };
 
-}  // namespace phalanx
+}  // namespace phalanx::worker

@@ -9,7 +9,7 @@
 #include "runtime/common/logging.h"
 #include "runtime/common/system.h"
 
-namespace phalanx {
+namespace phalanx::worker {
 namespace {
 
 absl::Mutex g_mu;
@@ -170,4 +170,4 @@ absl::Status CoreWorker::Kill(const std::string& actor_id, bool no_restart) {
   return gcs_->KillActor(actor_id, no_restart);
 }
 
-}  // namespace phalanx
+}  // namespace phalanx::worker

@@ -14,7 +14,7 @@
 #include "gcs/gcs_client.h"
 #include "runtime/worker/actor_client.h"
 
-namespace phalanx {
+namespace phalanx::worker {
 
 struct CoreWorkerOptions {
   std::string address;  // GCS host:port
@@ -64,4 +64,4 @@ class CoreWorker {
   std::vector<std::string> owned_ ABSL_GUARDED_BY(mu_);                // created here, not detached
 };
 
-}  // namespace phalanx
+}  // namespace phalanx::worker

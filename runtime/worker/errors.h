@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
-namespace phalanx {
+namespace phalanx::worker {
 
 inline constexpr char kErrorKindPayload[] = "phalanx.error_kind";
 
@@ -31,4 +31,4 @@ inline bool IsActorDied(const absl::Status& s) { return ErrorKind(s) == error_ki
 inline bool IsTaskError(const absl::Status& s) { return ErrorKind(s) == error_kind::kTaskError; }
 inline bool IsGetTimeout(const absl::Status& s) { return ErrorKind(s) == error_kind::kGetTimeout; }
 
-}  // namespace phalanx
+}  // namespace phalanx::worker

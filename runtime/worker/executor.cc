@@ -10,7 +10,7 @@
 
 #include "absl/synchronization/mutex.h"
 
-namespace phalanx {
+namespace phalanx::worker {
 namespace {
 
 void NameThread(const std::string& name) {
@@ -135,4 +135,4 @@ std::unique_ptr<Executor> MakeFiberExecutor(std::string name, int max_concurrenc
   return std::make_unique<FiberExecutor>(std::move(name), max_concurrency);
 }
 
-}  // namespace phalanx
+}  // namespace phalanx::worker

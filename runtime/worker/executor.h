@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-namespace phalanx {
+namespace phalanx::worker {
 
 class Executor {
  public:
@@ -26,4 +26,4 @@ std::unique_ptr<Executor> MakeFiberExecutor(std::string name, int max_concurrenc
 // between calls (Python: each thread has its own interpreter state).
 std::unique_ptr<Executor> MakeThreadPoolExecutor(std::string name, int threads);
 
-}  // namespace phalanx
+}  // namespace phalanx::worker

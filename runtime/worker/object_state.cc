@@ -8,7 +8,7 @@
 #include "absl/strings/cord.h"
 #include "runtime/worker/errors.h"
 
-namespace phalanx {
+namespace phalanx::worker {
 
 absl::Status MakeError(absl::StatusCode code, absl::string_view kind, absl::string_view message) {
   absl::Status s(code, message);
@@ -112,4 +112,4 @@ std::vector<bool> WaitAny(const std::vector<std::shared_ptr<ObjectState>>& state
   return out;
 }
 
-}  // namespace phalanx
+}  // namespace phalanx::worker

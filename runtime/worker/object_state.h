@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 
-namespace phalanx {
+namespace phalanx::worker {
 
 class ObjectState {
  public:
@@ -52,4 +52,4 @@ class ObjectState {
 std::vector<bool> WaitAny(const std::vector<std::shared_ptr<ObjectState>>& states, int num_ready,
                           absl::Duration timeout);
 
-}  // namespace phalanx
+}  // namespace phalanx::worker

@@ -26,7 +26,7 @@
 #include "runtime/worker/errors.h"
 #include "runtime/worker/executor.h"
 
-namespace phalanx {
+namespace phalanx::worker {
 namespace {
 
 std::string Env(const char* name) {
@@ -458,4 +458,4 @@ int RunWorker() {
   return host->Run();
 }
 
-}  // namespace phalanx
+}  // namespace phalanx::worker

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-namespace phalanx {
+namespace phalanx::worker {
 
 // The actor this worker process hosts, and which attempt of it (0 first, then one more per
 // restart); known from just before its constructor runs. nullopt outside a worker.
@@ -24,4 +24,4 @@ bool InWorkerMode();
 // is told to exit (or cannot start), with the process exit code.
 int RunWorker();
 
-}  // namespace phalanx
+}  // namespace phalanx::worker

@@ -337,7 +337,7 @@ config: {stepMs: "5", dims: "8"}
 }  // namespace phalanx
 
 int main(int argc, char** argv) {
-  if (phalanx::InWorkerMode()) phalanx::Init().IgnoreError();
+  if (phalanx::worker::InWorkerMode()) phalanx::Init().IgnoreError();
   if (const char* mode = std::getenv("PHALANX_TEST_DRIVER");
       mode && std::string(mode) == "hold-actor") {
     // A driver submitted by StoppingADriverKillsTheActorsItCreated.

@@ -272,7 +272,7 @@ TEST_F(PlacementTest, RemovalKillsTheGroupsActorsAndFreesEverything) {
         testing::WaitFor([&] { return NodeStats(id).bundles_size() == 0; }, absl::Seconds(10)))
         << id;
   }
-  EXPECT_EQ(*pg->State(), "REMOVED");
+  EXPECT_EQ(*pg->State(), PlacementGroupState::kRemoved);
 }
 
 TEST_F(PlacementTest, ReleasingABundleKillsItsActorsAndGivesItsResourcesBackForGood) {

@@ -6,7 +6,7 @@
 #include "runtime/worker/worker_host.h"
 
 int main(int argc, char** argv) {
-  if (phalanx::InWorkerMode()) phalanx::Init().IgnoreError();
+  if (phalanx::worker::InWorkerMode()) phalanx::Init().IgnoreError();
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
