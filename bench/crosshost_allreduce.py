@@ -34,6 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "multihost"))
 
+import _netns_bench  # noqa: E402
 import netns  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
@@ -124,12 +125,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=3)
     args = p.parse_args()
-    why = netns.unavailable()
-    if why:
-        log(f"crosshost_allreduce: {why}")
+    if not _netns_bench.ready("crosshost_allreduce", "allreduce_bench", p, log):
         return 0
-    if not os.path.exists(os.path.join(netns.bin_dir(), "allreduce_bench")):
-        p.error(f"build first: {netns.bin_dir()}/allreduce_bench is missing")
     log("# crosshost_allreduce: 2 hosts (network namespaces) x 2 ranks, float32, "
         "busbw = 2(n-1)/n x bytes / median time, GB/s = 1e9 B/s")
     ours, theirs = [], []

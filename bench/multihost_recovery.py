@@ -54,6 +54,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "multihost"))
 
+import _netns_bench  # noqa: E402
 import cluster_info  # noqa: E402
 import netns  # noqa: E402
 from jobs import ElasticRun, analyze_steps, now_ms  # noqa: E402
@@ -344,12 +345,8 @@ def main():
     p.add_argument("--pg-timeout-s", type=float, default=2.0,
                    help="torchrun's training process group timeout (torch's default: 1800)")
     args = p.parse_args()
-    why = netns.unavailable()
-    if why:
-        log(f"multihost_recovery: {why}")
+    if not _netns_bench.ready("multihost_recovery", "elastic_regression", p, log):
         return 0
-    if not os.path.exists(os.path.join(netns.bin_dir(), "elastic_regression")):
-        p.error(f"build first: {netns.bin_dir()}/elastic_regression is missing")
     log(f"# multihost_recovery: 3 hosts (network namespaces), 1 rank each, {STEP_MS} ms steps, "
         f"link of one non-head host down at step {FAULT_STEP}; Phalanx node timeout "
         f"{args.node_timeout_ms} ms; torchrun c10d on host 0, --monitor_interval 0.1, "

@@ -403,30 +403,39 @@ absl::Status GcsPlacementGroupManager::Remove(const std::string& pg_id) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<const rpc::PlacementGroupInfo*> GcsPlacementGroupManager::FindBundleLocked(
+    const std::string& pg_id, int index, bool any_ok, absl::string_view who,
+    absl::string_view fix_if_removed) const {
+  const rpc::PlacementGroupInfo* pg = groups_.Find(pg_id);
+  if (pg == nullptr) return absl::NotFoundError(absl::StrCat(who, "no placement group ", pg_id));
+  if (pg->state() == rpc::PG_REMOVED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(who, Describe(*pg), " was removed; ", fix_if_removed));
+  }
+  if (index < (any_ok ? -1 : 0) || index >= pg->bundles_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, "bundle index ", index, " is out of range: ", Describe(*pg), " has ",
+                     pg->bundles_size(), " bundles (0..", pg->bundles_size() - 1, ")",
+                     any_ok ? ", or use -1 for any" : ""));
+  }
+  return pg;
+}
+
 absl::Status GcsPlacementGroupManager::ReleaseBundle(const std::string& pg_id, int index) {
   std::string node_id;
   {
     absl::MutexLock lock(&mu_);
-    const rpc::PlacementGroupInfo* found = groups_.Find(pg_id);
-    if (found == nullptr) {
-      return absl::NotFoundError(absl::StrCat("no placement group ", pg_id));
-    }
-    if (found->state() == rpc::PG_REMOVED) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(Describe(*found), " was removed; its bundles are free already"));
-    }
-    if (index < 0 || index >= found->bundles_size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bundle_index ", index, " is out of range: ", Describe(*found), " has ",
-                       found->bundles_size(), " bundles (0..", found->bundles_size() - 1, ")"));
-    }
-    if (found->bundles(index).released()) return absl::OkStatus();
+    absl::StatusOr<const rpc::PlacementGroupInfo*> found =
+        FindBundleLocked(pg_id, index, /*any_ok=*/false, "", "its bundles are free already");
+    if (!found.ok()) return found.status();
+    const rpc::PlacementGroupInfo& current = **found;
+    if (current.bundles(index).released()) return absl::OkStatus();
     if (committing_.count(pg_id)) {
       // Its two-phase commit would place (or record) the bundle again: ask after it.
       return absl::UnavailableError(absl::StrCat(
-          Describe(*found), " is being placed; release bundle ", index, " once it is"));
+          Describe(current), " is being placed; release bundle ", index, " once it is"));
     }
-    rpc::PlacementGroupInfo pg = *found;
+    rpc::PlacementGroupInfo pg = current;
     auto* bundle = pg.mutable_bundles(index);
     node_id = bundle->node_id();
     bundle->clear_node_id();
@@ -500,19 +509,10 @@ absl::StatusOr<rpc::PlacementGroupInfo> GcsPlacementGroupManager::WaitReady(
 absl::Status GcsPlacementGroupManager::CheckActorBundle(const std::string& pg_id, int bundle_index,
                                                         const Resources& request) const {
   absl::MutexLock lock(&mu_);
-  const rpc::PlacementGroupInfo* pg = groups_.Find(pg_id);
-  if (pg == nullptr) {
-    return absl::NotFoundError(absl::StrCat("actor: no placement group ", pg_id));
-  }
-  if (pg->state() == rpc::PG_REMOVED) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("actor: ", Describe(*pg), " was removed; create the actor elsewhere"));
-  }
-  if (bundle_index < -1 || bundle_index >= pg->bundles_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "actor: bundle index ", bundle_index, " is out of range: ", Describe(*pg), " has ",
-        pg->bundles_size(), " bundles (0..", pg->bundles_size() - 1, "), or use -1 for any"));
-  }
+  absl::StatusOr<const rpc::PlacementGroupInfo*> found = FindBundleLocked(
+      pg_id, bundle_index, /*any_ok=*/true, "actor: ", "create the actor elsewhere");
+  if (!found.ok()) return found.status();
+  const rpc::PlacementGroupInfo* pg = *found;
   if (bundle_index >= 0 && pg->bundles(bundle_index).released()) {
     return absl::FailedPreconditionError(
         absl::StrCat("actor: bundle ", bundle_index, " of ", Describe(*pg),

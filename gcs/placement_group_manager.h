@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "gcs/actor_manager.h"
 #include "gcs/node_client_pool.h"
@@ -72,6 +73,13 @@ class GcsPlacementGroupManager {
   void TwoPhaseCommit(rpc::PlacementGroupInfo pg, std::vector<int> indices);
   void FinishCommit(const std::string& pg_id, int64_t round, const std::vector<int>& indices,
                     absl::Status outcome, const std::vector<std::string>& nodes_prepared);
+  // The group `pg_id`, once it is known to exist, not to be removed, and to have a bundle
+  // `index` (or `index` is -1, any bundle, and `any_ok`); else NotFound, FailedPrecondition
+  // or InvalidArgument. Each message starts with `who` ("actor: ", or empty) and, for a
+  // removed group, ends with `fix_if_removed`.
+  absl::StatusOr<const rpc::PlacementGroupInfo*> FindBundleLocked(
+      const std::string& pg_id, int index, bool any_ok, absl::string_view who,
+      absl::string_view fix_if_removed) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string AddressOf(const std::string& node_id) const;
   void Run(std::vector<std::pair<rpc::PlacementGroupInfo, std::vector<int>>> starts);
 
