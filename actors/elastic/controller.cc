@@ -4,31 +4,16 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <deque>
-#include <fstream>
 #include <numeric>
-#include <set>
-#include <thread>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
-#include "actors/api.h"
 #include "actors/elastic/controller_internal.h"
-#include "actors/elastic/job_keys.h"
-#include "actors/elastic/job_recorder.h"
-#include "actors/elastic/job_spec.h"
-#include "actors/elastic/policy.h"
-#include "actors/elastic/trainer_host.h"
-#include "actors/elastic/trainer_protocol.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/system.h"
 #include "runtime/rpc/describe.h"
 #include "runtime/worker/core_worker.h"
-#include "runtime/worker/worker_host.h"
 
 namespace phalanx::elastic {
 
@@ -162,7 +147,6 @@ void Controller::Main() {
   spec_ = *spec;
   budget_ = RestartBudget(spec_.restart_limit, absl::Seconds(spec_.restart_time_limit_s));
   recorder_.Update([&](rpc::JobInfo* job) { job->set_name(spec_.name); });
-  group_name_ = absl::StrCat("elastic-", job_id_);
   if (auto log = spec_.config.find("controllerStepLog"); log != spec_.config.end()) {
     step_log_ = std::make_unique<std::ofstream>(log->second, std::ios::app);
   }
@@ -207,7 +191,7 @@ bool Controller::PlaceAndStart() {
   if (use_pg) {
     // The spec's placementStrategy was checked by job_spec.cc; an error here names it too.
     auto strategy = ParsePlacementStrategy(spec_.placement_strategy, "placementStrategy");
-    auto pg = strategy.ok() ? CreatePlacementGroup(bundles, *strategy, ReservationName())
+    auto pg = strategy.ok() ? CreatePlacementGroup(bundles, *strategy, GroupName())
                             : absl::StatusOr<PlacementGroup>(strategy.status());
     if (!pg.ok()) {
       Condition("Failed", "Unplaceable", std::string(pg.status().message()));
@@ -349,7 +333,7 @@ void Controller::Train() {
     if (!previous_.placement_group_id().empty()) {
       RemovePlacementGroup(PlacementGroup(previous_.placement_group_id())).IgnoreError();
     }
-    if (restarted_) RemoveReservationsNamed(ReservationName());
+    if (restarted_) RemoveReservationsNamed(GroupName());
     pg_ = PlacementGroup();
     if (!PlaceAndStart()) return;
   }

@@ -108,8 +108,8 @@ class Controller {
     failed_ = true;
     failure_ = message;
   }
-  // The name of the job's placement group.
-  std::string ReservationName() const { return absl::StrCat("elastic-", job_id_); }
+  // The name of the job's placement group and of its ranks' collective group.
+  std::string GroupName() const { return absl::StrCat("elastic-", job_id_); }
 
   // ---- lifecycle (controller.cc) -----------------------------------------------------------
 
@@ -224,7 +224,6 @@ class Controller {
   JobRecorder recorder_;
   JobSpec spec_;
   gcs::GcsClient* gcs_ = nullptr;
-  std::string group_name_;
   PlacementGroup pg_;
   bool restarted_ = false;       // a previous incarnation of this controller died
   rpc::ElasticStatus previous_;  // what it left

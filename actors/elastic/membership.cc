@@ -1,32 +1,10 @@
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <deque>
-#include <fstream>
-#include <numeric>
-#include <set>
-#include <thread>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
-#include "actors/api.h"
 #include "actors/elastic/controller_internal.h"
-#include "actors/elastic/job_keys.h"
-#include "actors/elastic/job_recorder.h"
-#include "actors/elastic/job_spec.h"
-#include "actors/elastic/policy.h"
-#include "actors/elastic/trainer_host.h"
-#include "actors/elastic/trainer_protocol.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
-#include "runtime/common/system.h"
 #include "runtime/rpc/describe.h"
-#include "runtime/worker/core_worker.h"
-#include "runtime/worker/worker_host.h"
 
 namespace phalanx::elastic {
 
@@ -122,7 +100,7 @@ bool Controller::FormEpoch(const std::string& why) {
   int world = static_cast<int>(members_.size());
   std::vector<ObjectRef<int64_t>> refs;
   for (int r = 0; r < world; ++r) {
-    refs.push_back(members_[r].trainer().Reconfigure(group_name_, epoch, r, world, agreed_));
+    refs.push_back(members_[r].trainer().Reconfigure(GroupName(), epoch, r, world, agreed_));
   }
   bool ok = true;
   bool behind = false;
