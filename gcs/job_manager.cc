@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "absl/strings/ascii.h"
@@ -21,6 +22,7 @@
 #include "runtime/common/process.h"
 #include "runtime/common/session.h"
 #include "runtime/common/system.h"
+#include "runtime/common/upload.h"
 
 namespace phalanx::gcs {
 namespace {
@@ -47,15 +49,15 @@ absl::Status CheckJobId(const std::string& id) {
   return absl::OkStatus();
 }
 
-absl::Status CheckRelativePath(const std::string& path) {
-  if (path.empty() || path[0] == '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("working dir file '", path, "': the path must be relative"));
+// Copies the upload into `cwd`, which must not exist yet (created 0700 here). The paths were
+// checked with CheckUploadPaths; the writer also refuses any symlink it meets on disk.
+absl::Status WriteWorkingDir(const rpc::SubmitJobRequest& request, const std::string& cwd) {
+  if (::mkdir(cwd.c_str(), 0700) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot create ", cwd, ": ", std::strerror(errno)));
   }
-  for (absl::string_view part : absl::StrSplit(path, '/')) {
-    if (part == ".." || part.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("working dir file '", path, "': empty or '..' path components"));
+  for (const auto& f : request.files()) {
+    if (auto s = WriteUploadedFile(cwd, f.path(), f.content(), UploadMode(f.mode())); !s.ok()) {
+      return s;
     }
   }
   return absl::OkStatus();
@@ -155,11 +157,15 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::Submit(const rpc::SubmitJobRequest& 
 
 absl::StatusOr<rpc::JobInfo> GcsJobManager::SubmitDriver(const rpc::SubmitJobRequest& request,
                                                          const std::string& job_id) {
+  std::vector<absl::string_view> paths;
+  paths.reserve(request.files_size());
   int64_t total = 0;
   for (const auto& f : request.files()) {
-    if (auto s = CheckRelativePath(f.path()); !s.ok()) return s;
+    paths.push_back(f.path());
     total += static_cast<int64_t>(f.content().size());
   }
+  // Every path is checked before anything is written.
+  if (auto s = CheckUploadPaths(paths); !s.ok()) return s;
   if (total > options_.max_working_dir_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--working-dir '", request.working_dir(), "' holds ", FormatBytes(total),
@@ -167,15 +173,23 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::SubmitDriver(const rpc::SubmitJobReq
         ": leave data sets and checkpoints out of it and read them from shared storage"));
   }
   std::string dir = JobDir(job_id);
+  if (auto s = MakeDirs(absl::StrCat(options_.session_dir, "/jobs")); !s.ok()) return s;
+  // The job's directory is new (not `mkdir -p`): a concurrent submission of the same id, or a
+  // directory left by an earlier job, is refused, and the cleanup below removes only what
+  // this submission created.
+  if (::mkdir(dir.c_str(), 0755) != 0) {
+    if (errno == EEXIST) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("--submission-id '", job_id, "': the head already holds a directory for ",
+                       "a job of that id (", dir, "); pick another id"));
+    }
+    return absl::UnavailableError(absl::StrCat("cannot create ", dir, ": ", std::strerror(errno)));
+  }
+  // From here on a refusal leaves nothing behind: no directory, no record.
   std::string cwd = dir + "/working_dir";
-  if (auto s = MakeDirs(cwd, 0700); !s.ok()) return s;
-  for (const auto& f : request.files()) {
-    std::string path = absl::StrCat(cwd, "/", f.path());
-    std::string parent = path.substr(0, path.rfind('/'));
-    if (auto s = MakeDirs(parent); !s.ok()) return s;
-    mode_t mode = f.mode() != 0 ? static_cast<mode_t>(f.mode() & 07777) : 0644;
-    if (auto s = WriteFile(path, f.content(), mode); !s.ok()) return s;
-    ::chmod(path.c_str(), mode);  // WriteFile's mode is masked by the umask
+  if (auto s = WriteWorkingDir(request, cwd); !s.ok()) {
+    RemoveAll(dir).IgnoreError();
+    return s;
   }
 
   rpc::JobInfo job;
@@ -205,7 +219,10 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::SubmitDriver(const rpc::SubmitJobReq
   spawn.stdout_path = dir + "/runner.log";
   spawn.new_session = true;  // not a child of the GCS's fate: a GCS restart leaves it running
   // The record first: the runner's first report must find it.
-  if (auto s = jobs_->Put(job_id, job); !s.ok()) return s;
+  if (auto s = jobs_->Put(job_id, job); !s.ok()) {
+    RemoveAll(dir).IgnoreError();
+    return s;
+  }
   auto pid = Spawn(spawn);
   if (!pid.ok()) {
     Finish(job_id, -1, 0, false,

@@ -135,10 +135,11 @@ void RedisServer::Restart() {
   Start();
 }
 
-GcsProcess::GcsProcess(const RedisServer& redis, Options options)
+GcsProcess::GcsProcess(const RedisServer& redis, Options options, std::string session_dir)
     : redis_port_(redis.port()),
       redis_password_(redis.password()),
       options_(options),
+      session_dir_(std::move(session_dir)),
       port_(FreePort()),
       token_file_(dir_.path() + "/token") {
   WriteFile(token_file_, token_, 0600).IgnoreError();
@@ -164,6 +165,9 @@ void GcsProcess::Start() {
                                    absl::StrCat(options_.node_timeout_ms),
                                    "--restart-grace-ms",
                                    absl::StrCat(options_.restart_grace_ms)};
+  if (!session_dir_.empty()) {
+    argv.insert(argv.end(), {"--session-dir", session_dir_});
+  }
   process_ = ChildProcess(argv, dir_.path() + "/gcs.log");
   bool up = WaitFor(
       [&] {

@@ -78,7 +78,8 @@ class GcsProcess {
     int64_t node_timeout_ms = 3000;
     int64_t restart_grace_ms = 10000;
   };
-  GcsProcess(const RedisServer& redis, Options options);
+  // `session_dir`: its --session-dir, where it runs driver jobs (empty: no driver jobs).
+  GcsProcess(const RedisServer& redis, Options options, std::string session_dir = "");
   GcsProcess(const RedisServer& redis) : GcsProcess(redis, Options()) {}
   std::string address() const;
   const std::string& token() const { return token_; }
@@ -94,6 +95,7 @@ class GcsProcess {
   int redis_port_;
   std::string redis_password_;
   Options options_;
+  std::string session_dir_;
   int port_;
   std::string token_ = "test-token-0123456789";
   std::string token_file_;
