@@ -26,8 +26,13 @@ int StopOrder(const std::string& name) {
 }  // namespace
 
 int RunStop(const StopOptions& options) {
+  auto sessions = AllSessions();
+  if (!sessions.ok()) {
+    std::cerr << "phalanx stop: " << sessions.status().message() << "\n";
+    return 1;
+  }
   std::vector<PidEntry> entries;
-  for (const auto& session : AllSessions()) {
+  for (const auto& session : *sessions) {
     for (auto& e : ReadPidFiles(session)) entries.push_back(std::move(e));
   }
   std::stable_sort(entries.begin(), entries.end(), [](const PidEntry& a, const PidEntry& b) {

@@ -1,28 +1,120 @@
 #include "runtime/common/session.h"
 
+#include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "runtime/common/files.h"
 #include "runtime/common/process.h"
 
 namespace phalanx {
 
+namespace {
+
+// "nobody (uid 65534)", or "uid 1234" for a uid with no name.
+std::string Owner(uid_t uid) {
+  struct passwd entry;
+  struct passwd* found = nullptr;
+  char buf[4096];
+  if (::getpwuid_r(uid, &entry, buf, sizeof(buf), &found) == 0 && found != nullptr) {
+    return absl::StrCat(found->pw_name, " (uid ", uid, ")");
+  }
+  return absl::StrCat("uid ", uid);
+}
+
+// What a refused root's message ends with.
+std::string RootFix(absl::string_view first) {
+  return absl::StrCat(first, ", or set PHALANX_TMPDIR to a directory of your own (e.g. ",
+                      "`export PHALANX_TMPDIR=$HOME/.phalanx`)");
+}
+
+}  // namespace
+
 std::string SessionRoot() {
   const char* root = std::getenv("PHALANX_TMPDIR");
   return root && *root ? root : "/tmp/phalanx";
 }
 
-absl::StatusOr<std::string> CreateSession() {
+absl::Status CheckSessionRoot(const std::string& root) {
+  struct stat link;
+  if (::lstat(root.c_str(), &link) != 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(absl::StrCat("the session root ", root, " does not exist"));
+    }
+    return absl::UnavailableError(
+        absl::StrCat("cannot inspect the session root ", root, ": ", std::strerror(errno)));
+  }
+  uid_t me = ::geteuid();
+  // A link in a shared directory such as /tmp could be pointed elsewhere by its owner later.
+  if (S_ISLNK(link.st_mode) && link.st_uid != me && link.st_uid != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the session root ", root, " is a symlink owned by ", Owner(link.st_uid),
+                     ", not by you (uid ", me, "); ", RootFix("remove it")));
+  }
+  struct stat st;
+  if (::stat(root.c_str(), &st) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the session root ", root, " is a symlink that cannot be followed (",
+                     std::strerror(errno), "); ", RootFix("remove it")));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the session root ", root, " is not a directory; ", RootFix("remove it")));
+  }
+  if (st.st_uid != me) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the session root ", root, " is owned by ", Owner(st.st_uid), ", not by you (uid ", me,
+        "): its owner could replace your sessions or plant its own; ",
+        RootFix(absl::StrCat("remove it (`rm -rf ", root, "` as its owner or root)"))));
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the session root ", root, " is writable by ",
+                     (st.st_mode & S_IWOTH) != 0 ? "everyone" : "its group",
+                     absl::StrFormat(" (mode %04o)", st.st_mode & 07777),
+                     ": others could plant or replace sessions there; ",
+                     RootFix(absl::StrCat("run `chmod go-w ", root, "`"))));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> EnsureSessionRoot() {
   std::string root = SessionRoot();
-  if (auto s = MakeDirs(root); !s.ok()) return s;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  absl::Status checked = CheckSessionRoot(root);
+  if (absl::IsNotFound(checked)) {
+    // Parents as `mkdir -p` makes them; the root itself 0700 (it holds tokens), and not
+    // chmod-ed afterwards: whoever wins a race to create it must pass the check below.
+    std::error_code ec;
+    std::filesystem::path parent = std::filesystem::path(root).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    if (::mkdir(root.c_str(), 0700) != 0 && errno != EEXIST) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot create the session root ", root, ": ", std::strerror(errno),
+                       "; set PHALANX_TMPDIR to a directory you can write"));
+    }
+    checked = CheckSessionRoot(root);
+  }
+  if (!checked.ok()) return checked;
+  return root;
+}
+
+absl::StatusOr<std::string> CreateSession() {
+  auto checked_root = EnsureSessionRoot();
+  if (!checked_root.ok()) return checked_root.status();
+  const std::string& root = *checked_root;
   std::time_t now = std::time(nullptr);
   std::tm tm{};
   localtime_r(&now, &tm);
@@ -44,13 +136,18 @@ absl::StatusOr<std::string> CreateSession() {
 void DiscardSession(const std::string& session) {
   RemoveAll(session).IgnoreError();
   std::string link = SessionRoot() + "/session_latest";
-  std::vector<std::string> sessions = AllSessions();
+  auto sessions = AllSessions();
   ::unlink(link.c_str());
-  if (!sessions.empty()) (void)!::symlink(sessions.back().c_str(), link.c_str());
+  if (sessions.ok() && !sessions->empty()) {
+    (void)!::symlink(sessions->back().c_str(), link.c_str());
+  }
 }
 
 absl::StatusOr<std::string> LatestSession() {
-  std::string link = SessionRoot() + "/session_latest";
+  std::string root = SessionRoot();
+  // A missing root is the "no session" below; a root someone else controls is refused.
+  if (auto s = CheckSessionRoot(root); !s.ok() && !absl::IsNotFound(s)) return s;
+  std::string link = root + "/session_latest";
   char buf[4096];
   ssize_t n = ::readlink(link.c_str(), buf, sizeof(buf) - 1);
   if (n <= 0) {
@@ -61,9 +158,13 @@ absl::StatusOr<std::string> LatestSession() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
-std::vector<std::string> AllSessions() {
+absl::StatusOr<std::vector<std::string>> AllSessions() {
   std::vector<std::string> out;
   std::string root = SessionRoot();
+  if (auto s = CheckSessionRoot(root); !s.ok()) {
+    if (absl::IsNotFound(s)) return out;
+    return s;
+  }
   for (const auto& name : ListDir(root)) {
     if (name.rfind("session_", 0) == 0 && name != "session_latest" &&
         name.find(".") == std::string::npos) {
@@ -132,8 +233,9 @@ absl::StatusOr<ClusterAddress> ResolveCluster(const std::string& address_flag,
   }
   if (out.token.empty()) {
     // A local session of the same cluster holds the token.
-    std::vector<std::string> sessions = AllSessions();
-    for (auto it = sessions.rbegin(); it != sessions.rend(); ++it) {
+    auto sessions = AllSessions();
+    if (!sessions.ok()) return sessions.status();
+    for (auto it = sessions->rbegin(); it != sessions->rend(); ++it) {
       auto address = ReadFile(*it + "/address");
       if (!address.ok() || absl::StripAsciiWhitespace(*address) != out.address) continue;
       auto token = ReadFile(*it + "/token");

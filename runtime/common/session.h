@@ -22,21 +22,36 @@
 
 namespace phalanx {
 
-// The root of all sessions on this machine.
+// The root of all sessions on this machine: $PHALANX_TMPDIR, or /tmp/phalanx. Only a path;
+// everything below that reads or writes the root checks it first (CheckSessionRoot).
 std::string SessionRoot();
 
-// Creates a new session directory (with logs/ and pids/) and points session_latest at it.
+// OK if `root` is a directory that only this user can change: owned by geteuid() and not
+// writable by group or others (sticky bit or not: others could still plant a session there,
+// whose pid files `phalanx stop` would act on). A symlink is followed only if this user or
+// root owns it. NotFound if `root` does not exist; FailedPrecondition naming the directory,
+// its owner or mode, and the fix (remove it, or set PHALANX_TMPDIR) otherwise.
+absl::Status CheckSessionRoot(const std::string& root);
+
+// SessionRoot(), created (mode 0700, missing parents too) if it does not exist, then checked
+// with CheckSessionRoot. Returns the root's path.
+absl::StatusOr<std::string> EnsureSessionRoot();
+
+// Creates a new session directory (with logs/ and pids/) under EnsureSessionRoot() and points
+// session_latest at it.
 absl::StatusOr<std::string> CreateSession();
 
 // Removes a session that failed to start and points session_latest back at the newest
 // remaining session (or removes the link).
 void DiscardSession(const std::string& session);
 
-// The session session_latest points at, or NotFound with a hint to run `phalanx start`.
+// The session session_latest points at, or NotFound with a hint to run `phalanx start`, or
+// CheckSessionRoot's error for a root that is not safe to read.
 absl::StatusOr<std::string> LatestSession();
 
-// Every session directory under the root, oldest first.
-std::vector<std::string> AllSessions();
+// Every session directory under the root, oldest first (none if the root does not exist), or
+// CheckSessionRoot's error.
+absl::StatusOr<std::vector<std::string>> AllSessions();
 
 struct PidEntry {
   std::string name;  // file name without .pid ("gcs", "redis", "node", "worker-…")

@@ -14,6 +14,7 @@
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/node_lease.h"
+#include "runtime/common/session.h"
 #include "runtime/common/system.h"
 #include "runtime/node/worker_pool.h"
 #include "runtime/proto/node.grpc.pb.h"
@@ -66,6 +67,14 @@ class NodeManagerImpl final : public NodeManager {
   ~NodeManagerImpl() override { Shutdown("node manager destroyed"); }
 
   absl::Status Init() {
+    // Worker logs: the session's, or (a node started by hand) a directory of its own under the
+    // session root, which is checked like any session's.
+    std::string log_dir = options_.session_dir + "/logs";
+    if (options_.session_dir.empty()) {
+      auto root = EnsureSessionRoot();
+      if (!root.ok()) return root.status();
+      log_dir = absl::StrCat(*root, "/node-", ShortId(node_id_), "/logs");
+    }
     service_ = std::make_unique<NodeServiceImpl>(this, options_.token);
     auto started = rpc::StartServer(absl::StrCat("0.0.0.0:", options_.port), {service_.get()});
     if (!started.ok()) return started.status();
@@ -95,9 +104,7 @@ class NodeManagerImpl final : public NodeManager {
     pool.gcs_address = options_.gcs_address;
     pool.token = options_.token;
     pool.node_lease_path = lease_path;
-    pool.log_dir = options_.session_dir.empty()
-                       ? absl::StrCat("/tmp/phalanx/node-", ShortId(node_id_), "/logs")
-                       : options_.session_dir + "/logs";
+    pool.log_dir = log_dir;
     pool.node_threshold = options_.memory_usage_threshold;
     pool.memory_enforcement = options_.memory_enforcement;
     pool.sample_period = options_.memory_sample_period;

@@ -193,5 +193,28 @@ TEST_F(CliTest, BadInputGetsOneClearLine) {
   EXPECT_NE(status.output.find("Nodes: 1 alive"), std::string::npos) << status.output;
 }
 
+TEST_F(CliTest, ASessionRootOfAnotherUserIsRefusedByEveryCommandThatUsesIt) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to chown the session root to another user";
+  ASSERT_EQ(::chown(root_.path().c_str(), 65534, 65534), 0);
+  std::vector<std::vector<std::string>> commands = {
+      {"start", "--head", "--port", absl::StrCat(port_), "--node-ip-address", "127.0.0.1"},
+      {"start", "--address", "127.0.0.1:1", "--token", "x"},
+      {"status"},
+      {"job", "list"},
+      {"stop"},
+  };
+  for (const auto& args : commands) {
+    auto run = Phalanx(args);
+    EXPECT_EQ(run.exit_code, 1) << args[0] << ": " << run.output;
+    EXPECT_NE(run.output.find(absl::StrCat("the session root ", root_.path(), " is owned by ")),
+              std::string::npos)
+        << run.output;
+    EXPECT_NE(run.output.find("(uid 65534), not by you"), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("set PHALANX_TMPDIR"), std::string::npos) << run.output;
+  }
+  EXPECT_TRUE(ListDir(root_.path()).empty());  // nothing was started or written there
+  ASSERT_EQ(::chown(root_.path().c_str(), 0, 0), 0);
+}
+
 }  // namespace
 }  // namespace phalanx
