@@ -96,13 +96,13 @@ void GcsActorManager::SetPlacementGroupCheck(
 
 GcsActorManager::~GcsActorManager() = default;
 
-void GcsActorManager::SaveLocked(const rpc::ActorInfo& actor) {
-  actors_.Put(actor.actor_id(), actor);  // durable in order; the caller need not wait
+void GcsActorManager::SaveLocked(const rpc::ActorInfo& actor, Effects* effects) {
   rpc::PubMessage m;
   m.set_channel(rpc::ACTOR);
   m.set_key(actor.actor_id());
   *m.mutable_actor() = actor;
-  publisher_->Publish(std::move(m));
+  effects->writes.push_back(
+      actors_.Put(actor.actor_id(), actor, [this, m = std::move(m)] { publisher_->Publish(m); }));
 }
 
 absl::Status GcsActorManager::Load() {
@@ -143,8 +143,7 @@ absl::Status GcsActorManager::Load() {
     spdlog::info("loaded {} actors ({} waiting for a node)", actors_.size(), pending_.size());
     ScheduleLocked(&effects);
   }
-  Apply(std::move(effects));
-  return absl::OkStatus();
+  return Apply(std::move(effects));
 }
 
 absl::StatusOr<rpc::ActorInfo> GcsActorManager::Create(rpc::ActorInfo spec) {
@@ -159,7 +158,6 @@ absl::StatusOr<rpc::ActorInfo> GcsActorManager::Create(rpc::ActorInfo spec) {
     }
   }
   Effects effects;
-  PendingWrite write;
   {
     absl::MutexLock lock(&mu_);
     if (spec.actor_id().empty()) spec.set_actor_id(NewId());
@@ -189,17 +187,22 @@ absl::StatusOr<rpc::ActorInfo> GcsActorManager::Create(rpc::ActorInfo spec) {
     spec.clear_history();
     if (spec.max_concurrency() == 0) spec.set_max_concurrency(1);
     spec.set_create_time_ms(NowMs());
-    write = actors_.Put(spec.actor_id(), spec);
-    rpc::PubMessage m;
-    m.set_channel(rpc::ACTOR);
-    m.set_key(spec.actor_id());
-    *m.mutable_actor() = spec;
-    publisher_->Publish(std::move(m));
-    pending_.push_back(spec.actor_id());
-    ScheduleLocked(&effects);
+    SaveLocked(spec, &effects);
   }
-  if (auto s = write.Wait(); !s.ok()) return s;
-  Apply(std::move(effects));
+  // Acknowledged means persisted: the actor is scheduled once its record is durable; a record
+  // Redis refused is taken out of memory again.
+  if (auto s = Apply(std::move(effects)); !s.ok()) {
+    absl::MutexLock lock(&mu_);
+    actors_.Erase(spec.actor_id());  // never persisted: nothing to delete, and no one waits
+    return s;
+  }
+  Effects scheduled;
+  {
+    absl::MutexLock lock(&mu_);
+    pending_.push_back(spec.actor_id());
+    ScheduleLocked(&scheduled);
+  }
+  Apply(std::move(scheduled)).IgnoreError();  // the store logged it; the actor exists
   auto stored = Get(spec.actor_id());
   return stored ? *stored : spec;
 }
@@ -219,7 +222,7 @@ void GcsActorManager::ScheduleLocked(Effects* effects) {
       // pending: a node like the lost ones may come back.
       if (actor.pending_reason() != placement.reason) {
         actor.set_pending_reason(placement.reason);
-        SaveLocked(actor);
+        SaveLocked(actor, effects);
       }
       still_pending.push_back(id);
       continue;
@@ -232,7 +235,7 @@ void GcsActorManager::ScheduleLocked(Effects* effects) {
     actor.clear_pending_reason();
     actor.clear_worker_address();
     actor.set_pid(0);
-    SaveLocked(actor);
+    SaveLocked(actor, effects);
     Dispatch d{node ? node->address() : "", {}};
     *d.start.mutable_actor() = actor;
     d.start.set_attempt(actor.num_restarts());
@@ -267,7 +270,7 @@ void GcsActorManager::HandleDeathLocked(rpc::ActorInfo actor, rpc::DeathCause ca
                  rpc::DescribeCause(cause), actor.num_restarts(),
                  actor.max_restarts() == -1 ? std::string("unlimited")
                                             : std::to_string(actor.max_restarts()));
-    SaveLocked(actor);
+    SaveLocked(actor, effects);
     pending_.push_back(actor.actor_id());
     return;
   }
@@ -276,7 +279,7 @@ void GcsActorManager::HandleDeathLocked(rpc::ActorInfo actor, rpc::DeathCause ca
   actor.set_end_time_ms(NowMs());
   actor.clear_worker_address();
   spdlog::info("{} is dead: {}", rpc::DescribeActor(actor), rpc::DescribeCause(cause));
-  SaveLocked(actor);
+  SaveLocked(actor, effects);
 }
 
 absl::Status GcsActorManager::ReportState(const rpc::ReportActorStateRequest& report, bool* stale) {
@@ -300,7 +303,7 @@ absl::Status GcsActorManager::ReportState(const rpc::ReportActorStateRequest& re
       actor.set_worker_address(report.worker_address());
       actor.set_pid(report.pid());
       actor.set_alive_time_ms(NowMs());
-      SaveLocked(actor);
+      SaveLocked(actor, &effects);
     } else if (report.state() == rpc::ACTOR_DEAD) {
       if (!current || !Placed(actor)) return absl::OkStatus();  // an older attempt's news
       HandleDeathLocked(actor, report.cause(), &effects);
@@ -311,8 +314,7 @@ absl::Status GcsActorManager::ReportState(const rpc::ReportActorStateRequest& re
                                                      " cannot be reported; report ALIVE or DEAD"));
     }
   }
-  Apply(std::move(effects));
-  return absl::OkStatus();
+  return Apply(std::move(effects));
 }
 
 absl::Status GcsActorManager::Kill(const std::string& actor_id, bool no_restart) {
@@ -328,7 +330,7 @@ absl::Status GcsActorManager::Kill(const std::string& actor_id, bool no_restart)
     if (actor.state() == rpc::ACTOR_DEAD) return absl::OkStatus();
     if (no_restart) {
       actor.set_kill_no_restart(true);
-      SaveLocked(actor);
+      SaveLocked(actor, &effects);
     }
     rpc::DeathCause cause;
     cause.set_kind(rpc::DeathCause::KILLED_BY_USER);
@@ -345,8 +347,7 @@ absl::Status GcsActorManager::Kill(const std::string& actor_id, bool no_restart)
       if (node) effects.kills.emplace_back(node->address(), kill);
     }
   }
-  Apply(std::move(effects));
-  return absl::OkStatus();
+  return Apply(std::move(effects));
 }
 
 void GcsActorManager::OnNodeRegistered(const rpc::NodeInfo& node) {
@@ -356,7 +357,7 @@ void GcsActorManager::OnNodeRegistered(const rpc::NodeInfo& node) {
     effects.availability_changed.push_back(node.node_id());
     ScheduleLocked(&effects);
   }
-  Apply(std::move(effects));
+  Apply(std::move(effects)).IgnoreError();  // the store logged it
 }
 
 void GcsActorManager::OnNodeDead(const rpc::NodeInfo& node) {
@@ -383,7 +384,7 @@ void GcsActorManager::OnNodeDead(const rpc::NodeInfo& node) {
         effects.availability_changed.end());
     ScheduleLocked(&effects);
   }
-  Apply(std::move(effects));
+  Apply(std::move(effects)).IgnoreError();  // the store logged it
 }
 
 void GcsActorManager::SendStart(Dispatch dispatch) {
@@ -410,7 +411,8 @@ void GcsActorManager::SendStart(Dispatch dispatch) {
       });
 }
 
-void GcsActorManager::Apply(Effects effects) {
+absl::Status GcsActorManager::Apply(Effects effects) {
+  absl::Status persisted = WaitAll(effects.writes);
   for (auto& d : effects.starts) {
     if (d.node_address.empty()) continue;
     SendStart(std::move(d));
@@ -430,6 +432,7 @@ void GcsActorManager::Apply(Effects effects) {
     nodes_->UpdateAvailable(node_id, rpc::ToProto(*available)).IgnoreError();
   }
   if (effects.freed && on_freed_) on_freed_();
+  return persisted;
 }
 
 absl::Status GcsActorManager::RenewLease(const std::string& actor_id, int attempt,
@@ -483,7 +486,7 @@ void GcsActorManager::ExpireLeases() {
       it = next;
     }
   }
-  Apply(std::move(effects));
+  Apply(std::move(effects)).IgnoreError();  // the store logged it
 }
 
 void GcsActorManager::LeasesStalled(absl::Duration how_long) {
@@ -501,7 +504,7 @@ void GcsActorManager::ScheduleNow() {
     absl::MutexLock lock(&mu_);
     ScheduleLocked(&effects);
   }
-  Apply(std::move(effects));
+  Apply(std::move(effects)).IgnoreError();  // the store logged it
 }
 
 void GcsActorManager::KillGroup(const std::string& pg_id, int bundle_index) {
@@ -536,7 +539,7 @@ void GcsActorManager::KillGroup(const std::string& pg_id, int bundle_index) {
       HandleDeathLocked(actor, cause, &effects);
     }
   }
-  Apply(std::move(effects));
+  Apply(std::move(effects)).IgnoreError();  // the store logged it
 }
 
 std::optional<rpc::ActorInfo> GcsActorManager::Get(const std::string& actor_id) const {
@@ -569,17 +572,17 @@ std::vector<rpc::ActorInfo> GcsActorManager::List(const std::string& job_id) con
 }
 
 absl::Status GcsActorManager::Put(const rpc::ActorInfo& actor) {
-  PendingWrite write;
+  Effects effects;
   {
     absl::MutexLock lock(&mu_);
-    write = actors_.Put(actor.actor_id(), actor);
-    rpc::PubMessage m;
-    m.set_channel(rpc::ACTOR);
-    m.set_key(actor.actor_id());
-    *m.mutable_actor() = actor;
-    publisher_->Publish(std::move(m));
+    SaveLocked(actor, &effects);
   }
-  return write.Wait();
+  absl::Status s = WaitAll(effects.writes);
+  if (!s.ok()) {
+    absl::MutexLock lock(&mu_);
+    effects.writes.front().Undo();
+  }
+  return s;
 }
 
 }  // namespace phalanx::gcs

@@ -103,9 +103,11 @@ class GcsActorManager {
     std::vector<std::pair<std::string, rpc::KillActorRequest>> kills;  // address, request
     std::vector<std::string> availability_changed;                     // node ids
     bool freed = false;                                                // resources were given back
+    std::vector<PendingWrite> writes;  // the records changed, in order: persisted before acting
   };
 
-  void SaveLocked(const rpc::ActorInfo& actor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes `actor`'s record; it is published once persisted, and Apply waits for it.
+  void SaveLocked(const rpc::ActorInfo& actor, Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places as many pending actors as fit, in FIFO order.
   void ScheduleLocked(Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker of `actor`'s current attempt is gone with `cause`: restart or bury it.
@@ -113,8 +115,11 @@ class GcsActorManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLocked(const rpc::ActorInfo& actor, Effects* effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends starts/kills and publishes node availability, outside the lock.
-  void Apply(Effects effects);
+  // Outside the lock: waits until the changed records are persisted, then sends starts and
+  // kills and publishes node availability. Returns the first write's error: the transition
+  // is carried out anyway (the process it describes started or died already) and its record
+  // is written again with its next change.
+  absl::Status Apply(Effects effects);
   void SendStart(Dispatch dispatch);
 
   GcsPublisher* const publisher_;

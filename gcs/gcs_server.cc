@@ -498,12 +498,17 @@ class GcsServerImpl final : public GcsServer {
 
   void Wait() override { stopped_.WaitForNotification(); }
 
+  int64_t UnpersistedWrites() override { return store_->FailedWrites() + store_->QueuedWrites(); }
+
   void Shutdown() override {
     if (shutdown_started_.exchange(true)) {
       stopped_.WaitForNotification();
       return;
     }
     if (service_) service_->Stop();
+    // Queued writes get until the store's shutdown_timeout; then they fail, so that handlers
+    // waiting on them return and the server can stop (a Redis that is gone cannot hold it).
+    store_->Close(options_.redis.shutdown_timeout);
     publisher_.Shutdown();
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     if (health_thread_.joinable()) health_thread_.join();

@@ -29,6 +29,8 @@ struct GcsServerOptions {
   // The job kinds this GCS launches besides drivers (gcs/job_kind.h); the program that runs
   // the GCS picks them (gcs_server_main.cc: elastic training).
   std::vector<std::shared_ptr<const JobKind>> job_kinds;
+  // SIGTERM's bound: phalanx-gcs exits this long after it, whatever Redis does.
+  absl::Duration shutdown_timeout = absl::Seconds(5);
 };
 
 class GcsServer {
@@ -46,8 +48,11 @@ class GcsServer {
   virtual const std::string& incarnation() const = 0;
   // Blocks until Shutdown() is called.
   virtual void Wait() = 0;
-  // Ends every subscription and stops serving; idempotent.
+  // Ends every subscription and stops serving; idempotent. Writes not yet in Redis get
+  // options.redis.shutdown_timeout, then fail (UnpersistedWrites counts them).
   virtual void Shutdown() = 0;
+  // Writes Redis refused or never got (failed, or still queued).
+  virtual int64_t UnpersistedWrites() = 0;
 
  protected:
   GcsServer() = default;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
@@ -34,6 +35,11 @@ int main(int argc, char** argv) {
   app.add_option("--restart-grace-ms", restart_grace_ms,
                  "after a restart, how long live nodes have to heartbeat again");
   app.add_option("--log-file", log_file, "log here instead of stderr");
+  double shutdown_timeout_s = 5;
+  app.add_option("--shutdown-timeout-s", shutdown_timeout_s,
+                 "after SIGTERM, exit within this long even if Redis is gone (writes still "
+                 "queued then are not persisted, and counted in the log)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--session-dir", options.session_dir,
                  "the head's session dir: jobs keep their working dirs and logs there");
   double max_working_dir_mb = 100;
@@ -71,6 +77,9 @@ int main(int argc, char** argv) {
   options.node_timeout = absl::Milliseconds(node_timeout_ms);
   options.max_working_dir_bytes = static_cast<int64_t>(max_working_dir_mb * (1 << 20));
   options.restart_grace = absl::Milliseconds(restart_grace_ms);
+  options.shutdown_timeout = absl::Seconds(shutdown_timeout_s);
+  // Queued writes get most of the bound; the rest is for stopping the server.
+  options.redis.shutdown_timeout = options.shutdown_timeout * 0.8;
 
   // The job kinds this cluster runs besides drivers: elastic training.
   options.job_kinds.push_back(std::make_shared<phalanx::elastic::ElasticJobKind>());
@@ -86,7 +95,24 @@ int main(int argc, char** argv) {
     if (!written.ok()) spdlog::warn("cannot record the GCS's pid: {}", written.message());
   }
   int sig = phalanx::WaitForTerminationSignal();
-  spdlog::info("signal {}: shutting down", sig);
+  spdlog::info("signal {}: shutting down (at most {})", sig,
+               absl::FormatDuration(options.shutdown_timeout));
+  // The bound holds even when a Redis call blocks past it (a stopped Redis answers nothing):
+  // a watchdog ends the process, saying what was not persisted.
+  phalanx::gcs::GcsServer* gcs = server->get();
+  std::thread([gcs, bound = options.shutdown_timeout] {
+    absl::SleepFor(bound);
+    spdlog::error("shutdown still not done after {}: exiting; {} writes were not persisted",
+                  absl::FormatDuration(bound), gcs->UnpersistedWrites());
+    spdlog::shutdown();
+    std::_Exit(1);
+  }).detach();
   (*server)->Shutdown();
+  if (int64_t lost = (*server)->UnpersistedWrites(); lost > 0) {
+    spdlog::warn("shut down; {} writes were not persisted", lost);
+  } else {
+    spdlog::info("shut down; every write was persisted");
+  }
+  server->reset();
   return 0;
 }

@@ -60,12 +60,12 @@ Table<rpc::KvEntry>& GcsKvManager::TableLocked(const std::string& ns) {
   return *slot;
 }
 
-void GcsKvManager::PublishLocked(const rpc::KvEntry& entry) {
+std::function<void()> GcsKvManager::Publication(const rpc::KvEntry& entry) {
   rpc::PubMessage m;
   m.set_channel(rpc::KV);
   m.set_key(absl::StrCat(entry.namespace_(), "/", entry.key()));
   *m.mutable_kv() = entry;
-  publisher_->Publish(std::move(m));
+  return [this, m = std::move(m)] { publisher_->Publish(m); };
 }
 
 absl::StatusOr<bool> GcsKvManager::Put(const std::string& ns, const std::string& key,
@@ -82,10 +82,13 @@ absl::StatusOr<bool> GcsKvManager::Put(const std::string& ns, const std::string&
     entry.set_namespace_(ns);
     entry.set_key(key);
     entry.set_value(std::move(value));
-    write = table.Put(key, entry);
-    PublishLocked(entry);
+    write = table.Put(key, entry, Publication(entry));
   }
-  if (auto s = write.Wait(); !s.ok()) return s;
+  if (auto s = write.Wait(); !s.ok()) {
+    absl::MutexLock lock(&mu_);
+    write.Undo();
+    return s;
+  }
   return added;
 }
 
@@ -116,16 +119,19 @@ absl::StatusOr<int> GcsKvManager::Delete(const std::string& ns, const std::strin
       doomed.push_back(key);
     }
     for (const auto& k : doomed) {
-      writes.push_back(t->second->Erase(k));
       rpc::KvEntry gone;
       gone.set_namespace_(ns);
       gone.set_key(k);
       gone.set_deleted(true);
-      PublishLocked(gone);
+      writes.push_back(t->second->Erase(k, Publication(gone)));
     }
   }
-  for (const auto& w : writes) {
-    if (auto s = w.Wait(); !s.ok()) return s;
+  if (auto s = WaitAll(writes); !s.ok()) {
+    absl::MutexLock lock(&mu_);
+    for (const auto& w : writes) {
+      if (!w.Wait().ok()) w.Undo();  // the deletions the store refused
+    }
+    return s;
   }
   return static_cast<int>(writes.size());
 }

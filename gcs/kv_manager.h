@@ -2,6 +2,7 @@
 // table per namespace ("kv:<namespace>", a Redis hash). Thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,7 +34,8 @@ class GcsKvManager {
 
  private:
   Table<rpc::KvEntry>& TableLocked(const std::string& ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PublishLocked(const rpc::KvEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Publishes the change `entry` describes; run once the store has it.
+  std::function<void()> Publication(const rpc::KvEntry& entry);
 
   Store* const store_;
   GcsPublisher* const publisher_;

@@ -56,25 +56,23 @@ absl::Status GcsNodeManager::Load() {
   return absl::OkStatus();
 }
 
-void GcsNodeManager::PublishNodeLocked(const rpc::NodeInfo& node) {
-  rpc::PubMessage m;
-  m.set_channel(rpc::NODE);
-  m.set_key(node.node_id());
-  *m.mutable_node() = node;
-  publisher_->Publish(std::move(m));
-}
-
-void GcsNodeManager::PublishResourceLocked(rpc::ResourceEvent::Kind kind,
-                                           const rpc::NodeInfo& node) {
-  rpc::PubMessage m;
-  m.set_channel(rpc::RESOURCES);
-  m.set_key(node.node_id());
-  auto* event = m.mutable_resource();
+PendingWrite GcsNodeManager::SaveLocked(const rpc::NodeInfo& node, rpc::ResourceEvent::Kind kind) {
+  rpc::PubMessage changed;
+  changed.set_channel(rpc::NODE);
+  changed.set_key(node.node_id());
+  *changed.mutable_node() = node;
+  rpc::PubMessage resources;
+  resources.set_channel(rpc::RESOURCES);
+  resources.set_key(node.node_id());
+  auto* event = resources.mutable_resource();
   event->set_kind(kind);
   event->set_node_id(node.node_id());
   *event->mutable_total() = node.total();
   *event->mutable_available() = node.available();
-  publisher_->Publish(std::move(m));
+  return nodes_.Put(node.node_id(), node, [this, changed, resources] {
+    publisher_->Publish(changed);
+    publisher_->Publish(resources);
+  });
 }
 
 absl::Status GcsNodeManager::Register(rpc::NodeInfo node) {
@@ -100,13 +98,15 @@ absl::Status GcsNodeManager::Register(rpc::NodeInfo node) {
       node.set_start_time_ms(NowMs());
     }
     if (!node.has_available()) *node.mutable_available() = node.total();
-    write = nodes_.Put(node.node_id(), node);
+    write = SaveLocked(
+        node, first_time ? rpc::ResourceEvent::NODE_ADDED : rpc::ResourceEvent::RESOURCES_CHANGED);
     deadline_[node.node_id()] = absl::Now() + options_.node_timeout;
-    PublishNodeLocked(node);
-    PublishResourceLocked(
-        first_time ? rpc::ResourceEvent::NODE_ADDED : rpc::ResourceEvent::RESOURCES_CHANGED, node);
   }
-  if (auto s = write.Wait(); !s.ok()) return s;
+  if (auto s = write.Wait(); !s.ok()) {
+    absl::MutexLock lock(&mu_);
+    write.Undo();
+    return s;
+  }
   spdlog::info("node {} {} at {} with {}", ShortId(node.node_id()),
                first_time ? "registered" : "re-registered", node.address(),
                node.total().DebugString());
@@ -140,12 +140,15 @@ absl::Status GcsNodeManager::Heartbeat(const rpc::HeartbeatRequest& request, boo
                                        request.available(), node->available())) {
       rpc::NodeInfo updated = *node;
       *updated.mutable_available() = request.available();
-      write = nodes_.Put(updated.node_id(), updated);
-      PublishNodeLocked(updated);
-      PublishResourceLocked(rpc::ResourceEvent::RESOURCES_CHANGED, updated);
+      write = SaveLocked(updated, rpc::ResourceEvent::RESOURCES_CHANGED);
     }
   }
-  return write.Wait();
+  absl::Status s = write.Wait();
+  if (!s.ok()) {
+    absl::MutexLock lock(&mu_);
+    write.Undo();
+  }
+  return s;
 }
 
 absl::Status GcsNodeManager::UpdateAvailable(const std::string& node_id,
@@ -162,9 +165,7 @@ absl::Status GcsNodeManager::UpdateAvailable(const std::string& node_id,
     }
     rpc::NodeInfo updated = *node;
     *updated.mutable_available() = available;
-    write = nodes_.Put(node_id, updated);
-    PublishNodeLocked(updated);
-    PublishResourceLocked(rpc::ResourceEvent::RESOURCES_CHANGED, updated);
+    write = SaveLocked(updated, rpc::ResourceEvent::RESOURCES_CHANGED);
   }
   // Availability is derived from the actor and placement-group tables (a restarted GCS
   // recomputes it), so nobody waits for this write.
@@ -181,9 +182,7 @@ PendingWrite GcsNodeManager::MarkDeadLocked(const std::string& node_id, const st
   updated.set_end_time_ms(NowMs());
   updated.clear_available();
   deadline_.erase(node_id);
-  PendingWrite write = nodes_.Put(node_id, updated);
-  PublishNodeLocked(updated);
-  PublishResourceLocked(rpc::ResourceEvent::NODE_REMOVED, updated);
+  PendingWrite write = SaveLocked(updated, rpc::ResourceEvent::NODE_REMOVED);
   *dead = updated;
   return write;
 }

@@ -63,8 +63,9 @@ class GcsNodeManager {
   absl::Status UpdateAvailable(const std::string& node_id, const rpc::ResourceSet& available);
 
  private:
-  void PublishNodeLocked(const rpc::NodeInfo& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PublishResourceLocked(rpc::ResourceEvent::Kind kind, const rpc::NodeInfo& node)
+  // Writes `node`'s record; once persisted, it is published on the NODE channel and as a
+  // `kind` event on the RESOURCES channel.
+  PendingWrite SaveLocked(const rpc::NodeInfo& node, rpc::ResourceEvent::Kind kind)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PendingWrite MarkDeadLocked(const std::string& node_id, const std::string& reason,
                               rpc::NodeInfo* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -59,12 +59,17 @@ GcsPlacementGroupManager::GcsPlacementGroupManager(Store* store, GcsPublisher* p
 }
 
 void GcsPlacementGroupManager::SaveLocked(const rpc::PlacementGroupInfo& pg) {
-  groups_.Put(pg.placement_group_id(), pg);
   rpc::PubMessage m;
   m.set_channel(rpc::PLACEMENT_GROUP);
   m.set_key(pg.placement_group_id());
   *m.mutable_placement_group() = pg;
-  publisher_->Publish(std::move(m));
+  last_write_[pg.placement_group_id()] = groups_.Put(
+      pg.placement_group_id(), pg, [this, m = std::move(m)] { publisher_->Publish(m); });
+}
+
+PendingWrite GcsPlacementGroupManager::LastWriteLocked(const std::string& pg_id) const {
+  auto it = last_write_.find(pg_id);
+  return it == last_write_.end() ? PendingWrite() : it->second;
 }
 
 std::string GcsPlacementGroupManager::AddressOf(const std::string& node_id) const {
@@ -144,16 +149,21 @@ absl::StatusOr<rpc::PlacementGroupInfo> GcsPlacementGroupManager::Create(
     spec.set_state(rpc::PG_PENDING);
     spec.set_create_time_ms(NowMs());
     for (auto& b : *spec.mutable_bundles()) b.clear_node_id();
-    write = groups_.Put(spec.placement_group_id(), spec);
-    rpc::PubMessage m;
-    m.set_channel(rpc::PLACEMENT_GROUP);
-    m.set_key(spec.placement_group_id());
-    *m.mutable_placement_group() = spec;
-    publisher_->Publish(std::move(m));
+    SaveLocked(spec);
+    write = LastWriteLocked(spec.placement_group_id());
+  }
+  // Acknowledged means persisted: the group is scheduled once its record is durable; a record
+  // Redis refused is taken out of memory again.
+  if (auto s = write.Wait(); !s.ok()) {
+    absl::MutexLock lock(&mu_);
+    write.Undo();
+    return s;
+  }
+  {
+    absl::MutexLock lock(&mu_);
     queue_.push_back(spec.placement_group_id());
     ScheduleLocked(&starts);
   }
-  if (auto s = write.Wait(); !s.ok()) return s;
   Run(std::move(starts));
   auto stored = Get(spec.placement_group_id());
   return stored ? *stored : spec;
@@ -368,6 +378,7 @@ void GcsPlacementGroupManager::FinishCommit(const std::string& pg_id, int64_t ro
 
 absl::Status GcsPlacementGroupManager::Remove(const std::string& pg_id) {
   std::vector<std::pair<std::string, int>> placed;
+  PendingWrite write;
   {
     absl::MutexLock lock(&mu_);
     const rpc::PlacementGroupInfo* found = groups_.Find(pg_id);
@@ -382,8 +393,12 @@ absl::Status GcsPlacementGroupManager::Remove(const std::string& pg_id) {
     pg.set_state(rpc::PG_REMOVED);
     pg.clear_pending_reason();
     SaveLocked(pg);
+    write = LastWriteLocked(pg_id);
     queue_.erase(std::remove(queue_.begin(), queue_.end(), pg_id), queue_.end());
   }
+  // Removed is final: the group's actors and bundles go whatever the store said, and its
+  // error (logged by the store) is returned.
+  absl::Status persisted = write.Wait();
   actors_->KillGroup(pg_id);
   scheduler_->ReleaseBundles(pg_id);
   for (const auto& [node_id, index] : placed) {
@@ -400,7 +415,7 @@ absl::Status GcsPlacementGroupManager::Remove(const std::string& pg_id) {
   spdlog::info("placement group {} removed", ShortId(pg_id));
   actors_->ScheduleNow();
   ScheduleNow();
-  return absl::OkStatus();
+  return persisted;
 }
 
 absl::StatusOr<const rpc::PlacementGroupInfo*> GcsPlacementGroupManager::FindBundleLocked(
@@ -423,6 +438,7 @@ absl::StatusOr<const rpc::PlacementGroupInfo*> GcsPlacementGroupManager::FindBun
 
 absl::Status GcsPlacementGroupManager::ReleaseBundle(const std::string& pg_id, int index) {
   std::string node_id;
+  PendingWrite write;
   {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<const rpc::PlacementGroupInfo*> found =
@@ -445,7 +461,9 @@ absl::Status GcsPlacementGroupManager::ReleaseBundle(const std::string& pg_id, i
     });
     if (all_placed && pg.state() == rpc::PG_RESCHEDULING) pg.set_state(rpc::PG_CREATED);
     SaveLocked(pg);
+    write = LastWriteLocked(pg_id);
   }
+  absl::Status persisted = write.Wait();  // released for good, as with Remove
   actors_->KillGroup(pg_id, index);
   if (!node_id.empty()) {
     scheduler_->ReleaseBundles(pg_id, {index});
@@ -462,7 +480,7 @@ absl::Status GcsPlacementGroupManager::ReleaseBundle(const std::string& pg_id, i
   spdlog::info("placement group {}: bundle {} released", ShortId(pg_id), index);
   actors_->ScheduleNow();
   ScheduleNow();
-  return absl::OkStatus();
+  return persisted;
 }
 
 std::optional<rpc::PlacementGroupInfo> GcsPlacementGroupManager::Get(
@@ -495,15 +513,23 @@ std::vector<rpc::PlacementGroupInfo> GcsPlacementGroupManager::List() const {
 
 absl::StatusOr<rpc::PlacementGroupInfo> GcsPlacementGroupManager::WaitReady(
     const std::string& pg_id, absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  auto settled = [this, &pg_id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> bool {
+  rpc::PlacementGroupInfo out;
+  PendingWrite write;
+  {
+    absl::MutexLock lock(&mu_);
+    auto settled = [this, &pg_id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> bool {
+      const rpc::PlacementGroupInfo* pg = groups_.Find(pg_id);
+      return pg == nullptr || pg->state() == rpc::PG_CREATED || pg->state() == rpc::PG_REMOVED;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&settled), timeout);
     const rpc::PlacementGroupInfo* pg = groups_.Find(pg_id);
-    return pg == nullptr || pg->state() == rpc::PG_CREATED || pg->state() == rpc::PG_REMOVED;
-  };
-  mu_.AwaitWithTimeout(absl::Condition(&settled), timeout);
-  const rpc::PlacementGroupInfo* pg = groups_.Find(pg_id);
-  if (pg == nullptr) return absl::NotFoundError(absl::StrCat("no placement group ", pg_id));
-  return *pg;
+    if (pg == nullptr) return absl::NotFoundError(absl::StrCat("no placement group ", pg_id));
+    out = *pg;
+    write = LastWriteLocked(pg_id);
+  }
+  // Ready means persisted: the caller hears CREATED only once the store has it.
+  if (auto s = write.Wait(); !s.ok()) return s;
+  return out;
 }
 
 absl::Status GcsPlacementGroupManager::CheckActorBundle(const std::string& pg_id, int bundle_index,

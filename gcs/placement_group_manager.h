@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -66,7 +67,10 @@ class GcsPlacementGroupManager {
   void ScheduleNow();
 
  private:
+  // Writes `pg`'s record; it is published once persisted.
   void SaveLocked(const rpc::PlacementGroupInfo& pg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The last write of group `pg_id`'s record, to wait for outside the lock (OK when none).
+  PendingWrite LastWriteLocked(const std::string& pg_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked(std::vector<std::pair<rpc::PlacementGroupInfo, std::vector<int>>>* starts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs the two-phase commit of `indices` of `pg` (already reserved in the scheduler).
@@ -92,6 +96,7 @@ class GcsPlacementGroupManager {
 
   mutable absl::Mutex mu_;
   Table<rpc::PlacementGroupInfo> groups_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, PendingWrite> last_write_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);  // waiting to be placed, FIFO
   // Groups whose two-phase commit is in flight → its round number (stale replies lose).
   std::map<std::string, int64_t> committing_ ABSL_GUARDED_BY(mu_);

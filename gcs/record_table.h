@@ -1,6 +1,7 @@
 // RecordTable<Message>: a thread-safe, published table of records keyed by id: every change
-// is written through to the store and published on one channel, and a subscriber that must
-// resync gets a snapshot of it. The actor, job and placement-group managers keep their
+// is written through to the store and, once the store has it, published on one channel; a
+// subscriber that must resync gets a snapshot of it. A change the store refused is undone in
+// memory and its error returned. The actor, job and placement-group managers keep their
 // records in one.
 #pragma once
 
@@ -45,7 +46,7 @@ class RecordTable {
       absl::MutexLock lock(&mu_);
       write = PutLocked(key, record);
     }
-    return write.Wait();
+    return Finish(write);
   }
 
   // Runs `mutate` on the record under `key` (nullptr when absent) while holding the lock;
@@ -60,7 +61,7 @@ class RecordTable {
       if (!mutate(&record, existing != nullptr)) return absl::OkStatus();
       write = PutLocked(key, record);
     }
-    return write.Wait();
+    return Finish(write);
   }
 
   absl::Status Erase(const std::string& key) {
@@ -69,7 +70,7 @@ class RecordTable {
       absl::MutexLock lock(&mu_);
       write = table_.Erase(key);
     }
-    return write.Wait();
+    return Finish(write);
   }
 
   std::optional<Message> Get(const std::string& key) const {
@@ -100,9 +101,17 @@ class RecordTable {
 
   PendingWrite PutLocked(const std::string& key, const Message& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    PendingWrite write = table_.Put(key, record);
-    publisher_->Publish(MessageFor(key, record));
-    return write;
+    return table_.Put(key, record, [this, m = MessageFor(key, record)] { publisher_->Publish(m); });
+  }
+
+  // Waits for `write`; a failed one is undone in memory.
+  absl::Status Finish(const PendingWrite& write) {
+    absl::Status s = write.Wait();
+    if (!s.ok()) {
+      absl::MutexLock lock(&mu_);
+      write.Undo();
+    }
+    return s;
   }
 
   GcsPublisher* const publisher_;

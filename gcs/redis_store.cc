@@ -3,6 +3,8 @@
 // of writes is kept.
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <thread>
@@ -74,11 +76,18 @@ class RedisStore : public Store {
   }
 
   ~RedisStore() override {
-    {
-      absl::MutexLock lock(&queue_mu_);
-      stopping_ = true;
-    }
+    Close(options_.shutdown_timeout);
     writer_thread_.join();
+    if (int64_t lost = failed_writes_.load(); lost > 0) {
+      spdlog::warn("Redis store closed: {} writes were not persisted since the GCS started", lost);
+    }
+  }
+
+  void Close(absl::Duration timeout) override {
+    absl::MutexLock lock(&queue_mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    close_deadline_ = absl::Now() + timeout;
   }
 
   void Put(const std::string& table, const std::string& key, std::string value,
@@ -88,6 +97,12 @@ class RedisStore : public Store {
 
   void Delete(const std::string& table, const std::string& key, Done done) override {
     Enqueue(Op{false, prefix_ + table, key, "", std::move(done)});
+  }
+
+  int64_t FailedWrites() const override { return failed_writes_.load(); }
+  int64_t QueuedWrites() override {
+    absl::MutexLock lock(&queue_mu_);
+    return static_cast<int64_t>(queue_.size());
   }
 
   absl::StatusOr<std::optional<std::string>> Get(const std::string& table,
@@ -198,7 +213,17 @@ class RedisStore : public Store {
       }
       Reply reply(static_cast<redisReply*>(raw));
       if (reply->type == REDIS_REPLY_ERROR) {
-        results.push_back(absl::InternalError(absl::StrCat("Redis: ", reply->str)));
+        // MISCONF (a failed save), OOM (maxmemory), READONLY (a replica), NOREPLICAS...: the
+        // write did not happen. Its caller gets the error; the log names what was lost.
+        const Op& op = batch[i];
+        std::string table = op.hash.substr(std::min(prefix_.size(), op.hash.size()));
+        spdlog::error("Redis refused {} of {}/{}: {}", op.put ? "HSET" : "HDEL", table, op.key,
+                      reply->str);
+        failed_writes_.fetch_add(1, std::memory_order_relaxed);
+        // Not Unavailable: retrying cannot help until Redis is fixed (disk, memory, replicas).
+        results.push_back(absl::FailedPreconditionError(
+            absl::StrCat("Redis at ", options_.host, ":", options_.port, " refused the write of ",
+                         table, "/", op.key, ": ", reply->str)));
       } else {
         results.push_back(absl::OkStatus());
       }
@@ -226,6 +251,18 @@ class RedisStore : public Store {
         }
       }
       std::vector<absl::Status> results;
+      if (PastCloseDeadline()) {
+        // Shutting down, and the writes' time is up: no more attempts (a connect or a command
+        // to a Redis that stopped answering could take its own timeout each).
+        failed_writes_.fetch_add(static_cast<int64_t>(batch.size()), std::memory_order_relaxed);
+        for (Op& op : batch) {
+          if (op.done) {
+            op.done(absl::UnavailableError(
+                "not persisted: the GCS shut down before Redis took the write"));
+          }
+        }
+        continue;
+      }
       absl::Time give_up = absl::Now() + options_.write_retry_timeout;
       absl::Duration backoff = absl::Milliseconds(50);
       while (true) {
@@ -247,8 +284,13 @@ class RedisStore : public Store {
           failure = sent.status();
           writer.reset();
         }
-        if (absl::Now() >= give_up) {
-          spdlog::error("giving up on {} writes: {}", batch.size(), failure.ToString());
+        bool closing = PastCloseDeadline();
+        if (absl::Now() >= give_up || closing) {
+          spdlog::error(
+              "giving up on {} writes (first: {}): {}", batch.size(),
+              batch.front().hash.substr(std::min(prefix_.size(), batch.front().hash.size())),
+              failure.ToString());
+          failed_writes_.fetch_add(static_cast<int64_t>(batch.size()), std::memory_order_relaxed);
           results.assign(batch.size(), failure);
           break;
         }
@@ -262,8 +304,15 @@ class RedisStore : public Store {
     }
   }
 
+  // The GCS is shutting down and the writes' time is up: the rest fail at once.
+  bool PastCloseDeadline() {
+    absl::MutexLock lock(&queue_mu_);
+    return stopping_ && absl::Now() >= close_deadline_;
+  }
+
   const RedisOptions options_;
   const std::string prefix_;
+  std::atomic<int64_t> failed_writes_{0};
 
   absl::Mutex reader_mu_;
   Context reader_ ABSL_GUARDED_BY(reader_mu_);
@@ -271,6 +320,7 @@ class RedisStore : public Store {
   absl::Mutex queue_mu_;
   std::deque<Op> queue_ ABSL_GUARDED_BY(queue_mu_);
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  absl::Time close_deadline_ ABSL_GUARDED_BY(queue_mu_) = absl::InfiniteFuture();
   std::thread writer_thread_;
 };
 

@@ -37,6 +37,16 @@ class Store {
   // Names of the non-empty tables whose name starts with `prefix`.
   virtual absl::StatusOr<std::vector<std::string>> ListTables(const std::string& prefix) = 0;
 
+  // Writes the store refused or gave up on since it started (each one was logged with its
+  // table and key, and its caller got the error).
+  virtual int64_t FailedWrites() const { return 0; }
+  // Writes issued and not yet sent to the store.
+  virtual int64_t QueuedWrites() { return 0; }
+
+  // Stops taking new work once the queued writes are done or `timeout` passed; writes still
+  // queued then fail at once (counted in FailedWrites). The GCS's shutdown bound.
+  virtual void Close(absl::Duration /*timeout*/) {}
+
   // Blocking forms of Put and Delete.
   absl::Status PutSync(const std::string& table, const std::string& key, std::string value);
   absl::Status DeleteSync(const std::string& table, const std::string& key);
@@ -56,6 +66,8 @@ struct RedisOptions {
   absl::Duration startup_timeout = absl::Seconds(10);
   // How long a write keeps retrying while Redis is unreachable before it fails.
   absl::Duration write_retry_timeout = absl::Seconds(60);
+  // At shutdown: how long queued writes still have to reach Redis before they fail.
+  absl::Duration shutdown_timeout = absl::Seconds(4);
 };
 
 // Connects to Redis (checks AUTH and PING) and returns a store, or an error that says what

@@ -1,12 +1,20 @@
 // Table<Message>: a write-through cache of one GCS table. Every entry lives in memory; every
 // change is written to the Store in the order made. Not thread-safe: the owning manager
 // holds its lock around every call, and waits for durability (PendingWrite::Wait) after
-// releasing it.
+// releasing it, before it replies or acts on the change.
+//
+// Acknowledged means persisted: a change's `on_persisted` (its publication) runs only once the
+// store has it, and a write that failed can be undone (PendingWrite::Undo), leaving memory as
+// it was unless a later write changed the key since.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -19,13 +27,29 @@ namespace phalanx::gcs {
 class PendingWrite {
  public:
   PendingWrite() = default;
-  explicit PendingWrite(std::shared_future<absl::Status> f) : future_(std::move(f)) {}
+  PendingWrite(std::shared_future<absl::Status> f, std::function<void()> undo)
+      : future_(std::move(f)), undo_(std::move(undo)) {}
   // Blocks until the write is durable; returns its status. A default PendingWrite is OK.
   absl::Status Wait() const { return future_.valid() ? future_.get() : absl::OkStatus(); }
+  // After Wait() failed, with the table's owner's lock held: puts the entry back as it was
+  // before this write, unless a later write changed it since.
+  void Undo() const {
+    if (undo_) undo_();
+  }
 
  private:
   std::shared_future<absl::Status> future_;
+  std::function<void()> undo_;
 };
+
+// Waits for every write in `writes`; returns the first failure (all are waited for).
+inline absl::Status WaitAll(const std::vector<PendingWrite>& writes) {
+  absl::Status first;
+  for (const auto& w : writes) {
+    if (auto s = w.Wait(); !s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
 
 template <typename Message>
 class Table {
@@ -53,17 +77,20 @@ class Table {
     return it == entries_.end() ? nullptr : &it->second;
   }
 
-  PendingWrite Put(const std::string& key, const Message& value) {
+  // Changes the entry in memory and writes it; `on_persisted` runs (on the store's thread, in
+  // the order of writes) once the store has it, before Wait() returns.
+  PendingWrite Put(const std::string& key, const Message& value,
+                   std::function<void()> on_persisted = nullptr) {
+    PendingWrite write =
+        Write(key, value.SerializeAsString(), /*put=*/true, std::move(on_persisted));
     entries_[key] = value;
-    return Write(key, value.SerializeAsString());
+    return write;
   }
 
-  PendingWrite Erase(const std::string& key) {
+  PendingWrite Erase(const std::string& key, std::function<void()> on_persisted = nullptr) {
+    PendingWrite write = Write(key, "", /*put=*/false, std::move(on_persisted));
     entries_.erase(key);
-    auto promise = std::make_shared<std::promise<absl::Status>>();
-    PendingWrite pending(promise->get_future().share());
-    store_->Delete(name_, key, [promise](absl::Status s) { promise->set_value(s); });
-    return pending;
+    return write;
   }
 
   const absl::flat_hash_map<std::string, Message>& entries() const { return entries_; }
@@ -71,16 +98,38 @@ class Table {
   const std::string& name() const { return name_; }
 
  private:
-  PendingWrite Write(const std::string& key, std::string bytes) {
+  // Issues the write, and returns it with an undo that restores the entry as it is now.
+  PendingWrite Write(const std::string& key, std::string bytes, bool put,
+                     std::function<void()> on_persisted) {
+    uint64_t version = ++versions_[key];
+    std::optional<Message> before;
+    if (auto it = entries_.find(key); it != entries_.end()) before = it->second;
     auto promise = std::make_shared<std::promise<absl::Status>>();
-    PendingWrite pending(promise->get_future().share());
-    store_->Put(name_, key, std::move(bytes), [promise](absl::Status s) { promise->set_value(s); });
+    PendingWrite pending(promise->get_future().share(), [this, key, version, before] {
+      auto v = versions_.find(key);
+      if (v == versions_.end() || v->second != version) return;  // changed again since
+      if (before) {
+        entries_[key] = *before;
+      } else {
+        entries_.erase(key);
+      }
+    });
+    Store::Done done = [promise, on_persisted = std::move(on_persisted)](absl::Status s) {
+      if (s.ok() && on_persisted) on_persisted();
+      promise->set_value(s);
+    };
+    if (put) {
+      store_->Put(name_, key, std::move(bytes), std::move(done));
+    } else {
+      store_->Delete(name_, key, std::move(done));
+    }
     return pending;
   }
 
   Store* store_;
   std::string name_;
   absl::flat_hash_map<std::string, Message> entries_;
+  absl::flat_hash_map<std::string, uint64_t> versions_;  // writes issued per key
 };
 
 }  // namespace phalanx::gcs

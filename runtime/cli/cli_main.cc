@@ -26,6 +26,12 @@ int main(int argc, char** argv) {
   start_cmd->add_option("--redis-password", start.redis_password,
                         "head: password of --redis-address");
   start_cmd->add_option("--redis-port", start.redis_port, "head: port of the embedded Redis");
+  start_cmd
+      ->add_option("--redis-fsync", start.redis_fsync,
+                   "head: when the embedded Redis syncs its log to disk: everysec (an "
+                   "acknowledged write can be lost to a machine crash within ~1 s) or always "
+                   "(never lost; each write waits for the disk)")
+      ->capture_default_str();
   start_cmd->add_option("--node-ip-address", start.node_ip,
                         "the address other machines reach this one at");
   start_cmd

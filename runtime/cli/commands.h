@@ -19,6 +19,9 @@ struct StartOptions {
   std::string redis_address;  // head: an external Redis instead of the embedded one
   std::string redis_password;
   int redis_port = 0;  // head, embedded Redis: 0 picks a free port
+  // Head, embedded Redis: its appendfsync. "everysec" (default): a write the GCS acknowledged
+  // is on disk within a second; "always": before the GCS acknowledges it (slower writes).
+  std::string redis_fsync = "everysec";
   std::string node_ip;
   int64_t node_timeout_ms = 3000;
   int64_t heartbeat_ms = 500;

@@ -112,6 +112,10 @@ class Starter {
               "redis-server is not on PATH: install it (apt-get install redis-server, or run "
               "scripts/setup.sh), or pass --redis-address HOST:PORT of a running Redis");
         }
+        if (o_.redis_fsync != "always" && o_.redis_fsync != "everysec") {
+          return absl::InvalidArgumentError(absl::StrCat("--redis-fsync '", o_.redis_fsync,
+                                                         "' is unknown; use always or everysec"));
+        }
         if (o_.redis_port != 0 && PortInUse(o_.redis_port)) {
           return absl::FailedPreconditionError(
               absl::StrCat("--redis-port ", o_.redis_port, " is in use; pick a free one"));
@@ -232,7 +236,7 @@ class Starter {
       if (auto s = MakeDirs(data_dir, 0700); !s.ok()) return Fail(std::string(s.message()));
       std::string conf = absl::StrCat(
           "port ", redis_port, "\nbind 127.0.0.1\nprotected-mode yes\nrequirepass ", password,
-          "\ndir ", data_dir, "\nappendonly yes\nappendfsync everysec\nsave \"\"\n",
+          "\ndir ", data_dir, "\nappendonly yes\nappendfsync ", o_.redis_fsync, "\nsave \"\"\n",
           "daemonize no\nlogfile ", session_, "/logs/redis.log\n",
           // Redis records its own pid (a bare pid) where `phalanx stop` looks, also when it is
           // started again by hand with this file.

@@ -564,6 +564,21 @@ class Cluster:
         for i in range(1, len(self.hosts)):
             self._start_one(i)
 
+    def restart(self, timeout=60):
+        """Stops the whole cluster and starts it again: a new session, a new head and new node
+        ids. Waits until every host's node is alive; raises if something of the old one is left
+        or the new one does not come up."""
+        left = self.stop()
+        if left:
+            raise RuntimeError(f"restart: processes left after stop: {left}")
+        self.stopped = False
+        self.start()
+        deadline = time.time() + timeout
+        while len(self.alive_nodes()) < len(self.hosts):
+            if time.time() > deadline:
+                raise RuntimeError(f"restart: not every node is alive after {timeout} s")
+            time.sleep(0.3)
+
     def start_node(self, i):
         """`phalanx start --address ...` on host i again (a new node, a new session)."""
         return self._start_one(i)

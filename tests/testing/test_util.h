@@ -59,7 +59,8 @@ class RedisServer {
   int port() const { return port_; }
   const std::string& password() const { return password_; }
   void Kill() { process_.KillAndWait(); }
-  void Restart();  // same port, same data dir
+  void Signal(int signal) { process_.Kill(signal); }  // SIGSTOP, SIGCONT, ...
+  void Restart();                                     // same port, same data dir
 
  private:
   void Start();
@@ -87,6 +88,9 @@ class GcsProcess {
   const std::string& dir() const { return dir_.path(); }
   pid_t pid() const { return process_.pid(); }
   void Kill9() { process_.KillAndWait(); }
+  void Signal(int signal) { process_.Kill(signal); }
+  // Waits for the process to exit; its raw wait status, or -1 after `timeout`.
+  int WaitExit(absl::Duration timeout) { return process_.WaitExit(timeout); }
   void Restart();  // waits until it serves again
 
  private:

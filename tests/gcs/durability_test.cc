@@ -1,0 +1,121 @@
+// Acknowledged means persisted, with a real Redis that refuses writes (min-replicas-to-write
+// with no replica: NOREPLICAS) or stops answering (SIGSTOP): the GCS replies OK only for what
+// Redis took, publishes nothing else, leaves its memory as it was, and still ends within its
+// bound on SIGTERM.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "gcs/gcs_client.h"
+#include "gtest/gtest.h"
+#include "runtime/common/files.h"
+#include "tests/testing/test_util.h"
+
+namespace phalanx::gcs {
+namespace {
+
+using testing::GcsProcess;
+using testing::RedisServer;
+using testing::WaitFor;
+
+// `redis-cli CONFIG SET min-replicas-to-write N`: with N = 1 and no replica, Redis refuses
+// every write with NOREPLICAS.
+void RequireReplicas(const RedisServer& redis, int n) {
+  auto r = testing::RunCommand({"redis-cli", "-p", std::to_string(redis.port()), "CONFIG", "SET",
+                                "min-replicas-to-write", std::to_string(n)},
+                               {}, absl::Seconds(10));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_NE(r.output.find("OK"), std::string::npos) << r.output;
+}
+
+struct KvSeen {
+  absl::Mutex mu;
+  std::vector<std::string> values;  // "key=value" as published
+  void Add(const rpc::PubMessage& m) {
+    if (!m.has_kv()) return;
+    absl::MutexLock lock(&mu);
+    values.push_back(m.kv().key() + "=" + m.kv().value());
+  }
+  bool Has(const std::string& kv) {
+    absl::MutexLock lock(&mu);
+    return std::find(values.begin(), values.end(), kv) != values.end();
+  }
+};
+
+TEST(Durability, AWriteRedisRefusesIsNeitherAcknowledgedNorPublishedAndLeavesMemoryAsItWas) {
+  RedisServer redis;
+  GcsProcess gcs(redis);
+  auto node = testing::StartNode(gcs, "node-a");
+  auto client = *GcsClient::Connect({gcs.address(), gcs.token()});
+  KvSeen seen;
+  auto sub = client->Subscribe({rpc::KV}, [&](const rpc::PubMessage& m) { seen.Add(m); });
+  ASSERT_TRUE(client->KvPut("ns", "a", "1").ok());
+  ASSERT_TRUE(WaitFor([&] { return seen.Has("a=1"); }, absl::Seconds(10)));
+
+  RequireReplicas(redis, 1);
+  auto overwrite = client->KvPut("ns", "a", "2");
+  ASSERT_FALSE(overwrite.ok());
+  EXPECT_NE(overwrite.status().message().find("Redis"), std::string::npos) << overwrite.status();
+  EXPECT_NE(overwrite.status().message().find("NOREPLICAS"), std::string::npos)
+      << overwrite.status();
+  EXPECT_NE(overwrite.status().message().find("/a"), std::string::npos) << overwrite.status();
+  EXPECT_EQ(client->KvGet("ns", "a")->value_or(""), "1");
+  EXPECT_FALSE(client->KvPut("ns", "b", "x").ok());
+  EXPECT_FALSE(client->KvGet("ns", "b")->has_value());
+
+  // A placement group and an actor: refused, and not in the tables.
+  rpc::PlacementGroupInfo pg;
+  (*pg.add_bundles()->mutable_resources()->mutable_amounts())["CPU"] = 1;
+  pg.set_strategy("PACK");
+  auto created = client->CreatePlacementGroup(pg);
+  ASSERT_FALSE(created.ok());
+  EXPECT_NE(created.status().message().find("NOREPLICAS"), std::string::npos) << created.status();
+  EXPECT_TRUE(client->ListPlacementGroups()->empty());
+  rpc::ActorInfo actor;
+  actor.set_class_name("Counter");
+  actor.set_code_path("/bin/true");
+  auto made = client->CreateActor(actor);
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.status().message().find("NOREPLICAS"), std::string::npos) << made.status();
+  EXPECT_TRUE(client->ListActors("")->empty());
+
+  // Redis takes writes again: so does the GCS, and subscribers see only what was persisted.
+  RequireReplicas(redis, 0);
+  ASSERT_TRUE(client->KvPut("ns", "a", "3").ok());
+  ASSERT_TRUE(WaitFor([&] { return seen.Has("a=3"); }, absl::Seconds(10)));
+  EXPECT_FALSE(seen.Has("a=2"));
+  EXPECT_FALSE(seen.Has("b=x"));
+  auto log = ReadFile(gcs.dir() + "/gcs.log");
+  ASSERT_TRUE(log.ok());
+  EXPECT_NE(log->find("Redis refused HSET of kv:ns/a"), std::string::npos) << *log;
+}
+
+TEST(Durability, SigtermEndsTheGcsWithinItsBoundWhileRedisIsStopped) {
+  RedisServer redis;
+  GcsProcess gcs(redis);
+  auto client = *GcsClient::Connect({gcs.address(), gcs.token()});
+  ASSERT_TRUE(client->KvPut("ns", "before", "1").ok());
+  redis.Signal(SIGSTOP);
+  // A write that Redis will never answer, in flight when the GCS is told to stop.
+  auto hurried = *GcsClient::Connect({gcs.address(), gcs.token(), absl::Seconds(3)});
+  std::thread writer([&] { hurried->KvPut("ns", "during", "1").IgnoreError(); });
+  absl::SleepFor(absl::Milliseconds(300));
+  absl::Time sent = absl::Now();
+  gcs.Signal(SIGTERM);
+  // The bound is the GCS's --shutdown-timeout-s (5 s by default); 5 s of slack for a loaded
+  // machine. This checks that the GCS ends, not how fast.
+  int status = gcs.WaitExit(absl::Seconds(10));
+  absl::Duration took = absl::Now() - sent;
+  redis.Signal(SIGCONT);
+  writer.join();
+  ASSERT_NE(status, -1) << "the GCS was still running 10 s after SIGTERM";
+  auto log = ReadFile(gcs.dir() + "/gcs.log");
+  ASSERT_TRUE(log.ok());
+  EXPECT_NE(log->find("not persisted"), std::string::npos) << *log;
+  std::printf("GCS ended %s after SIGTERM (Redis stopped)\n", absl::FormatDuration(took).c_str());
+}
+
+}  // namespace
+}  // namespace phalanx::gcs
