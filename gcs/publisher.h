@@ -54,8 +54,9 @@ class GcsPublisher {
   void SetSnapshotProvider(rpc::Channel channel, SnapshotProvider provider);
 
   // Stamps `message` with its channel's next sequence number and this incarnation, and
-  // queues it to every subscriber of the channel. Callers publish while holding the lock of
-  // the table they changed, so the order of messages is the order of changes.
+  // queues it to every subscriber of the channel. Tables publish a change once the store has
+  // it, from the store's one writer thread (gcs/table.h), so the order of messages is the
+  // order of changes.
   void Publish(rpc::PubMessage message);
 
   // Registers a subscriber. Its queue starts with what it missed since `request`'s resume
