@@ -158,6 +158,7 @@ absl::StatusOr<rpc::ActorInfo> GcsActorManager::Create(rpc::ActorInfo spec) {
     }
   }
   Effects effects;
+  PendingWrite created;
   {
     absl::MutexLock lock(&mu_);
     if (spec.actor_id().empty()) spec.set_actor_id(NewId());
@@ -188,12 +189,13 @@ absl::StatusOr<rpc::ActorInfo> GcsActorManager::Create(rpc::ActorInfo spec) {
     if (spec.max_concurrency() == 0) spec.set_max_concurrency(1);
     spec.set_create_time_ms(NowMs());
     SaveLocked(spec, &effects);
+    created = effects.writes.back();
   }
   // Acknowledged means persisted: the actor is scheduled once its record is durable; a record
   // Redis refused is taken out of memory again.
   if (auto s = Apply(std::move(effects)); !s.ok()) {
     absl::MutexLock lock(&mu_);
-    actors_.Erase(spec.actor_id());  // never persisted: nothing to delete, and no one waits
+    created.Undo();
     return s;
   }
   Effects scheduled;
@@ -577,12 +579,7 @@ absl::Status GcsActorManager::Put(const rpc::ActorInfo& actor) {
     absl::MutexLock lock(&mu_);
     SaveLocked(actor, &effects);
   }
-  absl::Status s = WaitAll(effects.writes);
-  if (!s.ok()) {
-    absl::MutexLock lock(&mu_);
-    effects.writes.front().Undo();
-  }
-  return s;
+  return effects.writes.front().WaitOrUndo(&mu_);
 }
 
 }  // namespace phalanx::gcs

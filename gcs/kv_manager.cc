@@ -84,11 +84,7 @@ absl::StatusOr<bool> GcsKvManager::Put(const std::string& ns, const std::string&
     entry.set_value(std::move(value));
     write = table.Put(key, entry, Publication(entry));
   }
-  if (auto s = write.Wait(); !s.ok()) {
-    absl::MutexLock lock(&mu_);
-    write.Undo();
-    return s;
-  }
+  if (auto s = write.WaitOrUndo(&mu_); !s.ok()) return s;
   return added;
 }
 

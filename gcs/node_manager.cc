@@ -102,11 +102,7 @@ absl::Status GcsNodeManager::Register(rpc::NodeInfo node) {
         node, first_time ? rpc::ResourceEvent::NODE_ADDED : rpc::ResourceEvent::RESOURCES_CHANGED);
     deadline_[node.node_id()] = absl::Now() + options_.node_timeout;
   }
-  if (auto s = write.Wait(); !s.ok()) {
-    absl::MutexLock lock(&mu_);
-    write.Undo();
-    return s;
-  }
+  if (auto s = write.WaitOrUndo(&mu_); !s.ok()) return s;
   spdlog::info("node {} {} at {} with {}", ShortId(node.node_id()),
                first_time ? "registered" : "re-registered", node.address(),
                node.total().DebugString());
@@ -143,12 +139,7 @@ absl::Status GcsNodeManager::Heartbeat(const rpc::HeartbeatRequest& request, boo
       write = SaveLocked(updated, rpc::ResourceEvent::RESOURCES_CHANGED);
     }
   }
-  absl::Status s = write.Wait();
-  if (!s.ok()) {
-    absl::MutexLock lock(&mu_);
-    write.Undo();
-  }
-  return s;
+  return write.WaitOrUndo(&mu_);
 }
 
 absl::Status GcsNodeManager::UpdateAvailable(const std::string& node_id,

@@ -154,11 +154,7 @@ absl::StatusOr<rpc::PlacementGroupInfo> GcsPlacementGroupManager::Create(
   }
   // Acknowledged means persisted: the group is scheduled once its record is durable; a record
   // Redis refused is taken out of memory again.
-  if (auto s = write.Wait(); !s.ok()) {
-    absl::MutexLock lock(&mu_);
-    write.Undo();
-    return s;
-  }
+  if (auto s = write.WaitOrUndo(&mu_); !s.ok()) return s;
   {
     absl::MutexLock lock(&mu_);
     queue_.push_back(spec.placement_group_id());

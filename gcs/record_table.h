@@ -46,7 +46,7 @@ class RecordTable {
       absl::MutexLock lock(&mu_);
       write = PutLocked(key, record);
     }
-    return Finish(write);
+    return write.WaitOrUndo(&mu_);
   }
 
   // Runs `mutate` on the record under `key` (nullptr when absent) while holding the lock;
@@ -61,7 +61,7 @@ class RecordTable {
       if (!mutate(&record, existing != nullptr)) return absl::OkStatus();
       write = PutLocked(key, record);
     }
-    return Finish(write);
+    return write.WaitOrUndo(&mu_);
   }
 
   absl::Status Erase(const std::string& key) {
@@ -70,7 +70,7 @@ class RecordTable {
       absl::MutexLock lock(&mu_);
       write = table_.Erase(key);
     }
-    return Finish(write);
+    return write.WaitOrUndo(&mu_);
   }
 
   std::optional<Message> Get(const std::string& key) const {
@@ -102,16 +102,6 @@ class RecordTable {
   PendingWrite PutLocked(const std::string& key, const Message& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return table_.Put(key, record, [this, m = MessageFor(key, record)] { publisher_->Publish(m); });
-  }
-
-  // Waits for `write`; a failed one is undone in memory.
-  absl::Status Finish(const PendingWrite& write) {
-    absl::Status s = write.Wait();
-    if (!s.ok()) {
-      absl::MutexLock lock(&mu_);
-      write.Undo();
-    }
-    return s;
   }
 
   GcsPublisher* const publisher_;

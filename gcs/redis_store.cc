@@ -216,7 +216,7 @@ class RedisStore : public Store {
         // MISCONF (a failed save), OOM (maxmemory), READONLY (a replica), NOREPLICAS...: the
         // write did not happen. Its caller gets the error; the log names what was lost.
         const Op& op = batch[i];
-        std::string table = op.hash.substr(std::min(prefix_.size(), op.hash.size()));
+        std::string table = TableOf(op);
         spdlog::error("Redis refused {} of {}/{}: {}", op.put ? "HSET" : "HDEL", table, op.key,
                       reply->str);
         failed_writes_.fetch_add(1, std::memory_order_relaxed);
@@ -250,58 +250,60 @@ class RedisStore : public Store {
           queue_.pop_front();
         }
       }
-      std::vector<absl::Status> results;
-      if (PastCloseDeadline()) {
-        // Shutting down, and the writes' time is up: no more attempts (a connect or a command
-        // to a Redis that stopped answering could take its own timeout each).
-        failed_writes_.fetch_add(static_cast<int64_t>(batch.size()), std::memory_order_relaxed);
-        for (Op& op : batch) {
-          if (op.done) {
-            op.done(absl::UnavailableError(
-                "not persisted: the GCS shut down before Redis took the write"));
-          }
-        }
-        continue;
-      }
-      absl::Time give_up = absl::Now() + options_.write_retry_timeout;
-      absl::Duration backoff = absl::Milliseconds(50);
-      while (true) {
-        absl::Status failure;
-        if (!writer || writer->err) {
-          auto ctx = Connect(options_);
-          if (ctx.ok()) {
-            writer = std::move(*ctx);
-          } else {
-            failure = ctx.status();
-          }
-        }
-        if (writer && failure.ok()) {
-          auto sent = SendBatch(writer.get(), batch);
-          if (sent.ok()) {
-            results = std::move(*sent);
-            break;
-          }
-          failure = sent.status();
-          writer.reset();
-        }
-        bool closing = PastCloseDeadline();
-        if (absl::Now() >= give_up || closing) {
-          spdlog::error(
-              "giving up on {} writes (first: {}): {}", batch.size(),
-              batch.front().hash.substr(std::min(prefix_.size(), batch.front().hash.size())),
-              failure.ToString());
-          failed_writes_.fetch_add(static_cast<int64_t>(batch.size()), std::memory_order_relaxed);
-          results.assign(batch.size(), failure);
-          break;
-        }
-        spdlog::warn("Redis write failed ({}); retrying", failure.ToString());
-        absl::SleepFor(backoff);
-        backoff = std::min(backoff * 2, absl::Seconds(1));
-      }
+      std::vector<absl::Status> results =
+          PastCloseDeadline()
+              // Shutting down, and the writes' time is up: no more attempts (a connect or a
+              // command to a Redis that stopped answering could take its own timeout each).
+              ? GiveUp(batch, absl::UnavailableError(
+                                  "not persisted: the GCS shut down before Redis took the write"))
+              : SendWithRetries(writer, batch);
       for (size_t i = 0; i < batch.size(); ++i) {
         if (batch[i].done) batch[i].done(results[i]);
       }
     }
+  }
+
+  // Sends `batch`, reconnecting and retrying while Redis is unreachable, until
+  // write_retry_timeout or the close deadline; returns each write's status.
+  std::vector<absl::Status> SendWithRetries(Context& writer, const std::vector<Op>& batch) {
+    absl::Time give_up = absl::Now() + options_.write_retry_timeout;
+    absl::Duration backoff = absl::Milliseconds(50);
+    while (true) {
+      absl::Status failure;
+      if (!writer || writer->err) {
+        auto ctx = Connect(options_);
+        if (ctx.ok()) {
+          writer = std::move(*ctx);
+        } else {
+          failure = ctx.status();
+        }
+      }
+      if (writer && failure.ok()) {
+        auto sent = SendBatch(writer.get(), batch);
+        if (sent.ok()) return std::move(*sent);
+        failure = sent.status();
+        writer.reset();
+      }
+      if (absl::Now() >= give_up || PastCloseDeadline()) {
+        spdlog::error("giving up on {} writes (first: {}/{}): {}", batch.size(),
+                      TableOf(batch.front()), batch.front().key, failure.ToString());
+        return GiveUp(batch, failure);
+      }
+      spdlog::warn("Redis write failed ({}); retrying", failure.ToString());
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(1));
+    }
+  }
+
+  // Every write of `batch` fails with `why`; counted in FailedWrites.
+  std::vector<absl::Status> GiveUp(const std::vector<Op>& batch, const absl::Status& why) {
+    failed_writes_.fetch_add(static_cast<int64_t>(batch.size()), std::memory_order_relaxed);
+    return std::vector<absl::Status>(batch.size(), why);
+  }
+
+  // The table an op writes ("kv:ns"), for messages: its hash without the cluster's prefix.
+  std::string TableOf(const Op& op) const {
+    return op.hash.substr(std::min(prefix_.size(), op.hash.size()));
   }
 
   // The GCS is shutting down and the writes' time is up: the rest fail at once.

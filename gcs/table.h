@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "gcs/store.h"
 
 namespace phalanx::gcs {
@@ -35,6 +36,15 @@ class PendingWrite {
   // before this write, unless a later write changed it since.
   void Undo() const {
     if (undo_) undo_();
+  }
+  // Wait(), and a failed write is undone with `owner` (the lock of the table's owner) held.
+  absl::Status WaitOrUndo(absl::Mutex* owner) const {
+    absl::Status s = Wait();
+    if (!s.ok()) {
+      absl::MutexLock lock(owner);
+      Undo();
+    }
+    return s;
   }
 
  private:
