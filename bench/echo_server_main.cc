@@ -1,9 +1,10 @@
 // bench_echo_server PORT: a raw gRPC unary echo server (the floor for RPC benchmarks).
+#include <grpcpp/grpcpp.h>
+
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "echo.grpc.pb.h"
-#include "runtime/rpc/rpc.h"
 
 namespace {
 class EchoImpl final : public phalanx::bench::EchoService::Service {
@@ -18,8 +19,12 @@ class EchoImpl final : public phalanx::bench::EchoService::Service {
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   EchoImpl service;
-  auto server = phalanx::rpc::StartServer(absl::StrCat("127.0.0.1:", argv[1]), {&service});
-  if (!server.ok()) return 1;
-  server->server->Wait();
+  // Plain gRPC, no token check: the floor that Phalanx's servers are compared with.
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat("127.0.0.1:", argv[1]), grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  if (!server) return 1;
+  server->Wait();
   return 0;
 }

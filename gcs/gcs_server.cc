@@ -28,19 +28,13 @@ namespace {
 
 constexpr char kVersion[] = "0.1.0";
 
-#define PHX_AUTH(context)                                                         \
-  do {                                                                            \
-    if (auto auth = rpc::CheckToken(*(context), token_); !auth.ok()) return auth; \
-  } while (0)
-
 class GcsServiceImpl final : public rpc::GcsService::Service {
  public:
-  GcsServiceImpl(std::string token, std::string cluster_id, GcsPublisher* publisher,
-                 GcsNodeManager* nodes, GcsKvManager* kv, GcsActorManager* actors,
-                 RecordTable<rpc::JobInfo>* jobs, GcsPlacementGroupManager* placement_groups,
-                 GcsJobManager* job_manager, absl::Duration node_timeout)
-      : token_(std::move(token)),
-        cluster_id_(std::move(cluster_id)),
+  GcsServiceImpl(std::string cluster_id, GcsPublisher* publisher, GcsNodeManager* nodes,
+                 GcsKvManager* kv, GcsActorManager* actors, RecordTable<rpc::JobInfo>* jobs,
+                 GcsPlacementGroupManager* placement_groups, GcsJobManager* job_manager,
+                 absl::Duration node_timeout)
+      : cluster_id_(std::move(cluster_id)),
         start_time_ms_(NowMs()),
         publisher_(publisher),
         nodes_(nodes),
@@ -53,9 +47,8 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
 
   void Stop() { stopping_ = true; }
 
-  grpc::Status GetClusterInfo(grpc::ServerContext* context, const rpc::GetClusterInfoRequest*,
+  grpc::Status GetClusterInfo(grpc::ServerContext*, const rpc::GetClusterInfoRequest*,
                               rpc::GetClusterInfoReply* reply) override {
-    PHX_AUTH(context);
     reply->set_cluster_id(cluster_id_);
     reply->set_incarnation(publisher_->incarnation());
     reply->set_version(kVersion);
@@ -63,9 +56,8 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status RegisterNode(grpc::ServerContext* context, const rpc::RegisterNodeRequest* request,
+  grpc::Status RegisterNode(grpc::ServerContext*, const rpc::RegisterNodeRequest* request,
                             rpc::RegisterNodeReply* reply) override {
-    PHX_AUTH(context);
     if (auto s = nodes_->Register(request->node()); !s.ok()) return rpc::ToGrpc(s);
     reply->set_incarnation(publisher_->incarnation());
     reply->set_cluster_id(cluster_id_);
@@ -73,9 +65,8 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext* context, const rpc::HeartbeatRequest* request,
+  grpc::Status Heartbeat(grpc::ServerContext*, const rpc::HeartbeatRequest* request,
                          rpc::HeartbeatReply* reply) override {
-    PHX_AUTH(context);
     bool unknown = false, dead = false;
     if (auto s = nodes_->Heartbeat(*request, &unknown, &dead); !s.ok()) return rpc::ToGrpc(s);
     reply->set_incarnation(publisher_->incarnation());
@@ -84,24 +75,20 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status UnregisterNode(grpc::ServerContext* context,
-                              const rpc::UnregisterNodeRequest* request,
+  grpc::Status UnregisterNode(grpc::ServerContext*, const rpc::UnregisterNodeRequest* request,
                               rpc::UnregisterNodeReply*) override {
-    PHX_AUTH(context);
     std::string reason = request->reason().empty() ? "stopped" : request->reason();
     return rpc::ToGrpc(nodes_->MarkDead(request->node_id(), reason));
   }
 
-  grpc::Status GetAllNodes(grpc::ServerContext* context, const rpc::GetAllNodesRequest* request,
+  grpc::Status GetAllNodes(grpc::ServerContext*, const rpc::GetAllNodesRequest* request,
                            rpc::GetAllNodesReply* reply) override {
-    PHX_AUTH(context);
     for (auto& n : nodes_->GetAll(request->alive_only())) *reply->add_nodes() = std::move(n);
     return grpc::Status::OK;
   }
 
-  grpc::Status KvPut(grpc::ServerContext* context, const rpc::KvPutRequest* request,
+  grpc::Status KvPut(grpc::ServerContext*, const rpc::KvPutRequest* request,
                      rpc::KvPutReply* reply) override {
-    PHX_AUTH(context);
     auto added =
         kv_->Put(request->namespace_(), request->key(), request->value(), request->overwrite());
     if (!added.ok()) return rpc::ToGrpc(added.status());
@@ -109,9 +96,8 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status KvGet(grpc::ServerContext* context, const rpc::KvGetRequest* request,
+  grpc::Status KvGet(grpc::ServerContext*, const rpc::KvGetRequest* request,
                      rpc::KvGetReply* reply) override {
-    PHX_AUTH(context);
     if (auto s = ValidateKvKey(request->namespace_(), request->key()); !s.ok()) {
       return rpc::ToGrpc(s);
     }
@@ -121,52 +107,44 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status KvDelete(grpc::ServerContext* context, const rpc::KvDeleteRequest* request,
+  grpc::Status KvDelete(grpc::ServerContext*, const rpc::KvDeleteRequest* request,
                         rpc::KvDeleteReply* reply) override {
-    PHX_AUTH(context);
     auto n = kv_->Delete(request->namespace_(), request->key(), request->by_prefix());
     if (!n.ok()) return rpc::ToGrpc(n.status());
     reply->set_deleted(*n);
     return grpc::Status::OK;
   }
 
-  grpc::Status KvList(grpc::ServerContext* context, const rpc::KvListRequest* request,
+  grpc::Status KvList(grpc::ServerContext*, const rpc::KvListRequest* request,
                       rpc::KvListReply* reply) override {
-    PHX_AUTH(context);
     for (auto& e : kv_->List(request->namespace_(), request->prefix())) {
       *reply->add_entries() = std::move(e);
     }
     return grpc::Status::OK;
   }
 
-  grpc::Status CreateActor(grpc::ServerContext* context, const rpc::CreateActorRequest* request,
+  grpc::Status CreateActor(grpc::ServerContext*, const rpc::CreateActorRequest* request,
                            rpc::CreateActorReply* reply) override {
-    PHX_AUTH(context);
     auto actor = actors_->Create(request->actor());
     if (!actor.ok()) return rpc::ToGrpc(actor.status());
     *reply->mutable_actor() = std::move(*actor);
     return grpc::Status::OK;
   }
 
-  grpc::Status ReportActorState(grpc::ServerContext* context,
-                                const rpc::ReportActorStateRequest* request,
+  grpc::Status ReportActorState(grpc::ServerContext*, const rpc::ReportActorStateRequest* request,
                                 rpc::ReportActorStateReply* reply) override {
-    PHX_AUTH(context);
     bool stale = false;
     if (auto s = actors_->ReportState(*request, &stale); !s.ok()) return rpc::ToGrpc(s);
     reply->set_stale(stale);
     return grpc::Status::OK;
   }
 
-  grpc::Status KillActor(grpc::ServerContext* context, const rpc::KillActorViaGcsRequest* request,
+  grpc::Status KillActor(grpc::ServerContext*, const rpc::KillActorViaGcsRequest* request,
                          rpc::KillActorViaGcsReply*) override {
-    PHX_AUTH(context);
     return rpc::ToGrpc(actors_->Kill(request->actor_id(), request->no_restart()));
   }
-  grpc::Status RenewActorLease(grpc::ServerContext* context,
-                               const rpc::RenewActorLeaseRequest* request,
+  grpc::Status RenewActorLease(grpc::ServerContext*, const rpc::RenewActorLeaseRequest* request,
                                rpc::RenewActorLeaseReply* reply) override {
-    PHX_AUTH(context);
     bool stale = false;
     auto s = actors_->RenewLease(request->actor_id(), request->attempt(),
                                  absl::Milliseconds(request->timeout_ms()), &stale);
@@ -175,18 +153,16 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status UpdateActor(grpc::ServerContext* context, const rpc::UpdateActorRequest* request,
+  grpc::Status UpdateActor(grpc::ServerContext*, const rpc::UpdateActorRequest* request,
                            rpc::UpdateActorReply*) override {
-    PHX_AUTH(context);
     if (request->actor().actor_id().empty()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "UpdateActor: actor_id is empty");
     }
     return rpc::ToGrpc(actors_->Put(request->actor()));
   }
 
-  grpc::Status GetActor(grpc::ServerContext* context, const rpc::GetActorRequest* request,
+  grpc::Status GetActor(grpc::ServerContext*, const rpc::GetActorRequest* request,
                         rpc::GetActorReply* reply) override {
-    PHX_AUTH(context);
     std::optional<rpc::ActorInfo> actor;
     if (!request->actor_id().empty()) {
       actor = actors_->Get(request->actor_id());
@@ -207,25 +183,22 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status ListActors(grpc::ServerContext* context, const rpc::ListActorsRequest* request,
+  grpc::Status ListActors(grpc::ServerContext*, const rpc::ListActorsRequest* request,
                           rpc::ListActorsReply* reply) override {
-    PHX_AUTH(context);
     for (auto& a : actors_->List(request->job_id())) *reply->add_actors() = std::move(a);
     return grpc::Status::OK;
   }
 
-  grpc::Status UpdateJob(grpc::ServerContext* context, const rpc::UpdateJobRequest* request,
+  grpc::Status UpdateJob(grpc::ServerContext*, const rpc::UpdateJobRequest* request,
                          rpc::UpdateJobReply*) override {
-    PHX_AUTH(context);
     if (request->job().job_id().empty()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "UpdateJob: job_id is empty");
     }
     return rpc::ToGrpc(jobs_->Put(request->job().job_id(), request->job()));
   }
 
-  grpc::Status GetJob(grpc::ServerContext* context, const rpc::GetJobRequest* request,
+  grpc::Status GetJob(grpc::ServerContext*, const rpc::GetJobRequest* request,
                       rpc::GetJobReply* reply) override {
-    PHX_AUTH(context);
     auto job = jobs_->Get(request->job_id());
     if (!job) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
@@ -236,9 +209,8 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status ListJobs(grpc::ServerContext* context, const rpc::ListJobsRequest*,
+  grpc::Status ListJobs(grpc::ServerContext*, const rpc::ListJobsRequest*,
                         rpc::ListJobsReply* reply) override {
-    PHX_AUTH(context);
     auto jobs = jobs_->List();
     std::sort(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) {
       return std::make_tuple(a.submit_time_ms(), a.job_id()) <
@@ -248,76 +220,66 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status SubmitJob(grpc::ServerContext* context, const rpc::SubmitJobRequest* request,
+  grpc::Status SubmitJob(grpc::ServerContext*, const rpc::SubmitJobRequest* request,
                          rpc::SubmitJobReply* reply) override {
-    PHX_AUTH(context);
     auto job = job_manager_->Submit(*request);
     if (!job.ok()) return rpc::ToGrpc(job.status());
     *reply->mutable_job() = std::move(*job);
     return grpc::Status::OK;
   }
 
-  grpc::Status StopJob(grpc::ServerContext* context, const rpc::StopJobRequest* request,
+  grpc::Status StopJob(grpc::ServerContext*, const rpc::StopJobRequest* request,
                        rpc::StopJobReply* reply) override {
-    PHX_AUTH(context);
     auto job = job_manager_->Stop(request->job_id(), request->grace_s());
     if (!job.ok()) return rpc::ToGrpc(job.status());
     *reply->mutable_job() = std::move(*job);
     return grpc::Status::OK;
   }
 
-  grpc::Status ScaleJob(grpc::ServerContext* context, const rpc::ScaleJobRequest* request,
+  grpc::Status ScaleJob(grpc::ServerContext*, const rpc::ScaleJobRequest* request,
                         rpc::ScaleJobReply* reply) override {
-    PHX_AUTH(context);
     auto job = job_manager_->Scale(*request);
     if (!job.ok()) return rpc::ToGrpc(job.status());
     *reply->mutable_job() = std::move(*job);
     return grpc::Status::OK;
   }
 
-  grpc::Status ReportJob(grpc::ServerContext* context, const rpc::ReportJobRequest* request,
+  grpc::Status ReportJob(grpc::ServerContext*, const rpc::ReportJobRequest* request,
                          rpc::ReportJobReply*) override {
-    PHX_AUTH(context);
     return rpc::ToGrpc(job_manager_->Report(*request));
   }
 
   grpc::Status JobLogs(grpc::ServerContext* context, const rpc::JobLogsRequest* request,
                        grpc::ServerWriter<rpc::JobLogsChunk>* writer) override {
-    PHX_AUTH(context);
     return rpc::ToGrpc(job_manager_->StreamLogs(
         *request, [&](const rpc::JobLogsChunk& chunk) { return writer->Write(chunk); },
         [&] { return context->IsCancelled() || stopping_.load(); }));
   }
 
-  grpc::Status CreatePlacementGroup(grpc::ServerContext* context,
+  grpc::Status CreatePlacementGroup(grpc::ServerContext*,
                                     const rpc::CreatePlacementGroupRequest* request,
                                     rpc::CreatePlacementGroupReply* reply) override {
-    PHX_AUTH(context);
     auto pg = placement_groups_->Create(request->placement_group());
     if (!pg.ok()) return rpc::ToGrpc(pg.status());
     *reply->mutable_placement_group() = std::move(*pg);
     return grpc::Status::OK;
   }
 
-  grpc::Status RemovePlacementGroup(grpc::ServerContext* context,
+  grpc::Status RemovePlacementGroup(grpc::ServerContext*,
                                     const rpc::RemovePlacementGroupRequest* request,
                                     rpc::RemovePlacementGroupReply*) override {
-    PHX_AUTH(context);
     return rpc::ToGrpc(placement_groups_->Remove(request->placement_group_id()));
   }
 
-  grpc::Status ReleasePlacementGroupBundle(grpc::ServerContext* context,
+  grpc::Status ReleasePlacementGroupBundle(grpc::ServerContext*,
                                            const rpc::ReleasePlacementGroupBundleRequest* request,
                                            rpc::ReleasePlacementGroupBundleReply*) override {
-    PHX_AUTH(context);
     return rpc::ToGrpc(
         placement_groups_->ReleaseBundle(request->placement_group_id(), request->bundle_index()));
   }
 
-  grpc::Status GetPlacementGroup(grpc::ServerContext* context,
-                                 const rpc::GetPlacementGroupRequest* request,
+  grpc::Status GetPlacementGroup(grpc::ServerContext*, const rpc::GetPlacementGroupRequest* request,
                                  rpc::GetPlacementGroupReply* reply) override {
-    PHX_AUTH(context);
     auto pg = request->placement_group_id().empty()
                   ? placement_groups_->GetByName(request->name())
                   : placement_groups_->Get(request->placement_group_id());
@@ -332,10 +294,9 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status WaitPlacementGroupReady(grpc::ServerContext* context,
+  grpc::Status WaitPlacementGroupReady(grpc::ServerContext*,
                                        const rpc::WaitPlacementGroupReadyRequest* request,
                                        rpc::WaitPlacementGroupReadyReply* reply) override {
-    PHX_AUTH(context);
     auto pg = placement_groups_->WaitReady(
         request->placement_group_id(),
         absl::Milliseconds(std::clamp<int64_t>(request->timeout_ms(), 0, 60000)));
@@ -344,17 +305,14 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status ListPlacementGroups(grpc::ServerContext* context,
-                                   const rpc::ListPlacementGroupsRequest*,
+  grpc::Status ListPlacementGroups(grpc::ServerContext*, const rpc::ListPlacementGroupsRequest*,
                                    rpc::ListPlacementGroupsReply* reply) override {
-    PHX_AUTH(context);
     for (auto& pg : placement_groups_->List()) *reply->add_placement_groups() = std::move(pg);
     return grpc::Status::OK;
   }
 
   grpc::Status Subscribe(grpc::ServerContext* context, const rpc::SubscribeRequest* request,
                          grpc::ServerWriter<rpc::PubMessage>* writer) override {
-    PHX_AUTH(context);
     if (request->channels().empty()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Subscribe: no channels given");
     }
@@ -386,7 +344,6 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
   }
 
  private:
-  const std::string token_;
   const std::string cluster_id_;
   const int64_t start_time_ms_;
   GcsPublisher* publisher_;
@@ -399,8 +356,6 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
   const absl::Duration node_timeout_;
   std::atomic<bool> stopping_{false};
 };
-
-#undef PHX_AUTH
 
 // Checks that the store belongs to this cluster and token, or claims it for them.
 absl::Status CheckClusterMeta(Store* store, const std::string& cluster_id,
@@ -474,11 +429,12 @@ class GcsServerImpl final : public GcsServer {
     if (auto s = placement_groups_.Load(); !s.ok()) return s;
     if (auto s = actors_.Load(); !s.ok()) return s;
     if (auto s = jobs_.Load(); !s.ok()) return s;
-    service_ = std::make_unique<GcsServiceImpl>(options_.token, cluster_id, &publisher_, &nodes_,
-                                                &kv_, &actors_, &jobs_, &placement_groups_,
-                                                &job_manager_, options_.node_timeout);
+    service_ =
+        std::make_unique<GcsServiceImpl>(cluster_id, &publisher_, &nodes_, &kv_, &actors_, &jobs_,
+                                         &placement_groups_, &job_manager_, options_.node_timeout);
     auto started =
-        rpc::StartServer(absl::StrCat(options_.listen_host, ":", options_.port), {service_.get()});
+        rpc::StartServer(absl::StrCat(options_.listen_host, ":", options_.port), {service_.get()},
+                         {options_.token, rpc::kMaxControlMessageBytes});
     if (!started.ok()) {
       return absl::UnavailableError(absl::StrCat("GCS cannot listen on port ", options_.port,
                                                  ": it is in use; pass another --port"));

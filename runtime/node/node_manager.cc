@@ -30,8 +30,7 @@ class NodeManagerImpl;
 
 class NodeServiceImpl final : public rpc::NodeManagerService::Service {
  public:
-  NodeServiceImpl(NodeManagerImpl* node, std::string token)
-      : node_(node), token_(std::move(token)) {}
+  explicit NodeServiceImpl(NodeManagerImpl* node) : node_(node) {}
 
   grpc::Status GetNodeStats(grpc::ServerContext* context, const rpc::GetNodeStatsRequest*,
                             rpc::GetNodeStatsReply* reply) override;
@@ -56,7 +55,6 @@ class NodeServiceImpl final : public rpc::NodeManagerService::Service {
 
  private:
   NodeManagerImpl* node_;
-  const std::string token_;
 };
 
 class NodeManagerImpl final : public NodeManager {
@@ -75,8 +73,9 @@ class NodeManagerImpl final : public NodeManager {
       if (!root.ok()) return root.status();
       log_dir = absl::StrCat(*root, "/node-", ShortId(node_id_), "/logs");
     }
-    service_ = std::make_unique<NodeServiceImpl>(this, options_.token);
-    auto started = rpc::StartServer(absl::StrCat("0.0.0.0:", options_.port), {service_.get()});
+    service_ = std::make_unique<NodeServiceImpl>(this);
+    auto started = rpc::StartServer(absl::StrCat("0.0.0.0:", options_.port), {service_.get()},
+                                    {options_.token, rpc::kMaxControlMessageBytes});
     if (!started.ok()) return started.status();
     server_ = std::move(started->server);
     port_ = started->port;
@@ -499,79 +498,66 @@ class NodeManagerImpl final : public NodeManager {
   std::map<std::pair<std::string, int>, Bundle> bundles_ ABSL_GUARDED_BY(mu_);
 };
 
-grpc::Status NodeServiceImpl::GetNodeStats(grpc::ServerContext* context,
-                                           const rpc::GetNodeStatsRequest*,
+grpc::Status NodeServiceImpl::GetNodeStats(grpc::ServerContext*, const rpc::GetNodeStatsRequest*,
                                            rpc::GetNodeStatsReply* reply) {
-  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
   node_->FillStats(reply);
   return grpc::Status::OK;
 }
 
-grpc::Status NodeServiceImpl::ShutdownNode(grpc::ServerContext* context,
+grpc::Status NodeServiceImpl::ShutdownNode(grpc::ServerContext*,
                                            const rpc::ShutdownNodeRequest* request,
                                            rpc::ShutdownNodeReply*) {
-  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
   spdlog::info("shutdown requested: {}", request->reason());
   node_->RequestStop();
   return grpc::Status::OK;
 }
 
-grpc::Status NodeServiceImpl::StartActor(grpc::ServerContext* context,
+grpc::Status NodeServiceImpl::StartActor(grpc::ServerContext*,
                                          const rpc::StartActorRequest* request,
                                          rpc::StartActorReply* reply) {
-  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
   auto pid = node_->StartActor(*request);
   if (!pid.ok()) return rpc::ToGrpc(pid.status());
   reply->set_pid(*pid);
   return grpc::Status::OK;
 }
 
-grpc::Status NodeServiceImpl::KillActor(grpc::ServerContext* context,
-                                        const rpc::KillActorRequest* request,
+grpc::Status NodeServiceImpl::KillActor(grpc::ServerContext*, const rpc::KillActorRequest* request,
                                         rpc::KillActorReply* reply) {
-  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
   reply->set_found(node_->KillActor(*request));
   return grpc::Status::OK;
 }
 
-grpc::Status NodeServiceImpl::WorkerStarted(grpc::ServerContext* context,
+grpc::Status NodeServiceImpl::WorkerStarted(grpc::ServerContext*,
                                             const rpc::WorkerStartedRequest* request,
                                             rpc::WorkerStartedReply* reply) {
-  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
   return rpc::ToGrpc(node_->WorkerStarted(*request, reply));
 }
 
-grpc::Status NodeServiceImpl::WorkerReady(grpc::ServerContext* context,
+grpc::Status NodeServiceImpl::WorkerReady(grpc::ServerContext*,
                                           const rpc::WorkerReadyRequest* request,
                                           rpc::WorkerReadyReply*) {
-  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
   node_->WorkerReady(*request);
   return grpc::Status::OK;
 }
 
-grpc::Status NodeServiceImpl::ListWorkers(grpc::ServerContext* context,
-                                          const rpc::ListWorkersRequest*,
+grpc::Status NodeServiceImpl::ListWorkers(grpc::ServerContext*, const rpc::ListWorkersRequest*,
                                           rpc::ListWorkersReply* reply) {
-  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
   node_->ListWorkers(reply);
   return grpc::Status::OK;
 }
 
-grpc::Status NodeServiceImpl::PrepareBundle(grpc::ServerContext* context,
-                                            const rpc::BundleRequest* request, rpc::BundleReply*) {
-  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
+grpc::Status NodeServiceImpl::PrepareBundle(grpc::ServerContext*, const rpc::BundleRequest* request,
+                                            rpc::BundleReply*) {
   return rpc::ToGrpc(node_->PrepareBundle(*request));
 }
 
-grpc::Status NodeServiceImpl::CommitBundle(grpc::ServerContext* context,
-                                           const rpc::BundleRequest* request, rpc::BundleReply*) {
-  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
+grpc::Status NodeServiceImpl::CommitBundle(grpc::ServerContext*, const rpc::BundleRequest* request,
+                                           rpc::BundleReply*) {
   return rpc::ToGrpc(node_->CommitBundle(*request));
 }
 
-grpc::Status NodeServiceImpl::CancelBundle(grpc::ServerContext* context,
-                                           const rpc::BundleRequest* request, rpc::BundleReply*) {
-  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
+grpc::Status NodeServiceImpl::CancelBundle(grpc::ServerContext*, const rpc::BundleRequest* request,
+                                           rpc::BundleReply*) {
   node_->CancelBundle(*request);
   return grpc::Status::OK;
 }

@@ -1,5 +1,8 @@
 #include "runtime/rpc/rpc.h"
 
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+
 #include <chrono>
 
 #include "absl/strings/numbers.h"
@@ -8,21 +11,60 @@
 
 namespace phalanx::rpc {
 
-grpc::Status CheckToken(const grpc::ServerContext& context, const std::string& token) {
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find(kTokenHeader);
-  if (it == metadata.end()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "missing cluster token: pass --token (or set PHALANX_TOKEN) with the "
-                        "token printed by `phalanx start --head`");
+namespace {
+
+constexpr char kMissingToken[] =
+    "missing cluster token: pass --token (or set PHALANX_TOKEN) with the token printed by "
+    "`phalanx start --head`";
+constexpr char kWrongToken[] =
+    "wrong cluster token: use the token printed by `phalanx start --head` (in the head's "
+    "session dir, file 'token')";
+
+// gRPC core's auth metadata processor: runs on a call's headers, before the server reads the
+// call's body or hands it to a handler. `state` is the token (a heap string it owns).
+void CheckTokenMetadata(void* state, grpc_auth_context* /*context*/, const grpc_metadata* md,
+                        size_t num_md, grpc_process_auth_metadata_done_cb done, void* user_data) {
+  const auto* token = static_cast<const std::string*>(state);
+  const char* error = kMissingToken;
+  for (size_t i = 0; i < num_md; ++i) {
+    if (grpc_slice_str_cmp(md[i].key, kTokenHeader) != 0) continue;
+    absl::string_view value(reinterpret_cast<const char*>(GRPC_SLICE_START_PTR(md[i].value)),
+                            GRPC_SLICE_LENGTH(md[i].value));
+    error = ConstantTimeEquals(value, *token) ? nullptr : kWrongToken;
+    break;
   }
-  if (!ConstantTimeEquals(absl::string_view(it->second.data(), it->second.size()), token)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "wrong cluster token: use the token printed by `phalanx start --head` "
-                        "(in the head's session dir, file 'token')");
+  if (error == nullptr) {
+    done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
+  } else {
+    done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_UNAUTHENTICATED, error);
   }
-  return grpc::Status::OK;
 }
+
+// Server credentials whose ports check the cluster token on every call's headers (above).
+// gRPC's C++ InsecureServerCredentials() refuses a metadata processor, so the port is added
+// through the core API, where the processor works with any transport security.
+class TokenServerCredentials final : public grpc::ServerCredentials {
+ public:
+  explicit TokenServerCredentials(std::string token) : token_(std::move(token)) {}
+
+  void SetAuthMetadataProcessor(const std::shared_ptr<grpc::AuthMetadataProcessor>&) override {}
+
+ private:
+  int AddPortToServer(const std::string& address, grpc_server* server) override {
+    grpc_server_credentials* credentials = grpc_insecure_server_credentials_create();
+    grpc_auth_metadata_processor processor{
+        &CheckTokenMetadata, [](void* state) { delete static_cast<std::string*>(state); },
+        new std::string(token_)};
+    grpc_server_credentials_set_auth_metadata_processor(credentials, processor);
+    int port = grpc_server_add_http2_port(server, address.c_str(), credentials);
+    grpc_server_credentials_release(credentials);
+    return port;
+  }
+
+  const std::string token_;
+};
+
+}  // namespace
 
 void PrepareContext(grpc::ClientContext* context, const std::string& token, absl::Duration timeout,
                     bool wait_for_ready) {
@@ -63,11 +105,16 @@ grpc::Status ToGrpc(const absl::Status& status) {
 
 absl::StatusOr<StartedServer> StartServer(const std::string& listen_address,
                                           const std::vector<grpc::Service*>& services,
-                                          int num_threads) {
+                                          const ServerOptions& options) {
+  if (options.token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("server on ", listen_address, ": no cluster token (every server needs one)"));
+  }
   grpc::ServerBuilder builder;
   StartedServer started;
-  builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &started.port);
-  builder.SetMaxReceiveMessageSize(-1);
+  builder.AddListeningPort(listen_address, std::make_shared<TokenServerCredentials>(options.token),
+                           &started.port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_receive_bytes));
   builder.SetMaxSendMessageSize(-1);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
@@ -76,9 +123,9 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen_address,
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   // Without SO_REUSEPORT two servers could silently share a port; a taken port must fail.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  if (num_threads > 0) {
+  if (options.num_threads > 0) {
     grpc::ResourceQuota quota("phalanx");
-    quota.SetMaxThreads(num_threads);
+    quota.SetMaxThreads(options.num_threads);
     builder.SetResourceQuota(quota);
   }
   for (grpc::Service* service : services) builder.RegisterService(service);

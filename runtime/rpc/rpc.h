@@ -19,8 +19,12 @@ namespace phalanx::rpc {
 // Metadata key that carries the cluster token on every call.
 inline constexpr char kTokenHeader[] = "x-phalanx-token";
 
-// Returns OK when `context` carries `token`; UNAUTHENTICATED otherwise (constant-time compare).
-grpc::Status CheckToken(const grpc::ServerContext& context, const std::string& token);
+// The largest request each kind of server accepts (gRPC's max receive message size). A larger
+// one fails with RESOURCE_EXHAUSTED before it is allocated. Control messages (the GCS, node
+// managers) are small; an actor call carries its arguments by value, so workers take more.
+// Working dirs reach the GCS as a stream of chunks (UploadWorkingDir), not as one message.
+inline constexpr int64_t kMaxControlMessageBytes = 64ll << 20;
+inline constexpr int64_t kMaxCallMessageBytes = 512ll << 20;
 
 // Puts the token, a deadline of now + `timeout` and wait-for-ready on a client context.
 // wait_for_ready makes a call wait (up to its deadline) for a server that is restarting,
@@ -38,13 +42,23 @@ grpc::Status ToGrpc(const absl::Status& status);
 
 // Builds and starts a server on `listen_address` (host:port; port 0 picks a free one) with
 // `services`. Returns the server and the bound port, or an error naming the address.
+//
+// Every call must carry `token` (kTokenHeader). It is checked on the call's headers, before
+// its body is read: a call without it fails with UNAUTHENTICATED and its body is dropped, so
+// a peer without the token cannot make the server allocate anything. The handlers need not
+// check it again.
+struct ServerOptions {
+  std::string token;
+  int64_t max_receive_bytes = kMaxControlMessageBytes;
+  int num_threads = 0;  // 0: gRPC's default
+};
 struct StartedServer {
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 };
 absl::StatusOr<StartedServer> StartServer(const std::string& listen_address,
                                           const std::vector<grpc::Service*>& services,
-                                          int num_threads = 0);
+                                          const ServerOptions& options);
 
 // "host:port" → (host, port); error names the field `what`.
 absl::StatusOr<std::pair<std::string, int>> SplitHostPort(absl::string_view address,

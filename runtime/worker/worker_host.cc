@@ -105,7 +105,7 @@ class Host;
 
 class WorkerServiceImpl final : public rpc::WorkerService::Service {
  public:
-  WorkerServiceImpl(Host* host, std::string token) : host_(host), token_(std::move(token)) {}
+  explicit WorkerServiceImpl(Host* host) : host_(host) {}
   grpc::Status PushCalls(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<rpc::ResultBatch, rpc::CallBatch>* stream) override;
@@ -116,7 +116,6 @@ class WorkerServiceImpl final : public rpc::WorkerService::Service {
 
  private:
   Host* host_;
-  const std::string token_;
 };
 
 // A worker outlives its node's membership only until its node manager fences it; if the
@@ -180,8 +179,9 @@ class Host {
 
     // Everything that does not depend on the actor happens first, so that a prestarted
     // worker has it done before an actor is placed on it: the server, the GCS connection.
-    service_ = std::make_unique<WorkerServiceImpl>(this, token_);
-    auto server = rpc::StartServer("0.0.0.0:0", {service_.get()});
+    service_ = std::make_unique<WorkerServiceImpl>(this);
+    auto server =
+        rpc::StartServer("0.0.0.0:0", {service_.get()}, {token_, rpc::kMaxCallMessageBytes});
     if (server.ok()) {
       server_ = std::move(server->server);
       std::string host = node_address.substr(0, node_address.rfind(':'));
@@ -402,9 +402,7 @@ class Host {
 };
 
 grpc::Status WorkerServiceImpl::PushCalls(
-    grpc::ServerContext* context,
-    grpc::ServerReaderWriter<rpc::ResultBatch, rpc::CallBatch>* stream) {
-  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
+    grpc::ServerContext*, grpc::ServerReaderWriter<rpc::ResultBatch, rpc::CallBatch>* stream) {
   auto sink = std::make_shared<ResultSink>(stream);
   rpc::CallBatch batch;
   bool first = true;
@@ -426,17 +424,14 @@ grpc::Status WorkerServiceImpl::PushCalls(
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerServiceImpl::Exit(grpc::ServerContext* context, const rpc::WorkerExitRequest*,
+grpc::Status WorkerServiceImpl::Exit(grpc::ServerContext*, const rpc::WorkerExitRequest*,
                                      rpc::WorkerExitReply*) {
-  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
   host_->RequestExit();
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerServiceImpl::GetStats(grpc::ServerContext* context,
-                                         const rpc::WorkerStatsRequest*,
+grpc::Status WorkerServiceImpl::GetStats(grpc::ServerContext*, const rpc::WorkerStatsRequest*,
                                          rpc::WorkerStatsReply* reply) {
-  if (auto auth = rpc::CheckToken(*context, token_); !auth.ok()) return auth;
   reply->set_actor_id(host_->actor_id());
   reply->set_calls_done(host_->calls_done());
   return grpc::Status::OK;
