@@ -311,6 +311,31 @@ class GcsClientImpl final : public GcsClient {
     return std::vector<rpc::JobInfo>(reply->jobs().begin(), reply->jobs().end());
   }
 
+  absl::StatusOr<rpc::UploadWorkingDirReply> UploadWorkingDir(
+      const std::function<absl::StatusOr<bool>(rpc::UploadChunk*)>& next) override {
+    grpc::ClientContext context;
+    rpc::PrepareContext(&context, options_.token, options_.upload_timeout);
+    rpc::UploadWorkingDirReply reply;
+    auto writer = stub_->UploadWorkingDir(&context, &reply);
+    rpc::UploadChunk chunk;
+    while (true) {
+      chunk.Clear();
+      auto more = next(&chunk);
+      if (!more.ok()) {
+        context.TryCancel();
+        (void)writer->Finish();
+        return more.status();
+      }
+      if (!*more) break;
+      // A failed write means the head ended the call (a refusal): Finish() says why.
+      if (!writer->Write(chunk)) break;
+    }
+    writer->WritesDone();
+    grpc::Status status = writer->Finish();
+    if (!status.ok()) return rpc::FromGrpc(status, absl::StrCat("GCS at ", options_.address));
+    return reply;
+  }
+
   absl::StatusOr<rpc::JobInfo> SubmitJob(const rpc::SubmitJobRequest& request) override {
     auto reply = Call(&Stub::SubmitJob, request);
     if (!reply.ok()) return reply.status();

@@ -22,6 +22,9 @@ struct GcsClientOptions {
   std::string token;    // the cluster token
   // Upper bound of one call, including waiting for a restarting GCS.
   absl::Duration rpc_timeout = absl::Seconds(30);
+  // Upper bound of one working-dir upload (UploadWorkingDir), which streams up to the head's
+  // --max-working-dir-mb.
+  absl::Duration upload_timeout = absl::Minutes(10);
 };
 
 class GcsClient {
@@ -87,6 +90,12 @@ class GcsClient {
   virtual absl::StatusOr<rpc::JobInfo> GetJob(const std::string& job_id) = 0;
   virtual absl::StatusOr<std::vector<rpc::JobInfo>> ListJobs() = 0;
   // Job submission (the job manager on the head; see gcs/job_manager.h).
+  // Streams a working dir to the head: `next` fills in the next chunk (UploadChunk) and
+  // returns true, false at the end, or an error, which cancels the upload and is returned.
+  // The reply's upload_id goes into SubmitJobRequest.upload_id. Not retried: a cut stream
+  // fails, and the caller uploads again.
+  virtual absl::StatusOr<rpc::UploadWorkingDirReply> UploadWorkingDir(
+      const std::function<absl::StatusOr<bool>(rpc::UploadChunk*)>& next) = 0;
   virtual absl::StatusOr<rpc::JobInfo> SubmitJob(const rpc::SubmitJobRequest& request) = 0;
   virtual absl::StatusOr<rpc::JobInfo> StopJob(const std::string& job_id, double grace_s) = 0;
   // A running job's new size (elastic training jobs): `replicas`, or without `ranks`.

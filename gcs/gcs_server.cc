@@ -220,6 +220,15 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status UploadWorkingDir(grpc::ServerContext*, grpc::ServerReader<rpc::UploadChunk>* reader,
+                                rpc::UploadWorkingDirReply* reply) override {
+    auto received = job_manager_->ReceiveUpload(
+        [reader](rpc::UploadChunk* chunk) { return reader->Read(chunk); });
+    if (!received.ok()) return rpc::ToGrpc(received.status());
+    *reply = std::move(*received);
+    return grpc::Status::OK;
+  }
+
   grpc::Status SubmitJob(grpc::ServerContext*, const rpc::SubmitJobRequest* request,
                          rpc::SubmitJobReply* reply) override {
     auto job = job_manager_->Submit(*request);
@@ -379,6 +388,16 @@ absl::Status CheckClusterMeta(Store* store, const std::string& cluster_id,
 
 void SetJobBody(rpc::PubMessage* m, const rpc::JobInfo& j) { *m->mutable_job() = j; }
 
+JobManagerOptions JobOptions(const GcsServerOptions& options) {
+  JobManagerOptions out;
+  out.session_dir = options.session_dir;
+  out.token = options.token;
+  out.runner_path = ExecutableDir() + "/phalanx-job-runner";
+  out.max_working_dir_bytes = options.max_working_dir_bytes;
+  out.kinds = options.job_kinds;
+  return out;
+}
+
 class GcsServerImpl final : public GcsServer {
  public:
   explicit GcsServerImpl(std::unique_ptr<Store> store, const GcsServerOptions& options)
@@ -392,9 +411,7 @@ class GcsServerImpl final : public GcsServer {
         jobs_(store_.get(), &publisher_, "jobs", rpc::JOB, &SetJobBody),
         placement_groups_(store_.get(), &publisher_, &nodes_, &node_clients_, &scheduler_,
                           &actors_),
-        job_manager_(&jobs_, &actors_, &kv_,
-                     {options.session_dir, options.token, ExecutableDir() + "/phalanx-job-runner",
-                      options.max_working_dir_bytes, options.job_kinds}) {
+        job_manager_(&jobs_, &actors_, &kv_, JobOptions(options)) {
     // One path for node events: the scheduler first, then the managers.
     nodes_.AddRegisteredListener([this](const rpc::NodeInfo& node) {
       scheduler_.AddNode(node.node_id(), rpc::FromProto(node.total()),

@@ -8,8 +8,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -49,18 +51,13 @@ absl::Status CheckJobId(const std::string& id) {
   return absl::OkStatus();
 }
 
-// Copies the upload into `cwd`, which must not exist yet (created 0700 here). The paths were
-// checked with CheckUploadPaths; the writer also refuses any symlink it meets on disk.
-absl::Status WriteWorkingDir(const rpc::SubmitJobRequest& request, const std::string& cwd) {
-  if (::mkdir(cwd.c_str(), 0700) != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot create ", cwd, ": ", std::strerror(errno)));
+// An upload id as the job manager makes them (RandomHex(8)): anything else names no upload.
+bool IsUploadId(absl::string_view id) {
+  if (id.size() != 16) return false;
+  for (char c : id) {
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) return false;
   }
-  for (const auto& f : request.files()) {
-    if (auto s = WriteUploadedFile(cwd, f.path(), f.content(), UploadMode(f.mode())); !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
+  return true;
 }
 
 std::string DescribeEnd(int exit_code, int signal, bool stopped) {
@@ -139,6 +136,11 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::Submit(const rpc::SubmitJobRequest& 
           absl::StrCat("kind: '", kind, "' is not a job kind this GCS runs; use one of ",
                        absl::StrJoin(known, ", ")));
     }
+    if (!request.upload_id().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("upload_id: only driver jobs take a working dir, and this one is of kind '",
+                       kind, "'; leave --working-dir out"));
+    }
     return SubmitKind(*it->second, request, job_id);
   }
   if (request.entrypoint().empty() || request.entrypoint(0).empty()) {
@@ -155,22 +157,77 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::Submit(const rpc::SubmitJobRequest& 
   return SubmitDriver(request, job_id);
 }
 
+std::string GcsJobManager::UploadsDir() const {
+  return absl::StrCat(options_.session_dir, "/uploads");
+}
+
+void GcsJobManager::RemoveStaleUploads() const {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto now = fs::file_time_type::clock::now();
+  auto ttl = absl::ToChronoSeconds(options_.upload_ttl);
+  for (const auto& entry : fs::directory_iterator(UploadsDir(), ec)) {
+    auto written = entry.last_write_time(ec);
+    if (ec || now - written < ttl) continue;
+    spdlog::info("removing upload {}: no submission named it within {}",
+                 entry.path().filename().string(), absl::FormatDuration(options_.upload_ttl));
+    RemoveAll(entry.path().string()).IgnoreError();
+  }
+}
+
+absl::StatusOr<rpc::UploadWorkingDirReply> GcsJobManager::ReceiveUpload(
+    const std::function<bool(rpc::UploadChunk*)>& next) {
+  if (options_.session_dir.empty()) {
+    return absl::FailedPreconditionError(
+        "this GCS was started without --session-dir, so it cannot take a working dir; start "
+        "the head with `phalanx start --head`");
+  }
+  if (auto s = MakeDirs(UploadsDir(), 0700); !s.ok()) return s;
+  RemoveStaleUploads();
+  std::string id = RandomHex(8);
+  // Written under a name no submission accepts, renamed once complete.
+  std::string partial = absl::StrCat(UploadsDir(), "/", id, ".partial");
+  if (::mkdir(partial.c_str(), 0700) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", partial, ": ", std::strerror(errno)));
+  }
+  UploadWriter writer(partial, options_.max_working_dir_bytes, options_.max_working_dir_files);
+  absl::Status status;
+  rpc::UploadChunk chunk;
+  while (status.ok() && next(&chunk)) {
+    if (!chunk.path().empty()) status = writer.Begin(chunk.path(), chunk.mode());
+    if (status.ok()) status = writer.Append(chunk.data());
+  }
+  if (status.ok()) status = writer.Finish();
+  std::string done = absl::StrCat(UploadsDir(), "/", id);
+  if (status.ok() && ::rename(partial.c_str(), done.c_str()) != 0) {
+    status = absl::UnavailableError(
+        absl::StrCat("cannot rename ", partial, " to ", done, ": ", std::strerror(errno)));
+  }
+  if (!status.ok()) {
+    RemoveAll(partial).IgnoreError();
+    return status;
+  }
+  rpc::UploadWorkingDirReply reply;
+  reply.set_upload_id(id);
+  reply.set_bytes(writer.bytes());
+  reply.set_files(writer.files());
+  spdlog::info("upload {}: {} files, {} bytes", id, writer.files(), writer.bytes());
+  return reply;
+}
+
 absl::StatusOr<rpc::JobInfo> GcsJobManager::SubmitDriver(const rpc::SubmitJobRequest& request,
                                                          const std::string& job_id) {
-  std::vector<absl::string_view> paths;
-  paths.reserve(request.files_size());
-  int64_t total = 0;
-  for (const auto& f : request.files()) {
-    paths.push_back(f.path());
-    total += static_cast<int64_t>(f.content().size());
-  }
-  // Every path is checked before anything is written.
-  if (auto s = CheckUploadPaths(paths); !s.ok()) return s;
-  if (total > options_.max_working_dir_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--working-dir '", request.working_dir(), "' holds ", FormatBytes(total),
-        ", over the limit of ", FormatBytes(options_.max_working_dir_bytes),
-        ": leave data sets and checkpoints out of it and read them from shared storage"));
+  std::string upload;
+  if (!request.upload_id().empty()) {
+    upload = absl::StrCat(UploadsDir(), "/", request.upload_id());
+    if (!IsUploadId(request.upload_id()) || !PathExists(upload)) {
+      return absl::NotFoundError(absl::StrCat(
+          "upload_id '", absl::CEscape(request.upload_id().substr(0, 64)),
+          "': the head holds no such upload (an upload serves one submission and is removed "
+          "after ",
+          absl::FormatDuration(options_.upload_ttl), " unused); upload the working dir again"));
+    }
   }
   std::string dir = JobDir(job_id);
   if (auto s = MakeDirs(absl::StrCat(options_.session_dir, "/jobs")); !s.ok()) return s;
@@ -187,7 +244,10 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::SubmitDriver(const rpc::SubmitJobReq
   }
   // From here on a refusal leaves nothing behind: no directory, no record.
   std::string cwd = dir + "/working_dir";
-  if (auto s = WriteWorkingDir(request, cwd); !s.ok()) {
+  int moved = upload.empty() ? ::mkdir(cwd.c_str(), 0700) : ::rename(upload.c_str(), cwd.c_str());
+  if (moved != 0) {
+    auto s =
+        absl::UnavailableError(absl::StrCat("cannot create ", cwd, ": ", std::strerror(errno)));
     RemoveAll(dir).IgnoreError();
     return s;
   }

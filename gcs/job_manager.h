@@ -7,6 +7,8 @@
 // GCS killed with -9 leaves running drivers running; the restarted GCS loads every job from
 // Redis and finds its runners again (or their result files).
 //
+//   <session>/uploads/<upload id>/   a working dir streamed in (UploadWorkingDir), until a
+//                                    submission names it (it moves) or upload_ttl passes
 //   <session>/jobs/<job id>/
 //     working_dir/   the client's working dir, copied (the driver's cwd)
 //     driver.log     the driver's stdout and stderr
@@ -28,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "gcs/actor_manager.h"
 #include "gcs/job_kind.h"
 #include "gcs/kv_manager.h"
@@ -41,7 +44,11 @@ struct JobManagerOptions {
 
   std::string token;        // PHALANX_TOKEN for drivers
   std::string runner_path;  // phalanx-job-runner
+  // Bounds of one working-dir upload (`--max-working-dir-mb` on the GCS for the first).
   int64_t max_working_dir_bytes = 100ll << 20;
+  int64_t max_working_dir_files = 100000;
+  // An upload no submission named within this long is removed (checked at each new upload).
+  absl::Duration upload_ttl = absl::Hours(1);
   // The job kinds submissions may name besides drivers (GcsServerOptions::job_kinds).
   std::vector<std::shared_ptr<const JobKind>> kinds;
 };
@@ -58,6 +65,10 @@ class GcsJobManager {
   void Start(int gcs_port);
   void Shutdown();
 
+  // Receives a streamed working dir: `next` fills in the next chunk, false at the stream's
+  // end. Written to disk as it comes; on any error nothing is left behind.
+  absl::StatusOr<rpc::UploadWorkingDirReply> ReceiveUpload(
+      const std::function<bool(rpc::UploadChunk*)>& next);
   absl::StatusOr<rpc::JobInfo> Submit(const rpc::SubmitJobRequest& request);
   absl::StatusOr<rpc::JobInfo> Stop(const std::string& job_id, double grace_s);
   // Passes a scale request to the job's kind (FailedPrecondition for a driver job).
@@ -78,6 +89,9 @@ class GcsJobManager {
   // The kind that launched `job`; null for a driver job (or a kind this GCS does not know).
   const JobKind* KindOf(const rpc::JobInfo& job) const;
   std::string JobDir(const std::string& job_id) const;
+  std::string UploadsDir() const;
+  // Removes uploads older than upload_ttl.
+  void RemoveStaleUploads() const;
   // Marks a driver job finished (once) and cleans up its actors.
   void Finish(const std::string& job_id, int exit_code, int signal, bool stopped,
               const std::string& message);

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <thread>
@@ -138,8 +139,13 @@ bool Terminal(rpc::JobState state) {
   return state == rpc::JOB_SUCCEEDED || state == rpc::JOB_FAILED || state == rpc::JOB_STOPPED;
 }
 
-// The working dir's files, read after checking their total size against `limit`.
-absl::Status ReadWorkingDir(const std::string& dir, int64_t limit, rpc::SubmitJobRequest* request) {
+// Streams the working dir's files to the head (after checking their total size against
+// `limit`) in chunks of kUploadChunkBytes, so that neither side holds the whole dir, and
+// names the upload in `request`.
+constexpr size_t kUploadChunkBytes = 1 << 20;
+
+absl::Status UploadWorkingDir(gcs::GcsClient& gcs, const std::string& dir, int64_t limit,
+                              rpc::SubmitJobRequest* request) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -170,14 +176,30 @@ absl::Status ReadWorkingDir(const std::string& dir, int64_t limit, rpc::SubmitJo
         FormatBytes(limit),
         ": leave data sets and checkpoints out of it and read them from shared storage"));
   }
-  for (const auto& path : files) {
-    auto content = ReadFile(path.string());
-    if (!content.ok()) return content.status();
-    auto* f = request->add_files();
-    f->set_path(fs::relative(path, dir, ec).generic_string());
-    f->set_content(std::move(*content));
-    f->set_mode(static_cast<uint32_t>(fs::status(path, ec).permissions()) & 0777);
-  }
+  size_t next_file = 0;
+  std::ifstream in;
+  std::string buffer(kUploadChunkBytes, '\0');
+  auto reply = gcs.UploadWorkingDir([&](rpc::UploadChunk* chunk) -> absl::StatusOr<bool> {
+    while (true) {
+      if (!in.is_open()) {
+        if (next_file == files.size()) return false;
+        const fs::path& path = files[next_file++];
+        in.open(path, std::ios::binary);
+        if (!in) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--working-dir: cannot read ", path.string()));
+        }
+        chunk->set_path(fs::relative(path, dir, ec).generic_string());
+        chunk->set_mode(static_cast<uint32_t>(fs::status(path, ec).permissions()) & 0777);
+      }
+      in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+      chunk->set_data(buffer.data(), static_cast<size_t>(in.gcount()));
+      if (in.eof()) in.close();
+      if (!chunk->path().empty() || !chunk->data().empty()) return true;
+    }
+  });
+  if (!reply.ok()) return reply.status();
+  request->set_upload_id(reply->upload_id());
   request->set_working_dir(fs::absolute(dir, ec).string());
   return absl::OkStatus();
 }
@@ -350,18 +372,18 @@ int RunJobSubmit(const JobSubmitOptions& o) {
                                 "for an elastic training job)"));
     }
     for (const auto& a : o.entrypoint) request.add_entrypoint(a);
-    if (!o.working_dir.empty()) {
-      int64_t limit = 100ll << 20;
-      if (const char* env = std::getenv("PHALANX_MAX_WORKING_DIR_MB"); env && *env) {
-        limit = static_cast<int64_t>(std::atof(env) * (1 << 20));
-      }
-      if (auto s = ReadWorkingDir(o.working_dir, limit, &request); !s.ok()) {
-        return Fail("submit", s);
-      }
-    }
   }
   auto gcs = Connect(o.cluster);
   if (!gcs.ok()) return Fail("submit", gcs.status());
+  if (!o.working_dir.empty() && o.spec_file.empty()) {
+    int64_t limit = 100ll << 20;
+    if (const char* env = std::getenv("PHALANX_MAX_WORKING_DIR_MB"); env && *env) {
+      limit = static_cast<int64_t>(std::atof(env) * (1 << 20));
+    }
+    if (auto s = UploadWorkingDir(**gcs, o.working_dir, limit, &request); !s.ok()) {
+      return Fail("submit", s);
+    }
+  }
   auto job = (*gcs)->SubmitJob(request);
   if (!job.ok() && !o.spec_file.empty()) {
     // The spec's errors name its field: say which file it is in.

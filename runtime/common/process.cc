@@ -11,8 +11,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "runtime/common/files.h"
 
 extern char** environ;
@@ -166,6 +169,22 @@ int64_t ProcessRssBytes(pid_t pid) {
   int64_t size = 0, resident = 0;
   if (!(statm >> size >> resident)) return -1;
   return resident * ::sysconf(_SC_PAGESIZE);
+}
+
+int64_t ProcessPeakRssBytes(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    absl::string_view rest = line;
+    int64_t kib = 0;
+    if (absl::ConsumePrefix(&rest, "VmHWM:") &&
+        absl::SimpleAtoi(
+            absl::StripAsciiWhitespace(absl::StripSuffix(absl::StripAsciiWhitespace(rest), "kB")),
+            &kib)) {
+      return kib * 1024;
+    }
+  }
+  return -1;
 }
 
 }  // namespace phalanx

@@ -43,5 +43,7 @@ bool WaitProcessGone(pid_t pid, absl::Duration timeout);
 
 // Resident set size of `pid` in bytes (from /proc/PID/statm); -1 if it is gone.
 int64_t ProcessRssBytes(pid_t pid);
+// Peak resident set of `pid` since it started (VmHWM), in bytes; -1 if it cannot be read.
+int64_t ProcessPeakRssBytes(pid_t pid);
 
 }  // namespace phalanx

@@ -87,12 +87,15 @@ TEST(UploadPath, TheSetMayNotNameAPathTwiceNorUseAFileAsADirectory) {
   absl::Status twice = CheckUploadPaths({"x/y", "x/y"});
   EXPECT_EQ(twice.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(twice.message(), "'x/y': sent twice")) << twice;
-  for (const auto& order : {std::vector<absl::string_view>{"a", "a/b/c"},
-                            std::vector<absl::string_view>{"a/b/c", "a"}}) {
-    absl::Status both = CheckUploadPaths(order);
-    EXPECT_EQ(both.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_TRUE(absl::StrContains(both.message(), "'a/b/c': 'a' is sent as a file too")) << both;
-  }
+  // In either order: the later path is refused (a streamed upload sees them one by one).
+  absl::Status file_first = CheckUploadPaths({"a", "a/b/c"});
+  EXPECT_EQ(file_first.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(file_first.message(), "'a/b/c': 'a' is sent as a file too"))
+      << file_first;
+  absl::Status dir_first = CheckUploadPaths({"a/b/c", "a"});
+  EXPECT_EQ(dir_first.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(dir_first.message(), "'a': it is sent as a directory too"))
+      << dir_first;
   // One bad path anywhere refuses the whole set.
   absl::Status bad = CheckUploadPaths({"ok.txt", "fine/too.py", "../escape"});
   EXPECT_TRUE(absl::StrContains(bad.message(), "'../escape'")) << bad;

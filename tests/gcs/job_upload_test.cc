@@ -1,7 +1,8 @@
 // Working-dir uploads through a real GCS (phalanx-gcs over a real redis-server, with a session
-// dir and the real phalanx-job-runner): the requests here are ones `phalanx job submit` never
-// sends (setuid modes, escaping paths), as a hostile client could. What is written keeps only
-// permission bits; what is refused leaves no job record and no directory behind.
+// dir and the real phalanx-job-runner): the streams here are ones `phalanx job submit` never
+// sends (setuid modes, escaping paths, more than the limit), as a hostile client could. What
+// is written keeps only permission bits; what is refused leaves no upload, no job record and
+// no directory behind; an upload over the limit is cut off without the GCS holding it.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "gcs/gcs_client.h"
 #include "gtest/gtest.h"
 #include "runtime/common/files.h"
+#include "runtime/common/process.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx {
@@ -27,19 +29,37 @@ struct File {
   uint32_t mode;
 };
 
-rpc::SubmitJobRequest Request(const std::string& id, const std::vector<File>& files,
-                              std::vector<std::string> entrypoint = {"true"}) {
+// Streams `files` as UploadWorkingDir does (each file in chunks of up to `chunk` bytes).
+absl::StatusOr<rpc::UploadWorkingDirReply> Upload(gcs::GcsClient& client,
+                                                  const std::vector<File>& files,
+                                                  size_t chunk = 3) {
+  size_t file = 0, offset = 0;
+  return client.UploadWorkingDir([&](rpc::UploadChunk* out) -> absl::StatusOr<bool> {
+    if (file == files.size()) return false;
+    const File& f = files[file];
+    if (offset == 0) {
+      out->set_path(f.path);
+      out->set_mode(f.mode);
+    }
+    out->set_data(f.content.substr(offset, chunk));
+    offset += chunk;
+    if (offset >= f.content.size()) file++, offset = 0;
+    return true;
+  });
+}
+
+// Uploads `files` and submits a driver job that runs in them.
+absl::StatusOr<rpc::JobInfo> Submit(gcs::GcsClient& client, const std::string& id,
+                                    const std::vector<File>& files,
+                                    std::vector<std::string> entrypoint = {"true"}) {
+  auto upload = Upload(client, files);
+  if (!upload.ok()) return upload.status();
   rpc::SubmitJobRequest request;
   request.set_submission_id(id);
   request.set_working_dir("/client/wd");
+  request.set_upload_id(upload->upload_id());
   for (auto& arg : entrypoint) request.add_entrypoint(arg);
-  for (const auto& f : files) {
-    auto* file = request.add_files();
-    file->set_path(f.path);
-    file->set_content(f.content);
-    file->set_mode(f.mode);
-  }
-  return request;
+  return client.SubmitJob(request);
 }
 
 mode_t ModeOf(const std::string& path) {
@@ -98,13 +118,13 @@ class JobUpload : public ::testing::Test {
 };
 
 TEST_F(JobUpload, SetuidSetgidAndStickyBitsAreDroppedAndTheJobRuns) {
-  auto job = client_->SubmitJob(Request("modes",
-                                        {{"run.sh", "#!/bin/sh\nexit 0\n", 04755},
-                                         {"bin/tool", "tool", 02750},
-                                         {"bin/both", "both", 06777},
-                                         {"sticky", "s", 01644},
-                                         {"nomode", "n", 0}},
-                                        {"./run.sh"}));
+  auto job = Submit(*client_, "modes",
+                    {{"run.sh", "#!/bin/sh\nexit 0\n", 04755},
+                     {"bin/tool", "tool", 02750},
+                     {"bin/both", "both", 06777},
+                     {"sticky", "s", 01644},
+                     {"nomode", "n", 0}},
+                    {"./run.sh"});
   ASSERT_TRUE(job.ok()) << job.status();
   std::string wd = JobDir("modes") + "/working_dir";
   EXPECT_EQ(ModeOf(wd + "/run.sh"), 0755u);
@@ -125,13 +145,12 @@ TEST_F(JobUpload, AnEscapingOrMalformedPathIsRefusedAndLeavesNoJobBehind) {
       {{{"ok.txt", "fine", 0644}, {"../escape", "out", 0644}}, "'../escape': a '..' component"},
       {{{"a/../../escape", "out", 0644}}, "'a/../../escape': a '..' component"},
       {{{"/tmp/escape", "out", 0644}}, "'/tmp/escape': an absolute path"},
-      {{{"", "out", 0644}}, "'': the path is empty"},
       {{{std::string("ok\0/../escape", 13), "out", 0644}}, "'ok\\000/../escape': the path holds"},
       {{{"dup", "1", 0644}, {"dup", "2", 0644}}, "'dup': sent twice"},
       {{{"x", "1", 0644}, {"x/escape", "2", 0644}}, "'x/escape': 'x' is sent as a file too"},
   };
   for (const auto& c : cases) {
-    auto job = client_->SubmitJob(Request("bad", c.files));
+    auto job = Submit(*client_, "bad", c.files);
     ASSERT_FALSE(job.ok()) << c.named;
     EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << job.status();
     EXPECT_TRUE(
@@ -145,11 +164,12 @@ TEST_F(JobUpload, AnEscapingOrMalformedPathIsRefusedAndLeavesNoJobBehind) {
     for (const auto& entry : Tree(session_.path())) {
       EXPECT_FALSE(absl::StrContains(entry, "escape")) << entry;
     }
+    EXPECT_TRUE(Tree(session_.path() + "/uploads").empty()) << c.named;
   }
   EXPECT_TRUE(client_->ListJobs()->empty());
 
   // Nothing of the refusals is in the way: the same id, sent properly, runs.
-  ASSERT_TRUE(client_->SubmitJob(Request("bad", {{"ok.txt", "fine", 0644}})).ok());
+  ASSERT_TRUE(Submit(*client_, "bad", {{"ok.txt", "fine", 0644}}).ok());
   EXPECT_TRUE(WaitSucceeded("bad"));
 }
 
@@ -160,7 +180,7 @@ TEST_F(JobUpload, ASymlinkLeftInAJobDirectoryIsNeverWrittenThrough) {
   ASSERT_TRUE(MakeDirs(leftover).ok());
   ASSERT_EQ(::symlink((outside.path() + "/target").c_str(), (leftover + "/run.sh").c_str()), 0);
 
-  auto job = client_->SubmitJob(Request("planted", {{"run.sh", "overwritten", 0755}}));
+  auto job = Submit(*client_, "planted", {{"run.sh", "overwritten", 0755}});
   ASSERT_FALSE(job.ok());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kAlreadyExists) << job.status();
   EXPECT_TRUE(absl::StrContains(job.status().message(), "pick another id")) << job.status();
@@ -168,6 +188,73 @@ TEST_F(JobUpload, ASymlinkLeftInAJobDirectoryIsNeverWrittenThrough) {
   EXPECT_EQ(client_->GetJob("planted").status().code(), absl::StatusCode::kNotFound);
   // Not this submission's to remove either.
   EXPECT_TRUE(PathExists(leftover + "/run.sh"));
+}
+
+TEST_F(JobUpload, AStreamOverTheLimitIsCutOffWithoutTheGcsHoldingIt) {
+  int64_t before = ProcessPeakRssBytes(gcs_->pid());
+  // 1 MiB chunks of one file, past the GCS's default limit of 100 MiB.
+  std::string mib(1 << 20, 'x');
+  int sent = 0;
+  auto upload = client_->UploadWorkingDir([&](rpc::UploadChunk* chunk) -> absl::StatusOr<bool> {
+    if (sent == 0) chunk->set_path("big.bin");
+    if (sent++ == 150) return false;
+    chunk->set_data(mib);
+    return true;
+  });
+  ASSERT_FALSE(upload.ok());
+  EXPECT_EQ(upload.status().code(), absl::StatusCode::kInvalidArgument) << upload.status();
+  EXPECT_TRUE(absl::StrContains(upload.status().message(), "over the limit of 100.0 MiB"))
+      << upload.status();
+  EXPECT_LT(sent, 150);  // the refusal ended the stream (what was in flight still went)
+  int64_t after = ProcessPeakRssBytes(gcs_->pid());
+  std::cout << "GCS peak RSS " << (before >> 20) << " -> " << (after >> 20) << " MiB after " << sent
+            << " MiB sent\n";
+  // Written as it comes: what the GCS holds at once is gRPC's flow-control window and its
+  // allocator's slack (~40 MiB seen), not the upload (over 100 MiB here).
+  EXPECT_LT(after - before, 64 << 20);
+  EXPECT_TRUE(Tree(session_.path() + "/uploads").empty());
+}
+
+TEST_F(JobUpload, DataBeforeAPathAndAnUnknownUploadAreRefused) {
+  bool first = true;
+  auto headless = client_->UploadWorkingDir([&](rpc::UploadChunk* chunk) -> absl::StatusOr<bool> {
+    if (!first) return false;
+    first = false;
+    chunk->set_data("orphan bytes");
+    return true;
+  });
+  ASSERT_FALSE(headless.ok());
+  EXPECT_TRUE(absl::StrContains(headless.status().message(), "data before any file's path"))
+      << headless.status();
+
+  for (std::string id : {"0123456789abcdef", "../../etc", ""}) {
+    if (id.empty()) continue;
+    rpc::SubmitJobRequest request;
+    request.set_submission_id("ghost");
+    request.set_upload_id(id);
+    request.add_entrypoint("true");
+    auto job = client_->SubmitJob(request);
+    ASSERT_FALSE(job.ok()) << id;
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kNotFound) << job.status();
+    EXPECT_TRUE(absl::StrContains(job.status().message(), "upload_id")) << job.status();
+    EXPECT_FALSE(PathExists(JobDir("ghost")));
+  }
+
+  // An upload serves one submission: it moved into the first job.
+  auto upload = Upload(*client_, {{"a.txt", "a", 0644}});
+  ASSERT_TRUE(upload.ok()) << upload.status();
+  EXPECT_EQ(upload->files(), 1);
+  EXPECT_EQ(upload->bytes(), 1);
+  for (const char* id : {"once", "twice"}) {
+    rpc::SubmitJobRequest request;
+    request.set_submission_id(id);
+    request.set_upload_id(upload->upload_id());
+    request.add_entrypoint("true");
+    auto job = client_->SubmitJob(request);
+    EXPECT_EQ(job.ok(), std::string(id) == "once") << id << ": " << job.status();
+  }
+  EXPECT_EQ(*ReadFile(JobDir("once") + "/working_dir/a.txt"), "a");
+  EXPECT_TRUE(WaitSucceeded("once"));
 }
 
 }  // namespace

@@ -8,12 +8,12 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <sys/mman.h>
 
-#include <fstream>
 #include <future>
 
 #include "absl/strings/match.h"
 #include "gcs/gcs_client.h"
 #include "gtest/gtest.h"
+#include "runtime/common/process.h"
 #include "runtime/rpc/rpc.h"
 #include "tests/actors/test_actors.h"
 #include "tests/testing/cluster_test.h"
@@ -26,16 +26,6 @@ using testing::ClusterTest;
 using testing::Counter;
 
 constexpr int64_t kRequestBytes = int64_t{1} << 30;
-
-// Peak resident set of `pid` (VmHWM), in bytes; -1 if it cannot be read.
-int64_t PeakRssBytes(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (absl::StartsWith(line, "VmHWM:")) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
 
 // Sends `bytes` zeros as one request to `method` at `address` (with `token` if set) and
 // returns the call's status. The buffer is untouched anonymous memory, so the client itself
@@ -107,11 +97,11 @@ class PreAuthTest : public ClusterTest {
 
 TEST_F(PreAuthTest, A1GiBRequestWithoutTheTokenIsRefusedUnreadByEveryDaemon) {
   for (const Daemon& d : Daemons()) {
-    int64_t before = PeakRssBytes(d.pid);
+    int64_t before = ProcessPeakRssBytes(d.pid);
     ASSERT_GT(before, 0) << d.name;
     absl::Time start = absl::Now();
     grpc::Status status = SendHugeRequest(d.address, d.method, "");
-    int64_t after = PeakRssBytes(d.pid);
+    int64_t after = ProcessPeakRssBytes(d.pid);
     std::cout << d.name << ": " << status.error_code() << " '" << status.error_message() << "' in "
               << absl::Now() - start << ", peak RSS " << (before >> 20) << " -> " << (after >> 20)
               << " MiB\n";
@@ -121,7 +111,7 @@ TEST_F(PreAuthTest, A1GiBRequestWithoutTheTokenIsRefusedUnreadByEveryDaemon) {
     // A wrong token is refused the same way.
     status = SendHugeRequest(d.address, d.method, "not-the-token");
     EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << d.name;
-    EXPECT_LT(PeakRssBytes(d.pid) - before, 16 << 20) << d.name;
+    EXPECT_LT(ProcessPeakRssBytes(d.pid) - before, 16 << 20) << d.name;
   }
 }
 
