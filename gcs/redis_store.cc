@@ -335,7 +335,8 @@ class RedisStore : public Store {
     queue_.push_back(std::move(op));
   }
 
-  // Runs one read command, reconnecting once if the connection broke.
+  // Runs one read command, reconnecting once if the connection broke (or Redis answered
+  // LOADING, or in sentinel mode READONLY).
   absl::StatusOr<Reply> ReadCommand(const std::function<void*(redisContext*)>& command) {
     absl::MutexLock lock(&reader_mu_);
     for (int attempt = 0; attempt < 2; ++attempt) {
@@ -345,8 +346,8 @@ class RedisStore : public Store {
         reader_ = std::move(*ctx);
       }
       Reply reply(static_cast<redisReply*>(command(reader_.get())));
-      if (!reply) {
-        reader_.reset();
+      if (!reply || (reply->type == REDIS_REPLY_ERROR && Retryable(options_, reply->str))) {
+        reader_.reset();  // in sentinel mode, the next Connect finds the current primary
         continue;
       }
       if (reply->type == REDIS_REPLY_ERROR) {

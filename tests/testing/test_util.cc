@@ -195,8 +195,8 @@ SentinelRedis::SentinelRedis(const std::string& password, const std::string& mas
     MakeDirs(dir, 0700).IgnoreError();
     std::vector<std::string> argv = {
         "redis-server", "--port", absl::StrCat(ports_[i]), "--bind", "127.0.0.1", "--dir", dir,
-        "--save", "", "--appendonly", "no", "--daemonize", "no", "--requirepass", password_,
-        "--masterauth", password_,
+        "--save", "", "--appendonly", "yes", "--appendfsync", "everysec", "--daemonize", "no",
+        "--requirepass", password_, "--masterauth", password_,
         // The replica's first sync starts at once, not after the default 5 s.
         "--repl-diskless-sync-delay", "0"};
     if (i == 1) argv.insert(argv.end(), {"--replicaof", "127.0.0.1", absl::StrCat(ports_[0])});

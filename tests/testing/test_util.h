@@ -72,10 +72,10 @@ class RedisServer {
 };
 
 // A Sentinel-managed Redis on free loopback ports: a primary and one replica (both with
-// `password`, no persistence) and 3 sentinels (`sentinel monitor NAME 127.0.0.1 P 2`,
-// down-after 1 s, failover-timeout 3 s; a kill -9 of the primary is failed over in ~2.5 s).
-// The constructor returns once every sentinel sees the replica in sync. Available() says
-// whether redis-server can run as a sentinel here.
+// `password`, AOF everysec as `phalanx start --head` runs Redis) and 3 sentinels (`sentinel monitor
+// NAME 127.0.0.1 P 2`, down-after 1 s, failover-timeout 3 s; a kill -9 of the primary is failed
+// over in ~2.5 s). The constructor returns once every sentinel sees the replica in sync.
+// Available() says whether redis-server can run as a sentinel here.
 class SentinelRedis {
  public:
   static bool Available();
