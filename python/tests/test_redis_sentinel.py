@@ -5,6 +5,7 @@ primary, the job ends SUCCEEDED with no committed step lost, every KV write the 
 acknowledged is on the new primary, and a GCS restarted from the new primary reports the
 same actors, jobs and KV as before (every table intact)."""
 
+import difflib
 import os
 import shutil
 import signal
@@ -364,6 +365,12 @@ def test_a_sentinel_failover_mid_job_loses_nothing(sentinel_cluster, tmp_path):
         job_list = cluster.cli("job", "list")
         assert actors.returncode == 0 and job_list.returncode == 0, actors.stderr + job_list.stderr
         return actors.stdout, job_list.stdout
+    # The job's actors are stopped after the job is SUCCEEDED: wait until every one is
+    # recorded DEAD, so that the view is settled before the restart.
+    def settled():
+        actors = cluster.cli("list", "actors", "--all").stdout.splitlines()[1:]
+        return actors and all(" DEAD " in line for line in actors)
+    assert wait_for(settled, timeout=30), cluster.cli("list", "actors", "--all").stdout
     before_view = view()
     before_tables = tables(new, cluster_id)
     gcs_pid = int(open(os.path.join(session, "pids", "gcs.pid")).read().split()[0])
@@ -377,7 +384,10 @@ def test_a_sentinel_failover_mid_job_loses_nothing(sentinel_cluster, tmp_path):
     assert wait_for(lambda: cluster.cli("status").returncode == 0, timeout=30), \
         open(gcs_log).read()[-3000:]
     after_view = view()
-    assert after_view == before_view
+    for before_text, after_text in zip(before_view, after_view):
+        assert after_text == before_text, "\n".join(difflib.unified_diff(
+            before_text.splitlines(), after_text.splitlines(), "before the GCS restart",
+            "after", lineterm=""))
     after_tables = tables(new, cluster_id)
     for name in before_tables:
         if ":nodes" in name or ":meta" in name:
