@@ -2,11 +2,16 @@
 // Redis, AOF everysec as `phalanx start --head` runs it) at 1 and 16 concurrent clients, with
 // redis-benchmark SET/GET against the same Redis in the same run as the peer.
 //
-//   build/bin/gcs_bench [seconds per measurement, default 3]
+//   build/bin/gcs_bench [seconds per measurement, default 3] [--sentinel]
+//
+// --sentinel: over a primary, one replica and 3 sentinels (the GCS with --redis-sentinel,
+// each batch of writes waiting for the replica's acknowledgement), redis-benchmark against
+// the primary.
 //
 // Last line: RESULT gcs_writes_per_s=<16 clients> redis_set_per_s=<16 clients> ratio=...
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <regex>
 #include <thread>
 
@@ -67,10 +72,32 @@ double RedisBenchmark(int port, const std::string& password, int clients, int re
 }
 
 int Main(int argc, char** argv) {
-  double seconds = argc > 1 ? std::atof(argv[1]) : 3.0;
-  testing::RedisServer redis("benchpw", /*aof=*/true);
-  testing::GcsProcess gcs(redis);
-  std::string address = gcs.address();
+  double seconds = 3.0;
+  bool sentinel = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--sentinel") {
+      sentinel = true;
+    } else {
+      seconds = std::atof(argv[i]);
+    }
+  }
+  // Plain: one Redis. --sentinel: a primary, a replica and 3 sentinels, the GCS finding the
+  // primary through them and waiting for the replica's acknowledgement (WAIT 1) per batch.
+  std::unique_ptr<testing::RedisServer> plain;
+  std::unique_ptr<testing::SentinelRedis> ha;
+  std::unique_ptr<testing::GcsProcess> gcs;
+  int redis_port = 0;
+  std::string redis_password = "benchpw";
+  if (sentinel) {
+    ha = std::make_unique<testing::SentinelRedis>(redis_password);
+    gcs = std::make_unique<testing::GcsProcess>(*ha, testing::GcsProcess::Options());
+    redis_port = ha->PrimaryPort();
+  } else {
+    plain = std::make_unique<testing::RedisServer>(redis_password, /*aof=*/true);
+    gcs = std::make_unique<testing::GcsProcess>(*plain);
+    redis_port = plain->port();
+  }
+  std::string address = gcs->address();
 
   Op actor_write = [](gcs::GcsClient& c, int t, int64_t i) {
     rpc::ActorInfo a;
@@ -105,8 +132,9 @@ int Main(int argc, char** argv) {
     return reply.ok() && !reply->declared_dead();
   };
 
-  std::printf("# gcs_bench: %.0f s per measurement; GCS at %s over Redis %d (AOF everysec)\n",
-              seconds, address.c_str(), redis.port());
+  std::printf("# gcs_bench: %.0f s per measurement; GCS at %s over Redis %d (AOF everysec%s)\n",
+              seconds, address.c_str(), redis_port,
+              sentinel ? "; Sentinel: a replica, WAIT 1 per batch of writes" : "");
   std::printf("%-8s %-22s %14s\n", "clients", "operation", "ops/s");
   double gcs_writes_16 = 0;
   {
@@ -121,7 +149,7 @@ int Main(int argc, char** argv) {
     // Fill every key the readers ask for (each client's 1000 actors), so that no read
     // measured is a NotFound.
     {
-      auto fill_client = *gcs::GcsClient::Connect({address, gcs.token()});
+      auto fill_client = *gcs::GcsClient::Connect({address, gcs->token()});
       for (int t = 0; t < clients; ++t) {
         for (int64_t i = 0; i < 1000; ++i) {
           if (!actor_write(*fill_client, t, i)) {
@@ -131,10 +159,10 @@ int Main(int argc, char** argv) {
         }
       }
     }
-    double aw = Measure(address, gcs.token(), clients, seconds, actor_write);
-    double ar = Measure(address, gcs.token(), clients, seconds, actor_read);
+    double aw = Measure(address, gcs->token(), clients, seconds, actor_write);
+    double ar = Measure(address, gcs->token(), clients, seconds, actor_read);
     ++measurement;
-    double nw = Measure(address, gcs.token(), clients, seconds, node_write);
+    double nw = Measure(address, gcs->token(), clients, seconds, node_write);
     std::printf("%-8d %-22s %14.0f\n", clients, "GCS actor write", aw);
     std::printf("%-8d %-22s %14.0f\n", clients, "GCS actor read", ar);
     std::printf("%-8d %-22s %14.0f\n", clients, "GCS node write", nw);
@@ -143,8 +171,8 @@ int Main(int argc, char** argv) {
   double redis_set_16 = 0;
   for (int clients : {1, 16}) {
     int requests = clients == 1 ? 50000 : 200000;
-    double set = RedisBenchmark(redis.port(), redis.password(), clients, requests, "SET");
-    double get = RedisBenchmark(redis.port(), redis.password(), clients, requests, "GET");
+    double set = RedisBenchmark(redis_port, redis_password, clients, requests, "SET");
+    double get = RedisBenchmark(redis_port, redis_password, clients, requests, "GET");
     std::printf("%-8d %-22s %14.0f\n", clients, "redis-benchmark SET", set);
     std::printf("%-8d %-22s %14.0f\n", clients, "redis-benchmark GET", get);
     if (clients == 16) redis_set_16 = set;

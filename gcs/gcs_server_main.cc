@@ -27,6 +27,20 @@ int main(int argc, char** argv) {
   app.add_option("--listen-host", options.listen_host, "address to listen on");
   app.add_option("--redis-address", redis_address, "Redis HOST:PORT");
   app.add_option("--redis-password-file", redis_password_file, "file holding the Redis password");
+  std::string redis_sentinel, sentinel_password_file;
+  app.add_option("--redis-sentinel", redis_sentinel,
+                 "find the Redis primary through these sentinels, HOST:PORT[,HOST:PORT...] "
+                 "(instead of --redis-address), and follow its failovers");
+  app.add_option("--redis-master-name", options.redis.master_name,
+                 "with --redis-sentinel: the master's name the sentinels monitor");
+  app.add_option("--redis-sentinel-password-file", sentinel_password_file,
+                 "with --redis-sentinel: file holding the sentinels' password (if they need one)");
+  double failover_timeout_s = absl::ToDoubleSeconds(options.redis.failover_timeout);
+  app.add_option("--redis-failover-timeout-s", failover_timeout_s,
+                 "with --redis-sentinel: how long writes wait while there is no primary before "
+                 "they fail")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--cluster-id", options.redis.cluster_id, "cluster id (Redis key namespace)")
       ->required();
   app.add_option("--token-file", token_file, "file holding the cluster token")->required();
@@ -60,6 +74,29 @@ int main(int argc, char** argv) {
   }
   options.redis.host = host_port->first;
   options.redis.port = host_port->second;
+  if (!redis_sentinel.empty()) {
+    auto sentinels = phalanx::gcs::ParseSentinels(redis_sentinel, "--redis-sentinel");
+    if (!sentinels.ok()) {
+      spdlog::error("{}", sentinels.status().message());
+      return 2;
+    }
+    options.redis.sentinels = *sentinels;
+    if (options.redis.master_name.empty()) {
+      spdlog::error(
+          "--redis-sentinel needs --redis-master-name: the name the sentinels monitor (NAME in "
+          "their `sentinel monitor NAME HOST PORT QUORUM`)");
+      return 2;
+    }
+    options.redis.failover_timeout = absl::Seconds(failover_timeout_s);
+  }
+  if (!sentinel_password_file.empty()) {
+    auto password = phalanx::ReadFile(sentinel_password_file);
+    if (!password.ok()) {
+      spdlog::error("--redis-sentinel-password-file: {}", password.status().message());
+      return 2;
+    }
+    options.redis.sentinel_password = std::string(absl::StripAsciiWhitespace(*password));
+  }
   if (!redis_password_file.empty()) {
     auto password = phalanx::ReadFile(redis_password_file);
     if (!password.ok()) {

@@ -9,7 +9,12 @@
 #include <memory>
 #include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "gcs/store.h"
 #include "runtime/common/logging.h"
@@ -31,12 +36,23 @@ struct ContextDeleter {
 };
 using Context = std::unique_ptr<redisContext, ContextDeleter>;
 
-absl::StatusOr<Context> Connect(const RedisOptions& o) {
+std::string Where(const std::string& host, int port) { return absl::StrCat(host, ":", port); }
+
+// "Redis at HOST:PORT", for messages about a live connection.
+std::string Where(const redisContext* ctx) {
+  return absl::StrCat("Redis at ", ctx->tcp.host ? ctx->tcp.host : "?", ":", ctx->tcp.port);
+}
+
+// Connects to a Redis server or sentinel (`what`: "Redis" or "sentinel"), authenticates and
+// PINGs it. `password_flag` is the flag a user passes the password with.
+absl::StatusOr<Context> ConnectTo(const std::string& host, int port, const std::string& password,
+                                  absl::Duration timeout, const std::string& what,
+                                  const std::string& password_flag) {
   timeval tv{};
-  tv.tv_sec = absl::ToInt64Seconds(o.connect_timeout);
-  tv.tv_usec = absl::ToInt64Microseconds(o.connect_timeout) % 1000000;
-  Context ctx(redisConnectWithTimeout(o.host.c_str(), o.port, tv));
-  std::string where = absl::StrCat("Redis at ", o.host, ":", o.port);
+  tv.tv_sec = absl::ToInt64Seconds(timeout);
+  tv.tv_usec = absl::ToInt64Microseconds(timeout) % 1000000;
+  Context ctx(redisConnectWithTimeout(host.c_str(), port, tv));
+  std::string where = absl::StrCat(what, " at ", host, ":", port);
   if (!ctx) return absl::UnavailableError(absl::StrCat("cannot reach ", where));
   if (ctx->err) {
     return absl::UnavailableError(absl::StrCat("cannot reach ", where, ": ", ctx->errstr));
@@ -44,13 +60,13 @@ absl::StatusOr<Context> Connect(const RedisOptions& o) {
   // Commands must not block forever on a Redis that stopped answering.
   timeval cmd_tv{10, 0};
   redisSetTimeout(ctx.get(), cmd_tv);
-  if (!o.password.empty()) {
+  if (!password.empty()) {
     Reply r(static_cast<redisReply*>(
-        redisCommand(ctx.get(), "AUTH %b", o.password.data(), o.password.size())));
+        redisCommand(ctx.get(), "AUTH %b", password.data(), password.size())));
     if (!r) return absl::UnavailableError(absl::StrCat(where, ": ", ctx->errstr));
     if (r->type == REDIS_REPLY_ERROR) {
       return absl::PermissionDeniedError(absl::StrCat(where, " refused the password (", r->str,
-                                                      "); pass the right --redis-password"));
+                                                      "); pass the right ", password_flag));
     }
   }
   Reply r(static_cast<redisReply*>(redisCommand(ctx.get(), "PING")));
@@ -59,12 +75,163 @@ absl::StatusOr<Context> Connect(const RedisOptions& o) {
     std::string err = r->str;
     if (err.find("NOAUTH") != std::string::npos) {
       return absl::PermissionDeniedError(
-          absl::StrCat(where, " needs a password: pass --redis-password"));
+          absl::StrCat(where, " needs a password: pass ", password_flag));
     }
     return absl::UnavailableError(absl::StrCat(where, ": ", err));
   }
   return ctx;
 }
+
+std::string SentinelList(const RedisOptions& o) {
+  std::vector<std::string> parts;
+  for (const auto& [host, port] : o.sentinels) parts.push_back(Where(host, port));
+  return absl::StrJoin(parts, ",");
+}
+
+// Sentinels answer at once or not at all: one that does not answer within this is skipped.
+constexpr absl::Duration kSentinelTimeout = absl::Seconds(1);
+
+absl::StatusOr<Context> ConnectSentinel(const RedisOptions& o, const std::string& host, int port) {
+  return ConnectTo(host, port, o.sentinel_password, std::min(o.connect_timeout, kSentinelTimeout),
+                   "sentinel", "--redis-sentinel-password");
+}
+
+// Asks each sentinel in turn for the primary of `o.master_name`, connects to it and checks
+// that it says it is the master (a sentinel may not have seen a failover yet). Unavailable
+// while there is none, naming the sentinels, the master and what each one said.
+absl::StatusOr<Context> ConnectPrimary(const RedisOptions& o) {
+  std::vector<std::string> why;
+  for (const auto& [sentinel_host, sentinel_port] : o.sentinels) {
+    std::string sentinel = Where(sentinel_host, sentinel_port);
+    auto sctx = ConnectSentinel(o, sentinel_host, sentinel_port);
+    if (!sctx.ok()) {
+      if (absl::IsPermissionDenied(sctx.status())) return sctx.status();
+      why.push_back(std::string(sctx.status().message()));
+      continue;
+    }
+    Reply addr(
+        static_cast<redisReply*>(redisCommand(sctx->get(), "SENTINEL get-master-addr-by-name %b",
+                                              o.master_name.data(), o.master_name.size())));
+    if (!addr) {
+      why.push_back(absl::StrCat("sentinel ", sentinel, ": ", (*sctx)->errstr));
+      continue;
+    }
+    if (addr->type != REDIS_REPLY_ARRAY || addr->elements != 2) {
+      why.push_back(absl::StrCat(
+          "sentinel ", sentinel, " does not monitor a master named '", o.master_name, "'",
+          addr->type == REDIS_REPLY_ERROR ? absl::StrCat(" (", addr->str, ")") : ""));
+      continue;
+    }
+    std::string host(addr->element[0]->str, addr->element[0]->len);
+    int port = 0;
+    if (!absl::SimpleAtoi(absl::string_view(addr->element[1]->str, addr->element[1]->len), &port)) {
+      why.push_back(absl::StrCat("sentinel ", sentinel, " gave a bad port"));
+      continue;
+    }
+    auto ctx = ConnectTo(host, port, o.password, o.connect_timeout, "Redis", "--redis-password");
+    if (!ctx.ok()) {
+      if (absl::IsPermissionDenied(ctx.status())) return ctx.status();
+      why.push_back(absl::StrCat(ctx.status().message(), " (the primary they name)"));
+      continue;
+    }
+    Reply role(static_cast<redisReply*>(redisCommand(ctx->get(), "ROLE")));
+    if (!role || role->type != REDIS_REPLY_ARRAY || role->elements < 1 ||
+        role->element[0]->type != REDIS_REPLY_STRING) {
+      why.push_back(absl::StrCat("Redis at ", Where(host, port), " did not answer ROLE"));
+      continue;
+    }
+    std::string r(role->element[0]->str, role->element[0]->len);
+    if (r != "master") {
+      why.push_back(absl::StrCat("Redis at ", Where(host, port), " (the primary they name) is a ",
+                                 r, ": a failover is under way"));
+      continue;
+    }
+    return ctx;
+  }
+  // The sentinels usually agree: say each reason once.
+  std::vector<std::string> distinct;
+  for (const std::string& w : why) {
+    if (std::find(distinct.begin(), distinct.end(), w) == distinct.end()) distinct.push_back(w);
+  }
+  return absl::UnavailableError(absl::StrCat("no Redis primary for master '", o.master_name,
+                                             "' from the sentinels ", SentinelList(o), ": ",
+                                             absl::StrJoin(distinct, "; ")));
+}
+
+// The configured Redis, or in sentinel mode the current primary.
+absl::StatusOr<Context> Connect(const RedisOptions& o) {
+  if (!o.sentinels.empty()) return ConnectPrimary(o);
+  return ConnectTo(o.host, o.port, o.password, o.connect_timeout, "Redis", "--redis-password");
+}
+
+// Whether the sentinels know a replica of `o.master_name` that a failover could promote
+// (one that is not down or disconnected). Unknown (no sentinel answered) counts as yes.
+bool PromotableReplicaKnown(const RedisOptions& o, std::string* which) {
+  for (const auto& [sentinel_host, sentinel_port] : o.sentinels) {
+    auto sctx = ConnectSentinel(o, sentinel_host, sentinel_port);
+    if (!sctx.ok()) continue;
+    Reply r(static_cast<redisReply*>(redisCommand(sctx->get(), "SENTINEL replicas %b",
+                                                  o.master_name.data(), o.master_name.size())));
+    if (!r || r->type != REDIS_REPLY_ARRAY) continue;
+    for (size_t i = 0; i < r->elements; ++i) {
+      // Each replica is a flat list of field, value, field, value...
+      const redisReply* fields = r->element[i];
+      std::string name, flags;
+      for (size_t j = 0; j + 1 < fields->elements; j += 2) {
+        std::string field(fields->element[j]->str, fields->element[j]->len);
+        std::string value(fields->element[j + 1]->str, fields->element[j + 1]->len);
+        if (field == "name") name = value;
+        if (field == "flags") flags = value;
+      }
+      bool down = false;
+      for (absl::string_view flag : absl::StrSplit(flags, ',')) {
+        down |= flag == "s_down" || flag == "o_down" || flag == "disconnected";
+      }
+      if (!down) {
+        *which = name;
+        return true;
+      }
+    }
+    return false;
+  }
+  *which = "unknown: no sentinel answered";
+  return true;
+}
+
+// Errors after which the same request may succeed on the (new) primary: LOADING (Redis is
+// loading its data) always; READONLY (this is a replica now) in sentinel mode, where the
+// store can find the new primary.
+bool Retryable(const RedisOptions& o, absl::string_view error) {
+  return absl::StartsWith(error, "LOADING") ||
+         (!o.sentinels.empty() && absl::StartsWith(error, "READONLY"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::pair<std::string, int>>> ParseSentinels(const std::string& list,
+                                                                        const std::string& flag) {
+  std::vector<std::pair<std::string, int>> out;
+  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+    part = absl::StripAsciiWhitespace(part);
+    size_t colon = part.rfind(':');
+    int port = 0;
+    if (colon == absl::string_view::npos || colon == 0 ||
+        !absl::SimpleAtoi(part.substr(colon + 1), &port) || port <= 0 || port > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " '", list, "': '", part,
+                       "' is not HOST:PORT; give the sentinels as HOST:PORT[,HOST:PORT...], "
+                       "e.g. 10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379"));
+    }
+    out.emplace_back(std::string(part.substr(0, colon)), port);
+  }
+  if (out.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, " is empty; give the sentinels as HOST:PORT[,HOST:PORT...], e.g. 127.0.0.1:26379"));
+  }
+  return out;
+}
+
+namespace {
 
 class RedisStore : public Store {
  public:
@@ -168,7 +335,8 @@ class RedisStore : public Store {
     queue_.push_back(std::move(op));
   }
 
-  // Runs one read command, reconnecting once if the connection broke.
+  // Runs one read command, reconnecting once if the connection broke (or Redis answered
+  // LOADING, or in sentinel mode READONLY).
   absl::StatusOr<Reply> ReadCommand(const std::function<void*(redisContext*)>& command) {
     absl::MutexLock lock(&reader_mu_);
     for (int attempt = 0; attempt < 2; ++attempt) {
@@ -178,8 +346,8 @@ class RedisStore : public Store {
         reader_ = std::move(*ctx);
       }
       Reply reply(static_cast<redisReply*>(command(reader_.get())));
-      if (!reply) {
-        reader_.reset();
+      if (!reply || (reply->type == REDIS_REPLY_ERROR && Retryable(options_, reply->str))) {
+        reader_.reset();  // in sentinel mode, the next Connect finds the current primary
         continue;
       }
       if (reply->type == REDIS_REPLY_ERROR) {
@@ -188,11 +356,16 @@ class RedisStore : public Store {
       return reply;
     }
     return absl::UnavailableError(
-        absl::StrCat("lost the connection to Redis at ", options_.host, ":", options_.port));
+        absl::StrCat("lost the connection to ",
+                     options_.sentinels.empty()
+                         ? absl::StrCat("Redis at ", Where(options_.host, options_.port))
+                         : absl::StrCat("the Redis primary of '", options_.master_name, "'")));
   }
 
   // Sends `batch` as one pipeline; returns per-op results, or an error if the connection
-  // broke (then nothing is known about which ops were applied; all are idempotent).
+  // broke, Redis answered a retryable error, or (sentinel mode) no replica acknowledged the
+  // batch while one could be promoted. Then nothing is known about which ops were applied;
+  // all are idempotent, and the caller sends the whole batch again.
   absl::StatusOr<std::vector<absl::Status>> SendBatch(redisContext* ctx,
                                                       const std::vector<Op>& batch) {
     for (const Op& op : batch) {
@@ -204,31 +377,96 @@ class RedisStore : public Store {
                            op.key.size());
       }
     }
+    // Sentinel mode: the batch is acknowledged once a replica has it (WAIT), so that a
+    // failover cannot lose it; while there is no replica to wait for, ROLE says when one is
+    // back. One round trip either way.
+    const bool sentinel = !options_.sentinels.empty();
+    const int64_t wait_ms = absl::ToInt64Milliseconds(options_.replica_ack_timeout);
+    if (sentinel && expect_replica_) {
+      redisAppendCommand(ctx, "WAIT 1 %lld", static_cast<long long>(wait_ms));
+    } else if (sentinel) {
+      redisAppendCommand(ctx, "ROLE");
+    }
     std::vector<absl::Status> results;
     results.reserve(batch.size());
+    int refused = 0;
     for (size_t i = 0; i < batch.size(); ++i) {
       void* raw = nullptr;
       if (redisGetReply(ctx, &raw) != REDIS_OK) {
-        return absl::UnavailableError(absl::StrCat("Redis: ", ctx->errstr));
+        return absl::UnavailableError(absl::StrCat(Where(ctx), ": ", ctx->errstr));
       }
       Reply reply(static_cast<redisReply*>(raw));
+      const Op& op = batch[i];
+      if (reply->type == REDIS_REPLY_ERROR && Retryable(options_, reply->str)) {
+        return absl::UnavailableError(absl::StrCat(Where(ctx), " answered ", reply->str));
+      }
       if (reply->type == REDIS_REPLY_ERROR) {
         // MISCONF (a failed save), OOM (maxmemory), READONLY (a replica), NOREPLICAS...: the
         // write did not happen. Its caller gets the error; the log names what was lost.
-        const Op& op = batch[i];
         std::string table = TableOf(op);
         spdlog::error("Redis refused {} of {}/{}: {}", op.put ? "HSET" : "HDEL", table, op.key,
                       reply->str);
-        failed_writes_.fetch_add(1, std::memory_order_relaxed);
+        ++refused;
         // Not Unavailable: retrying cannot help until Redis is fixed (disk, memory, replicas).
-        results.push_back(absl::FailedPreconditionError(
-            absl::StrCat("Redis at ", options_.host, ":", options_.port, " refused the write of ",
-                         table, "/", op.key, ": ", reply->str)));
+        results.push_back(absl::FailedPreconditionError(absl::StrCat(
+            Where(ctx), " refused the write of ", table, "/", op.key, ": ", reply->str)));
       } else {
         results.push_back(absl::OkStatus());
       }
     }
+    if (sentinel) {
+      void* raw = nullptr;
+      if (redisGetReply(ctx, &raw) != REDIS_OK) {
+        return absl::UnavailableError(absl::StrCat(Where(ctx), ": ", ctx->errstr));
+      }
+      Reply reply(static_cast<redisReply*>(raw));
+      if (!expect_replica_ && ReplicasInRole(reply.get()) > 0) {
+        // A replica is back: from this batch on, wait for it.
+        spdlog::info("Redis primary {} has a replica again: writes wait for it (WAIT)", Where(ctx));
+        expect_replica_ = true;
+        reply.reset(static_cast<redisReply*>(
+            redisCommand(ctx, "WAIT 1 %lld", static_cast<long long>(wait_ms))));
+        if (!reply) return absl::UnavailableError(absl::StrCat(Where(ctx), ": ", ctx->errstr));
+      }
+      if (expect_replica_) {
+        if (auto acked = CheckReplicaAck(ctx, reply.get()); !acked.ok()) return acked;
+      }
+    }
+    failed_writes_.fetch_add(refused, std::memory_order_relaxed);
     return results;
+  }
+
+  // The number of connected replicas in a primary's ROLE reply.
+  static size_t ReplicasInRole(const redisReply* role) {
+    if (role->type != REDIS_REPLY_ARRAY || role->elements < 3 ||
+        role->element[2]->type != REDIS_REPLY_ARRAY) {
+      return 0;
+    }
+    return role->element[2]->elements;
+  }
+
+  // `wait` is the reply to WAIT 1: OK if a replica has the batch, or if no replica could be
+  // promoted by a failover (then this primary holds the only copy that matters, and the store
+  // stops waiting for a replica until ROLE shows one again). Unavailable otherwise: the
+  // batch is sent again.
+  absl::Status CheckReplicaAck(redisContext* ctx, const redisReply* wait) {
+    if (wait->type == REDIS_REPLY_INTEGER && wait->integer >= 1) return absl::OkStatus();
+    if (wait->type == REDIS_REPLY_ERROR) {
+      return absl::UnavailableError(absl::StrCat(Where(ctx), " answered WAIT with ", wait->str));
+    }
+    std::string replica;
+    if (PromotableReplicaKnown(options_, &replica)) {
+      return absl::UnavailableError(absl::StrCat(
+          "not acknowledged: no replica of ", Where(ctx), " confirmed the writes within ",
+          absl::FormatDuration(options_.replica_ack_timeout), " (WAIT 1), and a failover could ",
+          "promote replica ", replica, " without them"));
+    }
+    spdlog::warn(
+        "{}, the primary of '{}', has no replica a failover could promote: writes are "
+        "acknowledged with one copy until a replica is back",
+        Where(ctx), options_.master_name);
+    expect_replica_ = false;
+    return absl::OkStatus();
   }
 
   void WriterLoop() {
@@ -263,17 +501,24 @@ class RedisStore : public Store {
     }
   }
 
-  // Sends `batch`, reconnecting and retrying while Redis is unreachable, until
-  // write_retry_timeout or the close deadline; returns each write's status.
+  // Sends `batch`, reconnecting and retrying while Redis is unreachable (in sentinel mode:
+  // while there is no primary, or no replica acknowledged), until write_retry_timeout
+  // (sentinel mode: failover_timeout) or the close deadline; returns each write's status.
   std::vector<absl::Status> SendWithRetries(Context& writer, const std::vector<Op>& batch) {
-    absl::Time give_up = absl::Now() + options_.write_retry_timeout;
+    const bool sentinel = !options_.sentinels.empty();
+    absl::Time give_up =
+        absl::Now() + (sentinel ? options_.failover_timeout : options_.write_retry_timeout);
     absl::Duration backoff = absl::Milliseconds(50);
+    // A failover takes seconds; the new primary is found within this of its promotion.
+    const absl::Duration max_backoff = sentinel ? absl::Milliseconds(200) : absl::Seconds(1);
+    std::string last_logged;
     while (true) {
       absl::Status failure;
       if (!writer || writer->err) {
         auto ctx = Connect(options_);
         if (ctx.ok()) {
           writer = std::move(*ctx);
+          NotePrimary(writer.get());
         } else {
           failure = ctx.status();
         }
@@ -289,10 +534,27 @@ class RedisStore : public Store {
                       TableOf(batch.front()), batch.front().key, failure.ToString());
         return GiveUp(batch, failure);
       }
-      spdlog::warn("Redis write failed ({}); retrying", failure.ToString());
+      // Once per reason, not once per attempt (every 200 ms during a failover).
+      if (std::string text = failure.ToString(); text != last_logged) {
+        spdlog::warn("Redis write failed ({}); retrying", text);
+        last_logged = std::move(text);
+      }
       absl::SleepFor(backoff);
-      backoff = std::min(backoff * 2, absl::Seconds(1));
+      backoff = std::min(backoff * 2, max_backoff);
     }
+  }
+
+  // Logs the writer's Redis when it changes (a failover), and the first one.
+  void NotePrimary(redisContext* ctx) {
+    std::string where = Where(ctx);
+    if (where == primary_) return;
+    if (primary_.empty()) {
+      spdlog::info("writing to {}", where);
+    } else {
+      spdlog::warn("writing to {} now (was {}): the Redis primary changed", where, primary_);
+    }
+    primary_ = where;
+    expect_replica_ = true;
   }
 
   // Every write of `batch` fails with `why`; counted in FailedWrites.
@@ -316,6 +578,11 @@ class RedisStore : public Store {
   const std::string prefix_;
   std::atomic<int64_t> failed_writes_{0};
 
+  // The writer thread's own: its Redis ("Redis at H:P"), and whether a batch waits for a
+  // replica (sentinel mode).
+  std::string primary_;
+  bool expect_replica_ = true;
+
   absl::Mutex reader_mu_;
   Context reader_ ABSL_GUARDED_BY(reader_mu_);
 
@@ -331,6 +598,11 @@ class RedisStore : public Store {
 absl::StatusOr<std::unique_ptr<Store>> ConnectRedisStore(const RedisOptions& options) {
   if (options.cluster_id.empty()) {
     return absl::InvalidArgumentError("ConnectRedisStore: cluster_id must not be empty");
+  }
+  if (!options.sentinels.empty() && options.master_name.empty()) {
+    return absl::InvalidArgumentError(
+        "--redis-master-name is empty: with --redis-sentinel, give the name the sentinels "
+        "monitor (NAME in their `sentinel monitor NAME HOST PORT QUORUM`)");
   }
   // Redis may still be starting (a GCS and its Redis started together, or Redis loading its
   // AOF): an unreachable one is tried again until `startup_timeout`; a refused password is not.

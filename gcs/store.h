@@ -68,10 +68,35 @@ struct RedisOptions {
   absl::Duration write_retry_timeout = absl::Seconds(60);
   // At shutdown: how long queued writes still have to reach Redis before they fail.
   absl::Duration shutdown_timeout = absl::Seconds(4);
+
+  // Sentinel mode (`sentinels` not empty; host and port are then unused). The primary of
+  // `master_name` is asked of the sentinels, each in turn, and must answer ROLE as master.
+  // When the connection breaks or Redis answers READONLY or LOADING, the store asks again and
+  // sends the unfinished writes to the new primary, in order (every write is idempotent).
+  //
+  // A write is acknowledged once the primary has it and WAIT says a replica has it too, or
+  // when the sentinels know no replica that a failover could promote (then there is nothing
+  // to fail over to; the store logs that writes have one copy, and waits for a replica again
+  // as soon as the primary has one). So a failover never loses an acknowledged write.
+  std::vector<std::pair<std::string, int>> sentinels = {};  // (host, port)
+  std::string master_name = "";                             // as in `sentinel monitor NAME ...`
+  std::string sentinel_password = "";                       // empty: the sentinels need no AUTH
+  // How long writes wait while there is no primary (a failover under way, or a replica
+  // that does not acknowledge) before they fail with an error naming the sentinels and the
+  // master. Used instead of write_retry_timeout in sentinel mode.
+  absl::Duration failover_timeout = absl::Seconds(30);
+  // How long one batch of writes waits for a replica's acknowledgement (WAIT) before the
+  // store asks the sentinels whether a failover could promote a replica without it.
+  absl::Duration replica_ack_timeout = absl::Seconds(1);
 };
 
-// Connects to Redis (checks AUTH and PING) and returns a store, or an error that says what
-// failed: unreachable address, wrong password.
+// Parses a sentinel list "HOST:PORT[,HOST:PORT...]"; an error names `flag` and the fix.
+absl::StatusOr<std::vector<std::pair<std::string, int>>> ParseSentinels(const std::string& list,
+                                                                        const std::string& flag);
+
+// Connects to Redis (checks AUTH and PING; in sentinel mode finds the primary first) and
+// returns a store, or an error that says what failed: unreachable address, wrong password,
+// no primary known to the sentinels.
 absl::StatusOr<std::unique_ptr<Store>> ConnectRedisStore(const RedisOptions& options);
 
 }  // namespace phalanx::gcs

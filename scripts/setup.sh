@@ -16,6 +16,7 @@ PACKAGES=(
   python3-pytest libgloo-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libbenchmark-dev libmsgpack-cxx-dev python3-msgpack python3-cloudpickle python3-sklearn
   procps iproute2 psmisc
+  redis-sentinel  # Redis HA (--redis-sentinel); the tests run redis-server --sentinel
 )
 
 missing=()
@@ -31,10 +32,13 @@ if [ "${SKIP_APT:-0}" != 1 ] && [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# redis-server's package may start a system instance; Phalanx starts its own.
-if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet redis-server 2>/dev/null; then
-  systemctl stop redis-server || true
-fi
+# redis-server's and redis-sentinel's packages may start system instances; Phalanx and its
+# tests start their own.
+for unit in redis-server redis-sentinel; do
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$unit" 2>/dev/null; then
+    systemctl stop "$unit" || true
+  fi
+done
 
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}"

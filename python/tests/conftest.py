@@ -37,7 +37,7 @@ def _processes_with(needle):
 
 
 class Cluster:
-    def __init__(self, root, num_cpus=4):
+    def __init__(self, root, num_cpus=4, extra_args=()):
         self.root = str(root)
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
@@ -45,7 +45,8 @@ class Cluster:
         self.env.pop("PHALANX_ADDRESS", None)
         self.env.pop("PHALANX_TOKEN", None)
         out = self.cli("start", "--head", "--port", str(self.port), "--node-ip-address",
-                       "127.0.0.1", "--num-cpus", str(num_cpus), "--heartbeat-ms", "200")
+                       "127.0.0.1", "--num-cpus", str(num_cpus), "--heartbeat-ms", "200",
+                       *extra_args)
         assert out.returncode == 0, out.stdout + out.stderr
         with open(os.path.join(self.root, "session_latest", "token")) as f:
             self.token = f.read().strip()

@@ -25,6 +25,14 @@ int main(int argc, char** argv) {
                         "head: use this Redis (HOST:PORT) instead of starting one");
   start_cmd->add_option("--redis-password", start.redis_password,
                         "head: password of --redis-address");
+  start_cmd->add_option("--redis-sentinel", start.redis_sentinel,
+                        "head: use the Redis primary these sentinels (HOST:PORT[,HOST:PORT...]) "
+                        "name, and follow its failovers, instead of starting a Redis");
+  start_cmd->add_option("--redis-master-name", start.redis_master_name,
+                        "head, with --redis-sentinel: the master's name the sentinels monitor");
+  start_cmd->add_option("--redis-sentinel-password", start.redis_sentinel_password,
+                        "head, with --redis-sentinel: the sentinels' password, if they have one "
+                        "(--redis-password is the primary's)");
   start_cmd->add_option("--redis-port", start.redis_port, "head: port of the embedded Redis");
   start_cmd
       ->add_option("--redis-fsync", start.redis_fsync,

@@ -18,6 +18,11 @@ struct StartOptions {
   std::string resources_json;
   std::string redis_address;  // head: an external Redis instead of the embedded one
   std::string redis_password;
+  // Head: find the Redis primary through these sentinels ("HOST:PORT,...") and follow its
+  // failovers, instead of starting a Redis; the master's name they monitor; their password.
+  std::string redis_sentinel;
+  std::string redis_master_name;
+  std::string redis_sentinel_password;
   int redis_port = 0;  // head, embedded Redis: 0 picks a free port
   // Head, embedded Redis: its appendfsync. "everysec" (default): a write the GCS acknowledged
   // is on disk within a second; "always": before the GCS acknowledges it (slower writes).

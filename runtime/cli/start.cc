@@ -105,7 +105,24 @@ class Starter {
                          " is in use (another cluster or program listens there); pass "
                          "--port with a free one, or `phalanx stop` the old cluster"));
       }
-      if (o_.redis_address.empty()) {
+      if (!o_.redis_sentinel.empty()) {
+        if (!o_.redis_address.empty()) {
+          return absl::InvalidArgumentError(
+              "give either --redis-sentinel (a Sentinel-managed Redis) or --redis-address (one "
+              "Redis), not both");
+        }
+        auto sentinels = gcs::ParseSentinels(o_.redis_sentinel, "--redis-sentinel");
+        if (!sentinels.ok()) return sentinels.status();
+        if (o_.redis_master_name.empty()) {
+          return absl::InvalidArgumentError(
+              "--redis-sentinel needs --redis-master-name: the name the sentinels monitor "
+              "(NAME in their `sentinel monitor NAME HOST PORT QUORUM`)");
+        }
+      } else if (!o_.redis_master_name.empty() || !o_.redis_sentinel_password.empty()) {
+        return absl::InvalidArgumentError(
+            "--redis-master-name and --redis-sentinel-password go with --redis-sentinel "
+            "HOST:PORT[,HOST:PORT...]; pass the sentinels too");
+      } else if (o_.redis_address.empty()) {
         redis_server_ = FindOnPath("redis-server");
         if (redis_server_.empty()) {
           return absl::FailedPreconditionError(
@@ -227,7 +244,8 @@ class Starter {
     // Redis: the embedded one (loopback only, generated password, AOF), or the given one.
     std::string redis_address = o_.redis_address;
     std::string password = o_.redis_password;
-    bool embedded = redis_address.empty();
+    bool sentinel = !o_.redis_sentinel.empty();
+    bool embedded = redis_address.empty() && !sentinel;
     if (embedded) {
       password = RandomHex(16);
       int redis_port = o_.redis_port != 0 ? o_.redis_port : FreePort();
@@ -252,6 +270,19 @@ class Starter {
           WaitReady("redis-server", *pid, session_ + "/logs/redis.log", absl::Seconds(10),
                     [&]() -> absl::Status { return gcs::ConnectRedisStore(probe).status(); });
       if (!ready.ok()) return Fail(std::string(ready.message()));
+    } else if (sentinel) {
+      gcs::RedisOptions probe{"", 0, password, "probe"};
+      probe.sentinels = *gcs::ParseSentinels(o_.redis_sentinel, "--redis-sentinel");
+      probe.master_name = o_.redis_master_name;
+      probe.sentinel_password = o_.redis_sentinel_password;
+      if (auto s = gcs::ConnectRedisStore(probe).status(); !s.ok()) {
+        return Fail(absl::StrCat("--redis-sentinel: ", s.message()));
+      }
+      if (auto s = WriteFile(session_ + "/redis_sentinel_password",
+                             o_.redis_sentinel_password + "\n", 0600);
+          !s.ok()) {
+        return Fail(std::string(s.message()));
+      }
     } else {
       auto split = rpc::SplitHostPort(redis_address, "--redis-address");
       gcs::RedisOptions probe{split->first, split->second, password, "probe"};
@@ -264,11 +295,18 @@ class Starter {
     }
 
     std::string gcs_address = absl::StrCat(node_ip_, ":", o_.port);
+    std::vector<std::string> redis_args = {"--redis-address", redis_address};
+    if (sentinel) {
+      redis_args = {"--redis-sentinel",
+                    o_.redis_sentinel,
+                    "--redis-master-name",
+                    o_.redis_master_name,
+                    "--redis-sentinel-password-file",
+                    session_ + "/redis_sentinel_password"};
+    }
     std::vector<std::string> gcs_args = {bin_dir_ + "/phalanx-gcs",
                                          "--port",
                                          absl::StrCat(o_.port),
-                                         "--redis-address",
-                                         redis_address,
                                          "--redis-password-file",
                                          session_ + "/redis_password",
                                          "--cluster-id",
@@ -281,6 +319,7 @@ class Starter {
                                          session_ + "/logs/gcs.log",
                                          "--session-dir",
                                          session_};
+    gcs_args.insert(gcs_args.begin() + 3, redis_args.begin(), redis_args.end());
     WriteFile(session_ + "/gcs.args", absl::StrJoin(gcs_args, "\n") + "\n").IgnoreError();
     auto gcs_pid = Spawn("gcs", gcs_args);
     if (!gcs_pid.ok()) return Fail(std::string(gcs_pid.status().message()));
@@ -301,9 +340,15 @@ class Starter {
 
     std::cout << "Phalanx head node started (cluster " << cluster_id << ").\n"
               << "  GCS address   " << gcs_address << "\n"
-              << "  Redis         " << redis_address
-              << (embedded ? " (embedded; loopback only, password protected, AOF on)"
-                           : " (external)")
+              << "  Redis         "
+              << (sentinel
+                      ? absl::StrCat("the primary of '", o_.redis_master_name,
+                                     "' by the sentinels ", o_.redis_sentinel,
+                                     " (external; followed across failovers)")
+                      : absl::StrCat(redis_address,
+                                     embedded ? " (embedded; loopback only, password protected, "
+                                                "AOF on)"
+                                              : " (external)"))
               << "\n"
               << "  Node          " << node_id_ << " with " << resources_.ToString() << "\n"
               << "  Session dir   " << session_ << "\n"

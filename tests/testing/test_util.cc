@@ -1,5 +1,6 @@
 #include "tests/testing/test_util.h"
 
+#include <hiredis/hiredis.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -135,8 +136,182 @@ void RedisServer::Restart() {
   Start();
 }
 
+namespace {
+
+struct ReplyFree {
+  void operator()(redisReply* r) const {
+    if (r) freeReplyObject(r);
+  }
+};
+
+void Flatten(const redisReply* r, std::vector<std::string>* out) {
+  if (r->type == REDIS_REPLY_ARRAY) {
+    for (size_t i = 0; i < r->elements; ++i) Flatten(r->element[i], out);
+  } else if (r->type == REDIS_REPLY_INTEGER) {
+    out->push_back(absl::StrCat(r->integer));
+  } else if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
+    out->emplace_back(r->str, r->len);
+  }
+}
+
+std::vector<std::string> RunCommand(int port, const std::string& password,
+                                    const std::vector<std::string>& args) {
+  timeval tv{1, 0};
+  std::unique_ptr<redisContext, void (*)(redisContext*)> c(
+      redisConnectWithTimeout("127.0.0.1", port, tv), redisFree);
+  if (!c || c->err) return {};
+  redisSetTimeout(c.get(), tv);
+  if (!password.empty()) {
+    std::unique_ptr<redisReply, ReplyFree> auth(
+        static_cast<redisReply*>(redisCommand(c.get(), "AUTH %s", password.c_str())));
+    if (!auth || auth->type == REDIS_REPLY_ERROR) return {};
+  }
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  std::unique_ptr<redisReply, ReplyFree> r(static_cast<redisReply*>(
+      redisCommandArgv(c.get(), static_cast<int>(argv.size()), argv.data(), lens.data())));
+  std::vector<std::string> out;
+  if (r && r->type != REDIS_REPLY_ERROR) Flatten(r.get(), &out);
+  return out;
+}
+
+}  // namespace
+
+bool SentinelRedis::Available() {
+  // Every redis-server build runs as a sentinel with --sentinel (redis-sentinel is the same
+  // binary); --version only shows the binary is there.
+  return std::system("redis-server --version > /dev/null 2>&1") == 0;
+}
+
+SentinelRedis::SentinelRedis(const std::string& password, const std::string& master_name)
+    : password_(password), master_name_(master_name) {
+  for (int i = 0; i < 2; ++i) {
+    ports_[i] = FreePort();
+    std::string dir = absl::StrCat(dir_.path(), "/redis", i);
+    MakeDirs(dir, 0700).IgnoreError();
+    std::vector<std::string> argv = {
+        "redis-server", "--port", absl::StrCat(ports_[i]), "--bind", "127.0.0.1", "--dir", dir,
+        "--save", "", "--appendonly", "yes", "--appendfsync", "everysec", "--daemonize", "no",
+        "--requirepass", password_, "--masterauth", password_,
+        // The replica's first sync starts at once, not after the default 5 s.
+        "--repl-diskless-sync-delay", "0"};
+    if (i == 1) argv.insert(argv.end(), {"--replicaof", "127.0.0.1", absl::StrCat(ports_[0])});
+    redis_[i] = ChildProcess(argv, dir + "/redis.log");
+  }
+  for (int i = 0; i < 3; ++i) {
+    sentinel_ports_[i] = FreePort();
+    std::string dir = absl::StrCat(dir_.path(), "/sentinel", i);
+    MakeDirs(dir, 0700).IgnoreError();
+    // known-replica: the sentinels know the replica at once instead of after their 10 s INFO
+    // poll of the primary.
+    std::string conf = absl::StrCat(
+        "port ", sentinel_ports_[i], "\nbind 127.0.0.1\ndir ", dir, "\nsentinel monitor ",
+        master_name_, " 127.0.0.1 ", ports_[0], " 2\nsentinel auth-pass ", master_name_, " ",
+        password_, "\nsentinel down-after-milliseconds ", master_name_,
+        " 1000\nsentinel failover-timeout ", master_name_, " 3000\nsentinel known-replica ",
+        master_name_, " 127.0.0.1 ", ports_[1], "\n");
+    WriteFile(dir + "/sentinel.conf", conf, 0600).IgnoreError();
+    sentinel_[i] =
+        ChildProcess({"redis-server", dir + "/sentinel.conf", "--sentinel"}, dir + "/sentinel.log");
+  }
+  // Ready: the replica is in sync and every sentinel counts it (a failover needs both).
+  bool ready = WaitFor(
+      [&] {
+        auto info = Command(ports_[1], {"INFO", "replication"});
+        if (info.empty() || info[0].find("master_link_status:up") == std::string::npos) {
+          return false;
+        }
+        for (int port : sentinel_ports_) {
+          auto master = RunCommand(port, "", {"SENTINEL", "master", master_name_});
+          bool one = false;
+          for (size_t j = 0; j + 1 < master.size(); j += 2) {
+            one |= master[j] == "num-slaves" && master[j + 1] == "1";
+          }
+          if (!one) return false;
+        }
+        return true;
+      },
+      absl::Seconds(30));
+  if (!ready) {
+    std::fprintf(stderr, "the sentinels never saw the replica in sync (logs in %s)\n",
+                 dir_.path().c_str());
+    std::abort();
+  }
+}
+
+std::string SentinelRedis::sentinels() const {
+  return absl::StrCat("127.0.0.1:", sentinel_ports_[0], ",127.0.0.1:", sentinel_ports_[1],
+                      ",127.0.0.1:", sentinel_ports_[2]);
+}
+
+std::vector<std::pair<std::string, int>> SentinelRedis::sentinel_list() const {
+  std::vector<std::pair<std::string, int>> out;
+  for (int port : sentinel_ports_) out.emplace_back("127.0.0.1", port);
+  return out;
+}
+
+int SentinelRedis::PrimaryPort() const {
+  for (int port : sentinel_ports_) {
+    auto addr = RunCommand(port, "", {"SENTINEL", "get-master-addr-by-name", master_name_});
+    int primary = -1;
+    if (addr.size() == 2 && absl::SimpleAtoi(addr[1], &primary)) return primary;
+  }
+  return -1;
+}
+
+int SentinelRedis::ReplicaPort() const {
+  return PrimaryPort() == ports_[0] ? ports_[1] : ports_[0];
+}
+
+void SentinelRedis::KillPrimary() {
+  int primary = PrimaryPort();
+  for (int i = 0; i < 2; ++i) {
+    if (ports_[i] == primary) redis_[i].KillAndWait();
+  }
+}
+
+void SentinelRedis::KillAll() {
+  for (auto& redis : redis_) redis.KillAndWait();
+}
+
+int SentinelRedis::WaitFailover(int old_port, absl::Duration timeout) {
+  int found = -1;
+  WaitFor(
+      [&] {
+        int port = PrimaryPort();
+        if (port <= 0 || port == old_port) return false;
+        auto role = Command(port, {"ROLE"});
+        if (role.empty() || role[0] != "master") return false;
+        found = port;
+        return true;
+      },
+      timeout);
+  return found;
+}
+
+std::vector<std::string> SentinelRedis::Command(int port,
+                                                const std::vector<std::string>& args) const {
+  return RunCommand(port, password_, args);
+}
+
+GcsProcess::GcsProcess(const SentinelRedis& redis, Options options)
+    : redis_args_(
+          {"--redis-sentinel", redis.sentinels(), "--redis-master-name", redis.master_name()}),
+      redis_password_(redis.password()),
+      options_(options),
+      port_(FreePort()),
+      token_file_(dir_.path() + "/token") {
+  WriteFile(token_file_, token_, 0600).IgnoreError();
+  WriteFile(dir_.path() + "/redis_password", redis_password_, 0600).IgnoreError();
+  Start();
+}
+
 GcsProcess::GcsProcess(const RedisServer& redis, Options options, std::string session_dir)
-    : redis_port_(redis.port()),
+    : redis_args_({"--redis-address", absl::StrCat("127.0.0.1:", redis.port())}),
       redis_password_(redis.password()),
       options_(options),
       session_dir_(std::move(session_dir)),
@@ -153,8 +328,6 @@ void GcsProcess::Start() {
   std::vector<std::string> argv = {BinDir() + "/phalanx-gcs",
                                    "--port",
                                    absl::StrCat(port_),
-                                   "--redis-address",
-                                   absl::StrCat("127.0.0.1:", redis_port_),
                                    "--redis-password-file",
                                    dir_.path() + "/redis_password",
                                    "--cluster-id",
@@ -165,6 +338,7 @@ void GcsProcess::Start() {
                                    absl::StrCat(options_.node_timeout_ms),
                                    "--restart-grace-ms",
                                    absl::StrCat(options_.restart_grace_ms)};
+  argv.insert(argv.end(), redis_args_.begin(), redis_args_.end());
   if (!session_dir_.empty()) {
     argv.insert(argv.end(), {"--session-dir", session_dir_});
   }

@@ -71,6 +71,43 @@ class RedisServer {
   ChildProcess process_;
 };
 
+// A Sentinel-managed Redis on free loopback ports: a primary and one replica (both with
+// `password`, AOF everysec as `phalanx start --head` runs Redis) and 3 sentinels (`sentinel monitor
+// NAME 127.0.0.1 P 2`, down-after 1 s, failover-timeout 3 s; a kill -9 of the primary is failed
+// over in ~2.5 s). The constructor returns once every sentinel sees the replica in sync.
+// Available() says whether redis-server can run as a sentinel here.
+class SentinelRedis {
+ public:
+  static bool Available();
+  explicit SentinelRedis(const std::string& password = "pw",
+                         const std::string& master_name = "phx");
+  const std::string& password() const { return password_; }
+  const std::string& master_name() const { return master_name_; }
+  // "127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3", as --redis-sentinel takes it.
+  std::string sentinels() const;
+  std::vector<std::pair<std::string, int>> sentinel_list() const;
+  // The primary's port as the first sentinel that answers says; -1 if none does.
+  int PrimaryPort() const;
+  int ReplicaPort() const;  // the other one of the two
+  void KillPrimary();       // kill -9 of the current primary
+  void KillAll();           // kill -9 of the primary and the replica (the sentinels live on)
+  // Waits until the sentinels name a primary other than `old_port` and it answers ROLE as
+  // master; its port, or -1 after `timeout`.
+  int WaitFailover(int old_port, absl::Duration timeout);
+  // A command's reply on the Redis at `port` (with the password), flattened to strings;
+  // empty on error.
+  std::vector<std::string> Command(int port, const std::vector<std::string>& args) const;
+
+ private:
+  TempDir dir_;
+  std::string password_;
+  std::string master_name_;
+  int ports_[2];
+  ChildProcess redis_[2];
+  int sentinel_ports_[3];
+  ChildProcess sentinel_[3];
+};
+
 // A phalanx-gcs process on a free port over `redis`, with its token in a temp dir. Kill9()
 // and Restart() (same port, same Redis, same cluster id) exercise GCS restarts.
 class GcsProcess {
@@ -82,6 +119,8 @@ class GcsProcess {
   // `session_dir`: its --session-dir, where it runs driver jobs (empty: no driver jobs).
   GcsProcess(const RedisServer& redis, Options options, std::string session_dir = "");
   GcsProcess(const RedisServer& redis) : GcsProcess(redis, Options()) {}
+  // Over the primary that `redis`'s sentinels name (--redis-sentinel).
+  GcsProcess(const SentinelRedis& redis, Options options);
   std::string address() const;
   const std::string& token() const { return token_; }
   const std::string& token_file() const { return token_file_; }
@@ -96,7 +135,7 @@ class GcsProcess {
  private:
   void Start();
   TempDir dir_;
-  int redis_port_;
+  std::vector<std::string> redis_args_;  // --redis-address or --redis-sentinel ...
   std::string redis_password_;
   Options options_;
   std::string session_dir_;
