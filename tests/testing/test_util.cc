@@ -102,8 +102,8 @@ int ChildProcess::WaitExit(absl::Duration timeout) {
   return -1;
 }
 
-RedisServer::RedisServer(const std::string& password, bool aof)
-    : port_(FreePort()), password_(password), aof_(aof) {
+RedisServer::RedisServer(const std::string& password, bool aof, std::string appendfsync)
+    : port_(FreePort()), password_(password), aof_(aof), appendfsync_(std::move(appendfsync)) {
   Start();
 }
 
@@ -119,6 +119,8 @@ void RedisServer::Start() {
                                    "",
                                    "--appendonly",
                                    aof_ ? "yes" : "no",
+                                   "--appendfsync",
+                                   appendfsync_,
                                    "--daemonize",
                                    "no"};
   if (!password_.empty()) {

@@ -52,10 +52,12 @@ class ChildProcess {
 };
 
 // A real redis-server on a free loopback port, with data in a temp dir (no persistence
-// unless `aof`), optionally password-protected.
+// unless `aof`, synced to disk per `appendfsync`: "everysec" or "always"), optionally
+// password-protected.
 class RedisServer {
  public:
-  explicit RedisServer(const std::string& password = "", bool aof = false);
+  explicit RedisServer(const std::string& password = "", bool aof = false,
+                       std::string appendfsync = "everysec");
   int port() const { return port_; }
   const std::string& password() const { return password_; }
   void Kill() { process_.KillAndWait(); }
@@ -68,6 +70,7 @@ class RedisServer {
   int port_;
   std::string password_;
   bool aof_;
+  std::string appendfsync_;
   ChildProcess process_;
 };
 
