@@ -11,7 +11,7 @@ The layers, bottom to top (the same list opens the top-level CMakeLists.txt):
     actors        actors, actors/internal
     elastic       actors/elastic
     programs      runtime/cli, examples, python
-    tests         tests, bench
+    tests         tests, bench, fuzz
 
 A folder may include its own headers and those of the folders ALLOWED lists for it (below):
 never a folder of a higher layer, at most the layers below its own, and another folder of its
@@ -42,7 +42,7 @@ LAYERS = [
     ("actors", ["actors", "actors/internal"]),
     ("elastic", ["actors/elastic"]),
     ("programs", ["runtime/cli", "examples", "python"]),
-    ("tests", ["tests", "bench"]),
+    ("tests", ["tests", "bench", "fuzz"]),
 ]
 
 
@@ -78,6 +78,7 @@ ALLOWED = {
     "python": below("python"),
     "tests": below("tests"),
     "bench": below("bench") + ["tests"],  # benchmarks reuse the test helpers (tests/testing)
+    "fuzz": below("fuzz"),  # libFuzzer targets (scripts/fuzz.sh)
 }
 
 # Composition roots: a program's main may wire a higher layer's part into a lower layer's

@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git clang-format
   clang-14  # scripts/thread_safety.sh (clang's -Wthread-safety over the project)
+  # scripts/fuzz.sh: libFuzzer, ASan and UBSan runtimes (libclang-rt-14-dev is only a
+  # Recommends of clang-14, and apt-get runs with --no-install-recommends below)
+  libclang-rt-14-dev libfuzzer-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libhiredis-dev redis-server libspdlog-dev libboost-fiber-dev libboost-context-dev
   libgtest-dev libgmock-dev pybind11-dev python3-dev python3-numpy python3-torch

@@ -3,7 +3,7 @@
 # the layering check (scripts/check_layers.py), clang's thread-safety analysis
 # (scripts/thread_safety.sh), the C++ tests through ctest, then the Python tests
 # (python/tests) and the multi-host tests (tests/multihost) through pytest, then the chaos
-# suite once (scripts/chaos.sh --runs 1).
+# suite once (scripts/chaos.sh --runs 1), then each fuzz target for 30 s (scripts/fuzz.sh).
 #
 #   scripts/test.sh              everything
 #   scripts/test.sh -R Gcs       only ctest tests matching a regex (passed to ctest)
@@ -32,4 +32,9 @@ if [ $# -eq 0 ] && [ -d python/tests ]; then
     /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs tests/multihost
   # The chaos suite once (~6 min): every scenario heals, 0 steps lost, 0 strays, or this fails.
   scripts/chaos.sh --runs 1
+fi
+if [ $# -eq 0 ]; then
+  # Each fuzz target for 30 s from its corpus in fuzz/corpus/ (2 min, plus the clang build of
+  # the targets into build-fuzz/ when it is not there); a crash fails the run.
+  scripts/fuzz.sh all 30
 fi
