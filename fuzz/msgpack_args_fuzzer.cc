@@ -24,7 +24,9 @@ namespace {
 class FuzzActor {
  public:
   FuzzActor(std::string name, int64_t start) : name_(std::move(name)), total_(start) {}
-  int64_t Add(int64_t n) { return total_ += n; }
+  int64_t Add(int64_t n) {  // wraps (the arguments are arbitrary; UBSan is on)
+    return total_ = static_cast<int64_t>(static_cast<uint64_t>(total_) + static_cast<uint64_t>(n));
+  }
   bool Flags(bool a, int8_t b, uint16_t c, int32_t d, uint64_t e, float f) {
     return a && b == 0 && c == 0 && d == 0 && e == 0 && f == 0;
   }
