@@ -145,6 +145,11 @@ absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
     return absl::InvalidArgumentError(absl::StrCat(
         "'", text, "' is not a size; give bytes or a number with Ki, Mi, Gi (e.g. 512Mi)"));
   }
+  // 2^63 bytes and up do not fit an int64_t: llround would give a negative size.
+  if (value * scale >= 0x1p63) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", text, "' is too large a size (2^63 bytes or more); give e.g. 512Mi or 64Gi"));
+  }
   return static_cast<int64_t>(std::llround(value * scale));
 }
 

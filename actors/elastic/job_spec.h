@@ -103,7 +103,8 @@ absl::Status ValidateJobSpec(const JobSpec& spec);
 // The spec as YAML (round-trips through ParseJobSpec).
 std::string JobSpecToYaml(const JobSpec& spec);
 
-// "1Gi", "512Mi", "2G", "1000" → bytes.
+// "1Gi", "512Mi", "2G", "1000" → bytes; InvalidArgument for anything else, a negative size or
+// one of 2^63 bytes or more.
 absl::StatusOr<int64_t> ParseBytes(const std::string& text);
 
 // True when a policy asks for dying-gasp checkpoints (`dump: true`).

@@ -243,5 +243,20 @@ TEST(PolicyTest, TheCheckpointPointerHoldsStepAndPathInOneValue) {
   EXPECT_EQ(keys::Checkpoint("job-1"), "job-1/checkpoint");
 }
 
+// Found by fuzz/job_spec_fuzzer.cc: "11111111111111111111111" became a negative memory cap.
+TEST(JobSpecTest, ASizeOfTwoToTheSixtyThreeBytesOrMoreIsRefusedNotWrappedNegative) {
+  EXPECT_EQ(*ParseBytes("64Gi"), 64ll << 30);
+  EXPECT_EQ(*ParseBytes("9223372036854774784"), 9223372036854774784ll);  // 2^63 - 1024
+  EXPECT_FALSE(ParseBytes("11111111111111111111111").ok());
+  EXPECT_FALSE(ParseBytes("8388608Ti").ok());  // 2^63 exactly
+  EXPECT_FALSE(ParseBytes("1e300").ok());
+  auto spec = ParseJobSpec(
+      "name: j\ntrainer: T\nsteps: 1\ndata: {numSamples: 4, globalBatch: 2}\n"
+      "resources: {memory: 1Gi}\n"
+      "faultTolerantPolicy: [{event: oom, action: respawnLarger, memoryCap: 1e300}]\n");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("memoryCap"), std::string::npos) << spec.status();
+}
+
 }  // namespace
 }  // namespace phalanx::elastic
