@@ -6,6 +6,7 @@
 #include <set>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -20,6 +21,39 @@ absl::Status Bad(const std::string& field, const std::string& value, const std::
 }
 
 const std::set<std::string> kEvents = {"oom", "nodeDied", "straggler", "hang", "exited"};
+
+// True when `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF). JobSpecToYaml's emitter cannot write other bytes so that they parse back.
+bool IsUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int extra;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      extra = 1, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (s.size() - i <= static_cast<size_t>(extra)) return false;  // cut short
+    for (int k = 1; k <= extra; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += extra + 1;
+  }
+  return true;
+}
 
 absl::StatusOr<Action> ParseAction(const std::string& field, const std::string& text) {
   if (text == "restart") return Action::kRestart;
@@ -352,6 +386,23 @@ absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root) {
 
 absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.name.empty()) return Bad("name", "missing", "name the job, e.g. name: regression");
+  // A spec is text: the job kind passes it on as YAML (JobSpecToYaml), which must read back
+  // as the same spec.
+  std::vector<std::pair<std::string, const std::string*>> texts = {
+      {"trainer", &spec.trainer},
+      {"codePath", &spec.code_path},
+      {"checkpoint.dir", &spec.checkpoint_dir}};
+  for (const auto& [name, amount] : spec.resources) texts.push_back({"resources", &name});
+  for (const auto& [key, value] : spec.config) {
+    texts.push_back({"config", &key});
+    texts.push_back({absl::StrCat("config.", key), &value});
+  }
+  for (const auto& [field, text] : texts) {
+    if (!IsUtf8(*text)) {
+      return Bad(field, absl::StrCat("'", absl::CHexEscape(*text), "' is not UTF-8"),
+                 "write the spec as UTF-8 text");
+    }
+  }
   for (char c : spec.name) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
       return Bad("name", absl::StrCat("'", spec.name, "'"),

@@ -258,5 +258,26 @@ TEST(JobSpecTest, ASizeOfTwoToTheSixtyThreeBytesOrMoreIsRefusedNotWrappedNegativ
   EXPECT_NE(spec.status().message().find("memoryCap"), std::string::npos) << spec.status();
 }
 
+// Found by fuzz/job_spec_fuzzer.cc: a codePath with a byte that is not UTF-8 was accepted, but
+// JobSpecToYaml (what the job kind hands the controller) did not read back as the same spec.
+TEST(JobSpecTest, TextThatIsNotUtf8IsRefusedAndUtf8RoundTrips) {
+  const std::string base = "name: j\ntrainer: T\nsteps: 1\ndata: {numSamples: 4, globalBatch: 2}\n";
+  for (const std::string& bad : {std::string("codePath: /opt\xaf"
+                                             "app\n"),
+                                 std::string("config: {k: \"\xc0\xaf\"}\n"),
+                                 std::string("config: {\"\xed\xa0\x80\": v}\n"),  // a surrogate
+                                 std::string("resources: {\"\xff\": 1}\n")}) {
+    EXPECT_FALSE(ParseJobSpec(base + bad).ok()) << bad;
+  }
+  auto spec =
+      ParseJobSpec(base + "codePath: /opt/\xc3\xa9t\xc3\xa9\nconfig: {k: \"\xf0\x9f\x99\x82\"}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto again = ParseJobSpec(JobSpecToYaml(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->code_path, "/opt/\xc3\xa9t\xc3\xa9");
+  EXPECT_EQ(again->config.at("k"), "\xf0\x9f\x99\x82");
+  EXPECT_EQ(JobSpecToYaml(*again), JobSpecToYaml(*spec));
+}
+
 }  // namespace
 }  // namespace phalanx::elastic
