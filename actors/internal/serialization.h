@@ -41,11 +41,35 @@ std::string PackValue(const V& value) {
   return std::string(buffer.data(), buffer.size());
 }
 
+// A first pass over a message from the network, before msgpack allocates anything: sums the
+// elements its containers claim, and stops once they outnumber the message's bytes (each
+// element takes one at least).
+struct UntrustedMessageCheck : msgpack::null_visitor {
+  explicit UntrustedMessageCheck(size_t size) : size(size) {}
+  bool start_array(uint32_t n) { return (claimed += n) <= size; }
+  bool start_map(uint32_t n) { return (claimed += 2 * uint64_t{n}) <= size; }
+  const size_t size;
+  uint64_t claimed = 0;
+};
+
+// Unpacks bytes that came over the network. msgpack allocates a container's elements when it
+// reads its header, so a 5-byte array32 header would make it allocate 2^32 objects (96 GiB);
+// here the elements of all containers together may not outnumber the bytes, which bounds the
+// memory to a small multiple of the message's size. Throws as msgpack::unpack does.
+inline msgpack::object_handle UnpackUntrusted(const std::string& bytes) {
+  UntrustedMessageCheck check(bytes.size());
+  msgpack::parse(bytes.data(), bytes.size(), check);  // false as well for a malformed message
+  if (check.claimed > bytes.size()) {
+    throw msgpack::size_overflow("a container claims more elements than the message has bytes");
+  }
+  return msgpack::unpack(bytes.data(), bytes.size());
+}
+
 // A call's result as T; InvalidArgument (kind InvalidCall) when it does not convert.
 template <typename T>
 absl::StatusOr<T> Unpack(const std::string& bytes, const std::string& what) {
   try {
-    msgpack::object_handle handle = msgpack::unpack(bytes.data(), bytes.size());
+    msgpack::object_handle handle = UnpackUntrusted(bytes);
     return handle.get().as<T>();
   } catch (const std::exception& e) {
     return worker::MakeError(absl::StatusCode::kInvalidArgument, worker::error_kind::kInvalidCall,
@@ -79,7 +103,7 @@ template <typename Tuple>
 absl::Status UnpackArgs(const std::string& bytes, Tuple* out, const std::string& what,
                         const std::string& signature) {
   try {
-    msgpack::object_handle handle = msgpack::unpack(bytes.data(), bytes.size());
+    msgpack::object_handle handle = UnpackUntrusted(bytes);
     const msgpack::object& o = handle.get();
     if (o.type != msgpack::type::ARRAY || o.via.array.size != std::tuple_size_v<Tuple>) {
       return worker::MakeError(absl::StatusCode::kInvalidArgument, worker::error_kind::kInvalidCall,
