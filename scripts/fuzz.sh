@@ -6,16 +6,20 @@
 #                                      upload, gcs_requests)
 #   scripts/fuzz.sh all SECONDS        run each target for SECONDS
 #   scripts/fuzz.sh TARGET SECONDS -runs=1000000   extra arguments go to libFuzzer
+#   scripts/fuzz.sh build             only build every target
 #
 # New corpus entries go to a scratch dir (FUZZ_WORK, default a fresh dir under /tmp), never to
 # the repo; a crash leaves its input there as crash-* (reproduce it with
 # `build-fuzz/bin/fuzz_TARGET FILE`) and this script exits non-zero.
-# Env: FUZZ_JOBS (build jobs, default: cores), FUZZ_WORK.
+# Env: FUZZ_JOBS (build jobs, default: cores), FUZZ_WORK, FUZZ_BUILD (default build-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGETS=(job_spec msgpack_args upload gcs_requests)
-BUILD=build-fuzz
+BUILD="${FUZZ_BUILD:-build-fuzz}"
 
+if [ "${1:-}" = build ]; then
+  set -- all build
+fi
 if [ $# -lt 2 ]; then
   echo "usage: scripts/fuzz.sh TARGET|all SECONDS [libFuzzer args...]; targets: ${TARGETS[*]}" >&2
   exit 2
@@ -52,6 +56,7 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 fi
 ninja -C "$BUILD" -j "${FUZZ_JOBS:-$(nproc)}" --quiet "${selected[@]/#/fuzz_}"
 echo "fuzz: built ${selected[*]} ($((SECONDS - start)) s)"
+[ "$seconds" = build ] && exit 0
 
 work="${FUZZ_WORK:-$(mktemp -d /tmp/phalanx-fuzz-XXXXXX)}"
 failed=()
