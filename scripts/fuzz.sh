@@ -8,9 +8,9 @@
 #   scripts/fuzz.sh TARGET SECONDS -runs=1000000   extra arguments go to libFuzzer
 #   scripts/fuzz.sh build             only build every target
 #
-# New corpus entries go to a scratch dir (FUZZ_WORK, default a fresh dir under /tmp), never to
-# the repo; a crash leaves its input there as crash-* (reproduce it with
-# `build-fuzz/bin/fuzz_TARGET FILE`) and this script exits non-zero.
+# New corpus entries go to a scratch dir (FUZZ_WORK, default a fresh dir under /tmp, removed
+# after a run without crashes), never to the repo; a crash leaves its input there as crash-*
+# (reproduce it with `build-fuzz/bin/fuzz_TARGET FILE`) and this script exits non-zero.
 # Env: FUZZ_JOBS (build jobs, default: cores), FUZZ_WORK, FUZZ_BUILD (default build-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +69,7 @@ for t in "${selected[@]}"; do
   "$BUILD/bin/fuzz_$t" "$work/$t/corpus" "fuzz/corpus/$t" -max_total_time="$seconds" \
     -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$work/$t/artifacts/" "$@" >"$work/$t/log" 2>&1 || rc=$?
-  grep -E '^(stat::|#[0-9]+ +DONE|Done [0-9]+ runs)' "$work/$t/log" | sed "s/^/fuzz: $t: /" || true
+  grep -aE '^(stat::|Done [0-9]+ runs)' "$work/$t/log" | sed "s/^/fuzz: $t: /" || true
   if [ "$rc" != 0 ]; then
     tail -n 40 "$work/$t/log" >&2
     echo "fuzz: $t FAILED (exit $rc); the input is in $work/$t/artifacts/" >&2
@@ -81,3 +81,6 @@ if [ ${#failed[@]} -gt 0 ]; then
   exit 1
 fi
 echo "fuzz: ${selected[*]}: no crash"
+# A scratch dir of our own goes once nothing in it is needed; one named by FUZZ_WORK stays.
+[ -z "${FUZZ_WORK:-}" ] && rm -rf "$work"
+exit 0
