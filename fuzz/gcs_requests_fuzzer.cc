@@ -15,7 +15,9 @@
 //   - UpdateJob (a raw record write): runner_pid is 0 and a log_path is /dev/null, since the
 //     GCS signals a job's runner pid on StopJob and streams its log_path on JobLogs;
 //   - JobLogs: not followed, and at most 4 chunks are read.
-// Subscribe (a stream that ends only when cancelled) is not fuzzed.
+// Not fuzzed here: Subscribe (a stream that ends only when cancelled), and UploadWorkingDir
+// (a client stream that a GCS without a session dir refuses at once; the writer behind it is
+// fuzzed by upload_fuzzer.cc).
 //
 // Property besides "no crash, no sanitizer report": every call returns within kCallTimeout.
 #include <grpcpp/grpcpp.h>

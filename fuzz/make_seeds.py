@@ -145,8 +145,8 @@ gcs("list_actors", "ListActors", 'job_id: "j1"')
 gcs("update_job", "UpdateJob", 'job { job_id: "j2" name: "x" }')
 gcs("submit_elastic", "SubmitJob", f'kind: "elastic" spec_yaml: "{ELASTIC_SPEC}"')
 gcs("submit_driver", "SubmitJob",
-    'entrypoint: "python3" entrypoint: "train.py" files { path: "train.py" content: "x" } '
-    'submission_id: "s1"')
+    'entrypoint: "python3" entrypoint: "train.py" upload_id: "0123abcd" '
+    'working_dir: "/home/me/project" env { key: "A" value: "1" } submission_id: "s1"')
 gcs("stop_job", "StopJob", 'job_id: "fz-000000" grace_s: 1')
 gcs("scale_job", "ScaleJob", 'job_id: "fz-000000" replicas: 3 ranks: 1')
 gcs("job_logs", "JobLogs", 'job_id: "j2" offset: 0')

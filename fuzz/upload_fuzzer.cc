@@ -1,13 +1,16 @@
 // Fuzzes the working-dir upload's server side (runtime/common/upload.h): the path checks and
-// WriteUploadedFile, into a scratch dir.
+// the writers (WriteUploadedFile, and UploadWriter as UploadWorkingDir streams), into a
+// scratch dir.
 //
 // Each input is a list of (path, content, mode) entries, written into a working dir that
 // holds planted traps (symlinks out of it and back into it, a plain file). Properties:
 //   - CheckUploadPath accepts exactly the relative, '/'-separated paths with no empty, '.'
 //     or '..' component and no NUL (checked against a plain re-implementation);
 //   - UploadMode never keeps setuid, setgid or sticky bits;
+//   - CheckUploadPaths accepts exactly the sets with no path twice and none the directory of
+//     another;
 //   - a write that succeeds leaves a regular file at dir/path with that mode and content; a
-//     path the checks refuse is never written;
+//     path the checks refuse is never written; a stream stays within its limits;
 //   - nothing is ever created outside the scratch dir (the symlinks' targets stay empty).
 #include <dirent.h>
 #include <fcntl.h>
@@ -22,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "runtime/common/upload.h"
 
@@ -115,6 +120,35 @@ void Clean(const Scratch& s) {
   }
 }
 
+// The rule for a whole upload, order aside: every path safe, none twice, and none the
+// directory of another ("a" and "a/b").
+bool SafeSet(const std::vector<std::string>& paths) {
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (!SafePath(paths[i])) return false;
+    for (size_t j = 0; j < paths.size(); ++j) {
+      if (i == j) continue;
+      if (paths[i] == paths[j] || absl::StartsWith(paths[j], paths[i] + "/")) return false;
+    }
+  }
+  return true;
+}
+
+// A written file must be regular, with exactly `mode` and `content`.
+void CheckWritten(const Scratch& s, const std::string& path, const std::string& content,
+                  mode_t mode) {
+  if (!SafePath(path)) Fail("wrote an unsafe path", path);
+  const std::string full = s.dir + "/" + path;
+  struct stat st;
+  if (::lstat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) Fail("no regular file at", full);
+  if ((st.st_mode & 07777) != mode) Fail("wrong mode", full);
+  if (ReadFile(full) != content) Fail("wrong content", full);
+}
+
+void CheckNothingOutside(const Scratch& s) {
+  if (!List(s.outside).empty()) Fail("an upload wrote outside the working dir", s.outside);
+  if (List(s.base).size() != 2) Fail("an upload created something next to the working dir", s.base);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -133,31 +167,57 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     entries.push_back(std::move(e));
   }
 
-  std::vector<absl::string_view> paths;
+  // The checks alone.
+  std::vector<std::string> paths;
+  std::vector<absl::string_view> views;
   for (const auto& e : entries) {
     const bool ok = phalanx::CheckUploadPath(e.path).ok();
-    if (ok != SafePath(e.path))
+    if (ok != SafePath(e.path)) {
       Fail(ok ? "accepted an unsafe path" : "refused a safe path", e.path);
-    paths.push_back(e.path);
-  }
-  const bool set_ok = phalanx::CheckUploadPaths(paths).ok();
-
-  for (const auto& e : entries) {
+    }
     const mode_t mode = phalanx::UploadMode(e.mode);
     if ((mode & ~0777) != 0) Fail("UploadMode kept special bits", std::to_string(mode));
-    const auto written = phalanx::WriteUploadedFile(s.dir, e.path, e.content, mode);
-    if (!written.ok()) continue;
-    if (!SafePath(e.path)) Fail("wrote an unsafe path", e.path);
-    const std::string full = s.dir + "/" + e.path;
-    struct stat st;
-    if (::lstat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) Fail("no regular file at", full);
-    if ((st.st_mode & 07777) != mode) Fail("wrong mode", full);
-    if (ReadFile(full) != e.content) Fail("wrong content", full);
+    paths.push_back(e.path);
+    views.push_back(e.path);
   }
-  (void)set_ok;
+  const bool set_ok = phalanx::CheckUploadPaths(views).ok();
+  if (set_ok != SafeSet(paths)) {
+    Fail(set_ok ? "accepted an unsafe set of paths" : "refused a safe set of paths",
+         absl::StrJoin(paths, " | "));
+  }
 
-  if (!List(s.outside).empty()) Fail("an upload wrote outside the working dir", s.outside);
-  if (List(s.base).size() != 2) Fail("an upload created something next to the working dir", s.base);
+  // Whole files, one call each.
+  for (const auto& e : entries) {
+    const mode_t mode = phalanx::UploadMode(e.mode);
+    if (phalanx::WriteUploadedFile(s.dir, e.path, e.content, mode).ok()) {
+      CheckWritten(s, e.path, e.content, mode);
+    }
+  }
+  CheckNothingOutside(s);
+  Clean(s);
+
+  // Streamed, as UploadWorkingDir writes them: each file in two chunks, within limits.
+  constexpr int64_t kMaxBytes = 512, kMaxFiles = 6;
+  phalanx::UploadWriter writer(s.dir, kMaxBytes, kMaxFiles);
+  bool ok = true;
+  size_t begun = 0;
+  for (const auto& e : entries) {
+    const size_t half = e.content.size() / 2;
+    ok = writer.Begin(e.path, e.mode).ok() &&
+         writer.Append(absl::string_view(e.content).substr(0, half)).ok() &&
+         writer.Append(absl::string_view(e.content).substr(half)).ok();
+    if (!ok) break;
+    ++begun;
+  }
+  if (ok && writer.Finish().ok()) {
+    std::vector<std::string> written(paths.begin(), paths.begin() + begun);
+    if (!SafeSet(written)) Fail("a stream wrote an unsafe set", absl::StrJoin(written, " | "));
+    if (writer.bytes() > kMaxBytes || writer.files() > kMaxFiles) Fail("over the limits", "");
+    for (size_t i = 0; i < begun; ++i) {
+      CheckWritten(s, entries[i].path, entries[i].content, phalanx::UploadMode(entries[i].mode));
+    }
+  }
+  CheckNothingOutside(s);
   Clean(s);
   return 0;
 }
