@@ -89,7 +89,12 @@ struct Scratch {
 
 const Scratch& GetScratch() {
   static const Scratch* scratch = [] {
-    const char* root = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    // $TMPDIR (scripts/fuzz.sh points it into its scratch dir, which a crash leaves for
+    // inspection), else tmpfs: the target creates and removes files at every input.
+    const char* tmpdir = std::getenv("TMPDIR");
+    const char* root = tmpdir != nullptr && *tmpdir != '\0' ? tmpdir
+                       : ::access("/dev/shm", W_OK) == 0    ? "/dev/shm"
+                                                            : "/tmp";
     std::string tmpl = std::string(root) + "/phalanx-fuzz-upload-XXXXXX";
     if (::mkdtemp(tmpl.data()) == nullptr) Fail("mkdtemp", tmpl);
     auto* s = new Scratch{tmpl, tmpl + "/dir", tmpl + "/outside"};

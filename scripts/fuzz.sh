@@ -8,8 +8,8 @@
 #   scripts/fuzz.sh TARGET SECONDS -runs=1000000   extra arguments go to libFuzzer
 #   scripts/fuzz.sh build             only build every target
 #
-# New corpus entries go to a scratch dir (FUZZ_WORK, default a fresh dir under /tmp, removed
-# after a run without crashes), never to the repo; a crash leaves its input there as crash-*
+# New corpus entries go to a scratch dir (FUZZ_WORK, default a fresh dir under /dev/shm or
+# /tmp, removed after a run without crashes), never to the repo; a crash leaves its input there as crash-*
 # (reproduce it with `build-fuzz/bin/fuzz_TARGET FILE`) and this script exits non-zero.
 # Env: FUZZ_JOBS (build jobs, default: cores), FUZZ_WORK, FUZZ_BUILD (default build-fuzz).
 set -euo pipefail
@@ -58,15 +58,18 @@ ninja -C "$BUILD" -j "${FUZZ_JOBS:-$(nproc)}" --quiet "${selected[@]/#/fuzz_}"
 echo "fuzz: built ${selected[*]} ($((SECONDS - start)) s)"
 [ "$seconds" = build ] && exit 0
 
-work="${FUZZ_WORK:-$(mktemp -d /tmp/phalanx-fuzz-XXXXXX)}"
+# On tmpfs where there is one: the upload target writes and removes files at every input.
+scratch_root=/tmp
+[ -w /dev/shm ] && scratch_root=/dev/shm
+work="${FUZZ_WORK:-$(mktemp -d "$scratch_root/phalanx-fuzz-XXXXXX")}"
 failed=()
 for t in "${selected[@]}"; do
-  mkdir -p "$work/$t/corpus" "$work/$t/artifacts"
+  mkdir -p "$work/$t/corpus" "$work/$t/artifacts" "$work/$t/tmp"
   echo "fuzz: $t for $seconds s (corpus and crashes in $work/$t)"
   # The first corpus dir is where libFuzzer writes new entries; the repo's seeds are read only.
   # -timeout: one input running this long is a hang (a crash); -rss_limit_mb: memory.
   rc=0
-  "$BUILD/bin/fuzz_$t" "$work/$t/corpus" "fuzz/corpus/$t" -max_total_time="$seconds" \
+  TMPDIR="$work/$t/tmp" "$BUILD/bin/fuzz_$t" "$work/$t/corpus" "fuzz/corpus/$t" -max_total_time="$seconds" \
     -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$work/$t/artifacts/" "$@" >"$work/$t/log" 2>&1 || rc=$?
   grep -aE '^(stat::|Done [0-9]+ runs)' "$work/$t/log" | sed "s/^/fuzz: $t: /" || true
