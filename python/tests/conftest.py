@@ -21,7 +21,8 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _processes_with(needle):
+def _processes_with(*needles):
+    """(pid, command line) of every other process whose command line holds all `needles`."""
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -31,7 +32,7 @@ def _processes_with(needle):
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if needle in cmd and int(pid) != os.getpid():
+        if all(n in cmd for n in needles) and int(pid) != os.getpid():
             found.append((int(pid), cmd))
     return found
 

@@ -19,7 +19,7 @@ import pytest
 
 import _phalanx
 import phalanx
-from conftest import Cluster, _free_port, wait_for
+from conftest import Cluster, _free_port, _processes_with, wait_for
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "multihost"))
 import jobs  # noqa: E402  (the elastic regression job's spec and step-log analysis)
@@ -193,23 +193,8 @@ class SentinelSet:
         # Fallback: anything still serving one of our ports (redis rewrites its process title
         # to "redis-server 127.0.0.1:PORT").
         for port in self.redis_ports + self.sentinel_ports:
-            for pid, cmd in _processes_named("redis-server", f"127.0.0.1:{port}"):
+            for pid, cmd in _processes_with("redis-server", f"127.0.0.1:{port}"):
                 os.kill(pid, signal.SIGKILL)
-
-
-def _processes_named(*needles):
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if all(n in cmd for n in needles):
-            found.append((int(pid), cmd))
-    return found
 
 
 def tables(port, cluster_id):
