@@ -47,6 +47,7 @@ class TokenServerCredentials final : public grpc::ServerCredentials {
  public:
   explicit TokenServerCredentials(std::string token) : token_(std::move(token)) {}
 
+  // The token check above is this class's processor; nothing in Phalanx sets another.
   void SetAuthMetadataProcessor(const std::shared_ptr<grpc::AuthMetadataProcessor>&) override {}
 
  private:
