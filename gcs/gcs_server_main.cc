@@ -89,28 +89,26 @@ int main(int argc, char** argv) {
     }
     options.redis.failover_timeout = absl::Seconds(failover_timeout_s);
   }
-  if (!sentinel_password_file.empty()) {
-    auto password = phalanx::ReadFile(sentinel_password_file);
-    if (!password.ok()) {
-      spdlog::error("--redis-sentinel-password-file: {}", password.status().message());
-      return 2;
+  // A secret from the file `flag` names (trimmed); false, logged, if it cannot be read.
+  auto read_secret = [](const char* flag, const std::string& path, std::string* out) {
+    auto text = phalanx::ReadFile(path);
+    if (!text.ok()) {
+      spdlog::error("{}: {}", flag, text.status().message());
+      return false;
     }
-    options.redis.sentinel_password = std::string(absl::StripAsciiWhitespace(*password));
-  }
-  if (!redis_password_file.empty()) {
-    auto password = phalanx::ReadFile(redis_password_file);
-    if (!password.ok()) {
-      spdlog::error("--redis-password-file: {}", password.status().message());
-      return 2;
-    }
-    options.redis.password = std::string(absl::StripAsciiWhitespace(*password));
-  }
-  auto token = phalanx::ReadFile(token_file);
-  if (!token.ok()) {
-    spdlog::error("--token-file: {}", token.status().message());
+    *out = std::string(absl::StripAsciiWhitespace(*text));
+    return true;
+  };
+  if (!sentinel_password_file.empty() &&
+      !read_secret("--redis-sentinel-password-file", sentinel_password_file,
+                   &options.redis.sentinel_password)) {
     return 2;
   }
-  options.token = std::string(absl::StripAsciiWhitespace(*token));
+  if (!redis_password_file.empty() &&
+      !read_secret("--redis-password-file", redis_password_file, &options.redis.password)) {
+    return 2;
+  }
+  if (!read_secret("--token-file", token_file, &options.token)) return 2;
   options.node_timeout = absl::Milliseconds(node_timeout_ms);
   options.max_working_dir_bytes = static_cast<int64_t>(max_working_dir_mb * (1 << 20));
   options.restart_grace = absl::Milliseconds(restart_grace_ms);
