@@ -49,9 +49,17 @@ struct ConnectOptions {
   absl::Duration timeout;
   int cuda_device = -1;
   void* cuda_stream = nullptr;
+  // The cluster token. Every mesh connection proves it (an HMAC bound to the epoch's keys
+  // and both ends), so a stranger that reaches a member's port is never taken for a peer.
+  std::string secret;
 };
 
-// Forms a Gloo full mesh through `store` (keys of one epoch).
+// How many times the members try to form a Gloo mesh before the epoch fails (each try within
+// a share of the group's timeout). A try fails for all when a stranger took one of its ports.
+inline constexpr int kGlooFormAttempts = 3;
+
+// Forms a Gloo full mesh through `store` (keys of one epoch). Every connection proves
+// `options.secret`.
 absl::StatusOr<std::unique_ptr<CommBackend>> ConnectGloo(KvStore* store,
                                                          const ConnectOptions& options);
 

@@ -348,8 +348,9 @@ class GroupImpl final : public CollectiveGroup {
       if (!shrinkable) kept.clear();
     }
 
-    ConnectOptions connect{rank,    world_size,           options_.host,
-                           timeout, options_.cuda_device, options_.cuda_stream};
+    ConnectOptions connect{rank,          world_size,           options_.host,
+                           timeout,       options_.cuda_device, options_.cuda_stream,
+                           options_.token};
     const char* shm_env = std::getenv("PHALANX_COLLECTIVE_SHM");
     bool use_shm = options_.shared_memory && !(shm_env && std::string(shm_env) == "0");
     absl::StatusOr<std::unique_ptr<CommBackend>> formed =
@@ -583,7 +584,9 @@ absl::StatusOr<std::unique_ptr<CollectiveGroup>> CollectiveGroup::Create(
   if (!cluster.ok()) return cluster.status();
   auto gcs = gcs::GcsClient::Connect({cluster->address, cluster->token});
   if (!gcs.ok()) return gcs.status();
-  return std::unique_ptr<CollectiveGroup>(new GroupImpl(options, std::move(*gcs)));
+  GroupOptions resolved = options;
+  resolved.token = cluster->token;  // members prove it to each other on every connection
+  return std::unique_ptr<CollectiveGroup>(new GroupImpl(std::move(resolved), std::move(*gcs)));
 }
 
 }  // namespace phalanx::collective

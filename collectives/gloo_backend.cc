@@ -20,51 +20,52 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "collectives/backend.h"
 #include "collectives/reduce.h"
 #include "runtime/common/process.h"
+#include "runtime/common/sha256.h"
 #include "runtime/common/system.h"
+#include "spdlog/spdlog.h"
 
 namespace phalanx::collective {
 namespace {
 
-// Gloo's rendezvous store over the GCS key-value store.
+// Gloo's rendezvous store over the GCS key-value store. Waits are bounded by `deadline`
+// (the group's timeout), not by the shorter timeout Gloo's context carries for connecting.
 class GlooStore : public gloo::rendezvous::Store {
  public:
-  GlooStore(KvStore* kv, absl::Duration timeout) : kv_(kv), timeout_(timeout) {}
+  GlooStore(KvStore kv, absl::Time deadline) : kv_(std::move(kv)), deadline_(deadline) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
-    auto s = kv_->Set("gloo/" + key, std::string(data.begin(), data.end()));
+    auto s = kv_.Set(key, std::string(data.begin(), data.end()));
     if (!s.ok()) throw gloo::IoException(std::string(s.message()));
   }
 
   std::vector<char> get(const std::string& key) override {
-    std::string value = Wait(key, timeout_);
+    std::string value = Wait(key);
     return std::vector<char>(value.begin(), value.end());
   }
 
-  void wait(const std::vector<std::string>& keys) override { wait(keys, ToChrono(timeout_)); }
-
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    for (const auto& key : keys) Wait(key, absl::FromChrono(timeout));
+  void wait(const std::vector<std::string>& keys) override {
+    for (const auto& key : keys) Wait(key);
   }
 
-  std::string Wait(const std::string& key, absl::Duration timeout) {
-    auto value = kv_->Get("gloo/" + key, timeout);
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
+    wait(keys);
+  }
+
+  std::string Wait(const std::string& key) {
+    auto value = kv_.Get(key, std::max(deadline_ - absl::Now(), absl::Milliseconds(1)));
     if (!value.ok()) throw gloo::IoException(std::string(value.status().message()));
     return *value;
   }
 
-  static std::chrono::milliseconds ToChrono(absl::Duration d) {
-    return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
-  }
-
  private:
-  KvStore* kv_;
-  absl::Duration timeout_;
+  KvStore kv_;
+  const absl::Time deadline_;
 };
 
 // The socket of a Gloo TCP pair (a protected member: reached through a pointer to member
@@ -320,30 +321,136 @@ class GlooBackend final : public CommBackend {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CommBackend>> ConnectGloo(KvStore* store,
-                                                         const ConnectOptions& options) {
+namespace {
+
+// Gloo waits up to this many times a pair's timeout for the pair to connect
+// (tcp::Pair::waitUntilConnected); the pair's timeout is set from the bound we want.
+constexpr int kGlooConnectTimeoutFactor = 5;
+// The slot the members' proofs of the token travel in (far from every other slot).
+constexpr uint64_t kProofSlot = 1ull << 41;
+
+struct GlooMesh {
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+};
+
+std::string ProofOf(const ConnectOptions& options, const std::string& keys, int from, int to) {
+  return HmacSha256(options.secret, absl::StrCat("phalanx-gloo|", keys, "|", from, ">", to));
+}
+
+// One try at the mesh, with the keys under `store` (of this attempt alone). Every member
+// says it is here first, so the connections that follow take milliseconds; Gloo then
+// connects every pair within `connect_bound`; then every pair proves the token both ways
+// (Gloo takes the first connection that reaches a pair's port for the peer, whoever made it).
+absl::StatusOr<GlooMesh> TryMesh(KvStore store, const ConnectOptions& options,
+                                 absl::Duration connect_bound, absl::Time deadline) {
+  const int n = options.world_size, me = options.rank;
+  auto left = [&] { return std::max(deadline - absl::Now(), absl::Milliseconds(1)); };
+  if (auto s = store.Set(absl::StrCat("here/", me), ""); !s.ok()) return s;
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    if (auto here = store.Get(absl::StrCat("here/", r), left()); !here.ok()) {
+      return here.status();
+    }
+  }
   try {
+    GlooMesh mesh;
     gloo::transport::tcp::attr attr;
     attr.hostname = options.host;
-    auto device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
-    context->setTimeout(Ms(options.timeout));
-    GlooStore gloo_store(store, options.timeout);
-    context->connectFullMesh(gloo_store, device);
-    // Every member publishes its own end of each pair, and its process, so that a member whose
-    // connection to a peer fails later can name that peer (read only then: forming the epoch
-    // never waits for it).
-    std::string mine = absl::StrCat("pid=", MachineId(), "/", getpid(), ";");
+    mesh.device = gloo::transport::tcp::CreateDevice(attr);
+    mesh.context = std::make_shared<gloo::rendezvous::Context>(me, n);
+    absl::Duration bound = std::min(connect_bound, left());
+    mesh.context->setTimeout(Ms(bound / kGlooConnectTimeoutFactor));
+    GlooStore gloo_store(store, deadline);
+    mesh.context->connectFullMesh(gloo_store, mesh.device);
+    mesh.context->setTimeout(Ms(options.timeout));
+
+    std::vector<std::string> mine(n), theirs(n, std::string(32, '\0'));
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> sends, recvs(n);
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      mine[r] = ProofOf(options, store.prefix(), me, r);
+      sends.push_back(mesh.context->createUnboundBuffer(mine[r].data(), mine[r].size()));
+      sends.back()->send(r, kProofSlot);
+      recvs[r] = mesh.context->createUnboundBuffer(theirs[r].data(), theirs[r].size());
+      recvs[r]->recv(r, kProofSlot);
+    }
+    absl::Time proofs_by = absl::Now() + std::min(connect_bound, left());
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      auto wait = Ms(std::max(proofs_by - absl::Now(), absl::Milliseconds(1)));
+      if (!recvs[r]->waitRecv(wait)) {
+        return absl::UnauthenticatedError(
+            absl::StrCat("the connection to rank ", r, " sent no proof of the cluster token"));
+      }
+      if (!ConstantTimeEquals(theirs[r], ProofOf(options, store.prefix(), r, me))) {
+        return absl::UnauthenticatedError(
+            absl::StrCat("the connection to rank ", r, " did not prove the cluster token"));
+      }
+    }
+    for (auto& send : sends) {
+      if (!send->waitSend(Ms(std::max(proofs_by - absl::Now(), absl::Milliseconds(1))))) {
+        return absl::DeadlineExceededError("sending this member's proof of the token timed out");
+      }
+    }
+    return mesh;
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(e.what());
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CommBackend>> ConnectGloo(KvStore* store,
+                                                         const ConnectOptions& options) {
+  // A try fails for every member when it fails for one: a stranger took a pair's port, or a
+  // connection was refused or did not prove the token. Each member says how its try went,
+  // and all try again with fresh keys (and fresh ports), up to kGlooFormAttempts times
+  // within the group's timeout.
+  absl::Time deadline = absl::Now() + options.timeout;
+  auto left = [&] { return std::max(deadline - absl::Now(), absl::Milliseconds(1)); };
+  std::vector<std::string> failures;
+  for (int attempt = 0; attempt < kGlooFormAttempts && absl::Now() < deadline; ++attempt) {
+    KvStore keys(store->gcs(), absl::StrCat(store->prefix(), "gloo/a", attempt, "/"));
+    auto mesh = TryMesh(keys, options, options.timeout / kGlooFormAttempts, deadline);
+    std::string verdict = mesh.ok() ? "ok" : std::string(mesh.status().message());
+    if (options.world_size > 1) {
+      if (auto s = keys.Set(absl::StrCat("verdict/", options.rank), verdict); !s.ok()) return s;
+    }
+    std::vector<std::string> failed;
+    if (!mesh.ok()) failed.push_back(absl::StrCat("rank ", options.rank, ": ", verdict));
     for (int r = 0; r < options.world_size; ++r) {
       if (r == options.rank) continue;
-      absl::StrAppend(&mine, r, "=", context->getPair(r)->address().str(), ";");
+      auto theirs = keys.Get(absl::StrCat("verdict/", r), left());
+      if (!theirs.ok()) {
+        return absl::Status(theirs.status().code(),
+                            absl::StrCat("forming the Gloo mesh (try ", attempt + 1,
+                                         "): ", theirs.status().message(),
+                                         mesh.ok() ? "" : absl::StrCat("; ", failed[0])));
+      }
+      if (*theirs != "ok") failed.push_back(absl::StrCat("rank ", r, ": ", *theirs));
     }
-    if (auto s = store->Set(absl::StrCat("pairs/", options.rank), mine); !s.ok()) return s;
-    return std::unique_ptr<CommBackend>(
-        new GlooBackend(std::move(device), std::move(context), *store, options.rank));
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("forming the Gloo mesh failed: ", e.what()));
+    if (failed.empty()) {
+      // Every member publishes its own end of each pair, and its process, so that a member
+      // whose connection to a peer fails later can name that peer (read only then: forming
+      // the epoch never waits for it).
+      std::string mine = absl::StrCat("pid=", MachineId(), "/", getpid(), ";");
+      for (int r = 0; r < options.world_size; ++r) {
+        if (r == options.rank) continue;
+        absl::StrAppend(&mine, r, "=", mesh->context->getPair(r)->address().str(), ";");
+      }
+      if (auto s = store->Set(absl::StrCat("pairs/", options.rank), mine); !s.ok()) return s;
+      return std::unique_ptr<CommBackend>(
+          new GlooBackend(std::move(mesh->device), std::move(mesh->context), *store, options.rank));
+    }
+    std::string line = absl::StrJoin(failed, "; ");
+    spdlog::warn("collective {}: Gloo mesh try {} of {} failed ({}); trying again", store->prefix(),
+                 attempt + 1, kGlooFormAttempts, line);
+    failures.push_back(absl::StrCat("try ", attempt + 1, ": ", line));
   }
+  return absl::UnavailableError(absl::StrCat("forming the Gloo mesh failed within ",
+                                             absl::FormatDuration(options.timeout), " (",
+                                             absl::StrJoin(failures, " | "), ")"));
 }
 
 }  // namespace phalanx::collective

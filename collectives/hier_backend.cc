@@ -379,7 +379,8 @@ absl::StatusOr<std::unique_ptr<CommBackend>> Connector::Connect(
     addresses[r] = *there;
   }
   backend->links_ =
-      std::make_unique<PeerLinks>(rank, *listen_fd, std::move(addresses), names, &backend->abort_);
+      std::make_unique<PeerLinks>(rank, *listen_fd, std::move(addresses), names, options.secret,
+                                  store->prefix() + "links", &backend->abort_);
 
   // Shared memory with the members on this node.
   if (members[node].size() > 1) {
@@ -401,9 +402,10 @@ absl::StatusOr<std::unique_ptr<CommBackend>> Connector::Connect(
   if (backend->leader() && members.size() > 1) {
     std::vector<std::string> leader_names;
     for (const auto& m : members) leader_names.push_back(peer_name(m[0]));
-    auto mesh = TcpMesh::Connect(store, "mesh", node, static_cast<int>(members.size()),
-                                 options.host, std::move(leader_names), &backend->abort_,
-                                 std::max(deadline - absl::Now(), absl::Milliseconds(1)));
+    auto mesh =
+        TcpMesh::Connect(store, "mesh", node, static_cast<int>(members.size()), options.host,
+                         std::move(leader_names), options.secret, &backend->abort_,
+                         std::max(deadline - absl::Now(), absl::Milliseconds(1)));
     if (!mesh.ok()) {
       return absl::Status(mesh.status().code(), absl::StrCat("connecting the machines' leaders: ",
                                                              mesh.status().message()));

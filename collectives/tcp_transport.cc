@@ -16,17 +16,25 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/common/sha256.h"
+#include "spdlog/spdlog.h"
 
 namespace phalanx::collective {
 namespace {
 
-// Says who is on the other end of a new stream (and that it speaks this protocol).
+// Says who is on the other end of a new stream, that it speaks this protocol, and that it
+// holds the cluster token: `mac` is HelloMac's HMAC, bound to the epoch's keys and both ends.
 constexpr uint32_t kHelloMagic = 0x50484c58;  // "PHLX"
 
 struct Hello {
   uint32_t magic;
   int32_t index;
+  char mac[32];
 };
+
+std::string HelloMac(const std::string& secret, const std::string& mesh, int from, int to) {
+  return HmacSha256(secret, absl::StrCat("phalanx-mesh|", mesh, "|", from, ">", to));
+}
 
 absl::Status Errno(const std::string& what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
@@ -115,22 +123,38 @@ absl::StatusOr<int> AcceptOne(int listen_fd, const AbortSignal& abort, absl::Tim
   }
 }
 
-absl::Status SendHello(int fd, int index, const std::string& peer, const AbortSignal& abort,
-                       absl::Time deadline) {
-  Hello hello{kHelloMagic, index};
+absl::Status SendHello(int fd, int index, const std::string& mac, const std::string& peer,
+                       const AbortSignal& abort, absl::Time deadline) {
+  Hello hello{kHelloMagic, index, {}};
+  std::memcpy(hello.mac, mac.data(), sizeof(hello.mac));
   std::vector<Transfer> sends = {{fd, reinterpret_cast<uint8_t*>(&hello), sizeof(hello), peer}};
   std::vector<Transfer> none;
   return ExchangeAll(sends, none, abort, deadline);
 }
 
-absl::StatusOr<int> ReadHello(int fd, int limit, const AbortSignal& abort, absl::Time deadline) {
+// The index of the member that connected on `fd`; Unauthenticated when the other end is no
+// member of this mesh (wrong protocol, index or proof, or silent past kHelloTimeout).
+absl::StatusOr<int> ReadHello(int fd, int me, int limit, const std::string& secret,
+                              const std::string& mesh, const AbortSignal& abort,
+                              absl::Time deadline) {
   Hello hello{};
   std::vector<Transfer> none;
   std::vector<Transfer> recvs = {
       {fd, reinterpret_cast<uint8_t*>(&hello), sizeof(hello), "a connecting member"}};
-  if (auto s = ExchangeAll(none, recvs, abort, deadline); !s.ok()) return s;
-  if (hello.magic != kHelloMagic || hello.index < 0 || hello.index >= limit) {
-    return absl::UnavailableError("a stranger connected (not a member of this epoch)");
+  absl::Status read =
+      ExchangeAll(none, recvs, abort, std::min(deadline, absl::Now() + kHelloTimeout));
+  if (!read.ok()) {
+    if (abort.raised()) return read;
+    return absl::UnauthenticatedError(
+        absl::StrCat("a connection sent no hello (", read.message(), ")"));
+  }
+  if (hello.magic != kHelloMagic || hello.index < 0 || hello.index >= limit || hello.index == me) {
+    return absl::UnauthenticatedError("a connection did not speak this protocol");
+  }
+  if (!ConstantTimeEquals(absl::string_view(hello.mac, sizeof(hello.mac)),
+                          HelloMac(secret, mesh, hello.index, me))) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "a connection claiming to be member ", hello.index, " did not prove the cluster token"));
   }
   return hello.index;
 }
@@ -257,8 +281,10 @@ absl::StatusOr<int> Listen(const std::string& host, std::string* address) {
 absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(KvStore* store, const std::string& key,
                                                           int me, int n, const std::string& host,
                                                           std::vector<std::string> names,
+                                                          const std::string& secret,
                                                           const AbortSignal* abort,
                                                           absl::Duration timeout) {
+  const std::string mesh = store->prefix() + key;
   absl::Time deadline = absl::Now() + timeout;
   std::string address;
   auto listen_fd = Listen(host, &address);
@@ -280,18 +306,30 @@ absl::StatusOr<std::unique_ptr<TcpMesh>> TcpMesh::Connect(KvStore* store, const 
     auto fd = ConnectTo(*there, *abort, deadline);
     if (!fd.ok()) return fail(fd.status());
     fds[i] = *fd;
-    if (auto s = SendHello(*fd, me, names[i], *abort, deadline); !s.ok()) return fail(s);
+    if (auto s = SendHello(*fd, me, HelloMac(secret, mesh, me, i), names[i], *abort, deadline);
+        !s.ok()) {
+      return fail(s);
+    }
   }
-  for (int accepted = 0; accepted < n - 1 - me; ++accepted) {
+  // A connection that is no member (a stale client dialing a port this listener now has, a
+  // scanner, someone without the token) is closed and the wait goes on.
+  for (int accepted = 0; accepted < n - 1 - me;) {
     auto fd = AcceptOne(*listen_fd, *abort, deadline);
     if (!fd.ok()) return fail(fd.status());
-    auto index = ReadHello(*fd, n, *abort, deadline);
-    if (!index.ok() || *index <= me || fds[*index] >= 0) {
+    auto index = ReadHello(*fd, me, n, secret, mesh, *abort, deadline);
+    if (absl::IsUnauthenticated(index.status())) {
+      ::close(*fd);
+      spdlog::warn("collective mesh {}: refused a connection: {}", mesh,
+                   std::string(index.status().message()));
+      continue;
+    }
+    if (!index.ok() || *index < me || fds[*index] >= 0) {
       ::close(*fd);
       return fail(index.ok() ? absl::UnavailableError("a mesh endpoint connected twice")
                              : index.status());
     }
     fds[*index] = *fd;
+    ++accepted;
   }
   ::close(*listen_fd);
   return std::unique_ptr<TcpMesh>(new TcpMesh(me, std::move(fds), std::move(names)));
@@ -313,11 +351,14 @@ void TcpMesh::ShutdownAll() {
 // PeerLinks
 
 PeerLinks::PeerLinks(int me, int listen_fd, std::vector<std::string> addresses,
-                     std::vector<std::string> names, const AbortSignal* abort)
+                     std::vector<std::string> names, std::string secret, std::string mesh,
+                     const AbortSignal* abort)
     : me_(me),
       listen_fd_(listen_fd),
       addresses_(std::move(addresses)),
       names_(std::move(names)),
+      secret_(std::move(secret)),
+      mesh_(std::move(mesh)),
       abort_(abort) {}
 
 PeerLinks::~PeerLinks() {
@@ -345,7 +386,11 @@ absl::Status PeerLinks::Send(const void* data, size_t bytes, int dst, absl::Time
       all_fds_.push_back(*fd);
     }
     it = to_.emplace(dst, *fd).first;
-    if (auto s = SendHello(*fd, me_, names_[dst], *abort_, deadline); !s.ok()) return s;
+    if (auto s =
+            SendHello(*fd, me_, HelloMac(secret_, mesh_, me_, dst), names_[dst], *abort_, deadline);
+        !s.ok()) {
+      return s;
+    }
   }
   // Each message is its length, then its bytes: a mismatched recv is named, not misread.
   uint64_t header = bytes;
@@ -364,12 +409,22 @@ absl::Status PeerLinks::AcceptUntil(int src, absl::Time deadline) {
       return absl::Status(fd.status().code(), absl::StrCat("waiting for ", names_[src],
                                                            " to connect: ", fd.status().message()));
     }
+    auto index =
+        ReadHello(*fd, me_, static_cast<int>(addresses_.size()), secret_, mesh_, *abort_, deadline);
+    if (absl::IsUnauthenticated(index.status())) {
+      ::close(*fd);
+      spdlog::warn("collective links {}: refused a connection: {}", mesh_,
+                   std::string(index.status().message()));
+      continue;
+    }
     {
       std::lock_guard<std::mutex> lock(fds_mu_);
       all_fds_.push_back(*fd);
     }
-    auto index = ReadHello(*fd, static_cast<int>(addresses_.size()), *abort_, deadline);
     if (!index.ok()) return index.status();
+    if (from_.count(*index) != 0) {
+      return absl::UnavailableError(absl::StrCat(names_[*index], " connected twice"));
+    }
     from_[*index] = *fd;
   }
   return absl::OkStatus();

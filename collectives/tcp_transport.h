@@ -25,6 +25,10 @@
 
 namespace phalanx::collective {
 
+// How long an accepted connection has to send its hello (who it is, and its proof of the
+// token) before it is taken for a stranger and closed.
+inline constexpr absl::Duration kHelloTimeout = absl::Seconds(5);
+
 // An eventfd shared by every stream of one backend: once written, every wait fails at once
 // (and keeps failing: an aborted epoch is never used again).
 class AbortSignal {
@@ -70,9 +74,12 @@ class TcpMesh {
  public:
   // Endpoint `me` of `n`: publishes its address under `key` + "/<i>" in `store`, connects to
   // every lower endpoint and accepts every higher one. `names[i]` names endpoint i in errors.
+  // Each stream opens with a hello proving `secret` (the cluster token) for this mesh and
+  // these two ends; a connection that does not is closed, and the wait goes on.
   static absl::StatusOr<std::unique_ptr<TcpMesh>> Connect(KvStore* store, const std::string& key,
                                                           int me, int n, const std::string& host,
                                                           std::vector<std::string> names,
+                                                          const std::string& secret,
                                                           const AbortSignal* abort,
                                                           absl::Duration timeout);
   ~TcpMesh();
@@ -101,9 +108,12 @@ class TcpMesh {
 // to the receiver's listening socket and says who it is; each direction has its own stream.
 class PeerLinks {
  public:
-  // `addresses[r]`: member r's listening address; `listen_fd`: ours (owned).
+  // `addresses[r]`: member r's listening address; `listen_fd`: ours (owned). Each stream opens
+  // with a hello proving `secret` for `mesh` (a name unique to the epoch) and its two ends; a
+  // connection that does not is closed, and the wait goes on.
   PeerLinks(int me, int listen_fd, std::vector<std::string> addresses,
-            std::vector<std::string> names, const AbortSignal* abort);
+            std::vector<std::string> names, std::string secret, std::string mesh,
+            const AbortSignal* abort);
   ~PeerLinks();
   PeerLinks(const PeerLinks&) = delete;
   PeerLinks& operator=(const PeerLinks&) = delete;
@@ -119,6 +129,8 @@ class PeerLinks {
   const int listen_fd_;
   const std::vector<std::string> addresses_;
   const std::vector<std::string> names_;
+  const std::string secret_;
+  const std::string mesh_;
   const AbortSignal* abort_;
   std::map<int, int> to_;    // rank → stream we send on
   std::map<int, int> from_;  // rank → stream we receive on

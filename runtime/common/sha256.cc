@@ -58,7 +58,7 @@ void Block(uint32_t h[8], const uint8_t* p) {
 
 }  // namespace
 
-std::string Sha256Hex(absl::string_view data) {
+std::string Sha256(absl::string_view data) {
   uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
   size_t full = data.size() / 64 * 64;
@@ -71,12 +71,35 @@ std::string Sha256Hex(absl::string_view data) {
   uint64_t bits = static_cast<uint64_t>(data.size()) * 8;
   for (int i = 0; i < 8; ++i) tail[tail_len - 1 - i] = static_cast<uint8_t>(bits >> (8 * i));
   for (size_t i = 0; i < tail_len; i += 64) Block(h, tail + i);
-  static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   for (uint32_t v : h) {
-    for (int shift = 28; shift >= 0; shift -= 4) out.push_back(kHex[(v >> shift) & 15]);
+    for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(v >> shift));
   }
   return out;
+}
+
+std::string Sha256Hex(absl::string_view data) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : Sha256(data)) {
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 15]);
+  }
+  return out;
+}
+
+std::string HmacSha256(absl::string_view key, absl::string_view data) {
+  // RFC 2104 with a 64-byte block: a longer key is hashed first.
+  std::string k = key.size() > 64 ? Sha256(key) : std::string(key);
+  k.resize(64, '\0');
+  std::string inner(64, '\0'), outer(64, '\0');
+  for (int i = 0; i < 64; ++i) {
+    inner[i] = static_cast<char>(k[i] ^ 0x36);
+    outer[i] = static_cast<char>(k[i] ^ 0x5c);
+  }
+  inner.append(data.data(), data.size());
+  outer += Sha256(inner);
+  return Sha256(outer);
 }
 
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {

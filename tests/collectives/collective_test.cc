@@ -10,10 +10,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "collectives/backend.h"
 #include "collectives/collective_group.h"
 #include "collectives/tcp_transport.h"
+#include "gcs/gcs_client.h"
 #include "gtest/gtest.h"
 #include "runtime/common/files.h"
+#include "runtime/common/sha256.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx::collective {
@@ -147,7 +150,11 @@ TEST_F(CollectiveTest, AbortEndsACallBlockedOnAStoppedPeerAtOnce) {
                                absl::StrCat("1:3:", r, ",2:2:", r), survivor_env));
     }
     auto stopped = Rank(absl::StrCat(transport, "r2"), "loop", "1:3:2", env);
-    ASSERT_TRUE(WaitForLine(absl::StrCat(transport, "r0"), "iter 3"));
+    ASSERT_TRUE(WaitForLine(absl::StrCat(transport, "r0"), "iter 3"))
+        << "r0:\n"
+        << Output(absl::StrCat(transport, "r0")) << "r1:\n"
+        << Output(absl::StrCat(transport, "r1")) << "r2:\n"
+        << Output(absl::StrCat(transport, "r2"));
     stopped.Kill(SIGSTOP);
     absl::SleepFor(absl::Milliseconds(300));  // the survivors block on it
     ASSERT_TRUE(WriteFile(trigger, "").ok());
@@ -165,6 +172,153 @@ TEST_F(CollectiveTest, AbortEndsACallBlockedOnAStoppedPeerAtOnce) {
     stopped.Kill(SIGCONT);
     stopped.KillAndWait();
   }
+}
+
+// Connections to a mesh endpoint's port from strangers (one that closes at once, one that
+// sends garbage, one that speaks the protocol but proves the wrong token) are refused, and
+// the mesh forms with the real member that connects after them.
+TEST_F(CollectiveTest, StrangersOnAMeshPortAreRefusedAndTheMeshFormsWithTheMember) {
+  auto gcs = gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
+  ASSERT_TRUE(gcs.ok()) << gcs.status();
+  KvStore store(gcs->get(), "strangers/");
+  AbortSignal abort0, abort1;
+  absl::StatusOr<std::unique_ptr<TcpMesh>> mesh0;
+  std::thread endpoint0([&] {
+    mesh0 = TcpMesh::Connect(&store, "mesh", 0, 2, "127.0.0.1", {"m0", "m1"}, gcs_->token(),
+                             &abort0, absl::Seconds(20));
+  });
+  auto address = store.Get("mesh/0", absl::Seconds(10));
+  ASSERT_TRUE(address.ok()) << address.status();
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address->substr(address->rfind(':') + 1))));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  auto stranger = [&](const std::string& says, bool stay) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(::write(fd, says.data(), says.size()), static_cast<ssize_t>(says.size()));
+    if (!stay) ::close(fd);
+    return fd;
+  };
+  stranger("", false);
+  int garbage = stranger(std::string(40, 'x'), true);
+  // The hello's layout: magic "PHLX", the member's index, then its 32-byte proof.
+  std::string forged("\x58\x4c\x48\x50\x01\x00\x00\x00", 8);
+  forged += HmacSha256("not-the-token", "phalanx-mesh|strangers/mesh|1>0");
+  int impostor = stranger(forged, true);
+
+  absl::StatusOr<std::unique_ptr<TcpMesh>> mesh1 = TcpMesh::Connect(
+      &store, "mesh", 1, 2, "127.0.0.1", {"m0", "m1"}, gcs_->token(), &abort1, absl::Seconds(20));
+  endpoint0.join();
+  ASSERT_TRUE(mesh0.ok()) << mesh0.status();
+  ASSERT_TRUE(mesh1.ok()) << mesh1.status();
+  // The stream is the member's: a byte goes through.
+  char byte = 'm', got = 0;
+  ASSERT_EQ(::write((*mesh1)->fd(0), &byte, 1), 1);
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return ::read((*mesh0)->fd(1), &got, 1) == 1; }, absl::Seconds(5)));
+  EXPECT_EQ(got, 'm');
+  ::close(garbage);
+  ::close(impostor);
+}
+
+// Gloo takes whoever reaches a pair's port first for the peer; the proof that follows is what
+// keeps a member without the token out. Both members refuse, every try, within the timeout.
+TEST_F(CollectiveTest, AGlooMemberThatCannotProveTheTokenIsRefused) {
+  auto gcs = gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
+  ASSERT_TRUE(gcs.ok()) << gcs.status();
+  KvStore store(gcs->get(), "gloo-proof/");
+  absl::StatusOr<std::unique_ptr<CommBackend>> formed[2];
+  absl::Time t0 = absl::Now();
+  std::thread members[2];
+  for (int r = 0; r < 2; ++r) {
+    members[r] = std::thread([&, r] {
+      ConnectOptions options;
+      options.rank = r;
+      options.world_size = 2;
+      options.host = "127.0.0.1";
+      options.timeout = absl::Seconds(10);
+      options.secret = r == 0 ? gcs_->token() : "not-the-token";
+      formed[r] = ConnectGloo(&store, options);
+    });
+  }
+  for (auto& m : members) m.join();
+  absl::Duration took = absl::Now() - t0;
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(formed[r].ok()) << r;
+    EXPECT_NE(formed[r].status().message().find("did not prove the cluster token"),
+              std::string::npos)
+        << formed[r].status();
+    EXPECT_NE(formed[r].status().message().find(absl::StrCat("try ", kGlooFormAttempts)),
+              std::string::npos)
+        << formed[r].status();
+  }
+  std::printf("both members refused after %d tries in %s\n", kGlooFormAttempts,
+              absl::FormatDuration(took).c_str());
+  EXPECT_LT(took, absl::Seconds(10) + absl::Seconds(5));
+}
+
+// A stranger reaches the port of each pair that members 0 and 1 opened for member 2 before
+// member 2 does (as a stale client dialing a port the kernel reused would). Gloo takes it for
+// member 2 where it listens; the proof or the refused connection fails that try for all, and
+// the members form the mesh on a fresh try, which then reduces correctly.
+TEST_F(CollectiveTest, AStrangerOnAGlooPortCostsOneTryAndTheMeshForms) {
+  auto gcs = gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
+  ASSERT_TRUE(gcs.ok()) << gcs.status();
+  KvStore store(gcs->get(), "gloo-stranger/");
+  absl::StatusOr<std::unique_ptr<CommBackend>> formed[3];
+  std::thread members[3];
+  auto start = [&](int r) {
+    members[r] = std::thread([&, r] {
+      ConnectOptions options;
+      options.rank = r;
+      options.world_size = 3;
+      options.host = "127.0.0.1";
+      options.timeout = absl::Seconds(20);
+      options.secret = gcs_->token();
+      formed[r] = ConnectGloo(&store, options);
+    });
+  };
+  absl::Time t0 = absl::Now();
+  start(0);
+  start(1);
+  // Say member 2 is here, so that 0 and 1 open their pairs and publish them.
+  KvStore first_try(gcs->get(), "gloo-stranger/gloo/a0/");
+  ASSERT_TRUE(first_try.Set("here/2", "").ok());
+  std::vector<int> strangers;
+  for (int r = 0; r < 2; ++r) {
+    auto record = first_try.Get(absl::StrCat(r), absl::Seconds(10));
+    ASSERT_TRUE(record.ok()) << record.status();
+    // Gloo's record: one address per other member (a sockaddr_storage and a sequence
+    // number each); member 2's is the second.
+    size_t each = record->size() / 2;
+    const auto* sa = reinterpret_cast<const sockaddr_in*>(record->data() + each);
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(sa), sizeof(sockaddr_in)), 0)
+        << "member " << r << "'s pair for member 2, port " << ntohs(sa->sin_port);
+    strangers.push_back(fd);
+  }
+  start(2);
+  for (auto& m : members) m.join();
+  std::printf("the mesh formed %s after the start\n",
+              absl::FormatDuration(absl::Now() - t0).c_str());
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(formed[r].ok()) << r << ": " << formed[r].status();
+  std::vector<float> data[3];
+  absl::Status reduced[3];
+  for (int r = 0; r < 3; ++r) {
+    data[r].assign(1024, static_cast<float>(r + 1));
+    members[r] = std::thread([&, r] {
+      reduced[r] = (*formed[r])
+                       ->Allreduce(data[r].data(), data[r].size(), DType::kFloat32, ReduceOp::kSum,
+                                   absl::Seconds(10));
+    });
+  }
+  for (auto& m : members) m.join();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(reduced[r].ok()) << reduced[r];
+    EXPECT_EQ(data[r][1023], 6.0f) << r;
+  }
+  for (int fd : strangers) ::close(fd);
 }
 
 // Two "machines" on this one (PHALANX_MACHINE_ID): ranks 0 and 1 on hA, 2 and 3 on hB.

@@ -17,6 +17,24 @@ TEST(Sha256, KnownVectors) {
             "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3");
 }
 
+std::string Hex(const std::string& bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) out += {kHex[c >> 4], kHex[c & 15]};
+  return out;
+}
+
+// RFC 4231 test cases 1, 2 and 6 (a key longer than the block).
+TEST(HmacSha256, Rfc4231Vectors) {
+  EXPECT_EQ(Hex(HmacSha256(std::string(20, '\x0b'), "Hi There")),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  EXPECT_EQ(Hex(HmacSha256("Jefe", "what do ya want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  EXPECT_EQ(Hex(HmacSha256(std::string(131, '\xaa'),
+                           "Test Using Larger Than Block-Size Key - Hash Key First")),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+
 TEST(Resources, FractionalAmountsAddUpExactly) {
   Resources total;
   Resources tenth;
