@@ -191,10 +191,7 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
 
   grpc::Status UpdateJob(grpc::ServerContext*, const rpc::UpdateJobRequest* request,
                          rpc::UpdateJobReply*) override {
-    if (request->job().job_id().empty()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "UpdateJob: job_id is empty");
-    }
-    return rpc::ToGrpc(jobs_->Put(request->job().job_id(), request->job()));
+    return rpc::ToGrpc(job_manager_->Update(request->job()));
   }
 
   grpc::Status GetJob(grpc::ServerContext*, const rpc::GetJobRequest* request,

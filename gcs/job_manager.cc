@@ -33,20 +33,20 @@ bool Finished(rpc::JobState state) {
   return state == rpc::JOB_SUCCEEDED || state == rpc::JOB_FAILED || state == rpc::JOB_STOPPED;
 }
 
-absl::Status CheckJobId(const std::string& id) {
+// `field`: how the caller named the id, for the error.
+absl::Status CheckJobId(const std::string& id, const std::string& field = "--submission-id") {
   if (id.empty() || id.size() > 64) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--submission-id '", id, "' must be 1 to 64 characters"));
+        absl::StrCat(field, " '", id, "' must be 1 to 64 characters"));
   }
   for (char c : id) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--submission-id '", id,
-                       "' may only hold letters, digits, '-', '_' and '.'; pick another"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " '", id, "' may only hold letters, digits, '-', '_' and '.'; pick another"));
     }
   }
   if (id == "." || id == "..") {
-    return absl::InvalidArgumentError("--submission-id may not be '.' or '..'");
+    return absl::InvalidArgumentError(absl::StrCat(field, " may not be '.' or '..'"));
   }
   return absl::OkStatus();
 }
@@ -417,6 +417,34 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::Scale(const rpc::ScaleJobRequest& re
   return *job;
 }
 
+absl::Status GcsJobManager::Update(const rpc::JobInfo& update) {
+  if (auto s = CheckJobId(update.job_id(), "UpdateJob: job_id"); !s.ok()) return s;
+  // What the GCS itself decides about a job (what runs, where, under which process, where its
+  // log is) is never taken from a caller: a record could otherwise point StopJob's SIGTERM at
+  // any process, or JobLogs at any file.
+  auto keep_ours = [](const rpc::JobInfo& ours, rpc::JobInfo* j) {
+    j->mutable_entrypoint()->CopyFrom(ours.entrypoint());
+    j->set_working_dir(ours.working_dir());
+    j->mutable_env()->clear();
+    j->mutable_env()->insert(ours.env().begin(), ours.env().end());
+    j->set_driver_pid(ours.driver_pid());
+    j->set_driver_node_id(ours.driver_node_id());
+    j->set_log_path(ours.log_path());
+    j->set_kind(ours.kind());
+    j->set_spec_yaml(ours.spec_yaml());
+    j->set_runner_pid(ours.runner_pid());
+    j->set_submission_host(ours.submission_host());
+    j->set_submit_time_ms(ours.submit_time_ms());
+    j->set_stop_requested(ours.stop_requested() || j->stop_requested());
+  };
+  return jobs_->Update(update.job_id(), [&](rpc::JobInfo* j, bool exists) {
+    rpc::JobInfo next = update;
+    keep_ours(exists ? *j : rpc::JobInfo(), &next);
+    *j = std::move(next);
+    return true;
+  });
+}
+
 absl::Status GcsJobManager::Report(const rpc::ReportJobRequest& report) {
   auto job = jobs_->Get(report.job_id());
   if (!job) return absl::NotFoundError(absl::StrCat("no job '", report.job_id(), "'"));
@@ -511,6 +539,12 @@ absl::Status GcsJobManager::StreamLogs(const rpc::JobLogsRequest& request,
   if (!job) {
     return absl::NotFoundError(
         absl::StrCat("no job '", request.job_id(), "'; `phalanx job list` shows the known ones"));
+  }
+  if (!job->log_path().empty() &&
+      !absl::StartsWith(job->log_path(), JobDir(request.job_id()) + "/")) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", request.job_id(), "'s log is not in its own dir (",
+                     JobDir(request.job_id()), "); the record was altered"));
   }
   if (job->log_path().empty()) {
     return absl::FailedPreconditionError(absl::StrCat(

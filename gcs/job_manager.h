@@ -74,6 +74,10 @@ class GcsJobManager {
   // Passes a scale request to the job's kind (FailedPrecondition for a driver job).
   absl::StatusOr<rpc::JobInfo> Scale(const rpc::ScaleJobRequest& request);
   absl::Status Report(const rpc::ReportJobRequest& report);
+  // Stores a job record from a job's controller (state, message, events, elastic status). The
+  // fields the GCS owns (entrypoint, working dir, env, kind, spec, driver and runner pids, log
+  // path) keep their stored values (empty for a record new to the GCS).
+  absl::Status Update(const rpc::JobInfo& job);
 
   // Streams the job's log from `offset` to `write` (false: the reader went away); with
   // `follow`, until the job ended and its log is drained, or `cancelled` returns true.

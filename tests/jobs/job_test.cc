@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "actors/api.h"
+#include "gcs/gcs_client.h"
 #include "gtest/gtest.h"
 #include "runtime/common/files.h"
 #include "runtime/common/process.h"
@@ -159,6 +160,64 @@ TEST_F(JobTest, StoppingALongJobLeavesNoProcess) {
   auto again = Phalanx({"job", "stop", "long"});
   EXPECT_EQ(again.exit_code, 0);
   EXPECT_TRUE(absl::StrContains(again.output, "had already ended: STOPPED")) << again.output;
+}
+
+// A caller with the token writes a job record that names another process as the runner, a
+// file outside the job's dir as its log, and another command: the GCS keeps its own values,
+// so StopJob signals only the job's runner and JobLogs reads only the job's log.
+TEST_F(JobTest, AJobRecordFromACallerCannotPointStopOrLogsElsewhere) {
+  std::string marker = absl::StrCat("sleep 96.", getpid());
+  auto submit = Phalanx({"job", "submit", "--no-wait", "--submission-id", "mine", "--", "bash",
+                         "-c", absl::StrCat("echo driver-output; ", marker)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  ASSERT_TRUE(WaitState("mine", "RUNNING", absl::Seconds(10))) << StatusOf("mine");
+  testing::ChildProcess decoy({"/bin/sleep", "95"}, root_.path() + "/decoy.log");
+  std::string secret_file = root_.path() + "/not-a-log";
+  ASSERT_TRUE(WriteFile(secret_file, "private-bytes\n").ok());
+
+  auto address = ReadFile(session_ + "/address");
+  auto token = ReadFile(session_ + "/token");
+  ASSERT_TRUE(address.ok() && token.ok());
+  auto gcs = gcs::GcsClient::Connect({std::string(absl::StripAsciiWhitespace(*address)),
+                                      std::string(absl::StripAsciiWhitespace(*token))});
+  ASSERT_TRUE(gcs.ok()) << gcs.status();
+  auto stored = (*gcs)->GetJob("mine");
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  rpc::JobInfo forged = *stored;
+  forged.set_runner_pid(decoy.pid());
+  forged.set_log_path(secret_file);
+  forged.clear_entrypoint();
+  forged.add_entrypoint("rm");
+  forged.set_message("a message the controller may set");
+  ASSERT_TRUE((*gcs)->UpdateJob(forged).ok());
+  auto after = (*gcs)->GetJob("mine");
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->runner_pid(), stored->runner_pid());
+  EXPECT_EQ(after->log_path(), stored->log_path());
+  EXPECT_EQ(after->entrypoint(0), "bash");
+  EXPECT_EQ(after->message(), "a message the controller may set");
+
+  // A record new to the GCS gets none of those fields, and an id that is no id is refused.
+  rpc::JobInfo fresh;
+  fresh.set_job_id("fresh");
+  fresh.set_runner_pid(decoy.pid());
+  fresh.set_log_path(secret_file);
+  ASSERT_TRUE((*gcs)->UpdateJob(fresh).ok());
+  EXPECT_EQ((*gcs)->GetJob("fresh")->runner_pid(), 0);
+  EXPECT_EQ((*gcs)->GetJob("fresh")->log_path(), "");
+  fresh.set_job_id("../../outside");
+  auto refused = (*gcs)->UpdateJob(fresh);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "UpdateJob: job_id")) << refused;
+
+  auto logs = Phalanx({"job", "logs", "mine"});
+  EXPECT_TRUE(absl::StrContains(logs.output, "driver-output")) << logs.output;
+  EXPECT_FALSE(absl::StrContains(logs.output, "private-bytes")) << logs.output;
+  auto stop = Phalanx({"job", "stop", "--grace", "1", "mine"});
+  EXPECT_EQ(stop.exit_code, 0) << stop.output;
+  EXPECT_TRUE(
+      testing::WaitFor([&] { return testing::FindProcesses(marker).empty(); }, absl::Seconds(5)));
+  EXPECT_TRUE(ProcessAlive(decoy.pid()));
 }
 
 TEST_F(JobTest, StoppingADriverKillsTheActorsItCreated) {
