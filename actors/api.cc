@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "runtime/common/session.h"
 #include "runtime/rpc/describe.h"
+#include "runtime/rpc/tls.h"
 #include "runtime/worker/core_worker.h"
 #include "runtime/worker/worker_host.h"
 
@@ -119,7 +120,7 @@ absl::StatusOr<Language> ParseLanguage(absl::string_view name, absl::string_view
 
 absl::Status Init(const InitOptions& options) {
   if (worker::InWorkerMode()) std::exit(worker::RunWorker());
-  auto cluster = ResolveCluster(options.address, options.token);
+  auto cluster = rpc::FindCluster(options.address, options.token);
   if (!cluster.ok()) return cluster.status();
   worker::CoreWorkerOptions core;
   core.address = cluster->address;

@@ -18,6 +18,7 @@
 #include "gcs/gcs_client.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/session.h"
+#include "runtime/rpc/tls.h"
 
 namespace phalanx::collective {
 
@@ -580,7 +581,7 @@ absl::StatusOr<std::unique_ptr<CollectiveGroup>> CollectiveGroup::Create(
   if (sigaction(SIGPIPE, nullptr, &pipe_action) == 0 && pipe_action.sa_handler == SIG_DFL) {
     signal(SIGPIPE, SIG_IGN);
   }
-  auto cluster = ResolveCluster(options.gcs_address, options.token);
+  auto cluster = rpc::FindCluster(options.gcs_address, options.token);
   if (!cluster.ok()) return cluster.status();
   auto gcs = gcs::GcsClient::Connect({cluster->address, cluster->token});
   if (!gcs.ok()) return gcs.status();

@@ -154,6 +154,16 @@ class GcsClientImpl final : public GcsClient {
     return Call(&Stub::GetClusterInfo, rpc::GetClusterInfoRequest());
   }
 
+  absl::StatusOr<std::string> IssueCertificate(const std::string& public_key_pem,
+                                               const std::vector<std::string>& names) override {
+    rpc::IssueCertificateRequest request;
+    request.set_public_key_pem(public_key_pem);
+    for (const auto& name : names) request.add_names(name);
+    auto reply = Call(&Stub::IssueCertificate, request);
+    if (!reply.ok()) return reply.status();
+    return reply->cert_chain_pem();
+  }
+
   absl::StatusOr<rpc::GetClusterInfoReply> GetClusterInfo(absl::Duration timeout) {
     return Call(&Stub::GetClusterInfo, rpc::GetClusterInfoRequest(), timeout);
   }

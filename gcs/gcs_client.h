@@ -50,6 +50,10 @@ class GcsClient {
   virtual const std::string& address() const = 0;
 
   virtual absl::StatusOr<rpc::GetClusterInfoReply> GetClusterInfo() = 0;
+  // A certificate for this machine's key from the cluster's CA (TLS clusters): its PEM chain
+  // (the machine's certificate, then the CA's). `names`: the machine's IPs and host name.
+  virtual absl::StatusOr<std::string> IssueCertificate(const std::string& public_key_pem,
+                                                       const std::vector<std::string>& names) = 0;
 
   virtual absl::StatusOr<rpc::RegisterNodeReply> RegisterNode(const rpc::NodeInfo& node) = 0;
   virtual absl::StatusOr<rpc::HeartbeatReply> Heartbeat(const rpc::HeartbeatRequest& request) = 0;

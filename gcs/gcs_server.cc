@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "gcs/actor_manager.h"
 #include "gcs/job_manager.h"
@@ -15,6 +17,7 @@
 #include "gcs/publisher.h"
 #include "gcs/record_table.h"
 #include "placement/resource_scheduler.h"
+#include "runtime/common/files.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/sha256.h"
@@ -22,6 +25,7 @@
 #include "runtime/proto/gcs.grpc.pb.h"
 #include "runtime/rpc/describe.h"
 #include "runtime/rpc/rpc.h"
+#include "runtime/rpc/tls.h"
 
 namespace phalanx::gcs {
 namespace {
@@ -33,8 +37,9 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
   GcsServiceImpl(std::string cluster_id, GcsPublisher* publisher, GcsNodeManager* nodes,
                  GcsKvManager* kv, GcsActorManager* actors, RecordTable<rpc::JobInfo>* jobs,
                  GcsPlacementGroupManager* placement_groups, GcsJobManager* job_manager,
-                 absl::Duration node_timeout)
+                 absl::Duration node_timeout, std::optional<rpc::KeyAndCert> ca)
       : cluster_id_(std::move(cluster_id)),
+        ca_(std::move(ca)),
         start_time_ms_(NowMs()),
         publisher_(publisher),
         nodes_(nodes),
@@ -47,12 +52,42 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
 
   void Stop() { stopping_ = true; }
 
+  // Bounds on an IssueCertificate request (an EC or RSA public key is well under 4 KiB).
+  static constexpr size_t kMaxPublicKeyBytes = 4096;
+  static constexpr int kMaxCertificateNames = 16;
+
   grpc::Status GetClusterInfo(grpc::ServerContext*, const rpc::GetClusterInfoRequest*,
                               rpc::GetClusterInfoReply* reply) override {
     reply->set_cluster_id(cluster_id_);
     reply->set_incarnation(publisher_->incarnation());
     reply->set_version(kVersion);
     reply->set_start_time_ms(start_time_ms_);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status IssueCertificate(grpc::ServerContext* context,
+                                const rpc::IssueCertificateRequest* request,
+                                rpc::IssueCertificateReply* reply) override {
+    if (!ca_) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this cluster runs without TLS (started with --no-tls): join it with "
+                          "--no-tls");
+    }
+    if (request->public_key_pem().size() > kMaxPublicKeyBytes ||
+        request->names_size() > kMaxCertificateNames) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("IssueCertificate: at most ", kMaxPublicKeyBytes,
+                       " bytes of public_key_pem and ", kMaxCertificateNames, " names"));
+    }
+    std::vector<std::string> names(request->names().begin(), request->names().end());
+    auto cert = rpc::IssueCertificate(*ca_, request->public_key_pem(), names);
+    if (!cert.ok()) {
+      return rpc::ToGrpc(absl::Status(cert.status().code(),
+                                      absl::StrCat("IssueCertificate: ", cert.status().message())));
+    }
+    spdlog::info("issued a certificate for {} to {}", absl::StrJoin(names, ", "), context->peer());
+    reply->set_cert_chain_pem(*cert + ca_->cert_pem);
     return grpc::Status::OK;
   }
 
@@ -351,6 +386,7 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
 
  private:
   const std::string cluster_id_;
+  const std::optional<rpc::KeyAndCert> ca_;  // signs joining machines' keys (TLS clusters)
   const int64_t start_time_ms_;
   GcsPublisher* publisher_;
   GcsNodeManager* nodes_;
@@ -389,6 +425,7 @@ JobManagerOptions JobOptions(const GcsServerOptions& options) {
   JobManagerOptions out;
   out.session_dir = options.session_dir;
   out.token = options.token;
+  out.tls_dir = options.tls_dir;
   out.runner_path = ExecutableDir() + "/phalanx-job-runner";
   out.max_working_dir_bytes = options.max_working_dir_bytes;
   out.kinds = options.job_kinds;
@@ -443,15 +480,26 @@ class GcsServerImpl final : public GcsServer {
     if (auto s = placement_groups_.Load(); !s.ok()) return s;
     if (auto s = actors_.Load(); !s.ok()) return s;
     if (auto s = jobs_.Load(); !s.ok()) return s;
-    service_ =
-        std::make_unique<GcsServiceImpl>(cluster_id, &publisher_, &nodes_, &kv_, &actors_, &jobs_,
-                                         &placement_groups_, &job_manager_, options_.node_timeout);
+    std::optional<rpc::KeyAndCert> ca;
+    if (!options_.tls_dir.empty()) {
+      auto cert = ReadFile(absl::StrCat(options_.tls_dir, "/", rpc::kCaCertFile));
+      auto key = ReadFile(absl::StrCat(options_.tls_dir, "/", rpc::kCaKeyFile));
+      if (!cert.ok() || !key.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("--tls-dir ", options_.tls_dir, " has no CA (", rpc::kCaCertFile, " and ",
+                         rpc::kCaKeyFile, "); `phalanx start --head` makes them"));
+      }
+      ca = rpc::KeyAndCert{*key, *cert};
+    }
+    service_ = std::make_unique<GcsServiceImpl>(cluster_id, &publisher_, &nodes_, &kv_, &actors_,
+                                                &jobs_, &placement_groups_, &job_manager_,
+                                                options_.node_timeout, std::move(ca));
     auto started =
         rpc::StartServer(absl::StrCat(options_.listen_host, ":", options_.port), {service_.get()},
                          {options_.token, rpc::kMaxControlMessageBytes});
     if (!started.ok()) {
-      return absl::UnavailableError(absl::StrCat("GCS cannot listen on port ", options_.port,
-                                                 ": it is in use; pass another --port"));
+      return absl::UnavailableError(absl::StrCat("GCS cannot listen on port ", options_.port, ": ",
+                                                 started.status().message()));
     }
     server_ = std::move(started->server);
     port_ = started->port;

@@ -29,6 +29,9 @@ struct GcsServerOptions {
   // The job kinds this GCS launches besides drivers (gcs/job_kind.h); the program that runs
   // the GCS picks them (gcs_server_main.cc: elastic training).
   std::vector<std::shared_ptr<const JobKind>> job_kinds;
+  // The cluster's TLS dir (rpc/tls.h) when it holds the CA's key: IssueCertificate signs
+  // joining machines' keys with it. Empty: IssueCertificate fails (a --no-tls cluster).
+  std::string tls_dir;
   // SIGTERM's bound: phalanx-gcs exits this long after it, whatever Redis does.
   absl::Duration shutdown_timeout = absl::Seconds(5);
 };

@@ -16,6 +16,7 @@
 #include "runtime/common/session.h"
 #include "runtime/common/signals.h"
 #include "runtime/rpc/rpc.h"
+#include "runtime/rpc/tls.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"phalanx-gcs: the Phalanx control plane"};
@@ -56,6 +57,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--session-dir", options.session_dir,
                  "the head's session dir: jobs keep their working dirs and logs there");
+  app.add_option("--tls-dir", options.tls_dir,
+                 "the cluster's TLS dir (ca.pem, ca.key, node.pem, node.key; `phalanx start "
+                 "--head` makes it): serve TLS and sign joining machines' certificates. "
+                 "Without it: plaintext");
   double max_working_dir_mb = 100;
   if (const char* env = std::getenv("PHALANX_MAX_WORKING_DIR_MB"); env && *env) {
     max_working_dir_mb = std::atof(env);
@@ -109,6 +114,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!read_secret("--token-file", token_file, &options.token)) return 2;
+  if (auto s = phalanx::rpc::UseTls(options.tls_dir); !s.ok()) {
+    spdlog::error("--tls-dir: {}", s.message());
+    return 2;
+  }
   options.node_timeout = absl::Milliseconds(node_timeout_ms);
   options.max_working_dir_bytes = static_cast<int64_t>(max_working_dir_mb * (1 << 20));
   options.restart_grace = absl::Milliseconds(restart_grace_ms);

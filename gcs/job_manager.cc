@@ -274,6 +274,7 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::SubmitDriver(const rpc::SubmitJobReq
     spawn.env.emplace_back("PHALANX_ADDRESS", gcs_address_);
   }
   spawn.env.emplace_back("PHALANX_TOKEN", options_.token);
+  if (!options_.tls_dir.empty()) spawn.env.emplace_back("PHALANX_TLS_DIR", options_.tls_dir);
   spawn.env.emplace_back("PHALANX_JOB_ID", job_id);
   spawn.cwd = cwd;
   spawn.stdout_path = dir + "/runner.log";

@@ -43,6 +43,7 @@ struct JobManagerOptions {
   std::string session_dir;  // empty: no driver jobs (submission fails with a clear error)
 
   std::string token;        // PHALANX_TOKEN for drivers
+  std::string tls_dir;      // PHALANX_TLS_DIR for drivers (empty: plaintext)
   std::string runner_path;  // phalanx-job-runner
   // Bounds of one working-dir upload (`--max-working-dir-mb` on the GCS for the first).
   int64_t max_working_dir_bytes = 100ll << 20;

@@ -28,6 +28,7 @@
 #include "runtime/common/files.h"
 #include "runtime/common/process.h"
 #include "runtime/common/system.h"
+#include "runtime/rpc/tls.h"
 
 namespace {
 
@@ -82,6 +83,11 @@ int main(int argc, char** argv) {
   std::string address = address_env ? address_env : "";
   std::string token = token_env ? token_env : "";
   std::string log = job_dir + "/driver.log";
+  const char* tls_env = std::getenv("PHALANX_TLS_DIR");
+  if (absl::Status tls = phalanx::rpc::UseTls(tls_env ? tls_env : ""); !tls.ok()) {
+    AppendLog(log,
+              absl::StrCat("phalanx: the runner cannot report to the GCS: ", tls.message(), "\n"));
+  }
 
   // Signals arrive through sigtimedwait only (every thread inherits the mask).
   sigset_t signals;

@@ -20,6 +20,7 @@ PACKAGES=(
   libbenchmark-dev libmsgpack-cxx-dev python3-msgpack python3-cloudpickle python3-sklearn
   procps iproute2 psmisc
   redis-sentinel  # Redis HA (--redis-sentinel); the tests run redis-server --sentinel
+  libssl-dev  # TLS: the cluster CA and certificates (runtime/rpc/tls.cc)
 )
 
 missing=()

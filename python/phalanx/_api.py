@@ -69,8 +69,12 @@ def _start_local_cluster(num_cpus=None, num_gpus=None, resources=None):
         shutil.rmtree(tmp, ignore_errors=True)
         raise PhalanxError("phalanx.init() could not start a local cluster:\n" + out.stdout +
                            out.stderr)
-    with open(os.path.join(tmp, "session_latest", "token")) as f:
+    session = os.path.realpath(os.path.join(tmp, "session_latest"))
+    with open(os.path.join(session, "token")) as f:
         token = f.read().strip()
+    # Its CA, for this process's channels (and its children's): the session is not under this
+    # process's $PHALANX_TMPDIR, where the runtime would look for it.
+    os.environ["PHALANX_TLS_DIR"] = os.path.join(session, "tls")
     return tmp, port, token
 
 
@@ -80,6 +84,8 @@ def _stop_local_cluster():
         return
     tmp, _, watchdog = _local_cluster
     _local_cluster = None
+    if os.environ.get("PHALANX_TLS_DIR", "").startswith(os.path.realpath(tmp)):
+        del os.environ["PHALANX_TLS_DIR"]
     watchdog.kill()
     watchdog.wait()
     subprocess.run([_phalanx_cli(), "stop", "--grace", "3"], env=dict(os.environ,

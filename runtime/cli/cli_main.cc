@@ -16,6 +16,12 @@ int main(int argc, char** argv) {
   start_cmd->add_option("--address", start.address, "join the cluster whose GCS is HOST:PORT");
   start_cmd->add_option("--token", start.token, "the cluster token (join; or $PHALANX_TOKEN)");
   start_cmd->add_option("--port", start.port, "head: the GCS port")->capture_default_str();
+  start_cmd->add_option("--ca-fingerprint", start.ca_fingerprint,
+                        "join: the SHA-256 fingerprint of the cluster's CA, as the head's join "
+                        "command prints it (not needed where a session of the cluster is)");
+  start_cmd->add_flag("--no-tls", start.no_tls,
+                      "head: run the cluster without TLS (debugging only: the token and all "
+                      "traffic travel in clear); join: join such a cluster");
   start_cmd->add_option("--num-cpus", start.num_cpus, "CPUs to offer (default: all)");
   start_cmd->add_option("--num-gpus", start.num_gpus, "GPUs to offer (default: all)");
   start_cmd->add_option("--memory", start.memory, "memory to offer, bytes (default: all)");

@@ -30,6 +30,11 @@ struct StartOptions {
   std::string node_ip;
   int64_t node_timeout_ms = 3000;
   int64_t heartbeat_ms = 500;
+  // TLS (default): the head makes the cluster's CA and prints its fingerprint in the join
+  // command; a joining machine checks the CA against it (--ca-fingerprint) and gets its own
+  // certificate. --no-tls: plaintext everywhere (debugging; the token travels in clear).
+  bool no_tls = false;
+  std::string ca_fingerprint;  // join
 };
 int RunStart(const StartOptions& options);
 

@@ -22,12 +22,13 @@
 #include "runtime/common/system.h"
 #include "runtime/rpc/describe.h"
 #include "runtime/rpc/job_status.h"
+#include "runtime/rpc/tls.h"
 
 namespace phalanx::cli {
 namespace {
 
 absl::StatusOr<std::unique_ptr<gcs::GcsClient>> Connect(const ClusterFlags& flags) {
-  auto cluster = ResolveCluster(flags.address, flags.token);
+  auto cluster = rpc::FindCluster(flags.address, flags.token);
   if (!cluster.ok()) return cluster.status();
   return gcs::GcsClient::Connect({cluster->address, cluster->token}, absl::Seconds(5));
 }

@@ -8,11 +8,12 @@
 #include "runtime/common/ids.h"
 #include "runtime/common/session.h"
 #include "runtime/rpc/describe.h"
+#include "runtime/rpc/tls.h"
 
 namespace phalanx::cli {
 
 int RunListActors(const ClusterFlags& flags, bool all) {
-  auto cluster = ResolveCluster(flags.address, flags.token);
+  auto cluster = rpc::FindCluster(flags.address, flags.token);
   if (!cluster.ok()) {
     std::cerr << "phalanx list: " << cluster.status().message() << "\n";
     return 1;

@@ -16,6 +16,7 @@
 #include "runtime/common/session.h"
 #include "runtime/common/system.h"
 #include "runtime/rpc/rpc.h"
+#include "runtime/rpc/tls.h"
 
 namespace phalanx::cli {
 namespace {
@@ -35,6 +36,10 @@ std::string FindOnPath(const std::string& program) {
   }
   return "";
 }
+
+constexpr char kNoTlsWarning[] =
+    "WARNING: --no-tls: the cluster token and all traffic travel in clear; anyone on the "
+    "network can read them. Use it for debugging only.";
 
 // A daemon this command started; stopped again if a later step fails.
 struct Started {
@@ -214,6 +219,7 @@ class Starter {
       argv.push_back(absl::StrCat("{", absl::StrJoin(parts, ", "), "}"));
     }
     if (o_.head) argv.push_back("--head");
+    if (!tls_dir_.empty()) argv.insert(argv.end(), {"--tls-dir", tls_dir_});
     return argv;
   }
 
@@ -240,6 +246,16 @@ class Starter {
       return Fail(std::string(s.message()));
     }
     WriteFile(session_ + "/cluster_id", cluster_id + "\n").IgnoreError();
+    std::string fingerprint;
+    if (o_.no_tls) {
+      std::cerr << "phalanx start: " << kNoTlsWarning << "\n";
+    } else {
+      auto made = MakeHeadTls(cluster_id);
+      if (!made.ok())
+        return Fail(absl::StrCat("making the cluster's CA: ", made.status().message()));
+      fingerprint = *made;
+    }
+    if (auto s = rpc::UseTls(tls_dir_); !s.ok()) return Fail(std::string(s.message()));
 
     // Redis: the embedded one (loopback only, generated password, AOF), or the given one.
     std::string redis_address = o_.redis_address;
@@ -319,6 +335,7 @@ class Starter {
                                          session_ + "/logs/gcs.log",
                                          "--session-dir",
                                          session_};
+    if (!tls_dir_.empty()) gcs_args.insert(gcs_args.end(), {"--tls-dir", tls_dir_});
     gcs_args.insert(gcs_args.begin() + 3, redis_args.begin(), redis_args.end());
     WriteFile(session_ + "/gcs.args", absl::StrJoin(gcs_args, "\n") + "\n").IgnoreError();
     auto gcs_pid = Spawn("gcs", gcs_args);
@@ -351,12 +368,19 @@ class Starter {
                                               : " (external)"))
               << "\n"
               << "  Node          " << node_id_ << " with " << resources_.ToString() << "\n"
+              << "  TLS           "
+              << (o_.no_tls ? "off (--no-tls)"
+                            : absl::StrCat("on; CA fingerprint ", fingerprint, " (", tls_dir_, ")"))
+              << "\n"
               << "  Session dir   " << session_ << "\n"
               << "  Logs          " << session_ << "/logs\n\n"
               << "To add another machine to this cluster, run on it:\n"
-              << "  phalanx start --address " << gcs_address << " --token " << token << "\n\n"
+              << "  phalanx start --address " << gcs_address << " --token " << token
+              << (o_.no_tls ? " --no-tls" : absl::StrCat(" --ca-fingerprint ", fingerprint))
+              << "\n\n"
               << "Programs on this machine find the cluster by themselves; elsewhere set\n"
-              << "  PHALANX_ADDRESS=" << gcs_address << " PHALANX_TOKEN=" << token << "\n\n"
+              << "  PHALANX_ADDRESS=" << gcs_address << " PHALANX_TOKEN=" << token
+              << (o_.no_tls ? "" : " PHALANX_TLS_DIR=<a dir with a copy of tls/ca.pem>") << "\n\n"
               << "See the cluster: phalanx status     Stop everything here: phalanx stop\n";
     return 0;
   }
@@ -375,6 +399,7 @@ class Starter {
           absl::StrCat("no cluster token: pass --token with the token that "
                        "`phalanx start --head` printed (or set PHALANX_TOKEN)"));
     }
+    if (auto s = JoinTls(); !s.ok()) return Fail(std::string(s.message()));
     auto gcs = gcs::GcsClient::Connect({o_.address, token}, absl::Seconds(5));
     if (!gcs.ok()) {
       if (absl::IsUnauthenticated(gcs.status())) {
@@ -392,6 +417,23 @@ class Starter {
     }
     auto info = (*gcs)->GetClusterInfo();
     if (info.ok()) WriteFile(session_ + "/cluster_id", info->cluster_id() + "\n").IgnoreError();
+    if (!tls_dir_.empty()) {
+      // This machine's own key and certificate: the key never leaves it.
+      auto key = rpc::NewPrivateKey();
+      auto public_key = key.ok() ? rpc::PublicKeyOf(*key) : key.status();
+      if (!public_key.ok()) return Fail(std::string(public_key.status().message()));
+      auto chain = (*gcs)->IssueCertificate(*public_key, {node_ip_, Hostname()});
+      if (!chain.ok()) {
+        return Fail(absl::StrCat("the head did not sign this machine's certificate: ",
+                                 chain.status().message()));
+      }
+      for (auto [file, text] : {std::pair<const char*, const std::string*>{rpc::kKeyFile, &*key},
+                                {rpc::kCertFile, &*chain}}) {
+        if (auto s = WriteFile(absl::StrCat(tls_dir_, "/", file), *text, 0600); !s.ok()) {
+          return Fail(std::string(s.message()));
+        }
+      }
+    }
     if (auto s = StartNode(o_.address, gcs->get()); !s.ok()) return Fail(std::string(s.message()));
     std::cout << "Phalanx node " << node_id_ << " joined the cluster at " << o_.address << " with "
               << resources_.ToString() << ".\n"
@@ -400,7 +442,77 @@ class Starter {
     return 0;
   }
 
+  // The head's TLS dir: the cluster's CA and this machine's certificate, signed by it.
+  // Returns the CA's fingerprint (what joining machines check).
+  absl::StatusOr<std::string> MakeHeadTls(const std::string& cluster_id) {
+    std::string dir = session_ + "/tls";
+    if (auto s = MakeDirs(dir, 0700); !s.ok()) return s;
+    auto ca = rpc::NewClusterCa(cluster_id);
+    if (!ca.ok()) return ca.status();
+    auto key = rpc::NewPrivateKey();
+    if (!key.ok()) return key.status();
+    auto public_key = rpc::PublicKeyOf(*key);
+    if (!public_key.ok()) return public_key.status();
+    auto cert = rpc::IssueCertificate(*ca, *public_key, {node_ip_, Hostname()});
+    if (!cert.ok()) return cert.status();
+    for (auto [file, text] : {std::pair<const char*, std::string>{rpc::kCaCertFile, ca->cert_pem},
+                              {rpc::kCaKeyFile, ca->key_pem},
+                              {rpc::kKeyFile, *key},
+                              {rpc::kCertFile, *cert + ca->cert_pem}}) {
+      if (auto s = WriteFile(absl::StrCat(dir, "/", file), text, 0600); !s.ok()) return s;
+    }
+    tls_dir_ = dir;
+    return rpc::CertFingerprint(ca->cert_pem);
+  }
+
+  // A joining machine's trust in the cluster: the CA the head shows, checked against
+  // --ca-fingerprint (or taken from a local session of the cluster), into <session>/tls.
+  // With --no-tls: the cluster must not speak TLS.
+  absl::Status JoinTls() {
+    auto tls = rpc::SpeaksTls(o_.address);
+    if (!tls.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot reach the GCS at ", o_.address, ": ", tls.status().message()));
+    }
+    if (o_.no_tls) {
+      if (*tls) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the GCS at ", o_.address, " speaks TLS: drop --no-tls and pass --ca-fingerprint"));
+      }
+      std::cerr << "phalanx start: " << kNoTlsWarning << "\n";
+      return absl::OkStatus();
+    }
+    if (!*tls) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the GCS at ", o_.address,
+                       " does not speak TLS (a cluster started with --no-tls): pass --no-tls "
+                       "to join it anyway"));
+    }
+    std::string ca_pem;
+    if (!o_.ca_fingerprint.empty()) {
+      auto ca = rpc::FetchCaByFingerprint(o_.address, o_.ca_fingerprint);
+      if (!ca.ok()) return ca.status();
+      ca_pem = *ca;
+    } else if (std::string local = LocalTlsDir(o_.address); !local.empty()) {
+      auto ca = ReadFile(absl::StrCat(local, "/", rpc::kCaCertFile));
+      if (!ca.ok()) return ca.status();
+      ca_pem = *ca;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the cluster at ", o_.address,
+          " uses TLS: pass --ca-fingerprint with the fingerprint in the join command that "
+          "`phalanx start --head` printed (`phalanx status` on the head shows it too)"));
+    }
+    tls_dir_ = session_ + "/tls";
+    if (auto s = MakeDirs(tls_dir_, 0700); !s.ok()) return s;
+    if (auto s = WriteFile(absl::StrCat(tls_dir_, "/", rpc::kCaCertFile), ca_pem, 0600); !s.ok()) {
+      return s;
+    }
+    return rpc::UseTls(tls_dir_);
+  }
+
   const StartOptions& o_;
+  std::string tls_dir_;  // this machine's TLS dir (empty: --no-tls)
   Resources resources_;
   std::string node_ip_;
   std::string node_id_;

@@ -9,9 +9,11 @@
 #include "absl/strings/str_join.h"
 #include "gcs/gcs_client.h"
 #include "runtime/cli/commands.h"
+#include "runtime/common/files.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/resources.h"
 #include "runtime/common/session.h"
+#include "runtime/rpc/tls.h"
 
 namespace phalanx::cli {
 namespace {
@@ -41,7 +43,7 @@ std::string Now() {
 }  // namespace
 
 int RunStatus(const ClusterFlags& flags) {
-  auto cluster = ResolveCluster(flags.address, flags.token);
+  auto cluster = rpc::FindCluster(flags.address, flags.token);
   if (!cluster.ok()) {
     std::cerr << "phalanx status: " << cluster.status().message() << "\n";
     return 1;
@@ -71,6 +73,16 @@ int RunStatus(const ClusterFlags& flags) {
   }
   std::cout << "======== Phalanx cluster " << info->cluster_id() << " at " << cluster->address
             << " — " << Now() << " ========\n";
+  std::cout << "TLS: ";
+  if (cluster->tls_dir.empty()) {
+    std::cout << "off (plaintext; a cluster started with --no-tls)\n";
+  } else {
+    auto ca = ReadFile(absl::StrCat(cluster->tls_dir, "/", rpc::kCaCertFile));
+    auto fingerprint = ca.ok() ? rpc::CertFingerprint(*ca) : ca.status();
+    std::cout << "on, CA fingerprint "
+              << (fingerprint.ok() ? *fingerprint : std::string(fingerprint.status().message()))
+              << " (join with --ca-fingerprint)\n";
+  }
   std::cout << "Nodes: " << alive << " alive, " << dead << " dead\n";
   std::cout << absl::StrFormat(" %-9s %-6s %-22s %-10s %-8s %-24s %s\n", "NODE", "STATE", "ADDRESS",
                                "CPU", "GPU", "MEMORY", "OTHER");

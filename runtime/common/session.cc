@@ -251,7 +251,23 @@ absl::StatusOr<ClusterAddress> ResolveCluster(const std::string& address_flag,
                      ": pass --token (or set PHALANX_TOKEN) with the token printed by "
                      "`phalanx start --head`"));
   }
+  if (const char* env = std::getenv("PHALANX_TLS_DIR"); env && *env) {
+    out.tls_dir = env;
+  } else {
+    out.tls_dir = LocalTlsDir(out.address);
+  }
   return out;
+}
+
+std::string LocalTlsDir(const std::string& address) {
+  auto sessions = AllSessions();
+  if (!sessions.ok()) return "";
+  for (auto it = sessions->rbegin(); it != sessions->rend(); ++it) {
+    auto there = ReadFile(*it + "/address");
+    if (!there.ok() || absl::StripAsciiWhitespace(*there) != address) continue;
+    return PathExists(*it + "/tls/ca.pem") ? *it + "/tls" : "";
+  }
+  return "";
 }
 
 std::string LogTail(const std::string& path, int lines) {

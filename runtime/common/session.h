@@ -69,12 +69,19 @@ bool PidEntryAlive(const PidEntry& entry);
 
 // Where a command finds the cluster: --address / $PHALANX_ADDRESS / the latest session, and
 // --token / $PHALANX_TOKEN / the token file of a local session with that address.
+// Its TLS dir (rpc/tls.h): $PHALANX_TLS_DIR, or <session>/tls of a local session of that
+// cluster when it has one; empty: plaintext.
 struct ClusterAddress {
   std::string address;
   std::string token;
+  std::string tls_dir;
 };
 absl::StatusOr<ClusterAddress> ResolveCluster(const std::string& address_flag,
                                               const std::string& token_flag);
+
+// The TLS dir of the newest local session of the cluster at `address`; empty when there is
+// none, or it runs without TLS.
+std::string LocalTlsDir(const std::string& address);
 
 // The last `lines` lines of a log file (for error messages when a daemon fails to start).
 std::string LogTail(const std::string& path, int lines = 15);

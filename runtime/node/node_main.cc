@@ -11,6 +11,7 @@
 #include "runtime/common/signals.h"
 #include "runtime/common/system.h"
 #include "runtime/node/node_manager.h"
+#include "runtime/rpc/tls.h"
 
 // How often a fenced node tries to register again while the GCS is unreachable.
 constexpr absl::Duration kRejoinRetry = absl::Seconds(1);
@@ -35,6 +36,9 @@ int main(int argc, char** argv) {
   app.add_option("--session-dir", options.session_dir, "session directory");
   app.add_option("--heartbeat-ms", heartbeat_ms, "heartbeat period in milliseconds");
   app.add_option("--log-file", log_file, "log here instead of stderr");
+  app.add_option("--tls-dir", options.tls_dir,
+                 "this machine's TLS dir (ca.pem, node.pem, node.key; `phalanx start` makes "
+                 "it): serve and call over TLS. Without it: plaintext");
   app.add_option("--memory-usage-threshold", options.memory_usage_threshold,
                  "kill the newest actor when the node's memory use passes this fraction");
   app.add_option("--memory-enforcement", options.memory_enforcement,
@@ -57,6 +61,10 @@ int main(int argc, char** argv) {
     options.token = std::string(absl::StripAsciiWhitespace(*token));
   } else if (const char* env = std::getenv("PHALANX_TOKEN")) {
     options.token = env;
+  }
+  if (auto s = phalanx::rpc::UseTls(options.tls_dir); !s.ok()) {
+    spdlog::error("--tls-dir: {}", s.message());
+    return 2;
   }
   auto resources = phalanx::Resources::ParseJson(resources_json);
   if (!resources.ok()) {

@@ -102,6 +102,7 @@ class NodeManagerImpl final : public NodeManager {
     pool.node_address = absl::StrCat(options_.node_ip, ":", port_);
     pool.gcs_address = options_.gcs_address;
     pool.token = options_.token;
+    pool.tls_dir = options_.tls_dir;
     pool.node_lease_path = lease_path;
     pool.log_dir = log_dir;
     pool.node_threshold = options_.memory_usage_threshold;

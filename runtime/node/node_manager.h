@@ -22,6 +22,7 @@ namespace phalanx::node {
 struct NodeManagerOptions {
   std::string gcs_address;
   std::string token;
+  std::string tls_dir;  // the machine's TLS dir, handed to its workers (empty: plaintext)
   std::string node_id;  // empty: a new random id
   std::string node_ip = "127.0.0.1";
   int port = 0;         // 0: any free port

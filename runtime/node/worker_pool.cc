@@ -254,6 +254,7 @@ absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int atte
                {"PHALANX_NODE_ID", options_.node_id},
                {"PHALANX_ADDRESS", options_.gcs_address},
                {"PHALANX_TOKEN", options_.token},
+               {"PHALANX_TLS_DIR", options_.tls_dir},
                {kNodeLeaseEnv, options_.node_lease_path}};
   if (actor.language() == "python") {
     // The phalanx package (sources) and its native module (build tree) of this build, ahead

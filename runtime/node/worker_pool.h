@@ -33,6 +33,7 @@ struct WorkerPoolOptions {
   std::string node_address;  // the node manager's gRPC address, given to workers
   std::string gcs_address;
   std::string token;
+  std::string tls_dir;  // $PHALANX_TLS_DIR of the workers (empty: plaintext)
   std::string log_dir;
   std::string node_lease_path;  // the node's lease (NodeLease), checked by every worker
   absl::Duration sample_period = absl::Milliseconds(50);

@@ -7,7 +7,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/common/files.h"
 #include "runtime/common/sha256.h"
+#include "runtime/rpc/tls.h"
 
 namespace phalanx::rpc {
 
@@ -19,6 +22,23 @@ constexpr char kMissingToken[] =
 constexpr char kWrongToken[] =
     "wrong cluster token: use the token printed by `phalanx start --head` (in the head's "
     "session dir, file 'token')";
+
+// This process's transport security (UseTls).
+struct Tls {
+  std::string ca_pem;          // empty: plaintext
+  std::string cert_chain_pem;  // this machine's certificate, then the CA's
+  std::string key_pem;
+  std::string dir;
+};
+absl::Mutex tls_mu;
+Tls& ProcessTls() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tls_mu) {
+  static Tls* tls = new Tls;
+  return *tls;
+}
+Tls CurrentTls() {
+  absl::MutexLock lock(&tls_mu);
+  return ProcessTls();
+}
 
 // gRPC core's auth metadata processor: runs on a call's headers, before the server reads the
 // call's body or hands it to a handler. `state` is the token (a heap string it owns).
@@ -40,19 +60,31 @@ void CheckTokenMetadata(void* state, grpc_auth_context* /*context*/, const grpc_
   }
 }
 
-// Server credentials whose ports check the cluster token on every call's headers (above).
-// gRPC's C++ InsecureServerCredentials() refuses a metadata processor, so the port is added
-// through the core API, where the processor works with any transport security.
+// Server credentials whose ports check the cluster token on every call's headers (above),
+// over TLS with this machine's certificate or over plaintext. gRPC's C++ server credentials
+// refuse a metadata processor, so the port is added through the core API, where the
+// processor works with any transport security.
 class TokenServerCredentials final : public grpc::ServerCredentials {
  public:
-  explicit TokenServerCredentials(std::string token) : token_(std::move(token)) {}
+  TokenServerCredentials(std::string token, Tls tls)
+      : token_(std::move(token)), tls_(std::move(tls)) {}
 
   // The token check above is this class's processor; nothing in Phalanx sets another.
   void SetAuthMetadataProcessor(const std::shared_ptr<grpc::AuthMetadataProcessor>&) override {}
 
  private:
   int AddPortToServer(const std::string& address, grpc_server* server) override {
-    grpc_server_credentials* credentials = grpc_insecure_server_credentials_create();
+    grpc_server_credentials* credentials = nullptr;
+    if (tls_.ca_pem.empty()) {
+      credentials = grpc_insecure_server_credentials_create();
+    } else {
+      // No client certificates: callers prove themselves with the token, and need only the
+      // CA to check who they talk to.
+      grpc_ssl_pem_key_cert_pair pair{tls_.key_pem.c_str(), tls_.cert_chain_pem.c_str()};
+      credentials = grpc_ssl_server_credentials_create_ex(
+          nullptr, &pair, 1, GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE, nullptr);
+      if (credentials == nullptr) return 0;
+    }
     grpc_auth_metadata_processor processor{
         &CheckTokenMetadata, [](void* state) { delete static_cast<std::string*>(state); },
         new std::string(token_)};
@@ -63,9 +95,44 @@ class TokenServerCredentials final : public grpc::ServerCredentials {
   }
 
   const std::string token_;
+  const Tls tls_;
 };
 
 }  // namespace
+
+absl::Status UseTls(const std::string& tls_dir) {
+  Tls tls;
+  tls.dir = tls_dir;
+  if (!tls_dir.empty()) {
+    auto ca = ReadFile(absl::StrCat(tls_dir, "/", kCaCertFile));
+    if (!ca.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "TLS dir ", tls_dir, " has no ", kCaCertFile,
+          " (the cluster's CA): point $PHALANX_TLS_DIR or --tls-dir at a dir holding the "
+          "head's <session>/tls/ca.pem, or join the machine with `phalanx start --address`"));
+    }
+    tls.ca_pem = *ca;
+    auto cert = ReadFile(absl::StrCat(tls_dir, "/", kCertFile));
+    auto key = ReadFile(absl::StrCat(tls_dir, "/", kKeyFile));
+    if (cert.ok() && key.ok()) {
+      tls.cert_chain_pem = *cert;
+      tls.key_pem = *key;
+    }
+  }
+  absl::MutexLock lock(&tls_mu);
+  ProcessTls() = std::move(tls);
+  return absl::OkStatus();
+}
+
+bool TlsEnabled() { return !CurrentTls().ca_pem.empty(); }
+
+absl::StatusOr<ClusterAddress> FindCluster(const std::string& address_flag,
+                                           const std::string& token_flag) {
+  auto cluster = ResolveCluster(address_flag, token_flag);
+  if (!cluster.ok()) return cluster.status();
+  if (auto s = UseTls(cluster->tls_dir); !s.ok()) return s;
+  return cluster;
+}
 
 void PrepareContext(grpc::ClientContext* context, const std::string& token, absl::Duration timeout,
                     bool wait_for_ready) {
@@ -89,7 +156,15 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   // Each channel gets its own connection, so independent clients do not share one socket.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  Tls tls = CurrentTls();
+  if (tls.ca_pem.empty()) {
+    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  }
+  // Every cluster certificate is for the cluster's name (rpc/tls.h), whatever the address.
+  args.SetSslTargetNameOverride(kClusterServerName);
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = tls.ca_pem;
+  return grpc::CreateCustomChannel(address, grpc::SslCredentials(ssl), args);
 }
 
 absl::Status FromGrpc(const grpc::Status& status, absl::string_view what) {
@@ -111,9 +186,16 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen_address,
     return absl::InvalidArgumentError(
         absl::StrCat("server on ", listen_address, ": no cluster token (every server needs one)"));
   }
+  Tls tls = CurrentTls();
+  if (!tls.ca_pem.empty() && (tls.cert_chain_pem.empty() || tls.key_pem.empty())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "server on ", listen_address, ": TLS dir ", tls.dir, " has the CA but no ", kCertFile,
+        " and ", kKeyFile, " for this machine (`phalanx start` makes them)"));
+  }
   grpc::ServerBuilder builder;
   StartedServer started;
-  builder.AddListeningPort(listen_address, std::make_shared<TokenServerCredentials>(options.token),
+  builder.AddListeningPort(listen_address,
+                           std::make_shared<TokenServerCredentials>(options.token, std::move(tls)),
                            &started.port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_receive_bytes));
   builder.SetMaxSendMessageSize(-1);

@@ -33,7 +33,8 @@ void PrepareContext(grpc::ClientContext* context, const std::string& token, absl
                     bool wait_for_ready = true);
 
 // A channel to `address` (host:port) with keepalive pings, so that a peer that vanished is
-// noticed within seconds, and unlimited message sizes.
+// noticed within seconds, and unlimited message sizes. TLS when UseTls (tls.h) set it up: the
+// server must show a certificate from the cluster's CA, for the cluster's name.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
 // Converts between gRPC and Abseil status; `what` prefixes the message ("GCS at 1.2.3.4:6380").
@@ -42,6 +43,8 @@ grpc::Status ToGrpc(const absl::Status& status);
 
 // Builds and starts a server on `listen_address` (host:port; port 0 picks a free one) with
 // `services`. Returns the server and the bound port, or an error naming the address.
+//
+// The port speaks TLS with this machine's certificate when UseTls set one up.
 //
 // Every call must carry `token` (kTokenHeader). It is checked on the call's headers, before
 // its body is read: a call without it fails with UNAUTHENTICATED and its body is dropped, so

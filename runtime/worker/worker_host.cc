@@ -21,6 +21,7 @@
 #include "runtime/proto/worker.grpc.pb.h"
 #include "runtime/rpc/describe.h"
 #include "runtime/rpc/rpc.h"
+#include "runtime/rpc/tls.h"
 #include "runtime/worker/actor_registry.h"
 #include "runtime/worker/core_worker.h"
 #include "runtime/worker/errors.h"
@@ -175,13 +176,16 @@ class Host {
     token_ = Env("PHALANX_TOKEN");
     std::string node_address = Env("PHALANX_NODE_ADDRESS");
     InitLogging(absl::StrCat("worker ", actor_id_.substr(0, 8)));
+    // The node's TLS dir (empty: plaintext); a worker that cannot read it cannot serve.
+    absl::Status tls = rpc::UseTls(Env("PHALANX_TLS_DIR"));
     node_ = rpc::NodeManagerService::NewStub(rpc::MakeChannel(node_address));
 
     // Everything that does not depend on the actor happens first, so that a prestarted
     // worker has it done before an actor is placed on it: the server, the GCS connection.
     service_ = std::make_unique<WorkerServiceImpl>(this);
-    auto server =
-        rpc::StartServer("0.0.0.0:0", {service_.get()}, {token_, rpc::kMaxCallMessageBytes});
+    auto server = tls.ok() ? rpc::StartServer("0.0.0.0:0", {service_.get()},
+                                              {token_, rpc::kMaxCallMessageBytes})
+                           : absl::StatusOr<rpc::StartedServer>(tls);
     if (server.ok()) {
       server_ = std::move(server->server);
       std::string host = node_address.substr(0, node_address.rfind(':'));

@@ -21,6 +21,7 @@
 #include "runtime/common/files.h"
 #include "runtime/common/process.h"
 #include "runtime/common/system.h"
+#include "runtime/rpc/tls.h"
 #include "runtime/worker/worker_host.h"
 #include "tests/actors/test_actors.h"
 #include "tests/testing/test_util.h"
@@ -178,6 +179,7 @@ TEST_F(JobTest, AJobRecordFromACallerCannotPointStopOrLogsElsewhere) {
   auto address = ReadFile(session_ + "/address");
   auto token = ReadFile(session_ + "/token");
   ASSERT_TRUE(address.ok() && token.ok());
+  ASSERT_TRUE(rpc::UseTls(session_ + "/tls").ok());
   auto gcs = gcs::GcsClient::Connect({std::string(absl::StripAsciiWhitespace(*address)),
                                       std::string(absl::StripAsciiWhitespace(*token))});
   ASSERT_TRUE(gcs.ok()) << gcs.status();

@@ -517,6 +517,7 @@ class Cluster:
         self.start_timeout = start_timeout
         self.bin = bin_dir()
         self.token = None
+        self.join_args = []  # what the head's join command adds: --ca-fingerprint F, or --no-tls
         self.address = f"{hosts[0].ip}:{port}"
         self.started = False
         self.stopped = False
@@ -549,7 +550,8 @@ class Cluster:
                     "--node-timeout-ms", str(self.node_timeout_ms), *common,
                     *self.extra_head_args]
         else:
-            args = ["start", "--address", self.address, "--token", self.token, *common]
+            args = ["start", "--address", self.address, "--token", self.token, *self.join_args,
+                    *common]
         r = self.phalanx(i, *args, timeout=self.start_timeout)
         if r.returncode != 0:
             raise RuntimeError(f"`phalanx {' '.join(args)}` on {h.name} failed "
@@ -558,9 +560,12 @@ class Cluster:
 
     def start(self):
         self.started = True
-        self._start_one(0)
+        head = self._start_one(0)
         with open(os.path.join(self.session(0), "token")) as f:
             self.token = f.read().strip()
+        # The join command the head printed says how to trust it: the CA's fingerprint.
+        m = re.search(r"--ca-fingerprint ([0-9a-f]{64})", head.stdout)
+        self.join_args = ["--ca-fingerprint", m.group(1)] if m else ["--no-tls"]
         for i in range(1, len(self.hosts)):
             self._start_one(i)
 
