@@ -9,6 +9,7 @@
 #include "runtime/common/logging.h"
 #include "runtime/proto/gcs.grpc.pb.h"
 #include "runtime/rpc/rpc.h"
+#include "runtime/rpc/tls.h"
 
 namespace phalanx::gcs {
 namespace {
@@ -481,6 +482,18 @@ absl::StatusOr<std::unique_ptr<GcsClient>> GcsClient::Connect(const GcsClientOpt
   }
   auto client = std::make_unique<GcsClientImpl>(options);
   auto info = client->GetClusterInfo(connect_timeout);
+  if (!info.ok() && !rpc::TlsEnabled() &&
+      (absl::IsUnavailable(info.status()) || absl::IsDeadlineExceeded(info.status()))) {
+    // The commonest cause: a TLS cluster, and this process has no CA for it.
+    if (auto tls = rpc::SpeaksTls(options.address, absl::Seconds(2)); tls.ok() && *tls) {
+      return absl::Status(
+          info.status().code(),
+          absl::StrCat("the GCS at ", options.address,
+                       " speaks TLS and this process has no CA for it: set PHALANX_TLS_DIR to "
+                       "a dir holding the cluster's ca.pem (the head's <session>/tls), or run "
+                       "on a machine that joined the cluster"));
+    }
+  }
   if (!info.ok()) return info.status();
   return std::unique_ptr<GcsClient>(std::move(client));
 }

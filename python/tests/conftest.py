@@ -49,8 +49,12 @@ class Cluster:
                        "127.0.0.1", "--num-cpus", str(num_cpus), "--heartbeat-ms", "200",
                        *extra_args)
         assert out.returncode == 0, out.stdout + out.stderr
-        with open(os.path.join(self.root, "session_latest", "token")) as f:
+        session = os.path.realpath(os.path.join(self.root, "session_latest"))
+        with open(os.path.join(session, "token")) as f:
             self.token = f.read().strip()
+        # The cluster's CA, for clients in this process (as on a machine without a session of
+        # the cluster): a dir holding its ca.pem.
+        self.tls_dir = os.path.join(session, "tls")
 
     def cli(self, *args, timeout=60):
         return subprocess.run([PHALANX, *args], env=self.env, capture_output=True, text=True,
@@ -68,11 +72,13 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("phx"))
+    os.environ["PHALANX_TLS_DIR"] = c.tls_dir
     phalanx.init(c.address, token=c.token)
     try:
         yield c
     finally:
         phalanx.shutdown()
+        os.environ.pop("PHALANX_TLS_DIR", None)
         c.stop()
 
 

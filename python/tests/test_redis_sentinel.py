@@ -262,6 +262,7 @@ def test_a_sentinel_failover_mid_job_loses_nothing(sentinel_cluster, tmp_path):
     gcs_log = os.path.join(session, "logs", "gcs.log")
 
     # A driver that writes KV keys one after another, through the failover.
+    os.environ["PHALANX_TLS_DIR"] = cluster.tls_dir
     phalanx.init(cluster.address, token=cluster.token)
     acked, failed, stop = [], [], threading.Event()
 
