@@ -101,7 +101,8 @@ int Main(int argc, char** argv) {
   // The floor first, before this process starts gRPC threads of its own.
   bench::EchoServer echo;
   testing::RedisServer redis;
-  testing::GcsProcess gcs(redis);
+  testing::GcsProcess gcs(redis, bench::GcsOptions());
+  bench::UseGcsTls(gcs);
   testing::NodeOptions node_options;
   node_options.num_cpus = 64;
   auto node = testing::StartNode(gcs, "bench-node", node_options);
@@ -119,8 +120,10 @@ int Main(int argc, char** argv) {
     actors.push_back(*a);
     Get(a->Task(&Echo::Ping).Remote(std::string("warm"))).IgnoreError();
   }
-  std::printf("# actor_bench: %.0f s per throughput measurement, 2 cores shared by all parts\n",
-              seconds);
+  std::printf(
+      "# actor_bench: %.0f s per throughput measurement, 2 cores shared by all parts, cluster "
+      "transport %s ($PHALANX_BENCH_TLS)\n",
+      seconds, bench::TransportName().c_str());
 
   std::vector<double> echo_lat = bench::EchoLatenciesUs(echo.address(), 5000);
   std::vector<double> actor_lat = SyncLatenciesUs(actors[0], 5000);

@@ -21,6 +21,31 @@
 
 namespace phalanx::bench {
 
+namespace {
+
+// The echo floor is plaintext gRPC whatever the cluster's transport (its server is a bare
+// gRPC server); one connection per channel, as rpc::MakeChannel makes them.
+std::shared_ptr<grpc::Channel> EchoChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace
+
+testing::GcsProcess::Options GcsOptions() {
+  testing::GcsProcess::Options options;
+  const char* tls = std::getenv("PHALANX_BENCH_TLS");
+  options.tls = tls != nullptr && std::string(tls) == "1";
+  return options;
+}
+
+void UseGcsTls(const testing::GcsProcess& gcs) {
+  if (!gcs.tls_dir().empty()) ::setenv("PHALANX_TLS_DIR", gcs.tls_dir().c_str(), 1);
+}
+
+std::string TransportName() { return GcsOptions().tls ? "tls" : "plaintext"; }
+
 int64_t PrivateBytes(pid_t pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/smaps_rollup"));
   if (!in) return -1;
@@ -57,7 +82,7 @@ double Percentile(std::vector<double> values, double p) {
 
 EchoServer::EchoServer() : port_(FreePort()) {
   process_ = testing::ChildProcess({testing::BinDir() + "/bench_echo_server", absl::StrCat(port_)});
-  auto stub = EchoService::NewStub(rpc::MakeChannel(address()));
+  auto stub = EchoService::NewStub(EchoChannel(address()));
   for (int i = 0; i < 500; ++i) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
@@ -76,7 +101,7 @@ double MeasureEcho(const std::string& address, int clients, double seconds) {
   absl::Time start = absl::Now();
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&] {
-      auto stub = EchoService::NewStub(rpc::MakeChannel(address));
+      auto stub = EchoService::NewStub(EchoChannel(address));
       EchoMessage in;
       in.set_data(std::string(32, 'x'));
       int64_t n = 0;
@@ -95,7 +120,7 @@ double MeasureEcho(const std::string& address, int clients, double seconds) {
 }
 
 std::vector<double> EchoLatenciesUs(const std::string& address, int n) {
-  auto stub = EchoService::NewStub(rpc::MakeChannel(address));
+  auto stub = EchoService::NewStub(EchoChannel(address));
   EchoMessage in;
   in.set_data(std::string(32, 'x'));
   std::vector<double> out;

@@ -10,6 +10,14 @@
 
 namespace phalanx::bench {
 
+// The benchmarked cluster's transport: plaintext, or TLS (as `phalanx start` sets it up by
+// default) when $PHALANX_BENCH_TLS=1, so that TLS's cost is measured run against run.
+testing::GcsProcess::Options GcsOptions();
+// Once the GCS runs: this process's clients (Init included) use its TLS, if it has one.
+void UseGcsTls(const testing::GcsProcess& gcs);
+// "tls" or "plaintext", for the output.
+std::string TransportName();
+
 // Runs a shell command and returns its stdout (empty on failure).
 std::string Shell(const std::string& command);
 

@@ -117,7 +117,8 @@ int Main(int argc, char** argv) {
     return 2;
   }
   testing::RedisServer redis;
-  testing::GcsProcess gcs(redis);
+  testing::GcsProcess gcs(redis, bench::GcsOptions());
+  bench::UseGcsTls(gcs);
   testing::NodeOptions node;
   node.num_cpus = 8;
   auto node_process = testing::StartNode(gcs, "bench-node", node);
@@ -127,8 +128,10 @@ int Main(int argc, char** argv) {
   init.token = gcs.token();
   if (!Init(init).ok()) return 1;
   auto client = *gcs::GcsClient::Connect({gcs.address(), gcs.token()});
-  std::printf("# recovery_bench: %d runs, 4 ranks, 66 ms steps, kill -9 of rank 1 at step 55\n",
-              runs);
+  std::printf(
+      "# recovery_bench: %d runs, 4 ranks, 66 ms steps, kill -9 of rank 1 at step 55, cluster "
+      "transport %s ($PHALANX_BENCH_TLS)\n",
+      runs, bench::TransportName().c_str());
   std::vector<double> recovery, full;
   std::vector<double> lost;
   for (int run = 1; run <= runs; ++run) {

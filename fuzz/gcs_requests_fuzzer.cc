@@ -12,15 +12,21 @@
 //   - RegisterNode: the node's address is 127.0.0.1:1 (refused at once), so actor and bundle
 //     RPCs to "nodes" fail fast instead of resolving hostnames from the input;
 //   - WaitPlacementGroupReady: timeout_ms is at most 10;
-//   - UpdateJob (a raw record write): runner_pid is 0 and a log_path is /dev/null, since the
-//     GCS signals a job's runner pid on StopJob and streams its log_path on JobLogs;
+//   - UpdateJob: runner_pid is 0 and a log_path is /dev/null. The GCS keeps those fields
+//     from its own record whatever UpdateJob says (GcsJobManager::Update), so this only
+//     guards the fuzzing machine should that ever regress: StopJob signals a job's runner
+//     pid and JobLogs streams its log_path;
 //   - JobLogs: not followed, and at most 4 chunks are read.
 // Not fuzzed here: Subscribe (a stream that ends only when cancelled), and UploadWorkingDir
 // (a client stream that a GCS without a session dir refuses at once; the writer behind it is
 // fuzzed by upload_fuzzer.cc).
 //
+// IssueCertificate runs against a real CA (made once, in a temp dir): the public key PEM
+// from the input goes through OpenSSL's parser and, when it parses, gets signed.
+//
 // Property besides "no crash, no sanitizer report": every call returns within kCallTimeout.
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -33,6 +39,7 @@
 #include "gcs/gcs_server.h"
 #include "runtime/proto/gcs.grpc.pb.h"
 #include "runtime/rpc/rpc.h"
+#include "runtime/rpc/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -53,6 +60,25 @@ Target& Get() {
   return target;
 }
 
+// A temp dir holding a CA for IssueCertificate (the server itself serves plaintext: this
+// process never calls rpc::UseTls).
+std::string CaDir() {
+  static const std::string dir = [] {
+    char path[] = "/tmp/phalanx-fuzz-ca-XXXXXX";
+    if (::mkdtemp(path) == nullptr) std::abort();
+    auto ca = phalanx::rpc::NewClusterCa("fuzz");
+    if (!ca.ok()) std::abort();
+    std::FILE* cert = std::fopen((std::string(path) + "/ca.pem").c_str(), "w");
+    std::FILE* key = std::fopen((std::string(path) + "/ca.key").c_str(), "w");
+    std::fputs(ca->cert_pem.c_str(), cert);
+    std::fputs(ca->key_pem.c_str(), key);
+    std::fclose(cert);
+    std::fclose(key);
+    return std::string(path);
+  }();
+  return dir;
+}
+
 void Start() {
   Target& t = Get();
   if (t.server) t.server->Shutdown();
@@ -64,6 +90,7 @@ void Start() {
   options.in_memory_store = true;
   options.token = kToken;
   options.redis.cluster_id = "fuzz";
+  options.tls_dir = CaDir();
   options.job_kinds.push_back(std::make_shared<phalanx::elastic::ElasticJobKind>());
   auto server = phalanx::gcs::GcsServer::Start(options);
   if (!server.ok()) {
@@ -176,6 +203,7 @@ const Handler kHandlers[] = {
     PHX_UNARY(WaitPlacementGroupReady, WaitPlacementGroupReadyRequest,
               WaitPlacementGroupReadyReply),                                               // 28
     PHX_UNARY(ListPlacementGroups, ListPlacementGroupsRequest, ListPlacementGroupsReply),  // 29
+    PHX_UNARY(IssueCertificate, IssueCertificateRequest, IssueCertificateReply),           // 30
 };
 constexpr size_t kNumHandlers = sizeof(kHandlers) / sizeof(kHandlers[0]);
 

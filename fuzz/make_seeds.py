@@ -106,6 +106,7 @@ HANDLERS = [
     ("GetPlacementGroup", "GetPlacementGroupRequest"),
     ("WaitPlacementGroupReady", "WaitPlacementGroupReadyRequest"),
     ("ListPlacementGroups", "ListPlacementGroupsRequest"),
+    ("IssueCertificate", "IssueCertificateRequest"),
 ]
 METHOD_INDEX = {m: i for i, (m, _) in enumerate(HANDLERS)}
 
@@ -160,4 +161,6 @@ gcs("remove_pg", "RemovePlacementGroup", 'placement_group_id: "pg1"')
 gcs("get_pg_by_name", "GetPlacementGroup", 'name: "g"')
 gcs("wait_pg", "WaitPlacementGroupReady", 'placement_group_id: "pg1" timeout_ms: 10')
 gcs("cluster_info", "GetClusterInfo", "")
+gcs("issue_certificate", "IssueCertificate",
+    'public_key_pem: "-----BEGIN PUBLIC KEY-----\\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAECzJjS+06oz9agjzivHQqcBaGu+XD\\nZlRjI4ooISJjQUh5ZUceEIcVnm8oRRka30GFf8bXt02Q/gpePcvoVBEbDg==\\n-----END PUBLIC KEY-----\\n" names: "10.0.0.7" names: "worker-7"')
 print(f"make_seeds: wrote the seeds under {CORPUS}", file=sys.stderr)

@@ -16,6 +16,7 @@
 #include "runtime/common/files.h"
 #include "runtime/common/process.h"
 #include "runtime/common/system.h"
+#include "runtime/rpc/tls.h"
 
 #ifndef PHALANX_BIN_DIR
 #error "PHALANX_BIN_DIR must be defined by the build"
@@ -326,7 +327,26 @@ GcsProcess::GcsProcess(const RedisServer& redis, Options options, std::string se
 
 std::string GcsProcess::address() const { return absl::StrCat("127.0.0.1:", port_); }
 
+void GcsProcess::MakeTlsDir() {
+  std::string dir = tls_dir();
+  auto ca = rpc::NewClusterCa("testcluster");
+  auto key = rpc::NewPrivateKey();
+  auto public_key = key.ok() ? rpc::PublicKeyOf(*key) : key.status();
+  auto cert = ca.ok() && public_key.ok() ? rpc::IssueCertificate(*ca, *public_key, {"127.0.0.1"})
+                                         : absl::StatusOr<std::string>(absl::InternalError("ca"));
+  if (!cert.ok() || !MakeDirs(dir, 0700).ok()) {
+    std::fprintf(stderr, "cannot make a TLS dir: %s\n", cert.status().ToString().c_str());
+    std::abort();
+  }
+  WriteFile(dir + "/" + rpc::kCaCertFile, ca->cert_pem, 0600).IgnoreError();
+  WriteFile(dir + "/" + rpc::kCaKeyFile, ca->key_pem, 0600).IgnoreError();
+  WriteFile(dir + "/" + rpc::kKeyFile, *key, 0600).IgnoreError();
+  WriteFile(dir + "/" + rpc::kCertFile, *cert + ca->cert_pem, 0600).IgnoreError();
+  rpc::UseTls(dir).IgnoreError();
+}
+
 void GcsProcess::Start() {
+  if (options_.tls && !PathExists(tls_dir() + "/" + rpc::kCaCertFile)) MakeTlsDir();
   std::vector<std::string> argv = {BinDir() + "/phalanx-gcs",
                                    "--port",
                                    absl::StrCat(port_),
@@ -344,6 +364,7 @@ void GcsProcess::Start() {
   if (!session_dir_.empty()) {
     argv.insert(argv.end(), {"--session-dir", session_dir_});
   }
+  if (options_.tls) argv.insert(argv.end(), {"--tls-dir", tls_dir()});
   process_ = ChildProcess(argv, dir_.path() + "/gcs.log");
   bool up = WaitFor(
       [&] {
@@ -387,7 +408,9 @@ ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
                      "--node-ip",
                      "127.0.0.1",
                      "--debug-prepare-delay-ms",
-                     absl::StrCat(options.debug_prepare_delay_ms)},
+                     absl::StrCat(options.debug_prepare_delay_ms),
+                     "--tls-dir",
+                     gcs.tls_dir()},
                     absl::StrCat(gcs.dir(), "/node-", node_id, ".log"), std::move(env));
   auto client = gcs::GcsClient::Connect({gcs.address(), gcs.token()});
   WaitFor(

@@ -118,6 +118,10 @@ class GcsProcess {
   struct Options {
     int64_t node_timeout_ms = 3000;
     int64_t restart_grace_ms = 10000;
+    // TLS as `phalanx start --head` sets it up: a CA and a certificate in dir()/tls, the GCS
+    // and the nodes StartNode starts serving with them, and this process's channels trusting
+    // the CA (rpc::UseTls). Off: plaintext.
+    bool tls = false;
   };
   // `session_dir`: its --session-dir, where it runs driver jobs (empty: no driver jobs).
   GcsProcess(const RedisServer& redis, Options options, std::string session_dir = "");
@@ -128,6 +132,7 @@ class GcsProcess {
   const std::string& token() const { return token_; }
   const std::string& token_file() const { return token_file_; }
   const std::string& dir() const { return dir_.path(); }
+  std::string tls_dir() const { return options_.tls ? dir_.path() + "/tls" : ""; }
   pid_t pid() const { return process_.pid(); }
   void Kill9() { process_.KillAndWait(); }
   void Signal(int signal) { process_.Kill(signal); }
@@ -137,6 +142,7 @@ class GcsProcess {
 
  private:
   void Start();
+  void MakeTlsDir();
   TempDir dir_;
   std::vector<std::string> redis_args_;  // --redis-address or --redis-sentinel ...
   std::string redis_password_;
