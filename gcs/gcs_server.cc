@@ -536,6 +536,8 @@ class GcsServerImpl final : public GcsServer {
     publisher_.Shutdown();
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     if (health_thread_.joinable()) health_thread_.join();
+    // No callback of a call to a node may run once the managers it reports to are gone.
+    node_clients_.Shutdown();
     job_manager_.Shutdown();
     stopped_.Notify();
   }

@@ -9,10 +9,34 @@ struct NodeClientPool::Stubs {
   std::unique_ptr<rpc::NodeManagerService::Stub> stub;
 };
 
+// What one asynchronous call needs until its callback ran (its request and reply are owned by
+// the typed holder that Send makes; this is the part Shutdown cancels).
+struct NodeClientPool::Call {
+  grpc::ClientContext context;
+  virtual ~Call() = default;
+};
+
 NodeClientPool::NodeClientPool(std::string token, absl::Duration timeout)
     : token_(std::move(token)), timeout_(timeout) {}
 
-NodeClientPool::~NodeClientPool() = default;
+NodeClientPool::~NodeClientPool() { Shutdown(); }
+
+void NodeClientPool::Shutdown() {
+  std::vector<std::shared_ptr<Call>> calls;
+  {
+    absl::MutexLock lock(&calls_mu_);
+    shut_down_ = true;
+    for (auto& [id, call] : in_flight_) calls.push_back(call);
+  }
+  // Outside the lock: a callback may run from within TryCancel, and takes the lock.
+  for (auto& call : calls) call->context.TryCancel();
+  calls.clear();
+  absl::MutexLock lock(&calls_mu_);
+  calls_mu_.AwaitWithTimeout(
+      absl::Condition(
+          +[](std::map<uint64_t, std::shared_ptr<Call>>* m) { return m->empty(); }, &in_flight_),
+      kShutdownTimeout);
+}
 
 NodeClientPool::Stubs* NodeClientPool::StubsFor(const std::string& address) {
   absl::MutexLock lock(&mu_);
@@ -27,21 +51,34 @@ NodeClientPool::Stubs* NodeClientPool::StubsFor(const std::string& address) {
 template <typename Request, typename Reply, typename Invoke>
 void NodeClientPool::Send(const std::string& address, const Request& request, Done done,
                           Invoke invoke) {
-  // Owns what one asynchronous call needs until its callback ran.
-  struct Call {
-    grpc::ClientContext context;
+  struct TypedCall : Call {
     Request request;
     Reply reply;
     Done done;
   };
-  auto* call = new Call();
+  auto call = std::make_shared<TypedCall>();
+  uint64_t id = 0;
+  {
+    absl::MutexLock lock(&calls_mu_);
+    if (!shut_down_) {
+      id = ++next_call_;
+      in_flight_.emplace(id, call);
+    }
+  }
+  if (id == 0) {
+    if (done) done(absl::CancelledError("the GCS is shutting down"));
+    return;
+  }
   call->request = request;
   call->done = std::move(done);
   rpc::PrepareContext(&call->context, token_, timeout_, /*wait_for_ready=*/false);
-  invoke(StubsFor(address)->stub->async(), &call->context, &call->request, &call->reply,
-         [call, address](grpc::Status status) {
-           if (call->done) call->done(rpc::FromGrpc(status, "node manager at " + address));
-           delete call;
+  TypedCall* raw = call.get();
+  invoke(StubsFor(address)->stub->async(), &raw->context, &raw->request, &raw->reply,
+         [this, raw, id, address](grpc::Status status) {
+           if (raw->done) raw->done(rpc::FromGrpc(status, "node manager at " + address));
+           // Last: Shutdown waits for this, and the call's memory goes with its entry.
+           absl::MutexLock lock(&calls_mu_);
+           in_flight_.erase(id);
          });
 }
 

@@ -1,8 +1,11 @@
 // NodeClientPool: the GCS's asynchronous clients to node managers, one channel per address.
-// Callbacks run on gRPC threads. Thread-safe.
+// Callbacks run on gRPC threads. Thread-safe. Shutdown() (or destruction) cancels the calls in
+// flight and waits for their callbacks, so that none runs once their owners are gone.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -19,7 +22,13 @@ class NodeClientPool {
   using Done = std::function<void(absl::Status)>;
 
   explicit NodeClientPool(std::string token, absl::Duration timeout = absl::Seconds(10));
-  ~NodeClientPool();
+  ~NodeClientPool();  // Shutdown()
+
+  // Cancels every call in flight and waits until their callbacks ran (at most
+  // kShutdownTimeout); a call made afterwards fails at once with Cancelled, its callback run
+  // on the caller's thread.
+  void Shutdown();
+  static constexpr absl::Duration kShutdownTimeout = absl::Seconds(5);
 
   void StartActor(const std::string& address, const rpc::StartActorRequest& request, Done done);
   void KillActor(const std::string& address, const rpc::KillActorRequest& request, Done done);
@@ -29,6 +38,7 @@ class NodeClientPool {
 
  private:
   struct Stubs;
+  struct Call;
   Stubs* StubsFor(const std::string& address);
   template <typename Request, typename Reply, typename Invoke>
   void Send(const std::string& address, const Request& request, Done done, Invoke invoke);
@@ -37,6 +47,11 @@ class NodeClientPool {
   const absl::Duration timeout_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Stubs>> stubs_ ABSL_GUARDED_BY(mu_);
+  // The calls whose callbacks have not run yet (each removes itself after its callback).
+  absl::Mutex calls_mu_;
+  uint64_t next_call_ ABSL_GUARDED_BY(calls_mu_) = 0;
+  std::map<uint64_t, std::shared_ptr<Call>> in_flight_ ABSL_GUARDED_BY(calls_mu_);
+  bool shut_down_ ABSL_GUARDED_BY(calls_mu_) = false;
 };
 
 }  // namespace phalanx::gcs

@@ -1,10 +1,13 @@
 // The GCS as a real process over a real Redis: auth, pub/sub, restarts, dead nodes.
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 
 #include <atomic>
 
 #include "absl/synchronization/mutex.h"
 #include "gcs/gcs_client.h"
+#include "gcs/node_client_pool.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_util.h"
 
@@ -193,6 +196,64 @@ TEST(GcsServer, AStoppedNodeIsDeclaredDeadWithinTheTimeoutAndComesBackAsANewNode
       absl::Seconds(10)))
       << "the node manager did not register again as a new node";
   EXPECT_EQ(FindNode(*client, "node-stopped")->state(), rpc::NODE_DEAD);
+}
+
+}  // namespace
+}  // namespace phalanx::gcs
+
+namespace phalanx::gcs {
+namespace {
+
+// A node manager that takes calls and never answers them (as one that hangs would): a gRPC
+// server whose generic service requests no call, so every call stays in flight until its
+// 10 s deadline. Shutdown cancels the calls and returns once their callbacks ran; a call made
+// afterwards fails at once, on the caller's thread.
+TEST(NodeClientPool, ShutdownCancelsTheCallsInFlightAndWaitsForTheirCallbacks) {
+  grpc::AsyncGenericService never_answers;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterAsyncGenericService(&never_answers);
+  std::unique_ptr<grpc::ServerCompletionQueue> queue = builder.AddCompletionQueue();
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  std::string address = absl::StrCat("127.0.0.1:", port);
+
+  NodeClientPool pool("token");
+  absl::Mutex mu;
+  std::vector<absl::Status> results;
+  for (int i = 0; i < 3; ++i) {
+    pool.PrepareBundle(address, rpc::BundleRequest(), [&](absl::Status s) {
+      absl::MutexLock lock(&mu);
+      results.push_back(s);
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(200));  // the calls are on the wire
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_TRUE(results.empty());
+  }
+  absl::Time t0 = absl::Now();
+  pool.Shutdown();
+  absl::Duration took = absl::Now() - t0;
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(results.size(), 3u);
+    for (const auto& s : results) EXPECT_TRUE(absl::IsCancelled(s)) << s;
+  }
+  std::printf("3 calls in flight cancelled, callbacks done, in %s\n",
+              absl::FormatDuration(took).c_str());
+  EXPECT_LT(took, NodeClientPool::kShutdownTimeout);
+
+  absl::Status after;
+  pool.PrepareBundle(address, rpc::BundleRequest(), [&](absl::Status s) { after = s; });
+  EXPECT_TRUE(absl::IsCancelled(after)) << after;
+  server->Shutdown(std::chrono::system_clock::now());
+  queue->Shutdown();
+  void* tag;
+  bool ok;
+  while (queue->Next(&tag, &ok)) {
+  }
 }
 
 }  // namespace
