@@ -222,6 +222,17 @@ TEST_F(CollectiveTest, StrangersOnAMeshPortAreRefusedAndTheMeshFormsWithTheMembe
   ::close(impostor);
 }
 
+// Member `rank` of `world` on loopback, proving `secret`.
+ConnectOptions MemberOnLoopback(int rank, int world, absl::Duration timeout, std::string secret) {
+  ConnectOptions options;
+  options.rank = rank;
+  options.world_size = world;
+  options.host = "127.0.0.1";
+  options.timeout = timeout;
+  options.secret = std::move(secret);
+  return options;
+}
+
 // Gloo takes whoever reaches a pair's port first for the peer; the proof that follows is what
 // keeps a member without the token out. Both members refuse, every try, within the timeout.
 TEST_F(CollectiveTest, AGlooMemberThatCannotProveTheTokenIsRefused) {
@@ -233,13 +244,8 @@ TEST_F(CollectiveTest, AGlooMemberThatCannotProveTheTokenIsRefused) {
   std::thread members[2];
   for (int r = 0; r < 2; ++r) {
     members[r] = std::thread([&, r] {
-      ConnectOptions options;
-      options.rank = r;
-      options.world_size = 2;
-      options.host = "127.0.0.1";
-      options.timeout = absl::Seconds(10);
-      options.secret = r == 0 ? gcs_->token() : "not-the-token";
-      formed[r] = ConnectGloo(&store, options);
+      formed[r] = ConnectGloo(&store, MemberOnLoopback(r, 2, absl::Seconds(10),
+                                                       r == 0 ? gcs_->token() : "not-the-token"));
     });
   }
   for (auto& m : members) m.join();
@@ -270,13 +276,7 @@ TEST_F(CollectiveTest, AStrangerOnAGlooPortCostsOneTryAndTheMeshForms) {
   std::thread members[3];
   auto start = [&](int r) {
     members[r] = std::thread([&, r] {
-      ConnectOptions options;
-      options.rank = r;
-      options.world_size = 3;
-      options.host = "127.0.0.1";
-      options.timeout = absl::Seconds(20);
-      options.secret = gcs_->token();
-      formed[r] = ConnectGloo(&store, options);
+      formed[r] = ConnectGloo(&store, MemberOnLoopback(r, 3, absl::Seconds(20), gcs_->token()));
     });
   };
   absl::Time t0 = absl::Now();
