@@ -252,13 +252,20 @@ class HierBackend final : public CommBackend {
         net = ring(k);
       }
       if (k + 1 < pieces) local = local_reduce(k + 1);
+      bool ended_ring = false;
       if (helper.joinable()) {
         // Ends the helper's wait at once (this epoch has failed). Only ours: the streams stay
         // up until the group has recorded this member's failure first (then it aborts us), so
         // that the other machines name the right first failure.
-        if (!local.ok()) abort_.Raise();
+        if (!local.ok()) {
+          abort_.Raise();
+          ended_ring = true;
+        }
         helper.join();
       }
+      // The local failure is the cause when it ended the ring: the ring's own error is then
+      // only "aborted", which would hide the peer that died.
+      if (ended_ring) return local;
       if (!net.ok()) return net;
       if (!local.ok()) return local;
       if (local_) {

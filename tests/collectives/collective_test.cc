@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -178,6 +179,7 @@ TEST_F(CollectiveTest, AbortEndsACallBlockedOnAStoppedPeerAtOnce) {
 // sends garbage, one that speaks the protocol but proves the wrong token) are refused, and
 // the mesh forms with the real member that connects after them.
 TEST_F(CollectiveTest, StrangersOnAMeshPortAreRefusedAndTheMeshFormsWithTheMember) {
+  std::signal(SIGPIPE, SIG_IGN);  // as CollectiveGroup::Create does
   auto gcs = gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
   ASSERT_TRUE(gcs.ok()) << gcs.status();
   KvStore store(gcs->get(), "strangers/");
@@ -222,8 +224,11 @@ TEST_F(CollectiveTest, StrangersOnAMeshPortAreRefusedAndTheMeshFormsWithTheMembe
   ::close(impostor);
 }
 
-// Member `rank` of `world` on loopback, proving `secret`.
+// Member `rank` of `world` on loopback, proving `secret`. Like CollectiveGroup::Create, it
+// ignores SIGPIPE first: writing to a connection a peer (or a stranger) closed must not end
+// this process.
 ConnectOptions MemberOnLoopback(int rank, int world, absl::Duration timeout, std::string secret) {
+  std::signal(SIGPIPE, SIG_IGN);
   ConnectOptions options;
   options.rank = rank;
   options.world_size = world;
