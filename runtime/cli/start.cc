@@ -422,7 +422,7 @@ class Starter {
       auto key = rpc::NewPrivateKey();
       auto public_key = key.ok() ? rpc::PublicKeyOf(*key) : key.status();
       if (!public_key.ok()) return Fail(std::string(public_key.status().message()));
-      auto chain = (*gcs)->IssueCertificate(*public_key, {node_ip_, Hostname()});
+      auto chain = (*gcs)->IssueCertificate(*public_key, rpc::MachineNames(node_ip_));
       if (!chain.ok()) {
         return Fail(absl::StrCat("the head did not sign this machine's certificate: ",
                                  chain.status().message()));
@@ -453,7 +453,7 @@ class Starter {
     if (!key.ok()) return key.status();
     auto public_key = rpc::PublicKeyOf(*key);
     if (!public_key.ok()) return public_key.status();
-    auto cert = rpc::IssueCertificate(*ca, *public_key, {node_ip_, Hostname()});
+    auto cert = rpc::IssueCertificate(*ca, *public_key, rpc::MachineNames(node_ip_));
     if (!cert.ok()) return cert.status();
     for (auto [file, text] : {std::pair<const char*, std::string>{rpc::kCaCertFile, ca->cert_pem},
                               {rpc::kCaKeyFile, ca->key_pem},

@@ -312,6 +312,13 @@ absl::StatusOr<std::string> IssueCertificate(const KeyAndCert& ca,
   return CertPem(c);
 }
 
+std::vector<std::string> MachineNames(const std::string& node_ip) {
+  std::vector<std::string> names = {node_ip};
+  char host[256] = {0};
+  if (::gethostname(host, sizeof(host) - 1) == 0 && IsHostName(host)) names.push_back(host);
+  return names;
+}
+
 absl::StatusOr<std::string> CertFingerprint(const std::string& cert_pem) {
   auto cert = ReadCert(cert_pem, "the certificate");
   if (!cert.ok()) return cert.status();

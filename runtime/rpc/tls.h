@@ -50,6 +50,10 @@ absl::StatusOr<std::string> IssueCertificate(const KeyAndCert& ca,
                                              const std::string& public_key_pem,
                                              const std::vector<std::string>& names);
 
+// The names a machine's certificate carries besides the cluster's: its IP `node_ip` and its
+// host name, when that is a valid DNS name (one with '_', say, is left out, not refused).
+std::vector<std::string> MachineNames(const std::string& node_ip);
+
 // The SHA-256 of a certificate's DER encoding, as 64 lowercase hex characters.
 absl::StatusOr<std::string> CertFingerprint(const std::string& cert_pem);
 
