@@ -73,8 +73,9 @@ class Cluster:
 def cluster(tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("phx"))
     os.environ["PHALANX_TLS_DIR"] = c.tls_dir
-    phalanx.init(c.address, token=c.token)
     try:
+        # Inside the try: a cluster whose init fails is stopped too.
+        phalanx.init(c.address, token=c.token)
         yield c
     finally:
         phalanx.shutdown()
