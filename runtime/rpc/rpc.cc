@@ -2,6 +2,7 @@
 
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
+#include <openssl/crypto.h>
 
 #include <chrono>
 
@@ -22,6 +23,15 @@ constexpr char kMissingToken[] =
 constexpr char kWrongToken[] =
     "wrong cluster token: use the token printed by `phalanx start --head` (in the head's "
     "session dir, file 'token')";
+
+// OpenSSL frees its global state in an atexit handler, while gRPC's threads may still be
+// using it as a process exits (a TLS channel's handshake or shutdown): the two race, and
+// `phalanx start` was seen aborting with "double free or corruption" after its work was done.
+// Nothing needs that cleanup at exit, so it is turned off before OpenSSL is first used (this
+// file is in every program that makes a channel or a server).
+[[maybe_unused]] const bool kOpenSslCleanupAtExitOff = [] {
+  return OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr) == 1;
+}();
 
 // This process's transport security (UseTls).
 struct Tls {
