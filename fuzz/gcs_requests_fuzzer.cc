@@ -66,14 +66,7 @@ std::string CaDir() {
   static const std::string dir = [] {
     char path[] = "/tmp/phalanx-fuzz-ca-XXXXXX";
     if (::mkdtemp(path) == nullptr) std::abort();
-    auto ca = phalanx::rpc::NewClusterCa("fuzz");
-    if (!ca.ok()) std::abort();
-    std::FILE* cert = std::fopen((std::string(path) + "/ca.pem").c_str(), "w");
-    std::FILE* key = std::fopen((std::string(path) + "/ca.key").c_str(), "w");
-    std::fputs(ca->cert_pem.c_str(), cert);
-    std::fputs(ca->key_pem.c_str(), key);
-    std::fclose(cert);
-    std::fclose(key);
+    if (!phalanx::rpc::MakeClusterTlsDir(path, "fuzz", {"127.0.0.1"}).ok()) std::abort();
     return std::string(path);
   }();
   return dir;

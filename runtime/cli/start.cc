@@ -446,23 +446,9 @@ class Starter {
   // Returns the CA's fingerprint (what joining machines check).
   absl::StatusOr<std::string> MakeHeadTls(const std::string& cluster_id) {
     std::string dir = session_ + "/tls";
-    if (auto s = MakeDirs(dir, 0700); !s.ok()) return s;
-    auto ca = rpc::NewClusterCa(cluster_id);
-    if (!ca.ok()) return ca.status();
-    auto key = rpc::NewPrivateKey();
-    if (!key.ok()) return key.status();
-    auto public_key = rpc::PublicKeyOf(*key);
-    if (!public_key.ok()) return public_key.status();
-    auto cert = rpc::IssueCertificate(*ca, *public_key, rpc::MachineNames(node_ip_));
-    if (!cert.ok()) return cert.status();
-    for (auto [file, text] : {std::pair<const char*, std::string>{rpc::kCaCertFile, ca->cert_pem},
-                              {rpc::kCaKeyFile, ca->key_pem},
-                              {rpc::kKeyFile, *key},
-                              {rpc::kCertFile, *cert + ca->cert_pem}}) {
-      if (auto s = WriteFile(absl::StrCat(dir, "/", file), text, 0600); !s.ok()) return s;
-    }
-    tls_dir_ = dir;
-    return rpc::CertFingerprint(ca->cert_pem);
+    auto fingerprint = rpc::MakeClusterTlsDir(dir, cluster_id, rpc::MachineNames(node_ip_));
+    if (fingerprint.ok()) tls_dir_ = dir;
+    return fingerprint;
   }
 
   // A joining machine's trust in the cluster: the CA the head shows, checked against

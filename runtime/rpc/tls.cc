@@ -21,6 +21,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/common/files.h"
 #include "runtime/common/sha256.h"
 #include "runtime/rpc/rpc.h"
 
@@ -310,6 +311,26 @@ absl::StatusOr<std::string> IssueCertificate(const KeyAndCert& ca,
   }
   if (X509_sign(c, ca_key->get(), EVP_sha256()) == 0) return Failed("signing a certificate");
   return CertPem(c);
+}
+
+absl::StatusOr<std::string> MakeClusterTlsDir(const std::string& dir, const std::string& cluster_id,
+                                              const std::vector<std::string>& names) {
+  if (auto s = MakeDirs(dir, 0700); !s.ok()) return s;
+  auto ca = NewClusterCa(cluster_id);
+  if (!ca.ok()) return ca.status();
+  auto key = NewPrivateKey();
+  if (!key.ok()) return key.status();
+  auto public_key = PublicKeyOf(*key);
+  if (!public_key.ok()) return public_key.status();
+  auto cert = IssueCertificate(*ca, *public_key, names);
+  if (!cert.ok()) return cert.status();
+  for (auto [file, text] : {std::pair<const char*, std::string>{kCaCertFile, ca->cert_pem},
+                            {kCaKeyFile, ca->key_pem},
+                            {kKeyFile, *key},
+                            {kCertFile, *cert + ca->cert_pem}}) {
+    if (auto s = WriteFile(absl::StrCat(dir, "/", file), text, 0600); !s.ok()) return s;
+  }
+  return CertFingerprint(ca->cert_pem);
 }
 
 std::vector<std::string> MachineNames(const std::string& node_ip) {

@@ -50,6 +50,12 @@ absl::StatusOr<std::string> IssueCertificate(const KeyAndCert& ca,
                                              const std::string& public_key_pem,
                                              const std::vector<std::string>& names);
 
+// Makes `dir` (mode 0700) a new cluster's TLS dir, as `phalanx start --head` has it: a CA for
+// `cluster_id`, and this machine's key and a certificate for `names` from that CA (files
+// 0600). Returns the CA's fingerprint.
+absl::StatusOr<std::string> MakeClusterTlsDir(const std::string& dir, const std::string& cluster_id,
+                                              const std::vector<std::string>& names);
+
 // The names a machine's certificate carries besides the cluster's: its IP `node_ip` and its
 // host name, when that is a valid DNS name (one with '_', say, is left out, not refused).
 std::vector<std::string> MachineNames(const std::string& node_ip);

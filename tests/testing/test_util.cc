@@ -328,21 +328,12 @@ GcsProcess::GcsProcess(const RedisServer& redis, Options options, std::string se
 std::string GcsProcess::address() const { return absl::StrCat("127.0.0.1:", port_); }
 
 void GcsProcess::MakeTlsDir() {
-  std::string dir = tls_dir();
-  auto ca = rpc::NewClusterCa("testcluster");
-  auto key = rpc::NewPrivateKey();
-  auto public_key = key.ok() ? rpc::PublicKeyOf(*key) : key.status();
-  auto cert = ca.ok() && public_key.ok() ? rpc::IssueCertificate(*ca, *public_key, {"127.0.0.1"})
-                                         : absl::StatusOr<std::string>(absl::InternalError("ca"));
-  if (!cert.ok() || !MakeDirs(dir, 0700).ok()) {
-    std::fprintf(stderr, "cannot make a TLS dir: %s\n", cert.status().ToString().c_str());
+  auto made = rpc::MakeClusterTlsDir(tls_dir(), "testcluster", {"127.0.0.1"});
+  if (!made.ok()) {
+    std::fprintf(stderr, "cannot make a TLS dir: %s\n", made.status().ToString().c_str());
     std::abort();
   }
-  WriteFile(dir + "/" + rpc::kCaCertFile, ca->cert_pem, 0600).IgnoreError();
-  WriteFile(dir + "/" + rpc::kCaKeyFile, ca->key_pem, 0600).IgnoreError();
-  WriteFile(dir + "/" + rpc::kKeyFile, *key, 0600).IgnoreError();
-  WriteFile(dir + "/" + rpc::kCertFile, *cert + ca->cert_pem, 0600).IgnoreError();
-  rpc::UseTls(dir).IgnoreError();
+  rpc::UseTls(tls_dir()).IgnoreError();
 }
 
 void GcsProcess::Start() {
