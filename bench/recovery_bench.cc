@@ -17,6 +17,7 @@
 //            ratio=... phalanx_steps_lost=... torchrun_steps_lost=...
 #include <signal.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -42,6 +43,11 @@ struct Outcome {
   double recovery_s = -1;
   double full_strength_s = -1;
   int64_t steps_lost = -1;
+  // The same two spans as the job's own recovery timeline records them (the node's time of
+  // death → the controller's resumed and full-strength steps), for the dashboard's and the
+  // metrics' figures to be checked against this benchmark's.
+  double timeline_recovery_s = -1;
+  double timeline_full_strength_s = -1;
 };
 
 Outcome OneRun(gcs::GcsClient& gcs, const std::string& dir, int run) {
@@ -68,6 +74,16 @@ Outcome OneRun(gcs::GcsClient& gcs, const std::string& dir, int run) {
   std::uniform_int_distribution<int> jitter(0, 65);
   while (true) {
     auto s = elastic::Status(*job);
+    if (s.ok() && s->Done()) {
+      for (const auto& r : s->recoveries) {
+        if (r.kind != "signal" || r.resumed_ms == 0) continue;
+        out.timeline_recovery_s = static_cast<double>(r.resumed_ms - r.fault_ms) / 1000;
+        if (r.full_strength_ms > 0) {
+          out.timeline_full_strength_s =
+              static_cast<double>(r.full_strength_ms - r.fault_ms) / 1000;
+        }
+      }
+    }
     if (!s.ok() || s->Done()) break;
     if (kill_ms == 0 && s->step >= 55 && s->world_size == 4) {
       auto actor = gcs.GetActor(s->ranks[1].actor_id);
@@ -101,8 +117,10 @@ Outcome OneRun(gcs::GcsClient& gcs, const std::string& dir, int run) {
   }
   std::printf(
       "run %d: kill at step %ld; survivors' next step after %.3f s (world 3), full strength "
-      "after %.3f s, committed steps lost %ld\n",
-      run, before, out.recovery_s, out.full_strength_s, out.steps_lost);
+      "after %.3f s, committed steps lost %ld; the job's recovery timeline says %.3f s and "
+      "%.3f s\n",
+      run, before, out.recovery_s, out.full_strength_s, out.steps_lost, out.timeline_recovery_s,
+      out.timeline_full_strength_s);
   std::fflush(stdout);
   return out;
 }
@@ -134,8 +152,16 @@ int Main(int argc, char** argv) {
       runs, bench::TransportName().c_str());
   std::vector<double> recovery, full;
   std::vector<double> lost;
+  // Per run: the timeline's span over this benchmark's (1: they agree).
+  std::vector<double> agree_recovery, agree_full;
   for (int run = 1; run <= runs; ++run) {
     Outcome o = OneRun(*client, dir.path(), run);
+    if (o.recovery_s > 0 && o.timeline_recovery_s >= 0) {
+      agree_recovery.push_back(o.timeline_recovery_s / o.recovery_s);
+    }
+    if (o.full_strength_s > 0 && o.timeline_full_strength_s >= 0) {
+      agree_full.push_back(o.timeline_full_strength_s / o.full_strength_s);
+    }
     if (o.recovery_s >= 0) recovery.push_back(o.recovery_s);
     if (o.full_strength_s >= 0) full.push_back(o.full_strength_s);
     if (o.steps_lost >= 0) lost.push_back(static_cast<double>(o.steps_lost));
@@ -157,6 +183,17 @@ int Main(int argc, char** argv) {
       "phalanx: recovery median %.3f s (n=%zu), full strength median %.3f s, steps lost "
       "median %.0f\n",
       ours, recovery.size(), bench::Percentile(full, 0.5), bench::Percentile(lost, 0.5));
+  auto worst = [](const std::vector<double>& ratios) {
+    double w = 0;
+    for (double r : ratios) w = std::max(w, std::abs(r - 1));
+    return ratios.empty() ? -1.0 : w;
+  };
+  std::printf(
+      "recovery timeline vs this benchmark (timeline / measured, per run): survivors' next step "
+      "median %.3f (worst off by %.1f%%), full strength median %.3f (worst off by %.1f%%); "
+      "goal: within 10%%\n",
+      bench::Percentile(agree_recovery, 0.5), 100 * worst(agree_recovery),
+      bench::Percentile(agree_full, 0.5), 100 * worst(agree_full));
   std::printf(
       "RESULT phalanx_recovery_s=%.3f phalanx_full_strength_s=%.3f torchrun_recovery_s=%.2f "
       "ratio=%.3f phalanx_steps_lost=%.0f torchrun_steps_lost=%.0f\n",

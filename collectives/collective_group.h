@@ -31,6 +31,7 @@
 // No Gloo, NCCL or gRPC in this header.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <future>
@@ -169,30 +170,30 @@ class CollectiveGroup {
   // Blocking forms.
   absl::Status Allreduce(void* data, size_t count, DType dtype, ReduceOp op,
                          absl::Duration timeout = absl::ZeroDuration()) {
-    return AllreduceAsync(data, count, dtype, op, timeout).Wait();
+    return Timed(AllreduceAsync(data, count, dtype, op, timeout));
   }
   absl::Status Allgather(const void* in, void* out, size_t count, DType dtype,
                          absl::Duration timeout = absl::ZeroDuration()) {
-    return AllgatherAsync(in, out, count, dtype, timeout).Wait();
+    return Timed(AllgatherAsync(in, out, count, dtype, timeout));
   }
   absl::Status Broadcast(void* data, size_t count, DType dtype, int root,
                          absl::Duration timeout = absl::ZeroDuration()) {
-    return BroadcastAsync(data, count, dtype, root, timeout).Wait();
+    return Timed(BroadcastAsync(data, count, dtype, root, timeout));
   }
   absl::Status ReduceScatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
                              absl::Duration timeout = absl::ZeroDuration()) {
-    return ReduceScatterAsync(in, out, count, dtype, op, timeout).Wait();
+    return Timed(ReduceScatterAsync(in, out, count, dtype, op, timeout));
   }
   absl::Status Barrier(absl::Duration timeout = absl::ZeroDuration()) {
-    return BarrierAsync(timeout).Wait();
+    return Timed(BarrierAsync(timeout));
   }
   absl::Status Send(const void* data, size_t count, DType dtype, int dst,
                     absl::Duration timeout = absl::ZeroDuration()) {
-    return SendAsync(data, count, dtype, dst, timeout).Wait();
+    return Timed(SendAsync(data, count, dtype, dst, timeout));
   }
   absl::Status Recv(void* data, size_t count, DType dtype, int src,
                     absl::Duration timeout = absl::ZeroDuration()) {
-    return RecvAsync(data, count, dtype, src, timeout).Wait();
+    return Timed(RecvAsync(data, count, dtype, src, timeout));
   }
 
   // Makes the call in flight (if any) fail at once, from any thread — host memory: within
@@ -206,8 +207,25 @@ class CollectiveGroup {
   // Runs the network check on every member (all must call it); see NetworkCheckOptions.
   virtual absl::StatusOr<NetworkCheckReport> NetworkCheck(const NetworkCheckOptions& options) = 0;
 
+  // How long the blocking forms above have waited, in total, since the group was made: the
+  // part of a training step spent in collectives (the rest is the rank's own compute, which
+  // is what tells a straggler).
+  absl::Duration TimeInCollectives() const {
+    return absl::Nanoseconds(waited_ns_.load(std::memory_order_relaxed));
+  }
+
  protected:
   CollectiveGroup() = default;
+
+ private:
+  absl::Status Timed(const Work& work) {
+    absl::Time start = absl::Now();
+    absl::Status s = work.Wait();
+    waited_ns_.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start), std::memory_order_relaxed);
+    return s;
+  }
+
+  std::atomic<int64_t> waited_ns_{0};
 };
 
 }  // namespace phalanx::collective

@@ -560,6 +560,14 @@ std::optional<rpc::ActorInfo> GcsActorManager::GetByName(const std::string& name
   return std::nullopt;
 }
 
+std::map<std::pair<rpc::ActorState, std::string>, int> GcsActorManager::CountByStateAndClass()
+    const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::pair<rpc::ActorState, std::string>, int> counts;
+  for (const auto& [id, a] : actors_.entries()) ++counts[{a.state(), a.class_name()}];
+  return counts;
+}
+
 std::vector<rpc::ActorInfo> GcsActorManager::List(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   std::vector<rpc::ActorInfo> out;

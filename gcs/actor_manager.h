@@ -14,6 +14,7 @@
 #pragma once
 
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,6 +63,8 @@ class GcsActorManager {
   std::optional<rpc::ActorInfo> Get(const std::string& actor_id) const;
   std::optional<rpc::ActorInfo> GetByName(const std::string& name, const std::string& ns) const;
   std::vector<rpc::ActorInfo> List(const std::string& job_id) const;
+  // How many actors are in each (state, class), without copying them (for /metrics).
+  std::map<std::pair<rpc::ActorState, std::string>, int> CountByStateAndClass() const;
   // Writes a record as given (tools and tests).
   absl::Status Put(const rpc::ActorInfo& actor);
 

@@ -9,6 +9,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "gcs/actor_manager.h"
+#include "gcs/dashboard.h"
+#include "gcs/job_history.h"
 #include "gcs/job_manager.h"
 #include "gcs/kv_manager.h"
 #include "gcs/node_client_pool.h"
@@ -37,7 +39,8 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
   GcsServiceImpl(std::string cluster_id, GcsPublisher* publisher, GcsNodeManager* nodes,
                  GcsKvManager* kv, GcsActorManager* actors, RecordTable<rpc::JobInfo>* jobs,
                  GcsPlacementGroupManager* placement_groups, GcsJobManager* job_manager,
-                 absl::Duration node_timeout, std::optional<rpc::KeyAndCert> ca)
+                 JobHistory* history, absl::Duration node_timeout,
+                 std::optional<rpc::KeyAndCert> ca)
       : cluster_id_(std::move(cluster_id)),
         ca_(std::move(ca)),
         start_time_ms_(NowMs()),
@@ -48,9 +51,15 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
         jobs_(jobs),
         placement_groups_(placement_groups),
         job_manager_(job_manager),
+        history_(history),
         node_timeout_(node_timeout) {}
 
   void Stop() { stopping_ = true; }
+  // Set before the server starts.
+  void SetDashboard(int port, bool https) {
+    dashboard_port_ = port;
+    dashboard_https_ = https;
+  }
 
   // Bounds on an IssueCertificate request (an EC or RSA public key is well under 4 KiB).
   static constexpr size_t kMaxPublicKeyBytes = 4096;
@@ -62,6 +71,8 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
     reply->set_incarnation(publisher_->incarnation());
     reply->set_version(kVersion);
     reply->set_start_time_ms(start_time_ms_);
+    reply->set_dashboard_port(dashboard_port_);
+    reply->set_dashboard_https(dashboard_https_);
     return grpc::Status::OK;
   }
 
@@ -232,7 +243,9 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
 
   grpc::Status UpdateJob(grpc::ServerContext*, const rpc::UpdateJobRequest* request,
                          rpc::UpdateJobReply*) override {
-    return rpc::ToGrpc(job_manager_->Update(request->job()));
+    absl::Status updated = job_manager_->Update(request->job());
+    if (updated.ok()) history_->Record(request->job(), absl::Now());
+    return rpc::ToGrpc(updated);
   }
 
   grpc::Status GetJob(grpc::ServerContext*, const rpc::GetJobRequest* request,
@@ -401,6 +414,9 @@ class GcsServiceImpl final : public rpc::GcsService::Service {
   RecordTable<rpc::JobInfo>* jobs_;
   GcsPlacementGroupManager* placement_groups_;
   GcsJobManager* job_manager_;
+  JobHistory* history_;
+  int dashboard_port_ = 0;
+  bool dashboard_https_ = false;
   const absl::Duration node_timeout_;
   std::atomic<bool> stopping_{false};
 };
@@ -442,7 +458,7 @@ class GcsServerImpl final : public GcsServer {
  public:
   explicit GcsServerImpl(std::unique_ptr<Store> store, const GcsServerOptions& options)
       : options_(options),
-        store_(std::move(store)),
+        store_(NewTimedStore(std::move(store), &store_metrics_)),
         publisher_(RandomHex(8)),
         nodes_(store_.get(), &publisher_, {options.node_timeout, options.restart_grace}),
         kv_(store_.get(), &publisher_),
@@ -458,11 +474,13 @@ class GcsServerImpl final : public GcsServer {
                          {node.labels().begin(), node.labels().end()});
       actors_.OnNodeRegistered(node);
       placement_groups_.ScheduleNow();
+      UpdateScrapeTargets();
     });
     nodes_.AddDeadListener([this](const rpc::NodeInfo& node) {
       auto lost = scheduler_.RemoveNode(node.node_id());
       actors_.OnNodeDead(node);
       placement_groups_.OnBundlesLost(lost);
+      UpdateScrapeTargets();
     });
     actors_.SetPlacementGroupCheck(
         [this](const std::string& pg_id, int index, const Resources& request) {
@@ -497,12 +515,18 @@ class GcsServerImpl final : public GcsServer {
       }
       ca = rpc::KeyAndCert{*key, *cert};
     }
+    // The HTTP port before the gRPC one: once nodes can register, the scrape targets they
+    // change have a port to name.
+    std::string ca_fingerprint = ca ? rpc::CertFingerprint(ca->cert_pem).value_or("") : "";
+    if (auto s = StartDashboard(cluster_id, ca_fingerprint); !s.ok()) return s;
     service_ = std::make_unique<GcsServiceImpl>(cluster_id, &publisher_, &nodes_, &kv_, &actors_,
                                                 &jobs_, &placement_groups_, &job_manager_,
-                                                options_.node_timeout, std::move(ca));
-    auto started =
-        rpc::StartServer(absl::StrCat(options_.listen_host, ":", options_.port), {service_.get()},
-                         {options_.token, rpc::kMaxControlMessageBytes});
+                                                &history_, options_.node_timeout, std::move(ca));
+    if (dashboard_) service_->SetDashboard(dashboard_->port(), dashboard_->https());
+    rpc::ServerOptions server_options{options_.token, rpc::kMaxControlMessageBytes};
+    server_options.latency = &rpc_latency_;
+    auto started = rpc::StartServer(absl::StrCat(options_.listen_host, ":", options_.port),
+                                    {service_.get()}, server_options);
     if (!started.ok()) {
       return absl::UnavailableError(absl::StrCat("GCS cannot listen on port ", options_.port, ": ",
                                                  started.status().message()));
@@ -517,6 +541,7 @@ class GcsServerImpl final : public GcsServer {
   }
 
   int port() const override { return port_; }
+  int dashboard_port() const override { return dashboard_ ? dashboard_->port() : 0; }
   const std::string& cluster_id() const override { return options_.redis.cluster_id; }
   const std::string& incarnation() const override { return publisher_.incarnation(); }
 
@@ -535,6 +560,7 @@ class GcsServerImpl final : public GcsServer {
     store_->Close(options_.redis.shutdown_timeout);
     publisher_.Shutdown();
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    if (dashboard_) dashboard_->Stop();
     if (health_thread_.joinable()) health_thread_.join();
     // No callback of a call to a node may run once the managers it reports to are gone.
     node_clients_.Shutdown();
@@ -543,6 +569,43 @@ class GcsServerImpl final : public GcsServer {
   }
 
  private:
+  absl::Status StartDashboard(const std::string& cluster_id, const std::string& ca_fingerprint) {
+    if (options_.dashboard_port < 0) return absl::OkStatus();
+    GcsObservables o;
+    o.cluster_id = cluster_id;
+    o.version = kVersion;
+    o.start_time_ms = NowMs();
+    o.ca_fingerprint = ca_fingerprint;
+    o.nodes = &nodes_;
+    o.actors = &actors_;
+    o.placement_groups = &placement_groups_;
+    o.jobs = &jobs_;
+    o.job_manager = &job_manager_;
+    o.publisher = &publisher_;
+    o.store = store_.get();
+    o.rpc_latency = &rpc_latency_;
+    o.store_metrics = &store_metrics_;
+    o.history = &history_;
+    DashboardOptions d;
+    d.host = options_.listen_host;
+    d.port = options_.dashboard_port;
+    d.port_fallback = options_.dashboard_port_fallback;
+    d.token = options_.token;
+    if (!ca_fingerprint.empty()) d.tls_dir = options_.tls_dir;
+    d.scrape_targets_path = options_.scrape_targets_path;
+    if (d.scrape_targets_path.empty() && !options_.session_dir.empty()) {
+      d.scrape_targets_path = absl::StrCat(options_.session_dir, "/metrics/targets.json");
+    }
+    auto started = HeadDashboard::Start(o, d);
+    if (!started.ok()) return started.status();
+    dashboard_ = std::move(*started);
+    return absl::OkStatus();
+  }
+
+  void UpdateScrapeTargets() {
+    if (dashboard_) dashboard_->UpdateScrapeTargets();
+  }
+
   void HealthLoop() {
     while (!shutdown_started_) {
       absl::Time slept = absl::Now();
@@ -558,6 +621,10 @@ class GcsServerImpl final : public GcsServer {
   }
 
   const GcsServerOptions options_;
+  // Before the store: it counts the store's writes.
+  StoreMetrics store_metrics_;
+  metrics::HistogramFamily rpc_latency_{metrics::LatencyBuckets()};
+  JobHistory history_;
   std::unique_ptr<Store> store_;
   GcsPublisher publisher_;
   GcsNodeManager nodes_;
@@ -570,6 +637,7 @@ class GcsServerImpl final : public GcsServer {
   GcsJobManager job_manager_;
   std::unique_ptr<GcsServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HeadDashboard> dashboard_;
   int port_ = 0;
   std::thread health_thread_;
   std::atomic<bool> shutdown_started_{false};

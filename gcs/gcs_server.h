@@ -32,6 +32,16 @@ struct GcsServerOptions {
   // The cluster's TLS dir (rpc/tls.h) when it holds the CA's key: IssueCertificate signs
   // joining machines' keys with it. Empty: IssueCertificate fails (a --no-tls cluster).
   std::string tls_dir;
+  // The head's HTTP port (gcs/dashboard.h: /metrics, /api, the dashboard), on listen_host.
+  // -1: none; 0: any free one. HTTPS with the machine's certificate from tls_dir when TLS is
+  // on. `phalanx start --head` serves it on 8265, like Ray's dashboard.
+  int dashboard_port = -1;
+  // When dashboard_port is taken: serve on any free port (with a warning) instead of failing.
+  // For the default port; a port the user asked for fails.
+  bool dashboard_port_fallback = false;
+  // Where the Prometheus file_sd targets of the cluster are kept current (empty: the session
+  // dir's metrics/targets.json when there is a session dir).
+  std::string scrape_targets_path;
   // SIGTERM's bound: phalanx-gcs exits this long after it, whatever Redis does.
   absl::Duration shutdown_timeout = absl::Seconds(5);
 };
@@ -47,6 +57,8 @@ class GcsServer {
   GcsServer& operator=(const GcsServer&) = delete;
 
   virtual int port() const = 0;
+  // The HTTP port (dashboard_port), or 0 when it serves none.
+  virtual int dashboard_port() const = 0;
   virtual const std::string& cluster_id() const = 0;
   virtual const std::string& incarnation() const = 0;
   // Blocks until Shutdown() is called.

@@ -61,6 +61,15 @@ int main(int argc, char** argv) {
                  "the cluster's TLS dir (ca.pem, ca.key, node.pem, node.key; `phalanx start "
                  "--head` makes it): serve TLS and sign joining machines' certificates. "
                  "Without it: plaintext");
+  app.add_option("--dashboard-port", options.dashboard_port,
+                 "the head's HTTP(S) port: /metrics (Prometheus), /api (JSON), the dashboard "
+                 "at / (-1: none, 0: any free one)")
+      ->check(CLI::Range(-1, 65535));
+  app.add_flag("--dashboard-port-fallback", options.dashboard_port_fallback,
+               "if --dashboard-port is taken, serve on any free port instead of failing");
+  app.add_option("--scrape-targets", options.scrape_targets_path,
+                 "keep the cluster's Prometheus file_sd targets in this file (default: "
+                 "<session-dir>/metrics/targets.json)");
   double max_working_dir_mb = 100;
   if (const char* env = std::getenv("PHALANX_MAX_WORKING_DIR_MB"); env && *env) {
     max_working_dir_mb = std::atof(env);

@@ -533,27 +533,50 @@ void GcsJobManager::WatchLoop() {
   }
 }
 
-absl::Status GcsJobManager::StreamLogs(const rpc::JobLogsRequest& request,
-                                       const std::function<bool(const rpc::JobLogsChunk&)>& write,
-                                       const std::function<bool()>& cancelled) {
-  auto job = jobs_->Get(request.job_id());
+absl::StatusOr<std::string> GcsJobManager::LogPath(const std::string& job_id) const {
+  auto job = jobs_->Get(job_id);
   if (!job) {
     return absl::NotFoundError(
-        absl::StrCat("no job '", request.job_id(), "'; `phalanx job list` shows the known ones"));
+        absl::StrCat("no job '", job_id, "'; `phalanx job list` shows the known ones"));
   }
-  if (!job->log_path().empty() &&
-      !absl::StartsWith(job->log_path(), JobDir(request.job_id()) + "/")) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", request.job_id(), "'s log is not in its own dir (",
-                     JobDir(request.job_id()), "); the record was altered"));
+  if (!job->log_path().empty() && !absl::StartsWith(job->log_path(), JobDir(job_id) + "/")) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id,
+                                                      "'s log is not in its own dir (",
+                                                      JobDir(job_id), "); the record was altered"));
   }
   if (job->log_path().empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "job ", request.job_id(),
-        " is an elastic training job and has no driver log: `phalanx job status ", request.job_id(),
+        "job ", job_id, " is an elastic training job and has no driver log: `phalanx job status ",
+        job_id,
         "` shows its events; its workers' logs are in the nodes' session "
         "dirs (logs/worker-*.log)"));
   }
+  return job->log_path();
+}
+
+absl::StatusOr<std::pair<std::string, int64_t>> GcsJobManager::TailLog(const std::string& job_id,
+                                                                       int64_t max_bytes) const {
+  auto path = LogPath(job_id);
+  if (!path.ok()) return path.status();
+  int fd = ::open(path->c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::make_pair(std::string(), int64_t{0});  // not written yet
+  struct stat st {};
+  int64_t size = ::fstat(fd, &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
+  int64_t from = std::max<int64_t>(0, size - std::max<int64_t>(0, max_bytes));
+  std::string tail(static_cast<size_t>(size - from), '\0');
+  ssize_t n = size > from ? ::pread(fd, tail.data(), tail.size(), from) : 0;
+  ::close(fd);
+  tail.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return std::make_pair(std::move(tail), size);
+}
+
+absl::Status GcsJobManager::StreamLogs(const rpc::JobLogsRequest& request,
+                                       const std::function<bool(const rpc::JobLogsChunk&)>& write,
+                                       const std::function<bool()>& cancelled) {
+  auto log_path = LogPath(request.job_id());
+  if (!log_path.ok()) return log_path.status();
+  auto job = jobs_->Get(request.job_id());
+  if (!job) return absl::NotFoundError(absl::StrCat("no job '", request.job_id(), "'"));
   int64_t offset = std::max<int64_t>(0, request.offset());
   std::string buffer(64 << 10, '\0');
   int fd = -1;

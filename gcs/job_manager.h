@@ -82,6 +82,12 @@ class GcsJobManager {
 
   // Streams the job's log from `offset` to `write` (false: the reader went away); with
   // `follow`, until the job ended and its log is drained, or `cancelled` returns true.
+  // The driver log's path, checked to be in the job's own dir. NotFound: no such job;
+  // FailedPrecondition: an elastic job (no driver), or a record pointing elsewhere.
+  absl::StatusOr<std::string> LogPath(const std::string& job_id) const;
+  // The last `max_bytes` of the driver log, and its whole size.
+  absl::StatusOr<std::pair<std::string, int64_t>> TailLog(const std::string& job_id,
+                                                          int64_t max_bytes) const;
   absl::Status StreamLogs(const rpc::JobLogsRequest& request,
                           const std::function<bool(const rpc::JobLogsChunk&)>& write,
                           const std::function<bool()>& cancelled);

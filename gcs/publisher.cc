@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_set.h"
 #include "runtime/common/logging.h"
 
 namespace phalanx::gcs {
@@ -21,17 +22,18 @@ bool GcsPublisher::Subscriber::closed() const {
   return closed_ && queue_.empty();
 }
 
-void GcsPublisher::Subscriber::Push(const rpc::PubMessage& message, size_t limit) {
+bool GcsPublisher::Subscriber::Push(const rpc::PubMessage& message, size_t limit) {
   absl::MutexLock lock(&mu_);
-  if (closed_) return;
+  if (closed_) return true;
   if (queue_.size() >= limit) {
     // Too slow: drop it. It reconnects with its last sequence numbers and resyncs.
     spdlog::warn("subscriber fell {} messages behind; closing its stream", queue_.size());
     queue_.clear();
     closed_ = true;
-    return;
+    return false;
   }
   queue_.push_back(message);
+  return true;
 }
 
 void GcsPublisher::Subscriber::Close() {
@@ -55,7 +57,8 @@ void GcsPublisher::Publish(rpc::PubMessage message) {
   ChannelState& ch = channels_[message.channel()];
   message.set_seq(++ch.seq);
   message.set_incarnation(incarnation_);
-  for (const auto& sub : ch.subscribers) sub->Push(message, queue_limit_);
+  for (const auto& sub : ch.subscribers) dropped_ += sub->Push(message, queue_limit_) ? 0 : 1;
+  ++published_;
   ch.recent.push_back(std::move(message));
   if (ch.recent.size() > replay_limit_) ch.recent.pop_front();
 }
@@ -150,6 +153,21 @@ uint64_t GcsPublisher::LastSeq(rpc::Channel channel) const {
   absl::MutexLock lock(&mu_);
   auto it = channels_.find(channel);
   return it == channels_.end() ? 0 : it->second.seq;
+}
+
+GcsPublisher::Stats GcsPublisher::GetStats() const {
+  absl::MutexLock lock(&mu_);
+  Stats stats;
+  absl::flat_hash_set<const Subscriber*> seen;
+  for (const auto& [channel, ch] : channels_) {
+    for (const auto& sub : ch.subscribers) {
+      if (!sub->closed()) seen.insert(sub.get());
+    }
+  }
+  stats.subscribers = seen.size();
+  stats.dropped = dropped_;
+  stats.published = published_;
+  return stats;
 }
 
 }  // namespace phalanx::gcs

@@ -31,7 +31,8 @@ class GcsPublisher {
 
    private:
     friend class GcsPublisher;
-    void Push(const rpc::PubMessage& message, size_t limit);
+    // False when this push dropped it (it fell `limit` messages behind).
+    bool Push(const rpc::PubMessage& message, size_t limit);
     void Close();
 
     mutable absl::Mutex mu_;
@@ -69,6 +70,13 @@ class GcsPublisher {
 
   uint64_t LastSeq(rpc::Channel channel) const;
 
+  struct Stats {
+    size_t subscribers = 0;  // streams subscribed now
+    uint64_t dropped = 0;    // closed for falling too far behind, since the start
+    uint64_t published = 0;  // messages, since the start
+  };
+  Stats GetStats() const;
+
  private:
   struct ChannelState {
     uint64_t seq = 0;
@@ -87,6 +95,8 @@ class GcsPublisher {
   const size_t queue_limit_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int, ChannelState> channels_ ABSL_GUARDED_BY(mu_);
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t published_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace phalanx::gcs

@@ -3,6 +3,7 @@
 // managers only).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "runtime/common/metrics.h"
 
 namespace phalanx::gcs {
 
@@ -54,6 +56,16 @@ class Store {
 
 // Keeps everything in process memory; writes complete at once, on the caller's thread.
 std::unique_ptr<Store> NewInMemoryStore();
+
+// What the GCS's /metrics says about its writes to the store.
+struct StoreMetrics {
+  metrics::Histogram write_latency{metrics::LatencyBuckets()};  // issued → durable (or failed)
+  std::atomic<int64_t> write_errors{0};
+};
+
+// `store`, with each write's latency and failure counted in `metrics` (which must outlive
+// it).
+std::unique_ptr<Store> NewTimedStore(std::unique_ptr<Store> store, StoreMetrics* metrics);
 
 struct RedisOptions {
   std::string host = "127.0.0.1";

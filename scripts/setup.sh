@@ -21,6 +21,9 @@ PACKAGES=(
   procps iproute2 psmisc
   redis-sentinel  # Redis HA (--redis-sentinel); the tests run redis-server --sentinel
   libssl-dev  # TLS: the cluster CA and certificates (runtime/rpc/tls.cc)
+  # Observability: the HTTP(S) port (runtime/rpc/http_server.cc), the dashboard's charts
+  # (served by the head), and the real Prometheus and headless Chromium its tests use
+  libcpp-httplib-dev libjs-chart.js prometheus chromium chromium-driver python3-selenium
 )
 
 missing=()

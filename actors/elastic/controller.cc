@@ -82,6 +82,7 @@ void Controller::OnActorMessage(const rpc::ActorInfo& actor) {
     if (!live_members_.count(actor.actor_id()) || !dead_members_.insert(actor.actor_id()).second) {
       return;
     }
+    detected_at_.emplace(actor.actor_id(), absl::Now());
     for (const auto& [id, handle] : live_members_) {
       if (!dead_members_.count(id)) survivors.push_back(handle);
     }
@@ -277,6 +278,8 @@ bool Controller::Adopt(const rpc::ElasticStatus& previous) {
   // Epochs the dead controller began but never recorded are skipped.
   epoch_ = previous.epoch() + 10;
   restarts_ = previous.restarts();
+  restarts_by_cause_ = {previous.restarts_by_cause().begin(), previous.restarts_by_cause().end()};
+  timeline_.Restore(previous);
   last_checkpoint_ = previous.last_checkpoint_step();
   data_epoch_ = previous.data_epoch();
   target_ = std::max(previous.target_replicas(), spec_.min_replicas);
@@ -421,9 +424,11 @@ void Controller::Train() {
     if (trainer_done_) break;
     std::vector<size_t> lost;
     std::string error;
-    if (RunStep(&lost, &error)) {
+    std::vector<Metrics> results;
+    if (RunStep(&lost, &error, &results)) {
       consecutive_failures_ = 0;
       ++agreed_;
+      StepAgreed(results);
       if (step_log_) {
         // For benchmarks: when each step was agreed, and by how many ranks.
         *step_log_ << agreed_ << " " << absl::ToUnixMillis(absl::Now()) << " " << members_.size()
@@ -437,6 +442,7 @@ void Controller::Train() {
     }
     // The step failed: survivors go on without the dead at once (epoch + 1); the dead are
     // replaced by policy and join later.
+    step_failed_ = std::min(step_failed_, absl::Now());
     size_t before = members_.size();
     RemoveDead(lost, /*only_confirmed=*/false);
     if (members_.size() == before && ++consecutive_failures_ >= 3) {

@@ -28,6 +28,7 @@
 #include "actors/elastic/job_recorder.h"
 #include "actors/elastic/job_spec.h"
 #include "actors/elastic/policy.h"
+#include "actors/elastic/recovery.h"
 #include "actors/elastic/trainer_protocol.h"
 #include "runtime/worker/worker_host.h"
 
@@ -171,7 +172,17 @@ class Controller {
   void CheckNetwork();
 
   // A rank is gone: the policies decide (actors/elastic/policy.h); this carries it out.
-  void HandleDeath(const Member& m, const rpc::ActorInfo& info);
+  // `world_before`: the world size before it left (its recovery is timed from here); -1 for
+  // a rank that had not joined yet.
+  void HandleDeath(const Member& m, const rpc::ActorInfo& info, int world_before);
+
+  // Opens the recovery timeline of a fault on `actor_id`'s rank (once per rank).
+  void OpenRecovery(const std::string& actor_id, const std::string& kind,
+                    const std::string& message, absl::Time fault, int world_before);
+  // When the controller first knew `actor_id` was dead.
+  absl::Time DetectedAt(const std::string& actor_id);
+  // A step was agreed: the recoveries and the ranks' step times move on.
+  void StepAgreed(const std::vector<Metrics>& results);
 
   // A member's death in the policies' terms.
   RankDeath ToRankDeath(const Member& m, const rpc::DeathCause& cause) const;
@@ -204,7 +215,8 @@ class Controller {
 
   // Runs step `agreed_` on every member. Returns the members that died (their actors),
   // or an empty list with ok = true.
-  bool RunStep(std::vector<size_t>* lost, std::string* error);
+  // `results`: each rank's answer, in rank order, when every rank answered.
+  bool RunStep(std::vector<size_t>* lost, std::string* error, std::vector<Metrics>* results);
 
   // No step finished within the hang timeout: find the stuck ranks (they do not answer, or
   // compute while the others wait in a collective) and restart them; unblock the rest.
@@ -240,6 +252,15 @@ class Controller {
   double last_loss_ = 0;
   double steps_per_second_ = 0;
   int restarts_ = 0;
+  std::map<std::string, int> restarts_by_cause_;  // by fault kind (recovery.h)
+  RecoveryTimeline timeline_;
+  // Ranks whose fault already opened a recovery, and its kind (a rank killed for hanging
+  // dies KILLED_BY_USER, but its fault is the hang).
+  std::map<std::string, std::string> recovery_opened_;
+  absl::Time step_started_ = absl::InfinitePast();
+  absl::Time step_failed_ = absl::InfiniteFuture();  // the running step failed here
+  std::vector<rpc::RankStepTime> step_times_;        // of the last agreed step
+  double step_skew_ = 1;
   int target_ = 0;
   int requested_ = 0;      // a user's scale request (0: none)
   int ceiling_ = 1 << 30;  // after a shrink: no growth past this until a node joins
@@ -261,6 +282,8 @@ class Controller {
   // the membership was last published.
   std::map<std::string, Handle> live_members_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> dead_members_ ABSL_GUARDED_BY(mu_);
+  // When the subscription thread learned of each member's death.
+  std::map<std::string, absl::Time> detected_at_ ABSL_GUARDED_BY(mu_);
   std::thread lease_thread_;
   bool trainer_done_ = false;  // rank 0's last step said its loop returned
   std::thread thread_;

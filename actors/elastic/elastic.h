@@ -22,6 +22,7 @@ using phalanx::JobCondition;
 using phalanx::JobEvent;
 using phalanx::JobStatus;
 using phalanx::RankStatus;
+using phalanx::RecoveryStatus;
 
 // Validates the spec, records the job and starts its controller. Returns the job id.
 // `code_path` empty in the spec: this program hosts the trainers (and the controller).

@@ -17,6 +17,9 @@ void Controller::PublishStatus() {
     for (auto it = dead_members_.begin(); it != dead_members_.end();) {
       it = live_members_.count(*it) ? std::next(it) : dead_members_.erase(it);
     }
+    for (auto it = detected_at_.begin(); it != detected_at_.end();) {
+      it = live_members_.count(it->first) ? std::next(it) : detected_at_.erase(it);
+    }
   }
   recorder_.Update([&](rpc::JobInfo* job) {
     auto* el = job->mutable_elastic();
@@ -42,9 +45,31 @@ void Controller::PublishStatus() {
       m->set_bundle(members_[r].bundle);
     }
     el->set_placement_group_id(pg_.id());
+    el->clear_step_times();
+    for (const auto& t : step_times_) *el->add_step_times() = t;
+    el->set_step_skew(step_skew_);
+    el->clear_restarts_by_cause();
+    for (const auto& [cause, n] : restarts_by_cause_) (*el->mutable_restarts_by_cause())[cause] = n;
+    timeline_.CopyTo(el);
     job->set_world_size(static_cast<int>(members_.size()));
     job->set_epoch(epoch_);
   });
+}
+
+void Controller::OpenRecovery(const std::string& actor_id, const std::string& kind,
+                              const std::string& message, absl::Time fault, int world_before) {
+  if (!recovery_opened_.emplace(actor_id, kind).second) return;
+  absl::Time detected = DetectedAt(actor_id);
+  timeline_.Open(kind, message, fault, detected, world_before, world_before);
+}
+
+absl::Time Controller::DetectedAt(const std::string& actor_id) {
+  absl::Time detected = std::min(absl::Now(), step_failed_);
+  absl::MutexLock lock(&mu_);
+  if (auto it = detected_at_.find(actor_id); it != detected_at_.end()) {
+    detected = std::min(detected, it->second);
+  }
+  return detected;
 }
 
 std::set<std::string> Controller::DeadMembers() {
@@ -152,17 +177,24 @@ void Controller::CheckNetwork() {
     if (r >= static_cast<int>(members_.size())) continue;
     Member& m = members_[r];
     if (faulty_part) {
-      Event("faulty", absl::StrCat("rank ", r, " failed both network-check rounds"));
+      std::string what = absl::StrCat("rank ", r, " failed both network-check rounds");
+      Event("faulty", what);
+      OpenRecovery(m.actor_id, fault_kind::kStraggler, what, absl::Now(),
+                   static_cast<int>(members_.size()));
       hung_.insert(m.actor_id);
       Kill(m.handle).IgnoreError();
       continue;
     }
     FaultPolicy policy = MatchPolicy(spec_, "straggler", 0, 0);
-    Event("straggler", absl::StrCat("rank ", r, " on node ", ShortId(m.node_id), " is slower than ",
-                                    spec_.straggler_factor,
-                                    "× the median; action: ", ActionName(policy.action)));
+    std::string what =
+        absl::StrCat("rank ", r, " on node ", ShortId(m.node_id), " is slower than ",
+                     spec_.straggler_factor, "× the median; action: ", ActionName(policy.action));
+    Event("straggler", what);
     if (ReplaceStraggler(policy, &budget_, absl::Now())) {
       ++restarts_;
+      ++restarts_by_cause_[fault_kind::kStraggler];
+      OpenRecovery(m.actor_id, fault_kind::kStraggler, what, absl::Now(),
+                   static_cast<int>(members_.size()));
       Member replacement =
           Spawn(-1, m.memory, {m.node_id}, absl::StrCat("replaces straggler rank ", r));
       replacement.replaces = m.actor_id;
@@ -172,8 +204,12 @@ void Controller::CheckNetwork() {
 }
 
 // A rank is gone: the policies decide (actors/elastic/policy.h); this carries it out.
-void Controller::HandleDeath(const Member& m, const rpc::ActorInfo& info) {
+void Controller::HandleDeath(const Member& m, const rpc::ActorInfo& info, int world_before) {
   const rpc::DeathCause& cause = info.death_cause();
+  // A rank killed for hanging or for failing the network check is that fault, opened when
+  // it was found; any other death is a fault of its own kind.
+  auto opened = recovery_opened_.find(m.actor_id);
+  std::string kind = opened != recovery_opened_.end() ? opened->second : FaultKindOf(cause);
   if (cause.kind() == rpc::DeathCause::CREATION_FAILED) {
     Fail(absl::StrCat("a rank could not be created: ", rpc::DescribeCause(cause)));
     return;
@@ -181,8 +217,17 @@ void Controller::HandleDeath(const Member& m, const rpc::ActorInfo& info) {
   DeathDecision d = DecideOnDeath(spec_, ToRankDeath(m, cause), &budget_, absl::Now());
   std::string what = absl::StrCat(rpc::DescribeActor(info), " on node ", ShortId(m.node_id),
                                   " died: ", rpc::DescribeCause(cause));
-  if (d.kind == DeathDecision::Kind::kReplace) ++restarts_;
+  if (d.kind == DeathDecision::Kind::kReplace) {
+    ++restarts_;
+    ++restarts_by_cause_[kind];
+  }
   Event("rank_died", absl::StrCat(what, "; ", d.summary));
+  if (world_before > 0) {
+    // The node's time of death where it has one (waitpid's moment); else when we knew.
+    absl::Time detected = DetectedAt(m.actor_id);
+    absl::Time fault = cause.time_ms() > 0 ? absl::FromUnixMillis(cause.time_ms()) : detected;
+    OpenRecovery(m.actor_id, kind, what, fault, world_before);
+  }
   switch (d.kind) {
     case DeathDecision::Kind::kFailJob:
       Fail(absl::StrCat("policy failJob: ", what));
@@ -269,7 +314,7 @@ Controller::Change Controller::Boundary() {
     if (!s.ok()) {
       rpc::ActorInfo info = ActorState(it->actor_id);
       Event("spawn_failed", absl::StrCat("a new rank failed to start: ", s.message()));
-      if (info.state() == rpc::ACTOR_DEAD) HandleDeath(*it, info);
+      if (info.state() == rpc::ACTOR_DEAD) HandleDeath(*it, info, /*world_before=*/-1);
       it = joining_.erase(it);
       continue;
     }
@@ -381,6 +426,10 @@ void Controller::TakeRequests() {
                    scale_in_ranks_.empty()
                        ? ""
                        : absl::StrCat(", ranks ", absl::StrJoin(scale_in_ranks_, ","), " leave")));
+  timeline_.Supersede(fault_kind::kScale);
+  timeline_.Open(fault_kind::kScale,
+                 absl::StrCat("scale to ", clamped, " from ", members_.size(), " ranks"),
+                 absl::Now(), absl::Now(), static_cast<int>(members_.size()), clamped);
   requested_ = clamped;
   target_ = clamped;
   ceiling_ = std::max(clamped, ceiling_);
@@ -418,6 +467,7 @@ void Controller::RemoveDead(const std::vector<size_t>& suspects, bool only_confi
   } else {
     dead = ConfirmDeaths(std::vector<size_t>(check.begin(), check.end()));
   }
+  int world_before = static_cast<int>(members_.size());
   std::vector<Member> gone;
   for (auto it = dead.rbegin(); it != dead.rend(); ++it) {
     gone.push_back(members_[*it]);
@@ -430,7 +480,7 @@ void Controller::RemoveDead(const std::vector<size_t>& suspects, bool only_confi
       absl::SleepFor(kTimeouts.poll);
       info = ActorState(m.actor_id);
     }
-    HandleDeath(m, info);
+    HandleDeath(m, info, world_before);
   }
   PublishStatus();
 }

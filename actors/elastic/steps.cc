@@ -8,7 +8,9 @@ namespace phalanx::elastic {
 
 // Runs step `agreed_` on every member. Returns the members that died (their actors),
 // or an empty list with ok = true.
-bool Controller::RunStep(std::vector<size_t>* lost, std::string* error) {
+bool Controller::RunStep(std::vector<size_t>* lost, std::string* error,
+                         std::vector<Metrics>* results) {
+  step_started_ = absl::Now();
   std::vector<ObjectRef<Metrics>> refs;
   for (auto& m : members_) refs.push_back(m.trainer().Step(agreed_, agreed_));
   // Until every rank answered, or one died (the survivors were told to abort: wait for
@@ -53,6 +55,7 @@ bool Controller::RunStep(std::vector<size_t>* lost, std::string* error) {
       }
       continue;
     }
+    results->push_back(*result);
     if (r == 0) {
       loss = result->at("loss");
       data_epoch_ = static_cast<int64_t>(result->at("data_epoch"));
@@ -86,14 +89,56 @@ std::vector<size_t> Controller::HandleHang(const std::vector<ObjectRef<Metrics>>
     bool silent = phase[r] < 0;
     bool computing_alone = phase[r] == kComputing && someone_waits;
     if (refs[r].Ready() || !(silent || computing_alone)) continue;
-    Event("hang", absl::StrCat("rank ", r, " made no progress for ", spec_.hang_timeout_s, " s (",
-                               silent ? "does not answer" : "stuck computing", "); restarting it"));
+    std::string what =
+        absl::StrCat("rank ", r, " made no progress for ", spec_.hang_timeout_s, " s (",
+                     silent ? "does not answer" : "stuck computing", "); restarting it");
+    Event("hang", what);
+    // Its last progress: the step's start.
+    OpenRecovery(members_[r].actor_id, fault_kind::kHang, what, step_started_,
+                 static_cast<int>(members_.size()));
     hung_.insert(members_[r].actor_id);
     Kill(members_[r].handle).IgnoreError();
     killed.push_back(r);
   }
   for (auto& m : members_) m.trainer().Abort();
   return killed;
+}
+
+void Controller::StepAgreed(const std::vector<Metrics>& results) {
+  absl::Time now = absl::Now();
+  int world = static_cast<int>(members_.size());
+  size_t open_before = 0;
+  for (const auto& r : timeline_.recoveries()) open_before += r.full_strength_ms() == 0 ? 1 : 0;
+  timeline_.StepAgreed(now, world);
+  size_t open_after = 0;
+  bool resumed_now = false;
+  for (const auto& r : timeline_.recoveries()) {
+    open_after += r.full_strength_ms() == 0 ? 1 : 0;
+    resumed_now |= r.resumed_ms() == absl::ToUnixMillis(now);
+  }
+  step_failed_ = absl::InfiniteFuture();
+  step_times_.clear();
+  std::vector<double> compute;
+  for (size_t r = 0; r < results.size() && r < members_.size(); ++r) {
+    auto step_ms = results[r].find(step_metric::kStepMs);
+    auto compute_ms = results[r].find(step_metric::kComputeMs);
+    if (step_ms == results[r].end() || compute_ms == results[r].end()) continue;
+    rpc::RankStepTime t;
+    t.set_rank(static_cast<int>(r));
+    t.set_node_id(members_[r].node_id);
+    t.set_step_ms(step_ms->second);
+    t.set_compute_ms(compute_ms->second);
+    step_times_.push_back(t);
+    compute.push_back(compute_ms->second);
+  }
+  if (!compute.empty()) {
+    std::sort(compute.begin(), compute.end());
+    double median = compute[compute.size() / 2];
+    step_skew_ = median > 0 ? compute.back() / median : 1;
+  }
+  // A recovery that moved on is published at once (the dashboard and the metrics show it);
+  // otherwise every tenth step.
+  if (open_after != open_before || resumed_now) PublishStatus();
 }
 
 void Controller::CheckpointIfDue() {

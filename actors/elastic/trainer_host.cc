@@ -130,7 +130,11 @@ std::map<std::string, double> TrainerHostBase::Step(int64_t step, int64_t agreed
                            &in.data_epoch, &in.global_batch);
   running_step_ = step;
   phase_ = kComputing;
+  absl::Time start = absl::Now();
+  absl::Duration waited_before = group_->TimeInCollectives();
   absl::StatusOr<StepResult> result = trainer_->Step(in);
+  absl::Duration took = absl::Now() - start;
+  absl::Duration waited = group_->TimeInCollectives() - waited_before;
   phase_ = kIdle;
   running_step_ = -1;
   if (!result.ok()) {
@@ -143,6 +147,10 @@ std::map<std::string, double> TrainerHostBase::Step(int64_t step, int64_t agreed
   out["loss"] = result->loss;
   out["samples"] = static_cast<double>(in.indices.size());
   out["data_epoch"] = static_cast<double>(in.data_epoch);
+  // For the job's metrics: the step's wall time and the part of it outside collectives.
+  out[step_metric::kStepMs] = absl::ToDoubleMilliseconds(took);
+  out[step_metric::kComputeMs] =
+      absl::ToDoubleMilliseconds(std::max(took - waited, absl::ZeroDuration()));
   return out;
 }
 

@@ -31,6 +31,12 @@ inline constexpr char kHeldStep[] = "held_step";  // the committed step it holds
 inline constexpr char kResults[] = "results";     // what the trainer wants drivers to see
 }  // namespace trainer_query
 
+// What every rank adds to its step's result, for the job's metrics.
+namespace step_metric {
+inline constexpr char kStepMs[] = "step_ms";        // the step's wall time on this rank
+inline constexpr char kComputeMs[] = "compute_ms";  // of it, the time outside collectives
+}  // namespace step_metric
+
 // A step's result: {"loss", "data_epoch", "done" (Python loops), metrics…}.
 using StepMetrics = std::map<std::string, double>;
 

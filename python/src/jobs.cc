@@ -20,6 +20,7 @@ namespace {
 
 using elastic::JobSpec;
 using elastic::JobStatus;
+using elastic::RecoveryStatus;
 
 void BindSpec(py::module_& m) {
   py::class_<elastic::FaultPolicy>(m, "FaultPolicy")
@@ -85,6 +86,17 @@ void BindStatus(py::module_& m) {
       .def_readonly("actor_id", &elastic::RankStatus::actor_id)
       .def_readonly("node_id", &elastic::RankStatus::node_id)
       .def_readonly("memory_bytes", &elastic::RankStatus::memory_bytes);
+  py::class_<RecoveryStatus>(m, "RecoveryStatus",
+                             "one fault and how the job healed (unix ms; 0: not reached yet)")
+      .def_readonly("id", &RecoveryStatus::id)
+      .def_readonly("kind", &RecoveryStatus::kind)
+      .def_readonly("message", &RecoveryStatus::message)
+      .def_readonly("fault_ms", &RecoveryStatus::fault_ms)
+      .def_readonly("detected_ms", &RecoveryStatus::detected_ms)
+      .def_readonly("resumed_ms", &RecoveryStatus::resumed_ms)
+      .def_readonly("full_strength_ms", &RecoveryStatus::full_strength_ms)
+      .def_readonly("world_before", &RecoveryStatus::world_before)
+      .def_readonly("world_during", &RecoveryStatus::world_during);
   py::class_<JobStatus>(m, "JobStatus", "an elastic job's status, as `phalanx job status` shows")
       .def_readonly("job_id", &JobStatus::job_id)
       .def_readonly("name", &JobStatus::name)
@@ -103,6 +115,10 @@ void BindStatus(py::module_& m) {
       .def_readonly("ranks", &JobStatus::ranks)
       .def_readonly("conditions", &JobStatus::conditions)
       .def_readonly("events", &JobStatus::events)
+      .def_readonly("recoveries", &JobStatus::recoveries)
+      .def_readonly("restarts_by_cause", &JobStatus::restarts_by_cause)
+      .def_readonly("fault_seconds", &JobStatus::fault_seconds)
+      .def_readonly("step_skew", &JobStatus::step_skew)
       .def("done", &JobStatus::Done)
       .def("format", &FormatStatus, py::arg("with_events") = true);
 }

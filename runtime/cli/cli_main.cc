@@ -54,6 +54,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   start_cmd->add_option("--heartbeat-ms", start.heartbeat_ms, "node heartbeat period")
       ->capture_default_str();
+  auto* dashboard_port =
+      start_cmd
+          ->add_option("--dashboard-port", start.dashboard_port,
+                       "head: the HTTP(S) port of the dashboard, /metrics and /api (-1: none; "
+                       "when left at the default and taken, another free port serves)")
+          ->check(CLI::Range(-1, 65535))
+          ->capture_default_str();
+  start_cmd
+      ->add_option("--metrics-port", start.metrics_port,
+                   "this node's /metrics port (0: any free one, -1: none)")
+      ->check(CLI::Range(-1, 65535))
+      ->capture_default_str();
 
   StopOptions stop;
   auto* stop_cmd = app.add_subcommand("stop", "stop every Phalanx process on this machine");
@@ -62,6 +74,15 @@ int main(int argc, char** argv) {
 
   ClusterFlags cluster;
   auto* status_cmd = app.add_subcommand("status", "show the cluster's nodes and resources");
+  WatchOptions watch;
+  status_cmd->add_flag("-w,--watch", watch.watch, "refresh in place until Ctrl-C");
+  status_cmd->add_option("--interval", watch.interval_s, "seconds between refreshes (--watch)")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  auto* metrics_config_cmd = app.add_subcommand(
+      "metrics-config",
+      "print a Prometheus scrape config for this cluster (file_sd targets kept current by the "
+      "head: its HTTP port and every node's /metrics)");
   auto* list_cmd = app.add_subcommand("list", "list cluster objects");
   auto* list_actors = list_cmd->add_subcommand("actors", "every actor: state, node, cause");
   list_cmd->require_subcommand(1);
@@ -86,6 +107,10 @@ int main(int argc, char** argv) {
   job_submit->add_option("entrypoint", submit.entrypoint, "the command, after `--`");
   std::string job_id;
   auto* job_status = job_cmd->add_subcommand("status", "a job's state (conditions and events)");
+  job_status->add_flag("-w,--watch", watch.watch, "refresh in place until Ctrl-C");
+  job_status->add_option("--interval", watch.interval_s, "seconds between refreshes (--watch)")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
   auto* job_logs = job_cmd->add_subcommand("logs", "a job's driver output");
   bool follow = false;
   job_logs->add_flag("-f,--follow", follow, "keep printing new output until the job ends");
@@ -106,8 +131,8 @@ int main(int argc, char** argv) {
   for (auto* cmd : {job_status, job_logs, job_stop, job_scale}) {
     cmd->add_option("job_id", job_id, "the job's id (`phalanx job list`)")->required();
   }
-  for (auto* cmd :
-       {status_cmd, list_actors, job_submit, job_status, job_logs, job_stop, job_list, job_scale}) {
+  for (auto* cmd : {status_cmd, metrics_config_cmd, list_actors, job_submit, job_status, job_logs,
+                    job_stop, job_list, job_scale}) {
     auto& flags = cmd == job_submit ? submit.cluster : cluster;
     cmd->add_option("--address", flags.address, "GCS HOST:PORT (default: this machine's)");
     cmd->add_option("--token", flags.token, "cluster token (default: this machine's)");
@@ -118,12 +143,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  start.dashboard_port_given = dashboard_port->count() > 0;
   if (*start_cmd) return RunStart(start);
   if (*stop_cmd) return RunStop(stop);
-  if (*status_cmd) return RunStatus(cluster);
+  if (*status_cmd) return RunWatched(watch, [&] { return RunStatus(cluster); });
+  if (*metrics_config_cmd) return RunMetricsConfig(cluster);
   if (*list_actors) return RunListActors(cluster, list_all);
   if (*job_submit) return RunJobSubmit(submit);
-  if (*job_status) return RunJobStatus(cluster, job_id);
+  if (*job_status) return RunWatched(watch, [&] { return RunJobStatus(cluster, job_id); });
   if (*job_logs) return RunJobLogs(cluster, job_id, follow);
   if (*job_stop) return RunJobStop(cluster, job_id, stop_grace, stop_no_wait);
   if (*job_list) return RunJobList(cluster);

@@ -2,6 +2,7 @@
 // line on stderr for bad input.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,8 +36,21 @@ struct StartOptions {
   // certificate. --no-tls: plaintext everywhere (debugging; the token travels in clear).
   bool no_tls = false;
   std::string ca_fingerprint;  // join
+  // Head: the HTTP(S) port of /metrics, /api and the dashboard (8265, like Ray's). When the
+  // user did not choose it and it is taken, another free port serves (status shows it).
+  int dashboard_port = 8265;
+  bool dashboard_port_given = false;
+  // Every node: its node manager's /metrics port (0: any free one, -1: none).
+  int metrics_port = 0;
 };
 int RunStart(const StartOptions& options);
+
+// `--watch`: run `show` every `interval_s`, redrawing the terminal in place, until Ctrl-C.
+struct WatchOptions {
+  bool watch = false;
+  double interval_s = 2;
+};
+int RunWatched(const WatchOptions& options, const std::function<int()>& show);
 
 struct StopOptions {
   bool force = false;
@@ -49,6 +63,8 @@ struct ClusterFlags {
   std::string token;
 };
 int RunStatus(const ClusterFlags& flags);
+// `phalanx metrics-config`: a Prometheus scrape config for the cluster.
+int RunMetricsConfig(const ClusterFlags& flags);
 int RunListActors(const ClusterFlags& flags, bool all);
 
 // `phalanx job …`: jobs on the head's job manager, and elastic training jobs.

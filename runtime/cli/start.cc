@@ -220,6 +220,7 @@ class Starter {
     }
     if (o_.head) argv.push_back("--head");
     if (!tls_dir_.empty()) argv.insert(argv.end(), {"--tls-dir", tls_dir_});
+    argv.insert(argv.end(), {"--metrics-port", absl::StrCat(o_.metrics_port)});
     return argv;
   }
 
@@ -336,6 +337,8 @@ class Starter {
                                          "--session-dir",
                                          session_};
     if (!tls_dir_.empty()) gcs_args.insert(gcs_args.end(), {"--tls-dir", tls_dir_});
+    gcs_args.insert(gcs_args.end(), {"--dashboard-port", absl::StrCat(o_.dashboard_port)});
+    if (!o_.dashboard_port_given) gcs_args.push_back("--dashboard-port-fallback");
     gcs_args.insert(gcs_args.begin() + 3, redis_args.begin(), redis_args.end());
     WriteFile(session_ + "/gcs.args", absl::StrJoin(gcs_args, "\n") + "\n").IgnoreError();
     auto gcs_pid = Spawn("gcs", gcs_args);
@@ -354,6 +357,12 @@ class Starter {
       return Fail(std::string(s.message()));
     }
     if (auto s = StartNode(gcs_address, gcs.get()); !s.ok()) return Fail(std::string(s.message()));
+    std::string dashboard = "none (--dashboard-port -1)";
+    if (auto info = gcs->GetClusterInfo(); info.ok() && info->dashboard_port() > 0) {
+      dashboard = absl::StrCat(info->dashboard_https() ? "https" : "http", "://", node_ip_, ":",
+                               info->dashboard_port(),
+                               "/ (sign in with the token; /metrics for Prometheus)");
+    }
 
     std::cout << "Phalanx head node started (cluster " << cluster_id << ").\n"
               << "  GCS address   " << gcs_address << "\n"
@@ -372,6 +381,7 @@ class Starter {
               << (o_.no_tls ? "off (--no-tls)"
                             : absl::StrCat("on; CA fingerprint ", fingerprint, " (", tls_dir_, ")"))
               << "\n"
+              << "  Dashboard     " << dashboard << "\n"
               << "  Session dir   " << session_ << "\n"
               << "  Logs          " << session_ << "/logs\n\n"
               << "To add another machine to this cluster, run on it:\n"

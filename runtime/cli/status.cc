@@ -83,6 +83,16 @@ int RunStatus(const ClusterFlags& flags) {
               << (fingerprint.ok() ? *fingerprint : std::string(fingerprint.status().message()))
               << " (join with --ca-fingerprint)\n";
   }
+  std::string head_host = cluster->address.substr(0, cluster->address.rfind(':'));
+  std::cout << "Dashboard: ";
+  if (info->dashboard_port() > 0) {
+    std::cout << (info->dashboard_https() ? "https" : "http") << "://" << head_host << ":"
+              << info->dashboard_port()
+              << "/ (sign in with the cluster token; Prometheus: /metrics with it as a bearer "
+                 "token, or `phalanx metrics-config`)\n";
+  } else {
+    std::cout << "none (the head was started with --dashboard-port -1)\n";
+  }
   std::cout << "Nodes: " << alive << " alive, " << dead << " dead\n";
   std::cout << absl::StrFormat(" %-9s %-6s %-22s %-10s %-8s %-24s %s\n", "NODE", "STATE", "ADDRESS",
                                "CPU", "GPU", "MEMORY", "OTHER");
@@ -103,6 +113,13 @@ int RunStatus(const ClusterFlags& flags) {
         absl::StrJoin(custom, ", "),
         absl::StrCat(n.is_head() ? " (head)" : "",
                      is_alive ? "" : absl::StrCat(" — ", n.death_reason())));
+  }
+  std::cout << "Metrics (each node's /metrics, for Prometheus):\n";
+  for (const auto& n : *nodes) {
+    if (n.state() != rpc::NODE_ALIVE) continue;
+    std::cout << "  " << ShortId(n.node_id()) << "  "
+              << (n.metrics_address().empty() ? "none (--metrics-port -1)" : n.metrics_address())
+              << "\n";
   }
   std::cout << "Resources (alive nodes, used/total):\n";
   std::vector<std::string> usage;

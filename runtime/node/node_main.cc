@@ -36,6 +36,9 @@ int main(int argc, char** argv) {
   app.add_option("--session-dir", options.session_dir, "session directory");
   app.add_option("--heartbeat-ms", heartbeat_ms, "heartbeat period in milliseconds");
   app.add_option("--log-file", log_file, "log here instead of stderr");
+  app.add_option("--metrics-port", options.metrics_port,
+                 "this node's /metrics port (Prometheus; 0: any free one, -1: none)")
+      ->check(CLI::Range(-1, 65535));
   app.add_option("--tls-dir", options.tls_dir,
                  "this machine's TLS dir (ca.pem, node.pem, node.key; `phalanx start` makes "
                  "it): serve and call over TLS. Without it: plaintext");

@@ -16,10 +16,13 @@
 #include "runtime/common/node_lease.h"
 #include "runtime/common/session.h"
 #include "runtime/common/system.h"
+#include "runtime/node/node_metrics.h"
 #include "runtime/node/worker_pool.h"
 #include "runtime/proto/node.grpc.pb.h"
 #include "runtime/rpc/describe.h"
+#include "runtime/rpc/http_server.h"
 #include "runtime/rpc/rpc.h"
+#include "runtime/rpc/tls.h"
 
 namespace phalanx::node {
 namespace {
@@ -110,6 +113,7 @@ class NodeManagerImpl final : public NodeManager {
     pool.sample_period = options_.memory_sample_period;
     pool_ = std::make_unique<WorkerPool>(
         pool, [this](const WorkerRecord& w, const rpc::DeathCause& cause) {
+          metrics_.Ended(w, cause);
           rpc::ReportActorStateRequest report;
           report.set_actor_id(w.actor_id);
           report.set_attempt(w.attempt);
@@ -121,6 +125,7 @@ class NodeManagerImpl final : public NodeManager {
           absl::MutexLock lock(&mu_);
           specs_.erase({w.actor_id, w.attempt});
         });
+    if (auto s = StartMetrics(); !s.ok()) return s;
     if (auto s = Register(); !s.ok()) return s;
     heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
     fence_thread_ = std::thread([this] { FenceLoop(); });
@@ -162,6 +167,7 @@ class NodeManagerImpl final : public NodeManager {
       }
     }
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    if (metrics_http_) metrics_http_->Stop();
     spdlog::info("node {} stopped: {}", node_id_, reason);
   }
 
@@ -176,6 +182,7 @@ class NodeManagerImpl final : public NodeManager {
       if (stop_requested_) return absl::UnavailableError("node is stopping");
       specs_[{request.actor().actor_id(), request.attempt()}] = request.actor();
     }
+    metrics_.Starting(request.actor().actor_id(), request.attempt(), absl::Now());
     auto pid = pool_->Start(request.actor(), request.attempt());
     if (!pid.ok()) {
       // It never ran: report it dead now (the GCS decides about restarts).
@@ -224,6 +231,7 @@ class NodeManagerImpl final : public NodeManager {
 
   void WorkerReady(const rpc::WorkerReadyRequest& request) {
     pool_->MarkReady(request.actor_id(), request.attempt(), request.address(), request.error());
+    metrics_.Ready(request.actor_id(), request.attempt(), absl::Now());
     if (!request.error().empty()) return;  // the worker exits; its death says CREATION_FAILED
     int pid = 0;
     for (const auto& w : pool_->List()) {
@@ -323,6 +331,34 @@ class NodeManagerImpl final : public NodeManager {
   }
 
  private:
+  absl::Status StartMetrics() {
+    if (options_.metrics_port < 0) return absl::OkStatus();
+    rpc::HttpServerOptions http;
+    http.port = options_.metrics_port;
+    http.token = options_.token;
+    http.num_threads = 2;
+    if (!options_.tls_dir.empty()) {
+      http.cert_file = absl::StrCat(options_.tls_dir, "/", rpc::kCertFile);
+      http.key_file = absl::StrCat(options_.tls_dir, "/", rpc::kKeyFile);
+    }
+    rpc::HttpRoute route;
+    route.pattern = "/metrics";
+    route.handler = [this](const rpc::HttpRequest&) {
+      rpc::HttpResponse r;
+      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      r.body = metrics_.Page(node_id_, pool_->List());
+      return r;
+    };
+    auto started = rpc::HttpServer::Start(http, {route});
+    if (!started.ok()) {
+      return absl::Status(started.status().code(),
+                          absl::StrCat("node metrics: ", started.status().message(),
+                                       " (--metrics-port; -1 serves none)"));
+    }
+    metrics_http_ = std::move(*started);
+    return absl::OkStatus();
+  }
+
   rpc::NodeInfo Info() const {
     rpc::NodeInfo node;
     node.set_node_id(node_id_);
@@ -334,6 +370,8 @@ class NodeManagerImpl final : public NodeManager {
     node.set_pid(getpid());
     node.set_is_head(options_.is_head);
     node.set_session_dir(options_.session_dir);
+    if (metrics_http_)
+      node.set_metrics_address(absl::StrCat(options_.node_ip, ":", metrics_http_->port()));
     for (const auto& [k, v] : options_.labels) (*node.mutable_labels())[k] = v;
     return node;
   }
@@ -482,7 +520,9 @@ class NodeManagerImpl final : public NodeManager {
   std::thread heartbeat_thread_;
   std::thread fence_thread_;
   std::thread report_thread_;
+  NodeMetrics metrics_;  // before the pool: the pool's exit callback counts into it
   std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<rpc::HttpServer> metrics_http_;  // after the pool: it reads the pool
 
   absl::Mutex mu_;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;

@@ -41,6 +41,10 @@ struct NodeManagerOptions {
   // Fence (kill every worker) after this long without evidence of being part of the cluster.
   // Zero: the GCS's node timeout, told at registration (the only value that is safe).
   absl::Duration fence_timeout = absl::ZeroDuration();
+  // The /metrics port (HTTPS with the machine's certificate when tls_dir is set; the cluster
+  // token as a bearer token). 0: any free one; -1: none. Registered with the node, so that
+  // `phalanx status` and the head's scrape targets list it.
+  int metrics_port = -1;
   // How long to wait for the GCS at start-up before giving up.
   absl::Duration register_timeout = absl::Seconds(30);
 };

@@ -1,5 +1,6 @@
 #include "runtime/rpc/job_status.h"
 
+#include <algorithm>
 #include <ctime>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,12 @@
 
 namespace phalanx {
 namespace {
+
+// "0.143 s" from a to b, or "—" when b was not reached.
+std::string Span(int64_t from_ms, int64_t to_ms) {
+  if (from_ms <= 0 || to_ms <= 0) return "—";
+  return absl::StrFormat("%.3f s", static_cast<double>(to_ms - from_ms) / 1000);
+}
 
 std::string Clock(int64_t ms) {
   std::time_t t = static_cast<std::time_t>(ms / 1000);
@@ -49,6 +56,15 @@ JobStatus ToStatus(const rpc::JobInfo& job) {
   for (const auto& e : job.events()) {
     s.events.push_back({e.time_ms(), e.kind(), e.message(), e.world_size(), e.epoch()});
   }
+  for (const auto& r : el.recoveries()) {
+    s.recoveries.push_back({r.id(), r.kind(), r.message(), r.fault_ms(), r.detected_ms(),
+                            r.resumed_ms(), r.full_strength_ms(), r.world_before(),
+                            r.world_during()});
+  }
+  for (const auto& [cause, n] : el.restarts_by_cause()) s.restarts_by_cause.emplace_back(cause, n);
+  std::sort(s.restarts_by_cause.begin(), s.restarts_by_cause.end());
+  s.fault_seconds = el.fault_seconds();
+  s.step_skew = el.step_skew() > 0 ? el.step_skew() : 1;
   return s;
 }
 
@@ -70,6 +86,20 @@ std::string FormatStatus(const JobStatus& s, bool with_events) {
   for (const auto& c : s.conditions) {
     absl::StrAppendFormat(&out, "\n  %s  %-10s %-16s %s", Clock(c.time_ms), c.type, c.reason,
                           c.message);
+  }
+  if (!s.recoveries.empty()) {
+    absl::StrAppendFormat(&out, "\nRecoveries (time lost to faults %.3f s):", s.fault_seconds);
+    absl::StrAppendFormat(&out, "\n  %-12s %-12s %-9s %-9s %-9s %-8s %s", "FAULT AT", "KIND",
+                          "DETECT", "RESUME", "FULL", "WORLD", "WHAT");
+    // The newest ten: `phalanx job status` stays a screen; the dashboard has them all.
+    size_t first = s.recoveries.size() > 10 ? s.recoveries.size() - 10 : 0;
+    for (size_t i = first; i < s.recoveries.size(); ++i) {
+      const RecoveryStatus& r = s.recoveries[i];
+      absl::StrAppendFormat(&out, "\n  %-12s %-12s %-9s %-9s %-9s %-8s %s", Clock(r.fault_ms),
+                            r.kind, Span(r.fault_ms, r.detected_ms),
+                            Span(r.detected_ms, r.resumed_ms), Span(r.fault_ms, r.full_strength_ms),
+                            absl::StrCat(r.world_before, "→", r.world_during), r.message);
+    }
   }
   if (with_events) {
     absl::StrAppend(&out, "\nEvents:");

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace phalanx {
@@ -34,6 +35,21 @@ struct RankStatus {
   double memory_bytes = 0;
 };
 
+// One fault (or scale request) and how the job healed, as unix ms (0: not reached yet):
+// fault → detected → resumed (the survivors' next step) → full strength (as many ranks as
+// before, or as the scale request asked for).
+struct RecoveryStatus {
+  int64_t id = 0;
+  std::string kind;  // signal, exit_code, oom, node_died, hang, straggler, lease_expired, scale
+  std::string message;
+  int64_t fault_ms = 0;
+  int64_t detected_ms = 0;
+  int64_t resumed_ms = 0;
+  int64_t full_strength_ms = 0;
+  int world_before = 0;
+  int world_during = 0;
+};
+
 struct JobStatus {
   std::string job_id;
   std::string name;
@@ -52,6 +68,10 @@ struct JobStatus {
   std::vector<RankStatus> ranks;
   std::vector<JobCondition> conditions;
   std::vector<JobEvent> events;
+  std::vector<RecoveryStatus> recoveries;  // oldest first
+  std::vector<std::pair<std::string, int>> restarts_by_cause;
+  double fault_seconds = 0;  // time lost to faults: the sum of fault → resumed
+  double step_skew = 1;      // the slowest rank's compute time over the median's, last step
   bool Done() const { return state == "SUCCEEDED" || state == "FAILED" || state == "STOPPED"; }
 };
 

@@ -189,6 +189,48 @@ grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
+namespace {
+
+// Times each unary call of a server into a HistogramFamily by method.
+class LatencyInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  LatencyInterceptor(std::string method, metrics::HistogramFamily* latency)
+      : method_(std::move(method)), latency_(latency), start_(absl::Now()) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      latency_->Observe(method_, absl::ToDoubleSeconds(absl::Now() - start_));
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string method_;
+  metrics::HistogramFamily* const latency_;
+  const absl::Time start_;
+};
+
+class LatencyInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit LatencyInterceptorFactory(metrics::HistogramFamily* latency) : latency_(latency) {}
+
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    // Streams (subscriptions, log follows) last as long as their reader: not a latency.
+    if (info->type() != grpc::experimental::ServerRpcInfo::Type::UNARY) return nullptr;
+    absl::string_view method = info->method();
+    method = method.substr(method.rfind('/') + 1);
+    return new LatencyInterceptor(std::string(method), latency_);
+  }
+
+ private:
+  metrics::HistogramFamily* const latency_;
+};
+
+}  // namespace
+
 absl::StatusOr<StartedServer> StartServer(const std::string& listen_address,
                                           const std::vector<grpc::Service*>& services,
                                           const ServerOptions& options) {
@@ -222,6 +264,11 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen_address,
     builder.SetResourceQuota(quota);
   }
   for (grpc::Service* service : services) builder.RegisterService(service);
+  if (options.latency != nullptr) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> factories;
+    factories.push_back(std::make_unique<LatencyInterceptorFactory>(options.latency));
+    builder.experimental().SetInterceptorCreators(std::move(factories));
+  }
   started.server = builder.BuildAndStart();
   if (!started.server || started.port == 0) {
     return absl::UnavailableError(

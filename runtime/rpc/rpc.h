@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "runtime/common/metrics.h"
 
 namespace phalanx::rpc {
 
@@ -54,6 +55,9 @@ struct ServerOptions {
   std::string token;
   int64_t max_receive_bytes = kMaxControlMessageBytes;
   int num_threads = 0;  // 0: gRPC's default
+  // When set, every unary call's latency (from its arrival to its status) is observed into
+  // it, keyed by the method's short name ("CreateActor"). Must outlive the server.
+  metrics::HistogramFamily* latency = nullptr;
 };
 struct StartedServer {
   std::unique_ptr<grpc::Server> server;

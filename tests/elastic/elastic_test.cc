@@ -33,6 +33,18 @@ TEST_F(ElasticTest, SigkilledRankSurvivorsGoOnAndTheRespawnJoins) {
   }
   EXPECT_TRUE(shrank && restored) << FormatStatus(s);
   EXPECT_EQ(s.restarts, 1);
+  // The recovery timeline: a signal, each moment in order, 3 → 2 → 3.
+  ASSERT_EQ(s.recoveries.size(), 1u) << FormatStatus(s);
+  const RecoveryStatus& r = s.recoveries[0];
+  EXPECT_EQ(r.kind, "signal");
+  EXPECT_GT(r.fault_ms, 0);
+  EXPECT_LE(r.fault_ms, r.detected_ms);
+  EXPECT_LE(r.detected_ms, r.resumed_ms);
+  EXPECT_LE(r.resumed_ms, r.full_strength_ms);
+  EXPECT_EQ(r.world_before, 3);
+  EXPECT_EQ(r.world_during, 2);
+  EXPECT_NEAR(s.fault_seconds, (r.resumed_ms - r.fault_ms) / 1000.0, 1e-6);
+  EXPECT_EQ(s.restarts_by_cause, (std::vector<std::pair<std::string, int>>{{"signal", 1}}));
 }
 
 TEST_F(ElasticTest, DyingRanksWithDumpLeaveTheCheckpointTheJobResumesFrom) {
@@ -263,6 +275,11 @@ TEST_F(ElasticTest, AStoppedRankIsFoundByTheHangTimeoutAndRestarted) {
   ASSERT_TRUE(stopped);
   ExpectHealed(s, spec, baseline, 3);
   EXPECT_TRUE(HasEvent(s, "hang", "does not answer")) << FormatStatus(s);
+  // Its fault is the hang (not the kill that ended it), timed from the stuck step's start.
+  ASSERT_EQ(s.recoveries.size(), 1u) << FormatStatus(s);
+  EXPECT_EQ(s.recoveries[0].kind, "hang");
+  EXPECT_GE(s.recoveries[0].detected_ms - s.recoveries[0].fault_ms, 2000) << FormatStatus(s);
+  EXPECT_GT(s.recoveries[0].full_strength_ms, 0) << FormatStatus(s);
 }
 
 TEST_F(ElasticTest, ScaleRequestsAreGraceful) {
@@ -287,6 +304,14 @@ TEST_F(ElasticTest, ScaleRequestsAreGraceful) {
   EXPECT_EQ(phase, 2);
   ExpectHealed(s, spec, baseline, 3);
   EXPECT_TRUE(HasEvent(s, "scaled_in")) << FormatStatus(s);
+  // Each request is a recovery of kind scale that reached the size it asked for.
+  int scales = 0;
+  for (const auto& r : s.recoveries) {
+    if (r.kind != "scale") continue;
+    ++scales;
+    EXPECT_GT(r.full_strength_ms, 0) << FormatStatus(s);
+  }
+  EXPECT_EQ(scales, 2) << FormatStatus(s);
   auto late = Scale(s.job_id, 3);  // the job has ended
   EXPECT_TRUE(absl::IsFailedPrecondition(late)) << late;
 }

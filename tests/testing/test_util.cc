@@ -356,6 +356,7 @@ void GcsProcess::Start() {
     argv.insert(argv.end(), {"--session-dir", session_dir_});
   }
   if (options_.tls) argv.insert(argv.end(), {"--tls-dir", tls_dir()});
+  argv.insert(argv.end(), {"--dashboard-port", absl::StrCat(options_.dashboard_port)});
   process_ = ChildProcess(argv, dir_.path() + "/gcs.log");
   bool up = WaitFor(
       [&] {
@@ -401,7 +402,9 @@ ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
                      "--debug-prepare-delay-ms",
                      absl::StrCat(options.debug_prepare_delay_ms),
                      "--tls-dir",
-                     gcs.tls_dir()},
+                     gcs.tls_dir(),
+                     "--metrics-port",
+                     absl::StrCat(options.metrics_port)},
                     absl::StrCat(gcs.dir(), "/node-", node_id, ".log"), std::move(env));
   auto client = gcs::GcsClient::Connect({gcs.address(), gcs.token()});
   WaitFor(

@@ -122,6 +122,8 @@ class GcsProcess {
     // and the nodes StartNode starts serving with them, and this process's channels trusting
     // the CA (rpc::UseTls). Off: plaintext.
     bool tls = false;
+    // --dashboard-port (-1: none, 0: any free one; GetClusterInfo says which).
+    int dashboard_port = -1;
   };
   // `session_dir`: its --session-dir, where it runs driver jobs (empty: no driver jobs).
   GcsProcess(const RedisServer& redis, Options options, std::string session_dir = "");
@@ -162,6 +164,7 @@ struct NodeOptions {
   int heartbeat_ms = 100;
   double memory_usage_threshold = 0.95;
   int debug_prepare_delay_ms = 0;
+  int metrics_port = -1;  // --metrics-port (0: any free one)
 };
 ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
                        const NodeOptions& options,
