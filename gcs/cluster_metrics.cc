@@ -116,7 +116,10 @@ void ElasticPart(const GcsObservables& o, MetricsWriter& w) {
       o.jobs->List([](const rpc::JobInfo& j) { return j.kind() == "elastic"; });
   std::sort(jobs.begin(), jobs.end(),
             [](const auto& a, const auto& b) { return a.job_id() < b.job_id(); });
-  auto id = [](const rpc::JobInfo& j) { return Labels{{"job", j.job_id()}, {"name", j.name()}}; };
+  // Not "job": Prometheus gives that label the scrape job's name (and renames ours).
+  auto id = [](const rpc::JobInfo& j) {
+    return Labels{{"job_id", j.job_id()}, {"job_name", j.name()}};
+  };
   // Gauges of the jobs that run; counters and histograms of every job (they only grow).
   std::vector<const rpc::JobInfo*> running;
   for (const auto& j : jobs) {

@@ -76,7 +76,7 @@ std::string FormatValue(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   if (v == std::floor(v) && std::fabs(v) < 1e15) return absl::StrFormat("%.0f", v);
-  return absl::StrFormat("%.9g", v);
+  return absl::StrFormat("%.15g", v);
 }
 
 std::string HelpText(const std::string& help) {

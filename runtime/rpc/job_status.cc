@@ -89,12 +89,13 @@ std::string FormatStatus(const JobStatus& s, bool with_events) {
   }
   if (!s.recoveries.empty()) {
     absl::StrAppendFormat(&out, "\nRecoveries (time lost to faults %.3f s):", s.fault_seconds);
-    absl::StrAppendFormat(&out, "\n  %-12s %-12s %-9s %-9s %-9s %-8s %s", "FAULT AT", "KIND",
+    absl::StrAppendFormat(&out, "\n  %-12s %-12s %-9s %-9s %-9s %-6s %s", "FAULT AT", "KIND",
                           "DETECT", "RESUME", "FULL", "WORLD", "WHAT");
     // The newest ten: `phalanx job status` stays a screen; the dashboard has them all.
     size_t first = s.recoveries.size() > 10 ? s.recoveries.size() - 10 : 0;
     for (size_t i = first; i < s.recoveries.size(); ++i) {
       const RecoveryStatus& r = s.recoveries[i];
+      // "%-8s": the arrow is 3 bytes and one column wide, so this pads "3→2" to 6 columns.
       absl::StrAppendFormat(&out, "\n  %-12s %-12s %-9s %-9s %-9s %-8s %s", Clock(r.fault_ms),
                             r.kind, Span(r.fault_ms, r.detected_ms),
                             Span(r.detected_ms, r.resumed_ms), Span(r.fault_ms, r.full_strength_ms),
