@@ -143,6 +143,10 @@ void ElasticPart(const GcsObservables& o, MetricsWriter& w) {
   gauge("phalanx_elastic_step_skew",
         "The slowest rank's compute time over the median's, of the last step (1: even).",
         [](const rpc::ElasticStatus& e) { return e.step_skew(); });
+  gauge("phalanx_elastic_network_check_skew",
+        "The last network check's slowest rank over the median: what the straggler policy "
+        "compares with straggler.factor (0: none ran).",
+        [](const rpc::ElasticStatus& e) { return e.network_check_skew(); });
   w.Gauge("phalanx_elastic_rank_step_seconds", "Each rank's last step, wall time.");
   for (const rpc::JobInfo* j : running) {
     for (const auto& t : j->elastic().step_times()) {

@@ -222,10 +222,12 @@ std::vector<rpc::HttpRoute> DashboardRoutes(const GcsObservables& o) {
     r.headers["Location"] = "/";
     return r;
   });
-  get("/dashboard.js",
-      [](const HttpRequest&) { return Asset("dashboard.js", "text/javascript; charset=utf-8"); });
-  get("/dashboard.css",
-      [](const HttpRequest&) { return Asset("dashboard.css", "text/css; charset=utf-8"); });
+  // The page's scripts and styles, by name (every .js and .css of gcs/dashboard/).
+  get("/([a-z_-]+\\.(js|css))", [](const HttpRequest& req) {
+    bool js = req.matches.at(1) == "js";
+    return Asset(req.matches.at(0),
+                 js ? "text/javascript; charset=utf-8" : "text/css; charset=utf-8");
+  });
   get("/static/chart.min.js", [chart_js](const HttpRequest&) {
     if (!chart_js->ok()) {
       return rpc::JsonError(404, absl::StrCat(kChartJsPath,

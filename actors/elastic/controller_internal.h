@@ -261,6 +261,7 @@ class Controller {
   absl::Time step_failed_ = absl::InfiniteFuture();  // the running step failed here
   std::vector<rpc::RankStepTime> step_times_;        // of the last agreed step
   double step_skew_ = 1;
+  double network_check_skew_ = 0;  // of the last network check (0: none yet)
   int target_ = 0;
   int requested_ = 0;      // a user's scale request (0: none)
   int ceiling_ = 1 << 30;  // after a shrink: no growth past this until a node joins

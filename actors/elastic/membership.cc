@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "actors/elastic/controller_internal.h"
 #include "runtime/common/ids.h"
@@ -48,6 +49,7 @@ void Controller::PublishStatus() {
     el->clear_step_times();
     for (const auto& t : step_times_) *el->add_step_times() = t;
     el->set_step_skew(step_skew_);
+    el->set_network_check_skew(network_check_skew_);
     el->clear_restarts_by_cause();
     for (const auto& [cause, n] : restarts_by_cause_) (*el->mutable_restarts_by_cause())[cause] = n;
     timeline_.CopyTo(el);
@@ -168,6 +170,9 @@ void Controller::CheckNetwork() {
     Event("network_check_failed", std::string(report.status().message()));
     return;
   }
+  auto skew =
+      Get(members_[0].trainer().Query(trainer_query::kNetworkCheckSkew), kTimeouts.network_check);
+  if (skew.ok() && absl::SimpleAtod(*skew, &network_check_skew_)) PublishStatus();
   bool faulty_part = false;
   for (int r : *report) {
     if (r < 0) {

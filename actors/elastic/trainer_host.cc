@@ -253,6 +253,9 @@ std::vector<int> TrainerHostBase::NetworkCheck(double factor) {
   auto report = group_->NetworkCheck(options);
   phase_ = kIdle;
   if (!report.ok()) throw std::runtime_error(std::string(report.status().message()));
+  double slowest = 0;
+  for (const auto& r : report->ranks) slowest = std::max(slowest, r.total_ms);
+  network_check_skew_ = report->median_ms > 0 ? slowest / report->median_ms : 0;
   std::vector<int> out = report->stragglers;
   out.push_back(-1);
   out.insert(out.end(), report->faulty.begin(), report->faulty.end());
@@ -274,6 +277,7 @@ std::string TrainerHostBase::Query(std::string key) {
   // took part in its collectives, so it is the same everywhere it was finished).
   if (key == trainer_query::kHeldStep)
     return std::to_string(std::max(committed_step_, pending_step_));
+  if (key == trainer_query::kNetworkCheckSkew) return absl::StrCat(network_check_skew_);
   return trainer_->Query(key);
 }
 

@@ -58,6 +58,7 @@ class TrainerHostBase {
   std::unique_ptr<collective::CollectiveGroup> group_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const std::string> committed_ ABSL_GUARDED_BY(mu_);
   int64_t committed_step_ ABSL_GUARDED_BY(mu_) = 0;
+  double network_check_skew_ ABSL_GUARDED_BY(mu_) = 0;  // trainer_query::kNetworkCheckSkew
   std::string pending_ ABSL_GUARDED_BY(mu_);
   int64_t pending_step_ ABSL_GUARDED_BY(mu_) = -1;
   int rank_ ABSL_GUARDED_BY(mu_) = 0;

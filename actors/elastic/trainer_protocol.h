@@ -29,6 +29,9 @@ inline constexpr char kQuery[] = "Query";
 namespace trainer_query {
 inline constexpr char kHeldStep[] = "held_step";  // the committed step it holds
 inline constexpr char kResults[] = "results";     // what the trainer wants drivers to see
+// The last network check's slowest rank over the median (what the straggler policy compares
+// with straggler.factor); "0" before any.
+inline constexpr char kNetworkCheckSkew[] = "network_check_skew";
 }  // namespace trainer_query
 
 // What every rank adds to its step's result, for the job's metrics.

@@ -119,6 +119,7 @@ void BindStatus(py::module_& m) {
       .def_readonly("restarts_by_cause", &JobStatus::restarts_by_cause)
       .def_readonly("fault_seconds", &JobStatus::fault_seconds)
       .def_readonly("step_skew", &JobStatus::step_skew)
+      .def_readonly("network_check_skew", &JobStatus::network_check_skew)
       .def("done", &JobStatus::Done)
       .def("format", &FormatStatus, py::arg("with_events") = true);
 }

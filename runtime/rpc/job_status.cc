@@ -65,6 +65,7 @@ JobStatus ToStatus(const rpc::JobInfo& job) {
   std::sort(s.restarts_by_cause.begin(), s.restarts_by_cause.end());
   s.fault_seconds = el.fault_seconds();
   s.step_skew = el.step_skew() > 0 ? el.step_skew() : 1;
+  s.network_check_skew = el.network_check_skew();
   return s;
 }
 

@@ -70,8 +70,9 @@ struct JobStatus {
   std::vector<JobEvent> events;
   std::vector<RecoveryStatus> recoveries;  // oldest first
   std::vector<std::pair<std::string, int>> restarts_by_cause;
-  double fault_seconds = 0;  // time lost to faults: the sum of fault → resumed
-  double step_skew = 1;      // the slowest rank's compute time over the median's, last step
+  double fault_seconds = 0;       // time lost to faults: the sum of fault → resumed
+  double step_skew = 1;           // the slowest rank's compute time over the median's, last step
+  double network_check_skew = 0;  // the last network check's slowest over median (0: none)
   bool Done() const { return state == "SUCCEEDED" || state == "FAILED" || state == "STOPPED"; }
 };
 

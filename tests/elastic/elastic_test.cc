@@ -258,6 +258,11 @@ TEST_F(ElasticTest, AStragglerFoundByTheNetworkCheckIsReplaced) {
   ExpectHealed(s, spec, baseline, 3);
   EXPECT_TRUE(HasEvent(s, "straggler", "node-slo")) << FormatStatus(s);
   for (const auto& r : s.ranks) EXPECT_NE(r.node_id, "node-slow") << FormatStatus(s);
+  // A straggler's recovery: from the check that found it to its replacement training.
+  bool straggler = false;
+  for (const auto& r : s.recoveries) straggler |= r.kind == "straggler" && r.full_strength_ms > 0;
+  EXPECT_TRUE(straggler) << FormatStatus(s);
+  EXPECT_GT(s.network_check_skew, 0) << FormatStatus(s);
 }
 
 TEST_F(ElasticTest, AStoppedRankIsFoundByTheHangTimeoutAndRestarted) {
