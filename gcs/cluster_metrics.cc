@@ -30,28 +30,14 @@ void ClusterPart(const GcsObservables& o, MetricsWriter& w) {
   w.Gauge("phalanx_gcs_start_time_seconds", "When this GCS started (unix seconds).");
   w.Sample({}, static_cast<double>(o.start_time_ms) / 1000);
 
-  auto nodes = o.nodes->GetAll(/*alive_only=*/false);
-  int alive = 0, dead = 0;
-  std::map<std::string, double> total, available;
-  for (const auto& n : nodes) {
-    if (n.state() != rpc::NODE_ALIVE) {
-      ++dead;
-      continue;
-    }
-    ++alive;
-    for (const auto& [k, v] : n.total().amounts()) total[k] += v;
-    for (const auto& [k, v] : n.available().amounts()) available[k] += v;
-  }
+  NodeTotals nodes = SumNodes(o.nodes->GetAll(/*alive_only=*/false));
   w.Gauge("phalanx_nodes", "Nodes by state.");
-  w.Sample({{"state", "alive"}}, alive);
-  w.Sample({{"state", "dead"}}, dead);
+  w.Sample({{"state", "alive"}}, nodes.alive);
+  w.Sample({{"state", "dead"}}, nodes.dead);
   w.Gauge("phalanx_resources_total", "Resources of the live nodes, by resource.");
-  for (const auto& [k, v] : total) w.Sample({{"resource", k}}, v);
+  for (const auto& [k, v] : nodes.total) w.Sample({{"resource", k}}, v);
   w.Gauge("phalanx_resources_used", "Resources taken by actors and reservations, by resource.");
-  for (const auto& [k, v] : total) {
-    auto free = available.find(k);
-    w.Sample({{"resource", k}}, v - (free == available.end() ? 0 : free->second));
-  }
+  for (const auto& [k, v] : nodes.used) w.Sample({{"resource", k}}, v);
 
   w.Gauge("phalanx_actors", "Actors by state and class.");
   for (const auto& [key, n] : o.actors->CountByStateAndClass()) {
@@ -147,25 +133,22 @@ void ElasticPart(const GcsObservables& o, MetricsWriter& w) {
         "The last network check's slowest rank over the median: what the straggler policy "
         "compares with straggler.factor (0: none ran).",
         [](const rpc::ElasticStatus& e) { return e.network_check_skew(); });
-  w.Gauge("phalanx_elastic_rank_step_seconds", "Each rank's last step, wall time.");
-  for (const rpc::JobInfo* j : running) {
-    for (const auto& t : j->elastic().step_times()) {
-      Labels l = id(*j);
-      l.emplace_back("rank", std::to_string(t.rank()));
-      l.emplace_back("node", t.node_id());
-      w.Sample(l, t.step_ms() / 1000);
+  auto per_rank = [&](const char* name, const char* help, auto ms) {
+    w.Gauge(name, help);
+    for (const rpc::JobInfo* j : running) {
+      for (const auto& t : j->elastic().step_times()) {
+        Labels l = id(*j);
+        l.emplace_back("rank", std::to_string(t.rank()));
+        l.emplace_back("node", t.node_id());
+        w.Sample(l, ms(t) / 1000);
+      }
     }
-  }
-  w.Gauge("phalanx_elastic_rank_compute_seconds",
-          "Each rank's last step, the part outside collectives.");
-  for (const rpc::JobInfo* j : running) {
-    for (const auto& t : j->elastic().step_times()) {
-      Labels l = id(*j);
-      l.emplace_back("rank", std::to_string(t.rank()));
-      l.emplace_back("node", t.node_id());
-      w.Sample(l, t.compute_ms() / 1000);
-    }
-  }
+  };
+  per_rank("phalanx_elastic_rank_step_seconds", "Each rank's last step, wall time.",
+           [](const rpc::RankStepTime& t) { return t.step_ms(); });
+  per_rank("phalanx_elastic_rank_compute_seconds",
+           "Each rank's last step, the part outside collectives.",
+           [](const rpc::RankStepTime& t) { return t.compute_ms(); });
   w.Counter("phalanx_elastic_restarts_total", "Ranks respawned, by the fault that caused it.");
   for (const auto& j : jobs) {
     for (const auto& [cause, n] : j.elastic().restarts_by_cause()) {
@@ -213,6 +196,22 @@ void ElasticPart(const GcsObservables& o, MetricsWriter& w) {
 }
 
 }  // namespace
+
+NodeTotals SumNodes(const std::vector<rpc::NodeInfo>& nodes) {
+  NodeTotals t;
+  std::map<std::string, double> available;
+  for (const auto& n : nodes) {
+    if (n.state() != rpc::NODE_ALIVE) {
+      ++t.dead;
+      continue;
+    }
+    ++t.alive;
+    for (const auto& [k, v] : n.total().amounts()) t.total[k] += v;
+    for (const auto& [k, v] : n.available().amounts()) available[k] += v;
+  }
+  for (const auto& [k, v] : t.total) t.used[k] = v - available[k];
+  return t;
+}
 
 std::string ClusterMetricsPage(const GcsObservables& o) {
   MetricsWriter w;

@@ -78,23 +78,11 @@ json ClusterJson(const GcsObservables& o) {
   c["now_ms"] = absl::ToUnixMillis(absl::Now());
   c["tls"] = !o.ca_fingerprint.empty();
   c["ca_fingerprint"] = o.ca_fingerprint;
-  int alive = 0, dead = 0;
-  std::map<std::string, double> total, available;
-  for (const auto& n : o.nodes->GetAll(false)) {
-    if (n.state() != rpc::NODE_ALIVE) {
-      ++dead;
-      continue;
-    }
-    ++alive;
-    for (const auto& [k, v] : n.total().amounts()) total[k] += v;
-    for (const auto& [k, v] : n.available().amounts()) available[k] += v;
-  }
-  std::map<std::string, double> used;
-  for (const auto& [k, v] : total) used[k] = v - available[k];
-  c["nodes_alive"] = alive;
-  c["nodes_dead"] = dead;
-  c["resources_total"] = total;
-  c["resources_used"] = used;
+  NodeTotals nodes = SumNodes(o.nodes->GetAll(false));
+  c["nodes_alive"] = nodes.alive;
+  c["nodes_dead"] = nodes.dead;
+  c["resources_total"] = nodes.total;
+  c["resources_used"] = nodes.used;
   std::map<std::string, int> actors, jobs;
   for (const auto& [key, n] : o.actors->CountByStateAndClass()) {
     actors[rpc::ActorState_Name(key.first)] += n;

@@ -5,6 +5,7 @@
 // Internal to gcs/: built by gcs_server.cc.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,15 @@ class HeadDashboard {
   std::unique_ptr<rpc::HttpServer> server_;
   absl::Mutex targets_mu_;  // one writer of the targets file at a time
 };
+
+// How many nodes are alive and dead, and the live ones' resources, total and used.
+struct NodeTotals {
+  int alive = 0;
+  int dead = 0;
+  std::map<std::string, double> total;
+  std::map<std::string, double> used;
+};
+NodeTotals SumNodes(const std::vector<rpc::NodeInfo>& nodes);
 
 // The /metrics page: the cluster (nodes, resources, actors, placement groups, jobs), the GCS
 // (RPC latency by method, Redis writes, subscribers) and every elastic job (size, progress,

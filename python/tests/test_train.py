@@ -77,6 +77,11 @@ def test_the_trainer_heals_from_a_sigkill(cluster):
     assert result.world_size >= 3
     # The survivors went on at once: a recovery epoch right after the death.
     assert any("(recovery)" in e["message"] for e in result.events), result.events
+    # The recovery timeline, as the dashboard and /metrics show it.
+    assert [r["kind"] for r in result.recoveries] == ["signal"], result.recoveries
+    r = result.recoveries[0]
+    assert 0 < r["fault_ms"] <= r["detected_ms"] <= r["resumed_ms"] <= r["full_strength_ms"], r
+    assert result.restarts_by_cause == {"signal": 1}
 
 
 def test_a_killed_controller_comes_back_and_adopts_the_live_workers(cluster):

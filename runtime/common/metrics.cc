@@ -53,24 +53,25 @@ std::map<std::string, HistogramData> HistogramFamily::Snapshot() const {
   return by_key_;
 }
 
-std::string EscapeLabelValue(const std::string& value) {
+namespace {
+
+// Prometheus's escapes: backslash and newline always, the double quote in label values.
+std::string Escape(const std::string& text, bool quotes) {
   std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
+  out.reserve(text.size());
+  for (char c : text) {
     if (c == '\\') {
       out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
     } else if (c == '\n') {
       out += "\\n";
+    } else if (c == '"' && quotes) {
+      out += "\\\"";
     } else {
       out += c;
     }
   }
   return out;
 }
-
-namespace {
 
 std::string FormatValue(double v) {
   if (std::isnan(v)) return "NaN";
@@ -79,21 +80,11 @@ std::string FormatValue(double v) {
   return absl::StrFormat("%.15g", v);
 }
 
-std::string HelpText(const std::string& help) {
-  std::string out;
-  for (char c : help) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+std::string HelpText(const std::string& help) { return Escape(help, false); }
 
 }  // namespace
+
+std::string EscapeLabelValue(const std::string& value) { return Escape(value, true); }
 
 void MetricsWriter::Open(const std::string& name, const std::string& type,
                          const std::string& help) {

@@ -59,20 +59,19 @@ std::string NodeMetrics::Page(const std::string& node_id,
   w.Sample(with("state", "idle"), idle);
   w.Sample(with("state", "starting"), starting);
   w.Sample(with("state", "running"), running);
-  w.Gauge("phalanx_node_actor_rss_bytes", "Each actor's resident memory, as last sampled.");
-  for (const auto& r : workers) {
-    if (r.idle || r.actor_id.empty()) continue;
-    metrics::Labels l = with("actor_id", r.actor_id);
-    l.emplace_back("pid", std::to_string(r.pid));
-    w.Sample(l, static_cast<double>(r.last_rss));
-  }
-  w.Gauge("phalanx_node_actor_memory_limit_bytes", "Each actor's memory limit (0: none).");
-  for (const auto& r : workers) {
-    if (r.idle || r.actor_id.empty()) continue;
-    metrics::Labels l = with("actor_id", r.actor_id);
-    l.emplace_back("pid", std::to_string(r.pid));
-    w.Sample(l, static_cast<double>(r.memory_limit));
-  }
+  auto per_actor = [&](const char* name, const char* help, auto bytes) {
+    w.Gauge(name, help);
+    for (const auto& r : workers) {
+      if (r.idle || r.actor_id.empty()) continue;
+      metrics::Labels l = with("actor_id", r.actor_id);
+      l.emplace_back("pid", std::to_string(r.pid));
+      w.Sample(l, static_cast<double>(bytes(r)));
+    }
+  };
+  per_actor("phalanx_node_actor_rss_bytes", "Each actor's resident memory, as last sampled.",
+            [](const WorkerRecord& r) { return r.last_rss; });
+  per_actor("phalanx_node_actor_memory_limit_bytes", "Each actor's memory limit (0: none).",
+            [](const WorkerRecord& r) { return r.memory_limit; });
   w.HistogramFamily("phalanx_node_worker_start_seconds",
                     "From an actor's start request to its worker serving it.");
   w.Histogram(node, start_latency_.Snapshot());

@@ -210,8 +210,9 @@ TEST_F(JobUpload, AStreamOverTheLimitIsCutOffWithoutTheGcsHoldingIt) {
   std::cout << "GCS peak RSS " << (before >> 20) << " -> " << (after >> 20) << " MiB after " << sent
             << " MiB sent\n";
   // Written as it comes: what the GCS holds at once is gRPC's flow-control window and its
-  // allocator's slack (~40 MiB seen), not the upload (over 100 MiB here).
-  EXPECT_LT(after - before, 64 << 20);
+  // allocator's slack, not the upload (over 100 MiB here; holding it would take at least
+  // that). Seen: 14-49 MiB on an idle machine, 66 MiB once while a whole CI ran beside it.
+  EXPECT_LT(after - before, 90 << 20);
   EXPECT_TRUE(Tree(session_.path() + "/uploads").empty());
 }
 

@@ -41,15 +41,21 @@ def time_bound(request):
         signal.signal(signal.SIGALRM, previous)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "hosts(n): how many hosts the test's cluster has (3)")
+
+
 @pytest.fixture
-def hosts():
-    with netns.Hosts(3) as h:
+def hosts(request):
+    """3 hosts, or n with @pytest.mark.hosts(n)."""
+    marker = request.node.get_closest_marker("hosts")
+    with netns.Hosts(marker.args[0] if marker else 3) as h:
         yield h
 
 
 @pytest.fixture
 def cluster(hosts):
-    """A 3-host cluster: 2 CPUs per host, node timeout 2 s, heartbeats every 250 ms."""
+    """A cluster of every host: 2 CPUs per host, node timeout 2 s, heartbeats every 250 ms."""
     c = netns.Cluster(hosts, num_cpus=2, node_timeout_ms=2000, heartbeat_ms=250)
     try:
         c.start()

@@ -24,7 +24,6 @@ import time
 import pytest
 
 import cluster_info
-import netns
 from jobs import ElasticRun, now_ms
 from netns import REPO
 
@@ -132,27 +131,8 @@ def dashboard_url(cluster):
     raise AssertionError(f"`phalanx status` names no dashboard:\n{r.stdout}")
 
 
-@pytest.fixture
-def two_hosts():
-    with netns.Hosts(2) as h:
-        yield h
-
-
-@pytest.fixture
-def two_host_cluster(two_hosts):
-    c = netns.Cluster(two_hosts, num_cpus=2, node_timeout_ms=2000, heartbeat_ms=250)
-    try:
-        c.start()
-        yield c
-    finally:
-        left = c.stop()
-        if left:
-            pytest.fail("processes left after `phalanx stop` on every host:\n" + "\n".join(
-                f"  host {h} pid {p}: {cmd}" for h, p, cmd in left), pytrace=False)
-
-
-def test_prometheus_and_the_dashboard_see_a_sigkilled_rank_heal(two_host_cluster, two_hosts):
-    cluster, hosts = two_host_cluster, two_hosts
+@pytest.mark.hosts(2)
+def test_prometheus_and_the_dashboard_see_a_sigkilled_rank_heal(cluster, hosts):
     url = dashboard_url(cluster)
     assert url.startswith("https://"), url
     ca = os.path.join(cluster.session(0), "tls", "ca.pem")

@@ -317,6 +317,15 @@ class Result:
                             "time_ms": c.time_ms} for c in status.conditions]
         self.ranks = [{"rank": m.rank, "actor_id": m.actor_id, "node_id": m.node_id,
                        "memory_bytes": m.memory_bytes} for m in status.ranks]
+        # Each fault and how the job healed, as unix ms (0: not reached): fault → detected →
+        # resumed (the survivors' next step) → full strength (the world size before it).
+        self.recoveries = [{"kind": r.kind, "message": r.message, "fault_ms": r.fault_ms,
+                            "detected_ms": r.detected_ms, "resumed_ms": r.resumed_ms,
+                            "full_strength_ms": r.full_strength_ms,
+                            "world_before": r.world_before, "world_during": r.world_during}
+                           for r in status.recoveries]
+        self.restarts_by_cause = dict(status.restarts_by_cause)
+        self.fault_seconds = status.fault_seconds
         self.error = self.message if self.state == "FAILED" else None
 
     def __repr__(self):
