@@ -14,7 +14,9 @@ int main(int argc, char** argv) {
   auto* start_cmd = app.add_subcommand("start", "start a head node, or join a cluster");
   start_cmd->add_flag("--head", start.head, "start a new cluster with this machine as head");
   start_cmd->add_option("--address", start.address, "join the cluster whose GCS is HOST:PORT");
-  start_cmd->add_option("--token", start.token, "the cluster token (join; or $PHALANX_TOKEN)");
+  start_cmd->add_option("--token", start.token,
+                        "join: the cluster token (or $PHALANX_TOKEN); head: use this token "
+                        "instead of a random one (at least 16 characters)");
   start_cmd->add_option("--port", start.port, "head: the GCS port")->capture_default_str();
   start_cmd->add_option("--ca-fingerprint", start.ca_fingerprint,
                         "join: the SHA-256 fingerprint of the cluster's CA, as the head's join "
@@ -66,6 +68,23 @@ int main(int argc, char** argv) {
                    "this node's /metrics port (0: any free one, -1: none)")
       ->check(CLI::Range(-1, 65535))
       ->capture_default_str();
+
+  start_cmd->add_option("--ca-dir", start.ca_dir,
+                        "a CA from `phalanx make-ca`: head: the cluster's CA instead of a new "
+                        "one; join: trust its ca.pem instead of --ca-fingerprint");
+  start_cmd
+      ->add_option("--memory-usage-threshold", start.memory_usage_threshold,
+                   "kill the newest actor when this machine's memory use passes this fraction "
+                   "(default: the node manager's, 0.95)")
+      ->check(CLI::Range(0.0, 1.0));
+  start_cmd->add_flag("--block", start.block,
+                      "stay in the foreground; SIGTERM/Ctrl-C stops what this command started, "
+                      "as does the death of its GCS or node manager (exit code 1)");
+
+  std::string ca_dir;
+  auto* make_ca_cmd = app.add_subcommand(
+      "make-ca", "write a new cluster CA (ca.pem, ca.key) for `start --head --ca-dir`");
+  make_ca_cmd->add_option("dir", ca_dir, "the directory to write it to (made 0700)")->required();
 
   StopOptions stop;
   auto* stop_cmd = app.add_subcommand("stop", "stop every Phalanx process on this machine");
@@ -146,6 +165,7 @@ int main(int argc, char** argv) {
   start.dashboard_port_given = dashboard_port->count() > 0;
   if (*start_cmd) return RunStart(start);
   if (*stop_cmd) return RunStop(stop);
+  if (*make_ca_cmd) return RunMakeCa(ca_dir);
   if (*status_cmd) return RunWatched(watch, [&] { return RunStatus(cluster); });
   if (*metrics_config_cmd) return RunMetricsConfig(cluster);
   if (*list_actors) return RunListActors(cluster, list_all);

@@ -11,8 +11,10 @@ namespace phalanx::cli {
 struct StartOptions {
   bool head = false;
   std::string address;  // join: the GCS address
-  std::string token;    // join: the cluster token (or $PHALANX_TOKEN)
-  int port = 6380;      // head: the GCS port
+  // Join: the cluster token (or $PHALANX_TOKEN). Head: the token to use instead of a new
+  // random one (a Kubernetes Secret, say).
+  std::string token;
+  int port = 6380;  // head: the GCS port
   double num_cpus = -1;
   double num_gpus = -1;
   double memory = -1;  // bytes
@@ -36,14 +38,27 @@ struct StartOptions {
   // certificate. --no-tls: plaintext everywhere (debugging; the token travels in clear).
   bool no_tls = false;
   std::string ca_fingerprint;  // join
+  // A CA that `phalanx make-ca` wrote. Head: the cluster's CA (instead of a new one). Join:
+  // trust its ca.pem (instead of checking --ca-fingerprint).
+  std::string ca_dir;
   // Head: the HTTP(S) port of /metrics, /api and the dashboard (8265, like Ray's). When the
   // user did not choose it and it is taken, another free port serves (status shows it).
   int dashboard_port = 8265;
   bool dashboard_port_given = false;
   // Every node: its node manager's /metrics port (0: any free one, -1: none).
   int metrics_port = 0;
+  // Every node: the node manager's memory monitor kills the newest actor when the machine's
+  // memory use passes this fraction (<0: the node manager's default).
+  double memory_usage_threshold = -1;
+  // Stay in the foreground: SIGTERM or SIGINT stops what this command started; so does the
+  // death of its GCS or node manager (then the exit code is 1). For container entrypoints and
+  // `srun`, where the step must own the processes.
+  bool block = false;
 };
 int RunStart(const StartOptions& options);
+
+// `phalanx make-ca DIR`: a new cluster CA (DIR/ca.pem, DIR/ca.key) for `start --ca-dir`.
+int RunMakeCa(const std::string& dir);
 
 // `--watch`: run `show` every `interval_s`, redrawing the terminal in place, until Ctrl-C.
 struct WatchOptions {
@@ -57,6 +72,9 @@ struct StopOptions {
   double grace_s = 10;
 };
 int RunStop(const StopOptions& options);
+// Stops the processes of `sessions` (node managers and their workers first, Redis last);
+// prints what it stopped. False if one would not stop.
+bool StopSessions(const std::vector<std::string>& sessions, const StopOptions& options);
 
 struct ClusterFlags {
   std::string address;

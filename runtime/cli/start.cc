@@ -1,6 +1,12 @@
 // `phalanx start --head` and `phalanx start --address HOST:PORT`.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -37,6 +43,27 @@ std::string FindOnPath(const std::string& program) {
   return "";
 }
 
+// --block: how often it checks that the processes it started still live.
+constexpr absl::Duration kBlockCheckInterval = absl::Milliseconds(500);
+
+// A token given to `start --head`: long enough to resist guessing, and plain enough to travel
+// in files, headers and command lines.
+absl::Status CheckToken(const std::string& token) {
+  constexpr size_t kMinTokenLength = 16;
+  if (token.size() < kMinTokenLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--token is ", token.size(), " characters; give at least ", kMinTokenLength,
+                     " (e.g. `openssl rand -hex 24`), or leave it out for a random one"));
+  }
+  for (char c : token) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return absl::InvalidArgumentError(
+          "--token may hold letters, digits, '-', '_' and '.' only (e.g. `openssl rand -hex 24`)");
+    }
+  }
+  return absl::OkStatus();
+}
+
 constexpr char kNoTlsWarning[] =
     "WARNING: --no-tls: the cluster token and all traffic travel in clear; anyone on the "
     "network can read them. Use it for debugging only.";
@@ -52,6 +79,9 @@ class Starter {
   explicit Starter(const StartOptions& o) : o_(o) {}
 
   int Run() {
+    // --block: a SIGTERM during start-up waits for Block() (it then stops what started)
+    // rather than killing this process half way. Spawned children get an empty mask.
+    if (o_.block) ::sigprocmask(SIG_BLOCK, &BlockedSignals(), nullptr);
     if (auto s = Validate(); !s.ok()) return Fail(std::string(s.message()));
     auto session = CreateSession();
     if (!session.ok()) return Fail(std::string(session.status().message()));
@@ -62,8 +92,9 @@ class Starter {
         TerminateProcess(it->pid, absl::Seconds(3));
       }
       DiscardSession(session_);
+      return rc;
     }
-    return rc;
+    return o_.block ? Block() : 0;
   }
 
  private:
@@ -84,6 +115,35 @@ class Starter {
                                                          "--memory, not in the JSON"));
         }
       }
+    }
+    if (o_.memory_usage_threshold >= 0 &&
+        (o_.memory_usage_threshold == 0 || o_.memory_usage_threshold > 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--memory-usage-threshold ", o_.memory_usage_threshold,
+          " is not a fraction of the machine's memory: give a number in (0, 1], e.g. 0.95"));
+    }
+    if (!o_.ca_dir.empty()) {
+      if (o_.no_tls) {
+        return absl::InvalidArgumentError("--ca-dir is for a TLS cluster: drop --no-tls");
+      }
+      if (!o_.ca_fingerprint.empty()) {
+        return absl::InvalidArgumentError(
+            "give either --ca-dir (trust the CA there) or --ca-fingerprint, not both");
+      }
+      if (o_.head) {
+        auto ca = rpc::LoadClusterCa(o_.ca_dir);
+        if (!ca.ok())
+          return absl::InvalidArgumentError(absl::StrCat("--ca-dir: ", ca.status().message()));
+        given_ca_ = *ca;
+      } else if (!PathExists(absl::StrCat(o_.ca_dir, "/", rpc::kCaCertFile))) {
+        return absl::InvalidArgumentError(absl::StrCat("--ca-dir: no ", o_.ca_dir, "/",
+                                                       rpc::kCaCertFile,
+                                                       ": give the directory holding the cluster "
+                                                       "CA's certificate"));
+      }
+    }
+    if (o_.head && !o_.token.empty()) {
+      if (auto s = CheckToken(o_.token); !s.ok()) return s;
     }
     if (o_.num_cpus < -0.5 && o_.num_cpus != -1) {
       return absl::InvalidArgumentError("--num-cpus must be >= 0");
@@ -221,6 +281,10 @@ class Starter {
     if (o_.head) argv.push_back("--head");
     if (!tls_dir_.empty()) argv.insert(argv.end(), {"--tls-dir", tls_dir_});
     argv.insert(argv.end(), {"--metrics-port", absl::StrCat(o_.metrics_port)});
+    if (o_.memory_usage_threshold > 0) {
+      argv.insert(argv.end(),
+                  {"--memory-usage-threshold", absl::StrCat(o_.memory_usage_threshold)});
+    }
     return argv;
   }
 
@@ -241,7 +305,7 @@ class Starter {
   }
 
   int StartHead() {
-    std::string token = RandomHex(24);
+    std::string token = o_.token.empty() ? RandomHex(24) : o_.token;
     std::string cluster_id = RandomHex(4);
     if (auto s = WriteFile(session_ + "/token", token + "\n", 0600); !s.ok()) {
       return Fail(std::string(s.message()));
@@ -456,7 +520,8 @@ class Starter {
   // Returns the CA's fingerprint (what joining machines check).
   absl::StatusOr<std::string> MakeHeadTls(const std::string& cluster_id) {
     std::string dir = session_ + "/tls";
-    auto fingerprint = rpc::MakeClusterTlsDir(dir, cluster_id, rpc::MachineNames(node_ip_));
+    auto fingerprint = rpc::MakeClusterTlsDir(dir, cluster_id, rpc::MachineNames(node_ip_),
+                                              given_ca_ ? &*given_ca_ : nullptr);
     if (fingerprint.ok()) tls_dir_ = dir;
     return fingerprint;
   }
@@ -485,7 +550,11 @@ class Starter {
                        "to join it anyway"));
     }
     std::string ca_pem;
-    if (!o_.ca_fingerprint.empty()) {
+    if (!o_.ca_dir.empty()) {
+      auto ca = ReadFile(absl::StrCat(o_.ca_dir, "/", rpc::kCaCertFile));
+      if (!ca.ok()) return ca.status();
+      ca_pem = *ca;
+    } else if (!o_.ca_fingerprint.empty()) {
       auto ca = rpc::FetchCaByFingerprint(o_.address, o_.ca_fingerprint);
       if (!ca.ok()) return ca.status();
       ca_pem = *ca;
@@ -507,8 +576,49 @@ class Starter {
     return rpc::UseTls(tls_dir_);
   }
 
+  // --block: waits for SIGTERM/SIGINT/SIGHUP, or for a process this command started to die
+  // (reaping it: they are this process's children), then stops this session's processes.
+  static const sigset_t& BlockedSignals() {
+    static const sigset_t signals = [] {
+      sigset_t s;
+      sigemptyset(&s);
+      for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&s, sig);
+      return s;
+    }();
+    return signals;
+  }
+
+  int Block() {
+    const sigset_t& signals = BlockedSignals();
+    std::cout << "Staying in the foreground (--block): SIGTERM or Ctrl-C stops this "
+              << (o_.head ? "cluster's head" : "node") << "." << std::endl;
+    int rc = 0;
+    while (true) {
+      timespec tick{0, static_cast<long>(absl::ToInt64Nanoseconds(kBlockCheckInterval))};
+      int sig = ::sigtimedwait(&signals, nullptr, &tick);
+      if (sig > 0) {
+        std::cout << "phalanx start: " << strsignal(sig) << ": stopping." << std::endl;
+        break;
+      }
+      while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+      }
+      auto dead = std::find_if(started_.begin(), started_.end(),
+                               [](const Started& s) { return !ProcessAlive(s.pid); });
+      if (dead != started_.end()) {
+        std::cerr << "phalanx start: " << dead->name << " (pid " << dead->pid
+                  << ") exited; stopping the rest. Its log: " << session_ << "/logs/" << dead->name
+                  << ".out" << std::endl;
+        rc = 1;
+        break;
+      }
+    }
+    if (!StopSessions({session_}, StopOptions{})) rc = 1;
+    return rc;
+  }
+
   const StartOptions& o_;
-  std::string tls_dir_;  // this machine's TLS dir (empty: --no-tls)
+  std::optional<rpc::KeyAndCert> given_ca_;  // head, --ca-dir
+  std::string tls_dir_;                      // this machine's TLS dir (empty: --no-tls)
   Resources resources_;
   std::string node_ip_;
   std::string node_id_;
@@ -521,5 +631,28 @@ class Starter {
 }  // namespace
 
 int RunStart(const StartOptions& options) { return Starter(options).Run(); }
+
+int RunMakeCa(const std::string& dir) {
+  if (PathExists(absl::StrCat(dir, "/", rpc::kCaKeyFile))) {
+    std::cerr << "phalanx make-ca: " << dir << "/" << rpc::kCaKeyFile
+              << " exists; give a new directory (a CA is never overwritten)\n";
+    return 1;
+  }
+  auto ca = rpc::NewClusterCa(RandomHex(4));
+  auto fingerprint = ca.ok() ? rpc::WriteClusterCa(dir, *ca) : ca.status();
+  if (!fingerprint.ok()) {
+    std::cerr << "phalanx make-ca: " << fingerprint.status().message() << "\n";
+    return 1;
+  }
+  std::cout << "A cluster CA is in " << dir << " (" << rpc::kCaCertFile << ", " << rpc::kCaKeyFile
+            << "; keep the key secret).\n"
+            << "  fingerprint " << *fingerprint << "\n"
+            << "Start the head with  phalanx start --head --ca-dir " << dir << "\n"
+            << "and join with        phalanx start --address HEAD:PORT --ca-dir DIR (DIR holding "
+            << rpc::kCaCertFile << ")\n"
+            << "                 or  phalanx start --address HEAD:PORT --ca-fingerprint "
+            << *fingerprint << "\n";
+  return 0;
+}
 
 }  // namespace phalanx::cli

@@ -31,8 +31,12 @@ int RunStop(const StopOptions& options) {
     std::cerr << "phalanx stop: " << sessions.status().message() << "\n";
     return 1;
   }
+  return StopSessions(*sessions, options) ? 0 : 1;
+}
+
+bool StopSessions(const std::vector<std::string>& sessions, const StopOptions& options) {
   std::vector<PidEntry> entries;
-  for (const auto& session : *sessions) {
+  for (const auto& session : sessions) {
     for (auto& e : ReadPidFiles(session)) entries.push_back(std::move(e));
   }
   std::stable_sort(entries.begin(), entries.end(), [](const PidEntry& a, const PidEntry& b) {
@@ -68,7 +72,7 @@ int RunStop(const StopOptions& options) {
   } else {
     std::cout << "Stopped " << stopped << " Phalanx process" << (stopped == 1 ? "" : "es") << ".\n";
   }
-  return failed == 0 ? 0 : 1;
+  return failed == 0;
 }
 
 }  // namespace phalanx::cli

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "runtime/common/files.h"
 #include "runtime/common/process.h"
+#include "runtime/common/system.h"
 
 namespace phalanx {
 
@@ -237,7 +238,10 @@ absl::StatusOr<ClusterAddress> ResolveCluster(const std::string& address_flag,
     if (!sessions.ok()) return sessions.status();
     for (auto it = sessions->rbegin(); it != sessions->rend(); ++it) {
       auto address = ReadFile(*it + "/address");
-      if (!address.ok() || absl::StripAsciiWhitespace(*address) != out.address) continue;
+      if (!address.ok() ||
+          !SameGcsAddress(std::string(absl::StripAsciiWhitespace(*address)), out.address)) {
+        continue;
+      }
       auto token = ReadFile(*it + "/token");
       if (token.ok()) {
         out.token = std::string(absl::StripAsciiWhitespace(*token));
@@ -259,12 +263,22 @@ absl::StatusOr<ClusterAddress> ResolveCluster(const std::string& address_flag,
   return out;
 }
 
+bool SameGcsAddress(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  size_t ca = a.rfind(':'), cb = b.rfind(':');
+  if (ca == std::string::npos || cb == std::string::npos) return false;
+  if (a.substr(ca) != b.substr(cb)) return false;
+  return IsLocalHost(a.substr(0, ca)) && IsLocalHost(b.substr(0, cb));
+}
+
 std::string LocalTlsDir(const std::string& address) {
   auto sessions = AllSessions();
   if (!sessions.ok()) return "";
   for (auto it = sessions->rbegin(); it != sessions->rend(); ++it) {
     auto there = ReadFile(*it + "/address");
-    if (!there.ok() || absl::StripAsciiWhitespace(*there) != address) continue;
+    if (!there.ok() || !SameGcsAddress(std::string(absl::StripAsciiWhitespace(*there)), address)) {
+      continue;
+    }
     return PathExists(*it + "/tls/ca.pem") ? *it + "/tls" : "";
   }
   return "";

@@ -79,6 +79,10 @@ struct ClusterAddress {
 absl::StatusOr<ClusterAddress> ResolveCluster(const std::string& address_flag,
                                               const std::string& token_flag);
 
+// True when the GCS addresses `a` and `b` (HOST:PORT) name the same GCS: equal, or the same
+// port on two names of this machine (127.0.0.1 and its node IP, say).
+bool SameGcsAddress(const std::string& a, const std::string& b);
+
 // The TLS dir of the newest local session of the cluster at `address`; empty when there is
 // none, or it runs without TLS.
 std::string LocalTlsDir(const std::string& address);

@@ -1,6 +1,8 @@
 #include "runtime/common/system.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -58,6 +60,29 @@ std::string DetectNodeIp() {
   }
   ::close(fd);
   return ip;
+}
+
+bool IsLocalHost(const std::string& host) {
+  if (host == "localhost" || host == Hostname() || host == "::1" || host.rfind("127.", 0) == 0) {
+    return true;
+  }
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return false;
+  bool local = false;
+  for (ifaddrs* a = all; a != nullptr && !local; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || (a->ifa_flags & IFF_UP) == 0) continue;
+    char buf[INET6_ADDRSTRLEN] = {0};
+    if (a->ifa_addr->sa_family == AF_INET) {
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf,
+                  sizeof(buf));
+    } else if (a->ifa_addr->sa_family == AF_INET6) {
+      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr, buf,
+                  sizeof(buf));
+    }
+    local = host == buf;
+  }
+  ::freeifaddrs(all);
+  return local;
 }
 
 int NumCpus() {

@@ -19,6 +19,10 @@ std::string MachineId();
 // or 127.0.0.1 when there is none.
 std::string DetectNodeIp();
 
+// True when `host` (an IP address or a name) is this machine: loopback, "localhost", its host
+// name, or an address of one of its interfaces.
+bool IsLocalHost(const std::string& host);
+
 int NumCpus();
 // Number of NVIDIA GPUs (/dev/nvidiaN), or the count in $CUDA_VISIBLE_DEVICES when set.
 int NumGpus();

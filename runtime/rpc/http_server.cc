@@ -81,6 +81,9 @@ class HttpServerImpl final : public HttpServer {
         [this](const httplib::Request& req, httplib::Response& res) { return Gate(req, res); });
     server_->Post("/login",
                   [this](const httplib::Request& req, httplib::Response& res) { Login(req, res); });
+    server_->Get(kHealthPath, [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("ok\n", "text/plain");
+    });
     server_->Get("/logout", [this](const httplib::Request&, httplib::Response& res) {
       res.set_header("Set-Cookie", Cookie("", 0));
       res.set_redirect("/login", 303);
@@ -94,7 +97,11 @@ class HttpServerImpl final : public HttpServer {
         for (size_t i = 1; i < req.matches.size(); ++i) request.matches.push_back(req.matches[i]);
         HttpResponse response = handler(request);
         res.status = response.status;
-        for (const auto& [k, v] : response.headers) res.set_header(k, v);
+        // The gate's defaults (Cache-Control: no-store) give way to the route's own.
+        for (const auto& [k, v] : response.headers) {
+          res.headers.erase(k);
+          res.set_header(k, v);
+        }
         res.set_content(std::move(response.body), response.content_type);
       };
       if (route.method == "POST") {
@@ -170,6 +177,9 @@ class HttpServerImpl final : public HttpServer {
     res.set_header("X-Frame-Options", "DENY");
     if (req.method == "POST" && req.path == "/login") {
       return httplib::Server::HandlerResponse::Unhandled;  // Login() checks the form
+    }
+    if (req.method == "GET" && req.path == kHealthPath) {
+      return httplib::Server::HandlerResponse::Unhandled;  // says nothing but "ok"
     }
     if (Authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
     Unauthorized(req, res,

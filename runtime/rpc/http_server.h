@@ -5,7 +5,9 @@
 //   - `Authorization: Bearer <token>` (Prometheus, curl, scripts), or
 //   - the session cookie that POST /login (a form field `token`) sets for a browser.
 // Anything else gets 401 on every path: a browser (Accept: text/html) gets the login page as
-// the body, other clients a one-line JSON error.
+// the body, other clients a one-line JSON error. The one exception is GET /healthz, which
+// answers "ok" to anyone while the process serves (for probes: Kubernetes, load balancers);
+// it tells nothing about the cluster.
 //
 // HTTPS when a certificate and key are given (the machine's, signed by the cluster CA: see
 // tls.h), plain HTTP otherwise (a --no-tls cluster).
@@ -24,6 +26,9 @@
 #include "absl/time/time.h"
 
 namespace phalanx::rpc {
+
+// The unauthenticated liveness path.
+inline constexpr char kHealthPath[] = "/healthz";
 
 struct HttpRequest {
   std::string method;  // "GET", "POST"

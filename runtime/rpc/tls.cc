@@ -313,24 +313,61 @@ absl::StatusOr<std::string> IssueCertificate(const KeyAndCert& ca,
   return CertPem(c);
 }
 
-absl::StatusOr<std::string> MakeClusterTlsDir(const std::string& dir, const std::string& cluster_id,
-                                              const std::vector<std::string>& names) {
+absl::StatusOr<KeyAndCert> LoadClusterCa(const std::string& dir) {
+  KeyAndCert ca;
+  for (auto [file, text] : {std::pair<const char*, std::string*>{kCaCertFile, &ca.cert_pem},
+                            {kCaKeyFile, &ca.key_pem}}) {
+    auto read = ReadFile(absl::StrCat(dir, "/", file));
+    if (!read.ok()) {
+      return absl::NotFoundError(
+          absl::StrCat("no ", dir, "/", file, ": give a directory that `phalanx make-ca` wrote"));
+    }
+    *text = *read;
+  }
+  auto cert = ReadCert(ca.cert_pem, absl::StrCat(dir, "/", kCaCertFile));
+  if (!cert.ok()) return cert.status();
+  auto key = ReadPrivateKey(ca.key_pem, absl::StrCat(dir, "/", kCaKeyFile));
+  if (!key.ok()) return key.status();
+  if (X509_check_ca(cert->get()) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, "/", kCaCertFile, " is not a CA certificate: make one with `phalanx make-ca DIR`"));
+  }
+  if (X509_check_private_key(cert->get(), key->get()) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(absl::StrCat(dir, "/", kCaKeyFile, " is not the key of ", dir,
+                                                   "/", kCaCertFile,
+                                                   ": give the two files `phalanx make-ca` wrote"));
+  }
+  return ca;
+}
+
+absl::StatusOr<std::string> WriteClusterCa(const std::string& dir, const KeyAndCert& ca) {
   if (auto s = MakeDirs(dir, 0700); !s.ok()) return s;
-  auto ca = NewClusterCa(cluster_id);
+  for (auto [file, text] :
+       {std::pair<const char*, std::string>{kCaCertFile, ca.cert_pem}, {kCaKeyFile, ca.key_pem}}) {
+    if (auto s = WriteFile(absl::StrCat(dir, "/", file), text, 0600); !s.ok()) return s;
+  }
+  return CertFingerprint(ca.cert_pem);
+}
+
+absl::StatusOr<std::string> MakeClusterTlsDir(const std::string& dir, const std::string& cluster_id,
+                                              const std::vector<std::string>& names,
+                                              const KeyAndCert* given_ca) {
+  absl::StatusOr<KeyAndCert> ca = given_ca ? *given_ca : NewClusterCa(cluster_id);
   if (!ca.ok()) return ca.status();
+  auto fingerprint = WriteClusterCa(dir, *ca);
+  if (!fingerprint.ok()) return fingerprint.status();
   auto key = NewPrivateKey();
   if (!key.ok()) return key.status();
   auto public_key = PublicKeyOf(*key);
   if (!public_key.ok()) return public_key.status();
   auto cert = IssueCertificate(*ca, *public_key, names);
   if (!cert.ok()) return cert.status();
-  for (auto [file, text] : {std::pair<const char*, std::string>{kCaCertFile, ca->cert_pem},
-                            {kCaKeyFile, ca->key_pem},
-                            {kKeyFile, *key},
-                            {kCertFile, *cert + ca->cert_pem}}) {
+  for (auto [file, text] :
+       {std::pair<const char*, std::string>{kKeyFile, *key}, {kCertFile, *cert + ca->cert_pem}}) {
     if (auto s = WriteFile(absl::StrCat(dir, "/", file), text, 0600); !s.ok()) return s;
   }
-  return CertFingerprint(ca->cert_pem);
+  return fingerprint;
 }
 
 std::vector<std::string> MachineNames(const std::string& node_ip) {

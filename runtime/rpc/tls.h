@@ -50,11 +50,19 @@ absl::StatusOr<std::string> IssueCertificate(const KeyAndCert& ca,
                                              const std::string& public_key_pem,
                                              const std::vector<std::string>& names);
 
-// Makes `dir` (mode 0700) a new cluster's TLS dir, as `phalanx start --head` has it: a CA for
-// `cluster_id`, and this machine's key and a certificate for `names` from that CA (files
-// 0600). Returns the CA's fingerprint.
+// The CA in `dir` (kCaCertFile and kCaKeyFile, as `phalanx make-ca` writes them), checked: the
+// certificate is a CA and the key is its own. Errors name the file and what to do.
+absl::StatusOr<KeyAndCert> LoadClusterCa(const std::string& dir);
+
+// Writes `ca` into `dir` (mode 0700; files 0600) and returns its fingerprint.
+absl::StatusOr<std::string> WriteClusterCa(const std::string& dir, const KeyAndCert& ca);
+
+// Makes `dir` (mode 0700) a new cluster's TLS dir, as `phalanx start --head` has it: the CA
+// (`ca`, or a new one for `cluster_id`), and this machine's key and a certificate for `names`
+// from that CA (files 0600). Returns the CA's fingerprint.
 absl::StatusOr<std::string> MakeClusterTlsDir(const std::string& dir, const std::string& cluster_id,
-                                              const std::vector<std::string>& names);
+                                              const std::vector<std::string>& names,
+                                              const KeyAndCert* ca = nullptr);
 
 // The names a machine's certificate carries besides the cluster's: its IP `node_ip` and its
 // host name, when that is a valid DNS name (one with '_', say, is left out, not refused).

@@ -1,8 +1,10 @@
 // The `phalanx` command end to end: real daemons, real Redis, real processes.
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "absl/strings/ascii.h"
@@ -191,6 +193,91 @@ TEST_F(CliTest, BadInputGetsOneClearLine) {
   auto status = Phalanx({"status"});
   EXPECT_EQ(status.exit_code, 0) << status.output;
   EXPECT_NE(status.output.find("Nodes: 1 alive"), std::string::npos) << status.output;
+}
+
+// What a container entrypoint or srun needs: `start --block` stays up until SIGTERM and then
+// stops what it started; the death of a daemon it started ends it with exit code 1.
+TEST_F(CliTest, BlockStaysInTheForegroundAndStopsWhatItStartedOnSigtermOrADeath) {
+  for (bool kill_gcs : {false, true}) {
+    SCOPED_TRACE(kill_gcs ? "the GCS dies" : "SIGTERM");
+    std::string log = root_.path() + (kill_gcs ? "/block2.log" : "/block1.log");
+    testing::ChildProcess block(
+        {testing::BinDir() + "/phalanx", "start", "--head", "--port", absl::StrCat(port_),
+         "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--dashboard-port", "-1", "--block"},
+        log, {{"PHALANX_TMPDIR", root_.path()}, {"PHALANX_ADDRESS", ""}, {"PHALANX_TOKEN", ""}});
+    ASSERT_TRUE(testing::WaitFor(
+        [&] {
+          return ReadFile(log).value_or("").find("Staying in the foreground") != std::string::npos;
+        },
+        absl::Seconds(60)))
+        << ReadFile(log).value_or("");
+    char* real = ::realpath(Latest().c_str(), nullptr);
+    ASSERT_NE(real, nullptr);
+    std::string session = real;
+    ::free(real);
+    pid_t gcs = RecordedPid(session, "gcs");
+    ASSERT_TRUE(ProcessAlive(gcs));
+    EXPECT_TRUE(block.alive());
+    if (kill_gcs) {
+      ::kill(gcs, SIGKILL);
+    } else {
+      block.Kill(SIGTERM);
+    }
+    int status = block.WaitExit(absl::Seconds(30));
+    ASSERT_TRUE(WIFEXITED(status)) << status;
+    EXPECT_EQ(WEXITSTATUS(status), kill_gcs ? 1 : 0) << ReadFile(log).value_or("");
+    EXPECT_TRUE(testing::FindProcesses(session).empty()) << ReadFile(log).value_or("");
+    port_ = FreePort();
+  }
+}
+
+// A head given its token and a CA made beforehand (a Kubernetes Secret, say); a node joins
+// trusting that CA's file, and a machine that runs the head finds the token by itself
+// whichever of the head's addresses it is given.
+TEST_F(CliTest, AGivenTokenAndCaAreUsedAndTheHeadsMachineFindsItsToken) {
+  std::string ca = root_.path() + "/ca";
+  auto made = Phalanx({"make-ca", ca});
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  std::string fingerprint = made.output.substr(made.output.find("fingerprint ") + 12, 64);
+  EXPECT_EQ(Phalanx({"make-ca", ca}).exit_code, 1);  // never overwritten
+  std::string token = "0123456789abcdef-token";
+  auto head = Phalanx({"start", "--head", "--port", absl::StrCat(port_), "--node-ip-address",
+                       "127.0.0.1", "--num-cpus", "1", "--token", token, "--ca-dir", ca});
+  ASSERT_EQ(head.exit_code, 0) << head.output;
+  EXPECT_NE(head.output.find("--token " + token + " --ca-fingerprint " + fingerprint),
+            std::string::npos)
+      << head.output;
+  std::string localhost = absl::StrCat("localhost:", port_);
+  auto join = Phalanx({"start", "--address", localhost, "--num-cpus", "1"});
+  ASSERT_EQ(join.exit_code, 0) << join.output;  // the token and CA of the local head
+  testing::TempDir elsewhere;                   // a machine with no session of the cluster
+  auto trusted = RunCommand(
+      {testing::BinDir() + "/phalanx", "start", "--address", absl::StrCat("127.0.0.1:", port_),
+       "--token", token, "--ca-dir", ca, "--num-cpus", "1"},
+      {{"PHALANX_TMPDIR", elsewhere.path()}}, absl::Seconds(60));
+  ASSERT_EQ(trusted.exit_code, 0) << trusted.output;
+  auto status = Phalanx({"status", "--address", localhost});
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_NE(status.output.find("Nodes: 3 alive"), std::string::npos) << status.output;
+  RunCommand({testing::BinDir() + "/phalanx", "stop"}, {{"PHALANX_TMPDIR", elsewhere.path()}},
+             absl::Seconds(60));
+  EXPECT_TRUE(testing::FindProcesses(elsewhere.path()).empty());
+
+  auto short_token =
+      Phalanx({"start", "--head", "--port", absl::StrCat(FreePort()), "--token", "short"});
+  EXPECT_EQ(short_token.exit_code, 1);
+  EXPECT_NE(short_token.output.find("--token is 5 characters; give at least 16"), std::string::npos)
+      << short_token.output;
+  auto no_ca = Phalanx(
+      {"start", "--head", "--port", absl::StrCat(FreePort()), "--ca-dir", root_.path() + "/none"});
+  EXPECT_EQ(no_ca.exit_code, 1);
+  EXPECT_NE(no_ca.output.find("--ca-dir: no "), std::string::npos) << no_ca.output;
+  auto threshold = Phalanx(
+      {"start", "--head", "--port", absl::StrCat(FreePort()), "--memory-usage-threshold", "0"});
+  EXPECT_EQ(threshold.exit_code, 1);
+  EXPECT_NE(threshold.output.find("--memory-usage-threshold 0 is not a fraction"),
+            std::string::npos)
+      << threshold.output;
 }
 
 TEST_F(CliTest, ASessionRootOfAnotherUserIsRefusedByEveryCommandThatUsesIt) {
