@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "actors/internal/task_pool.h"
 #include "runtime/common/session.h"
 #include "runtime/rpc/describe.h"
 #include "runtime/rpc/tls.h"
@@ -133,12 +134,18 @@ absl::Status Init(const InitOptions& options) {
   static bool registered = false;
   if (!registered) {
     registered = true;
-    std::atexit([] { worker::CoreWorker::Shutdown(); });
+    std::atexit([] {
+      internal::ShutdownTaskPools();
+      worker::CoreWorker::Shutdown();
+    });
   }
   return absl::OkStatus();
 }
 
-void Shutdown() { worker::CoreWorker::Shutdown(); }
+void Shutdown() {
+  internal::ShutdownTaskPools();
+  worker::CoreWorker::Shutdown();
+}
 
 bool IsInitialized() { return worker::CoreWorker::Get() != nullptr; }
 

@@ -31,6 +31,14 @@
 // Arguments and results cross the wire as msgpack (so Python can call C++ actors): any type
 // msgpack-c can pack (numbers, strings, vectors, maps, tuples, MSGPACK_DEFINE structs).
 //
+// Remote functions (tasks), as Ray's: a free function registered with PHALANX_FUNCTION runs
+// on a pooled task worker of this program, one call per task (no process start):
+//
+//   int Square(int x) { return x * x; }
+//   PHALANX_FUNCTION(Square);
+//   phalanx::ObjectRef<int> four = phalanx::Task(&Square).Remote(2);
+//   phalanx::ObjectRef<int> sixteen = phalanx::Task(&Square).Remote(four);  // a ref: resolved
+//
 // Errors: every call that can fail returns absl::Status / absl::StatusOr whose message names
 // the actor and the cause, tagged with a kind: IsActorDied (the actor is DEAD: cause), IsTaskError
 // (the method threw), IsGetTimeout; unknown methods and wrong argument types are
@@ -310,6 +318,55 @@ inline ActorCreator<AnyActor> ActorOf(const std::string& class_name) {
 template <typename T>
 absl::StatusOr<ActorHandle<T>> GetActor(const std::string& name);
 
+// ---------------------------------------------------------------------------------------
+// Remote functions (tasks)
+
+// A task about to be sent: Remote(args...) takes each argument as a value of the function's
+// parameter type or as an ObjectRef of one (resolved before the task runs: its value is sent;
+// a failed ref fails the task with its error). Each setter returns *this, to chain.
+//
+// The task runs on a task worker: an actor of this program (or SetCodePath's) that hosts its
+// PHALANX_FUNCTIONs, leased from the cluster by this process and kept for further tasks of
+// the same options while it has work (see actors/internal/task_pool.h). A worker that dies
+// mid-task (killed, OOM, its node lost) is replaced and the task sent again, up to
+// SetMaxRetries times; then the task fails with IsActorDied and the death's cause. An
+// exception the function throws fails it with IsTaskError, retried only with
+// SetRetryExceptions.
+template <typename R, typename... Params>
+class FunctionCaller {
+ public:
+  FunctionCaller(std::string name, absl::Status error);
+
+  // Per task: "CPU" (default 1), "GPU", "memory" (bytes; a limit), custom names.
+  FunctionCaller& SetResources(const std::map<std::string, double>& resources);
+  FunctionCaller& SetResource(const std::string& name, double amount);
+  // Worker deaths a task survives (default 3, as Ray's; -1: no limit).
+  FunctionCaller& SetMaxRetries(int n);
+  // Also send a task again when the function throws (counted in SetMaxRetries).
+  FunctionCaller& SetRetryExceptions(bool retry = true);
+  FunctionCaller& SetSchedulingStrategy(SchedulingStrategy strategy);
+  FunctionCaller& SetNodeAffinity(const std::string& node_id, bool soft = false);
+  FunctionCaller& SetPlacementGroup(const PlacementGroup& group, int bundle_index = -1);
+  FunctionCaller& SetEnv(const std::string& key, const std::string& value);
+  // The program whose PHALANX_FUNCTIONs run the task (default: this one).
+  FunctionCaller& SetCodePath(const std::string& path);
+
+  template <typename... Args>
+  ObjectRef<R> Remote(Args&&... args) const;
+
+ private:
+  std::string name_;
+  absl::Status error_;  // the function is not registered
+  internal::ActorOptions options_;
+  int max_retries_ = 3;
+  bool retry_exceptions_ = false;
+};
+
+// A registered function, to call: phalanx::Task(&Square).Remote(2). An unregistered one's
+// tasks fail with InvalidArgument (kind InvalidCall) naming the fix.
+template <typename R, typename... Params>
+FunctionCaller<R, Params...> Task(R (*function)(Params...));
+
 // Kills the actor. no_restart = false lets it restart if its max_restarts allows.
 template <typename T>
 absl::Status Kill(const ActorHandle<T>& actor, bool no_restart = true);
@@ -341,6 +398,9 @@ absl::StatusOr<ActorDescription> GetActorInfo(const std::string& actor_id);
 #define PHALANX_ACTOR(Class, ...)                                                        \
   static ::phalanx::internal::ActorRegistrar<Class, ##__VA_ARGS__> PHALANX_INTERNAL_CAT( \
       phalanx_actor_registrar_, __LINE__)(#Class)
+
+// PHALANX_FUNCTION(Function): registers a free function for phalanx::Task(&Function).
+#define PHALANX_FUNCTION(Function) PHALANX_INTERNAL_FUNCTION(Function)
 
 // PHALANX_METHODS(Class, Method...): methods callable remotely, in the default concurrency
 // group (the actor's max_concurrency).

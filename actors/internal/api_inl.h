@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "actors/internal/actor_options.h"
+#include "actors/internal/functions.h"
 #include "actors/internal/registration.h"
 #include "actors/internal/serialization.h"
+#include "actors/internal/task_pool.h"
 
 namespace phalanx {
 
@@ -206,6 +208,148 @@ absl::Status Kill(const ActorHandle<T>& actor, bool no_restart) {
 template <typename T>
 absl::StatusOr<ActorDescription> GetActorInfo(const ActorHandle<T>& actor) {
   return GetActorInfo(actor.id());
+}
+
+// ---- remote functions ----
+
+namespace internal {
+
+template <typename T>
+struct IsObjectRef : std::false_type {};
+template <typename T>
+struct IsObjectRef<ObjectRef<T>> : std::true_type {
+  using Value = T;
+};
+
+// Adds one argument of a task for parameter type P: a value, packed as P, or a ref.
+template <typename P, typename A>
+void AddTaskArgument(std::vector<TaskArgument>* parts,
+                     std::vector<std::shared_ptr<worker::ObjectState>>* deps, A&& arg) {
+  using D = std::decay_t<A>;
+  if constexpr (IsObjectRef<D>::value) {
+    static_assert(std::is_convertible_v<typename IsObjectRef<D>::Value, std::decay_t<P>>,
+                  "this ObjectRef's value does not convert to the function's parameter type");
+    deps->push_back(arg.state());
+    parts->push_back({"", static_cast<int>(deps->size()) - 1});
+  } else {
+    parts->push_back({PackValue(static_cast<std::decay_t<P>>(std::forward<A>(arg))), -1});
+  }
+}
+
+}  // namespace internal
+
+template <typename R, typename... Params>
+FunctionCaller<R, Params...>::FunctionCaller(std::string name, absl::Status error)
+    : name_(std::move(name)), error_(std::move(error)) {
+  options_.resources = {{"CPU", 1}};
+}
+
+template <typename R, typename... Params>
+FunctionCaller<R, Params...>& FunctionCaller<R, Params...>::SetResources(
+    const std::map<std::string, double>& resources) {
+  options_.resources = resources;
+  return *this;
+}
+
+template <typename R, typename... Params>
+FunctionCaller<R, Params...>& FunctionCaller<R, Params...>::SetResource(const std::string& name,
+                                                                        double amount) {
+  options_.resources[name] = amount;
+  return *this;
+}
+
+template <typename R, typename... Params>
+FunctionCaller<R, Params...>& FunctionCaller<R, Params...>::SetMaxRetries(int n) {
+  max_retries_ = n;
+  return *this;
+}
+
+template <typename R, typename... Params>
+FunctionCaller<R, Params...>& FunctionCaller<R, Params...>::SetRetryExceptions(bool retry) {
+  retry_exceptions_ = retry;
+  return *this;
+}
+
+template <typename R, typename... Params>
+FunctionCaller<R, Params...>& FunctionCaller<R, Params...>::SetSchedulingStrategy(
+    SchedulingStrategy strategy) {
+  options_.scheduling_strategy = strategy;
+  return *this;
+}
+
+template <typename R, typename... Params>
+FunctionCaller<R, Params...>& FunctionCaller<R, Params...>::SetNodeAffinity(
+    const std::string& node_id, bool soft) {
+  options_.scheduling_strategy = SchedulingStrategy::kNodeAffinity;
+  options_.affinity_node_id = node_id;
+  options_.affinity_soft = soft;
+  return *this;
+}
+
+template <typename R, typename... Params>
+FunctionCaller<R, Params...>& FunctionCaller<R, Params...>::SetPlacementGroup(
+    const PlacementGroup& group, int bundle_index) {
+  options_.placement_group_id = group.id();
+  options_.bundle_index = bundle_index;
+  return *this;
+}
+
+template <typename R, typename... Params>
+FunctionCaller<R, Params...>& FunctionCaller<R, Params...>::SetEnv(const std::string& key,
+                                                                   const std::string& value) {
+  options_.env[key] = value;
+  return *this;
+}
+
+template <typename R, typename... Params>
+FunctionCaller<R, Params...>& FunctionCaller<R, Params...>::SetCodePath(const std::string& path) {
+  options_.code_path = path;
+  return *this;
+}
+
+template <typename R, typename... Params>
+template <typename... Args>
+ObjectRef<R> FunctionCaller<R, Params...>::Remote(Args&&... args) const {
+  static_assert(sizeof...(Args) == sizeof...(Params),
+                "wrong number of arguments for this function");
+  std::string what = absl::StrCat("task ", name_);
+  if (!error_.ok()) {
+    auto state = std::make_shared<worker::ObjectState>();
+    state->Set(error_);
+    return ObjectRef<R>(state, what);
+  }
+  std::vector<internal::TaskArgument> parts;
+  internal::TaskSubmission task;
+  (internal::AddTaskArgument<Params>(&parts, &task.deps, std::forward<Args>(args)), ...);
+  task.function = name_;
+  task.worker_class = internal::kCppTaskWorkerClass;
+  task.worker = options_;
+  task.worker_init_args = internal::PackArgs();
+  task.ready_method = internal::kTaskWorkerReadyMethod;
+  task.ready_args = internal::PackArgs();
+  task.method = name_;
+  task.assemble = [parts = std::move(parts)](const std::vector<std::string>& values) {
+    return internal::AssembleTaskArguments(parts, values);
+  };
+  task.max_retries = max_retries_;
+  if (retry_exceptions_) {
+    task.retryable = [](const absl::Status&, std::string*) { return true; };
+  }
+  return ObjectRef<R>(internal::SubmitTask(std::move(task)), what);
+}
+
+template <typename R, typename... Params>
+FunctionCaller<R, Params...> Task(R (*function)(Params...)) {
+  internal::RegisterTaskWorkerClass();
+  const auto& names = internal::FunctionNames();
+  auto it = names.find(internal::PointerKey(function));
+  if (it == names.end()) {
+    return FunctionCaller<R, Params...>(
+        "", worker::MakeError(absl::StatusCode::kInvalidArgument, worker::error_kind::kInvalidCall,
+                              "this function is not registered: add PHALANX_FUNCTION(Function) "
+                              "at namespace scope in one .cc file"));
+  }
+  return FunctionCaller<R, Params...>(it->second, absl::OkStatus());
 }
 
 }  // namespace phalanx

@@ -15,6 +15,12 @@
     c = Counter.remote(5)
     print(phalanx.get(c.add.remote(3)))  # 8
 
+    @phalanx.remote                     # a function: a task on a pooled worker
+    def square(x):
+        return x * x
+
+    print(phalanx.get(square.remote(square.remote(2))))  # 16: refs as arguments
+
 See phalanx.collective for collective groups and phalanx.train for elastic training.
 """
 
@@ -22,6 +28,7 @@ from ._api import (ActorClass, ActorHandle, NodeAffinitySchedulingStrategy, Obje
                    PlacementGroup, PlacementGroupSchedulingStrategy, actor_info, cpp_actor_class,
                    get, get_actor, init, is_initialized, kill, placement_group,
                    remove_placement_group, remote, shutdown, wait)
+from ._task import RemoteFunction
 from .exceptions import (ActorDiedError, ActorError, ActorUnavailableError, CollectiveError,
                          GetTimeoutError, InvalidArgumentError, InvalidCallError, NotFoundError,
                          PhalanxError, PlacementGroupError, TaskError)
@@ -29,7 +36,7 @@ from .exceptions import (ActorDiedError, ActorError, ActorUnavailableError, Coll
 __all__ = [
     "init", "shutdown", "is_initialized", "remote", "get", "wait", "kill", "get_actor",
     "actor_info", "placement_group", "remove_placement_group", "cpp_actor_class",
-    "ActorClass", "ActorHandle", "ObjectRef", "PlacementGroup",
+    "ActorClass", "ActorHandle", "ObjectRef", "RemoteFunction", "PlacementGroup",
     "PlacementGroupSchedulingStrategy", "NodeAffinitySchedulingStrategy",
     "PhalanxError", "ActorError", "ActorDiedError", "ActorUnavailableError", "TaskError",
     "InvalidCallError", "GetTimeoutError", "PlacementGroupError", "CollectiveError",

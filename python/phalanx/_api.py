@@ -151,7 +151,8 @@ def _ensure_init():
 # ---- object refs, get, wait ----------------------------------------------------------------
 
 class ObjectRef:
-    """The future result of an actor call (``handle.method.remote(...)``)."""
+    """The future result of an actor call (``handle.method.remote(...)``) or of a task
+    (``f.remote(...)``)."""
 
     __slots__ = ("_ref", "_encoding")
 
@@ -164,7 +165,14 @@ class ObjectRef:
 
     def __repr__(self):
         state = "done" if self._ref.done() else "pending"
+        if not self._ref.actor_id:
+            return f"ObjectRef(task {self._ref.method}, {state})"
         return f"ObjectRef({self._ref.method} on actor {self._ref.actor_id[:8]}, {state})"
+
+    def __reduce__(self):
+        raise TypeError("an ObjectRef travels only as a top-level argument of a task "
+                        "(f.remote(ref), resolved before the task runs); pass phalanx.get(ref) "
+                        "inside lists, dicts or actor calls")
 
     def future(self):
         """A concurrent.futures.Future of the result."""
@@ -375,23 +383,24 @@ class ActorClass:
 
 
 def remote(*args, **options):
-    """``@phalanx.remote`` or ``@phalanx.remote(num_cpus=1, memory=2 << 30, max_restarts=3,
-    max_task_retries=-1, max_concurrency=4, resources={...})`` on a class."""
-    if len(args) == 1 and not options and inspect.isclass(args[0]):
-        return ActorClass(args[0], {})
-    if args:
-        if len(args) == 1 and callable(args[0]):
-            raise TypeError("phalanx.remote applies to classes (actors); remote functions "
-                            "(tasks) are not supported: wrap the function in an actor")
-        raise TypeError("use @phalanx.remote or @phalanx.remote(option=value, ...)")
-    _check_options(options)
+    """``@phalanx.remote`` on a class (an actor) or a function (a task), bare or with options:
+    ``@phalanx.remote(num_cpus=1, memory=2 << 30, max_restarts=3, max_task_retries=-1,
+    max_concurrency=4, resources={...})`` on a class; ``@phalanx.remote(num_cpus=1,
+    max_retries=3, retry_exceptions=[IOError])`` on a function."""
+    from ._task import RemoteFunction
 
-    def decorate(cls):
-        if not inspect.isclass(cls):
-            raise TypeError("phalanx.remote applies to classes (actors); remote functions "
-                            "(tasks) are not supported: wrap the function in an actor")
-        return ActorClass(cls, options)
-    return decorate
+    def make(target, opts):
+        if inspect.isclass(target):
+            return ActorClass(target, opts)
+        if callable(target):
+            return RemoteFunction(target, opts)
+        raise TypeError(f"phalanx.remote applies to classes (actors) and functions (tasks), "
+                        f"not {type(target).__name__}")
+    if len(args) == 1 and not options:
+        return make(args[0], {})
+    if args:
+        raise TypeError("use @phalanx.remote or @phalanx.remote(option=value, ...)")
+    return lambda target: make(target, options)
 
 
 def cpp_actor_class(class_name, code_path):

@@ -10,6 +10,8 @@ import sys
 import traceback
 
 from . import _serialization as ser
+from ._task import TASK_METHOD as _TASK_METHOD
+from ._task import TaskWorker as _TaskWorker
 
 
 def create(init_args: bytes):
@@ -31,6 +33,8 @@ def create(init_args: bytes):
 def call(obj, method: str, payload: bytes):
     """Runs ``obj.method`` on the decoded arguments: (ok, value, error kind, message); with an
     error, ``value`` is its detail (a TaskError's exception class name)."""
+    if method == _TASK_METHOD and isinstance(obj, _TaskWorker):
+        return obj._phalanx_run_task(payload)
     fn = getattr(obj, method, None) if not method.startswith("_") else None
     if fn is None or not callable(fn):
         return (False, b"", "InvalidCall",

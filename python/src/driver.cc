@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -12,8 +13,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "actors/api.h"
+#include "actors/internal/task_pool.h"
 #include "gcs/gcs_client.h"
 #include "python/src/bindings.h"
 #include "runtime/worker/core_worker.h"
@@ -142,6 +145,54 @@ std::vector<bool> WaitRefs(const std::vector<PyObjectRef>& refs, int num_returns
   return CallBlocking([&] { return WaitAny(states, num_returns, Timeout(timeout_s)); });
 }
 
+// A Python task's call arguments: frames (u32 little-endian count, then each frame as a u32
+// length and its bytes): the pickled call, then each dependency's serialized value.
+std::string FrameTaskCall(const std::string& call, const std::vector<std::string>& dep_values) {
+  std::string out;
+  auto put32 = [&out](uint32_t v) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  put32(static_cast<uint32_t>(1 + dep_values.size()));
+  put32(static_cast<uint32_t>(call.size()));
+  out += call;
+  for (const auto& v : dep_values) {
+    put32(static_cast<uint32_t>(v.size()));
+    out += v;
+  }
+  return out;
+}
+
+// A Python worker marks an exception that retry_exceptions names by this suffix on its detail.
+constexpr char kRetryableMark[] = "\nretryable";
+
+// Submits a Python task (phalanx._task): `call` is the pickled call, `deps` the refs among its
+// arguments; the task worker is created from `worker_init_args` with `options`.
+PyObjectRef SubmitTask(const std::string& function, const std::string& worker_class,
+                       py::bytes worker_init_args, py::bytes ready_args, const py::dict& options,
+                       const std::string& method, py::bytes call,
+                       const std::vector<PyObjectRef>& deps, int max_retries) {
+  internal::TaskSubmission task;
+  task.function = function;
+  task.worker_class = worker_class;
+  task.worker = ToActorOptions("python", options);
+  task.worker_init_args = std::string(worker_init_args);
+  task.ready_method = "ready";
+  task.ready_args = std::string(ready_args);
+  task.method = method;
+  for (const auto& d : deps) task.deps.push_back(d.state);
+  task.assemble = [call = std::string(call)](const std::vector<std::string>& values) {
+    return FrameTaskCall(call, values);
+  };
+  task.max_retries = max_retries;
+  task.retryable = [](const absl::Status&, std::string* detail) {
+    if (!absl::EndsWith(*detail, kRetryableMark)) return false;
+    detail->resize(detail->size() - std::strlen(kRetryableMark));
+    return true;
+  };
+  auto state = CallBlocking([&] { return internal::SubmitTask(std::move(task)); });
+  return {std::move(state), "", function};
+}
+
 py::dict ToDict(const ActorDescription& a) {
   py::dict d;
   d["actor_id"] = a.actor_id;
@@ -182,6 +233,24 @@ void BindActors(py::module_& m) {
       .def_readonly("method", &PyObjectRef::method);
   m.def("create_actor", &CreateActor);
   m.def("submit", &Submit);
+  m.def("submit_task", &SubmitTask);
+  m.def("task_pool_stats", [] {
+    py::list out;
+    for (const auto& s : internal::GetTaskPoolStats()) {
+      py::dict d;
+      d["worker_class"] = s.worker_class;
+      d["workers"] = s.workers;
+      d["idle"] = s.idle;
+      d["leases_in_flight"] = s.leases_in_flight;
+      d["queued"] = s.queued;
+      d["tasks_done"] = s.tasks_done;
+      d["retries"] = s.retries;
+      d["workers_leased"] = s.workers_leased;
+      d["workers_returned"] = s.workers_returned;
+      out.append(d);
+    }
+    return out;
+  });
   m.def("get", &GetMany);
   m.def("wait", &WaitRefs);
   m.def("kill", [](const std::string& actor_id, bool no_restart) {

@@ -1,0 +1,495 @@
+#include "actors/internal/task_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <map>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "actors/api.h"
+#include "actors/internal/functions.h"
+#include "runtime/worker/actor_registry.h"
+#include "runtime/worker/core_worker.h"
+#include "runtime/worker/errors.h"
+
+namespace phalanx::internal {
+namespace {
+
+// How long a task whose worker died waits for the GCS to learn the death's cause (the node
+// reports it; the broken call usually arrives first), to name it in the task's error.
+constexpr absl::Duration kDeathCauseWait = absl::Seconds(2);
+// A pool whose leases failed this many times in a row, with no worker left, fails its queue.
+constexpr int kMaxLeaseFailures = 3;
+
+struct Task {
+  TaskSubmission spec;
+  std::shared_ptr<worker::ObjectState> result;
+  std::string payload;  // the call's arguments, once its dependencies are resolved
+  int attempts = 0;     // sent again after a worker death or a retried error
+  absl::Time sent;      // to its current worker
+};
+using TaskPtr = std::shared_ptr<Task>;
+
+bool WorkerDied(const absl::Status& status) {
+  std::string kind = worker::ErrorKind(status);
+  return kind == worker::error_kind::kActorDied || kind == worker::error_kind::kActorUnavailable;
+}
+
+// The death cause of `actor_id` once the GCS has it, or "" after kDeathCauseWait.
+std::string DeathCause(const std::string& actor_id) {
+  absl::Time deadline = absl::Now() + kDeathCauseWait;
+  while (true) {
+    auto info = GetActorInfo(actor_id);
+    if (info.ok() && !info->death_cause.empty()) return info->death_cause;
+    if (!info.ok() || absl::Now() >= deadline) return "";
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+class Pool : public std::enable_shared_from_this<Pool> {
+ public:
+  explicit Pool(const TaskSubmission& shape) : shape_(shape) {
+    shape_.deps.clear();
+    shape_.assemble = nullptr;
+    shape_.retryable = nullptr;
+  }
+
+  void Enqueue(TaskPtr task) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (shut_down_) {
+        task->result->Set(ShutDownError());
+        return;
+      }
+      queue_.push_back(std::move(task));
+    }
+    Pump();
+  }
+
+  // Returns the workers idle for longer than kTaskWorkerIdleTimeout, and cancels the leases
+  // an empty queue no longer needs.
+  void Reap(absl::Time now) {
+    std::vector<std::string> kill;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto it = workers_.begin(); it != workers_.end();) {
+        if (it->second.in_flight == 0 && now - it->second.idle_since > kTaskWorkerIdleTimeout) {
+          kill.push_back(it->first);
+          ++stats_.workers_returned;
+          it = workers_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (queue_.empty()) {
+        for (const auto& id : leasing_) {
+          cancelled_.insert(id);
+          kill.push_back(id);
+        }
+        leasing_.clear();
+      }
+    }
+    for (const auto& id : kill) KillActor(id, /*no_restart=*/true).IgnoreError();
+  }
+
+  void ShutDown() {
+    std::deque<TaskPtr> queued;
+    {
+      absl::MutexLock lock(&mu_);
+      shut_down_ = true;
+      queued.swap(queue_);
+    }
+    for (auto& task : queued) task->result->Set(ShutDownError());
+  }
+
+  TaskPoolStats Stats() {
+    absl::MutexLock lock(&mu_);
+    TaskPoolStats s = stats_;
+    s.worker_class = shape_.worker_class;
+    s.workers = static_cast<int>(workers_.size());
+    for (const auto& [id, w] : workers_) s.idle += w.in_flight == 0 ? 1 : 0;
+    s.leases_in_flight = leases_in_flight_;
+    s.queued = static_cast<int>(queue_.size());
+    return s;
+  }
+
+ private:
+  struct Worker {
+    int in_flight = 0;
+    absl::Time idle_since;  // when in_flight last fell to 0
+    absl::Time last_done;   // its last completion
+  };
+
+  // How many tasks a worker may hold at once: more than one only while tasks are short.
+  int PipelineDepth() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return task_time_ > absl::ZeroDuration() && task_time_ < kPipelineTaskTime
+               ? kMaxTasksInFlightPerWorker
+               : 1;
+  }
+
+  static absl::Status ShutDownError() {
+    return absl::CancelledError("phalanx was shut down before the task ran");
+  }
+
+  // Gives queued tasks to idle workers and starts the leases the queue needs; sends outside
+  // the lock (a send that fails at once completes on this thread).
+  void Pump() {
+    std::vector<std::pair<std::string, TaskPtr>> sends;
+    int leases = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (shut_down_) return;
+      // Each task to the least loaded worker with room: free workers first.
+      const int depth = PipelineDepth();
+      absl::Time now = absl::Now();
+      while (!queue_.empty()) {
+        auto best = workers_.end();
+        for (auto it = workers_.begin(); it != workers_.end(); ++it) {
+          if (it->second.in_flight < depth &&
+              (best == workers_.end() || it->second.in_flight < best->second.in_flight)) {
+            best = it;
+          }
+        }
+        if (best == workers_.end()) break;
+        ++best->second.in_flight;
+        queue_.front()->sent = now;
+        sends.emplace_back(best->first, std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      int wanted =
+          std::min<int>(static_cast<int>(queue_.size()), kMaxLeasesInFlight) - leases_in_flight_;
+      int room = kMaxTaskWorkersPerPool - static_cast<int>(workers_.size()) - leases_in_flight_;
+      leases = std::max(0, std::min(wanted, room));
+      leases_in_flight_ += leases;
+    }
+    for (auto& [id, task] : sends) Send(id, std::move(task));
+    for (int i = 0; i < leases; ++i) {
+      std::thread([self = shared_from_this()] { self->Lease(); }).detach();
+    }
+  }
+
+  void Send(const std::string& worker_id, TaskPtr task) {
+    auto attempt = SubmitCall(worker_id, task->spec.method, task->payload);
+    std::weak_ptr<Pool> weak = weak_from_this();
+    attempt->OnDone([weak, worker_id, task, attempt] {
+      if (auto self = weak.lock()) {
+        self->Completed(worker_id, task, *attempt);
+      } else {
+        task->result->Set(ShutDownError());
+      }
+    });
+  }
+
+  void Completed(const std::string& worker_id, const TaskPtr& task,
+                 const worker::ObjectState& attempt) {
+    const absl::Status& status = attempt.status();
+    const TaskSubmission& spec = task->spec;
+    bool can_retry = spec.max_retries < 0 || task->attempts < spec.max_retries;
+    if (!status.ok() && WorkerDied(status)) {
+      {
+        absl::MutexLock lock(&mu_);
+        workers_.erase(worker_id);
+        if (can_retry && !shut_down_) {
+          ++task->attempts;
+          ++stats_.retries;
+          queue_.push_front(task);
+        }
+      }
+      if (!can_retry) FailWithDeathCause(task, worker_id, status);
+      Pump();
+      return;
+    }
+    std::string detail = attempt.value();
+    bool retry = !status.ok() && worker::IsTaskError(status) && spec.retryable &&
+                 spec.retryable(status, &detail) && can_retry;
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = workers_.find(worker_id); it != workers_.end()) {
+        Worker& w = it->second;
+        absl::Time now = absl::Now();
+        // The time the worker spent on this task: from when it could start it (sent, or its
+        // previous task done) to now.
+        absl::Duration spent = now - std::max(task->sent, w.last_done);
+        task_time_ = task_time_ == absl::ZeroDuration() ? spent : (task_time_ * 4 + spent) / 5;
+        w.last_done = now;
+        if (--w.in_flight == 0) w.idle_since = now;
+      }
+      if (retry && !shut_down_) {
+        ++task->attempts;
+        ++stats_.retries;
+        queue_.push_front(task);
+      } else {
+        ++stats_.tasks_done;
+      }
+    }
+    if (!retry) task->result->Set(status, std::move(detail));
+    Pump();
+  }
+
+  // Fails `task` with its worker's death, naming the cause (waiting for it on a thread of its
+  // own: this runs where the reply was read).
+  void FailWithDeathCause(const TaskPtr& task, const std::string& worker_id,
+                          const absl::Status& status) {
+    std::thread([task, worker_id, status] {
+      std::string cause = DeathCause(worker_id);
+      const TaskSubmission& spec = task->spec;
+      task->result->Set(worker::MakeError(
+          status.code(), worker::error_kind::kActorDied,
+          absl::StrCat("task ", spec.function, ": its worker died",
+                       spec.max_retries > 0
+                           ? absl::StrCat(" on each of ", task->attempts + 1,
+                                          " tries (max_retries=", spec.max_retries, ")")
+                           : " (max_retries=0)",
+                       ": ", cause.empty() ? status.message() : cause)));
+    }).detach();
+  }
+
+  // Creates a worker actor and waits (by callback) for it to answer its ready call.
+  void Lease() {
+    auto id = CreateActor(shape_.worker_class, shape_.worker, shape_.worker_init_args);
+    if (!id.ok()) {
+      LeaseFailed(id.status());
+      return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      leasing_.insert(*id);
+    }
+    auto ready = SubmitCall(*id, shape_.ready_method, shape_.ready_args);
+    std::weak_ptr<Pool> weak = weak_from_this();
+    ready->OnDone([weak, id = *id, ready] {
+      if (auto self = weak.lock()) self->LeaseAnswered(id, *ready);
+    });
+  }
+
+  void LeaseAnswered(const std::string& id, const worker::ObjectState& ready) {
+    bool kill = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (cancelled_.erase(id) > 0) {
+        --leases_in_flight_;
+        return;
+      }
+      leasing_.erase(id);
+      if (ready.status().ok()) {
+        --leases_in_flight_;
+        lease_failures_ = 0;
+        ++stats_.workers_leased;
+        if (shut_down_) {
+          kill = true;
+        } else {
+          workers_[id] = Worker{0, absl::Now(), absl::Now()};
+        }
+      }
+    }
+    if (kill) KillActor(id, true).IgnoreError();
+    if (!ready.status().ok()) {
+      KillActor(id, true).IgnoreError();
+      LeaseFailed(ready.status());
+      return;
+    }
+    Pump();
+  }
+
+  // A lease that failed: after kMaxLeaseFailures in a row with no worker to fall back on, the
+  // queue fails with the reason (a worker that cannot start: a missing program, an import
+  // error in Python, resources no node has).
+  void LeaseFailed(const absl::Status& why) {
+    std::deque<TaskPtr> failed;
+    {
+      absl::MutexLock lock(&mu_);
+      --leases_in_flight_;
+      ++lease_failures_;
+      if (lease_failures_ >= kMaxLeaseFailures && workers_.empty() && leases_in_flight_ == 0) {
+        failed.swap(queue_);
+        lease_failures_ = 0;
+      }
+    }
+    for (auto& task : failed) {
+      task->result->Set(worker::MakeError(
+          why.code(),
+          worker::ErrorKind(why).empty() ? worker::error_kind::kCreationFailed
+                                         : worker::ErrorKind(why),
+          absl::StrCat("task ", task->spec.function, ": no worker could start for it (",
+                       kMaxLeaseFailures, " tries): ", why.message())));
+    }
+    if (failed.empty()) Pump();
+  }
+
+  TaskSubmission shape_;  // what every worker of the pool is created with
+  absl::Mutex mu_;
+  std::deque<TaskPtr> queue_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);  // answering
+  std::set<std::string> leasing_ ABSL_GUARDED_BY(mu_);          // created, not answering yet
+  std::set<std::string> cancelled_ ABSL_GUARDED_BY(mu_);        // leases the reaper cancelled
+  int leases_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  int lease_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  // A moving average of the time a worker spends on one task (0: none done yet).
+  absl::Duration task_time_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  TaskPoolStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+// The pools of this process, by shape, and the thread that reaps them.
+class Pools {
+ public:
+  static Pools& Get() {
+    static auto* pools = new Pools();  // never destroyed: detached threads may still use it
+    return *pools;
+  }
+
+  std::shared_ptr<Pool> For(const TaskSubmission& task) {
+    std::string key = Key(task);
+    absl::MutexLock lock(&mu_);
+    auto& pool = pools_[key];
+    if (!pool) pool = std::make_shared<Pool>(task);
+    if (!stop_reaper_) {
+      stop_reaper_ = std::make_shared<bool>(false);
+      std::thread([this, stop = stop_reaper_] { ReapLoop(stop); }).detach();
+    }
+    return pool;
+  }
+
+  void ShutDown() {
+    std::map<std::string, std::shared_ptr<Pool>> pools;
+    {
+      absl::MutexLock lock(&mu_);
+      pools.swap(pools_);
+      if (stop_reaper_) *stop_reaper_ = true;
+      stop_reaper_ = nullptr;
+    }
+    for (auto& [key, pool] : pools) pool->ShutDown();
+  }
+
+  std::vector<TaskPoolStats> Stats() {
+    std::vector<std::shared_ptr<Pool>> pools;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& [key, pool] : pools_) pools.push_back(pool);
+    }
+    std::vector<TaskPoolStats> out;
+    for (auto& pool : pools) out.push_back(pool->Stats());
+    return out;
+  }
+
+ private:
+  // Everything a pool's workers are created with.
+  static std::string Key(const TaskSubmission& t) {
+    const ActorOptions& o = t.worker;
+    std::vector<std::string> resources, env;
+    for (const auto& [k, v] : o.resources) resources.push_back(absl::StrCat(k, "=", v));
+    for (const auto& [k, v] : o.env) env.push_back(absl::StrCat(k, "=", v));
+    return absl::StrJoin(
+        {t.worker_class, t.worker_init_args, std::string(ToString(o.language)), o.code_path,
+         absl::StrJoin(resources, ","), std::string(ToString(o.scheduling_strategy)),
+         o.affinity_node_id, absl::StrCat(o.affinity_soft), o.placement_group_id,
+         absl::StrCat(o.bundle_index), absl::StrJoin(env, ","), o.namespace_},
+        "\x1f");
+  }
+
+  // Reaps every kTaskPoolReapInterval until *stop (set under mu_ by ShutDown).
+  void ReapLoop(std::shared_ptr<bool> stop) {
+    while (true) {
+      std::vector<std::shared_ptr<Pool>> pools;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.AwaitWithTimeout(absl::Condition(stop.get()), kTaskPoolReapInterval);
+        if (*stop) return;
+        for (auto& [key, pool] : pools_) pools.push_back(pool);
+      }
+      absl::Time now = absl::Now();
+      for (auto& pool : pools) pool->Reap(now);
+    }
+  }
+
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Pool>> pools_ ABSL_GUARDED_BY(mu_);
+  // The running reaper's stop flag (read and set under mu_); null while none runs.
+  std::shared_ptr<bool> stop_reaper_ ABSL_GUARDED_BY(mu_);
+};
+
+// The C++ task worker: hosts the functions this program registered with PHALANX_FUNCTION.
+class CppTaskWorker final : public worker::ActorInstance {
+ public:
+  worker::CallOutcome Call(const std::string& method, const std::string& args) override {
+    if (method == kTaskWorkerReadyMethod) return {absl::OkStatus(), PackValue(true)};
+    const auto& table = FunctionTable();
+    auto it = table.find(method);
+    if (it == table.end()) {
+      std::vector<std::string> known;
+      for (const auto& [name, fn] : table) known.push_back(name);
+      return {
+          worker::MakeError(absl::StatusCode::kInvalidArgument, worker::error_kind::kInvalidCall,
+                            absl::StrCat("this program registers no function '", method,
+                                         "' (registered: ", absl::StrJoin(known, ", "),
+                                         "): add PHALANX_FUNCTION(", method, ")")),
+          ""};
+    }
+    return it->second(args);
+  }
+};
+
+}  // namespace
+
+void RegisterTaskWorkerClass() {
+  static bool registered = [] {
+    worker::ActorClass cls;
+    cls.name = kCppTaskWorkerClass;
+    cls.create = [](const std::string&) -> absl::StatusOr<std::unique_ptr<worker::ActorInstance>> {
+      return std::unique_ptr<worker::ActorInstance>(new CppTaskWorker());
+    };
+    worker::ActorRegistry::Global().Register(std::move(cls));
+    return true;
+  }();
+  (void)registered;
+}
+
+std::shared_ptr<worker::ObjectState> SubmitTask(TaskSubmission spec) {
+  auto task = std::make_shared<Task>();
+  task->result = std::make_shared<worker::ObjectState>();
+  auto result = task->result;
+  if (worker::CoreWorker::Get() == nullptr) {
+    result->Set(
+        absl::FailedPreconditionError("phalanx is not initialized: call phalanx::Init() first"));
+    return result;
+  }
+  std::shared_ptr<Pool> pool = Pools::Get().For(spec);
+  std::vector<std::shared_ptr<worker::ObjectState>> deps = std::move(spec.deps);
+  spec.deps.clear();
+  task->spec = std::move(spec);
+  if (deps.empty()) {
+    task->payload = task->spec.assemble({});
+    pool->Enqueue(std::move(task));
+    return result;
+  }
+  // Resolved when the last dependency completes (on the thread that completes it).
+  auto left = std::make_shared<std::atomic<int>>(static_cast<int>(deps.size()));
+  for (const auto& dep : deps) {
+    dep->OnDone([task, deps, left, pool] {
+      if (left->fetch_sub(1) != 1) return;
+      std::vector<std::string> values;
+      for (const auto& d : deps) {
+        if (!d->status().ok()) {
+          task->result->Set(d->status(), d->value());
+          return;
+        }
+        values.push_back(d->value());
+      }
+      task->payload = task->spec.assemble(values);
+      pool->Enqueue(task);
+    });
+  }
+  return result;
+}
+
+void ShutdownTaskPools() { Pools::Get().ShutDown(); }
+
+std::vector<TaskPoolStats> GetTaskPoolStats() { return Pools::Get().Stats(); }
+
+}  // namespace phalanx::internal

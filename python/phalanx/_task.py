@@ -1,0 +1,242 @@
+"""Remote functions (tasks): ``@phalanx.remote`` on a function, as in Ray.
+
+    @phalanx.remote(num_cpus=1, max_retries=3)
+    def square(x):
+        return x * x
+
+    refs = [square.remote(i) for i in range(100)]
+    total = phalanx.get(add_all.remote(*refs))      # refs as arguments: resolved first
+
+A task runs on a pooled task worker (``TaskWorker`` below, a Python actor), leased by this
+process per shape (resources, placement, environment) and kept while there is work: one actor
+call per task, not a process start. The pool, the retries and the resolution of ObjectRef
+arguments are the runtime's (actors/internal/task_pool.h), shared with C++'s
+``phalanx::Task``.
+
+The function itself travels once: it is pickled into the GCS's key-value store, and a worker
+loads it by its hash the first time it runs it.
+"""
+
+import asyncio
+import hashlib
+import inspect
+import os
+import pickle
+import struct
+import sys
+import threading
+import traceback
+
+import cloudpickle
+
+import _phalanx
+
+from . import _serialization as ser
+
+# The key-value namespace of pickled functions (key: "fn/<sha256 of the pickle>").
+FUNCTION_NAMESPACE = "phalanx_tasks"
+# The method that runs one task on a TaskWorker (a framed payload, see _unframe).
+TASK_METHOD = "__phalanx_task__"
+# An exception that retry_exceptions names is marked so on its error's detail; the runtime
+# strips the mark and sends the task again (python/src/driver.cc).
+_RETRYABLE_MARK = "\nretryable"
+
+_TASK_OPTION_NAMES = {"num_cpus", "num_gpus", "memory", "resources", "max_retries",
+                      "retry_exceptions", "scheduling_strategy", "runtime_env"}
+
+
+class _Dep:
+    """Stands for the i-th ObjectRef argument of a task in its pickled call."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+    def __reduce__(self):
+        return (_Dep, (self.index,))
+
+
+def _dumps(value):
+    """pickle where it can (several times faster on small values), cloudpickle where it must:
+    lambdas and closures (pickle refuses them) and anything of __main__ (pickle would name it,
+    and no worker can import the driver's __main__). pickle.loads reads both."""
+    try:
+        blob = pickle.dumps(value, protocol=5)
+        if b"__main__" not in blob:
+            return blob
+    except (pickle.PicklingError, TypeError, AttributeError):
+        pass
+    return cloudpickle.dumps(value, protocol=5)
+
+
+def _unframe(payload):
+    (count,) = struct.unpack_from("<I", payload, 0)
+    frames, at = [], 4
+    for _ in range(count):
+        (n,) = struct.unpack_from("<I", payload, at)
+        at += 4
+        frames.append(payload[at:at + n])
+        at += n
+    return frames
+
+
+class TaskWorker:
+    """The actor that runs tasks: hosts any number of functions, loaded by key."""
+
+    def __init__(self):
+        self._functions = {}
+        self._lock = threading.Lock()
+
+    def ready(self):
+        return True
+
+    def _function(self, key):
+        with self._lock:
+            fn = self._functions.get(key)
+        if fn is None:
+            blob = _phalanx.kv_get(FUNCTION_NAMESPACE, key)
+            if blob is None:
+                raise RuntimeError(f"the task's function ({key}) is not in the cluster's "
+                                   f"key-value store; was the cluster restarted without it?")
+            fn = pickle.loads(blob)
+            with self._lock:
+                self._functions[key] = fn
+        return fn
+
+    def _phalanx_run_task(self, payload):
+        """Runs one task: (ok, value, error kind, message), as _worker.call returns."""
+        frames = _unframe(payload)
+        key, name, args, kwargs, encodings, retry = pickle.loads(frames[0])
+        try:
+            values = [ser.loads_value(v, e) for v, e in zip(frames[1:], encodings)]
+            args = [values[a.index] if isinstance(a, _Dep) else a for a in args]
+            kwargs = {k: values[v.index] if isinstance(v, _Dep) else v for k, v in kwargs.items()}
+            fn = self._function(key)
+            result = fn(*args, **kwargs)
+            if inspect.iscoroutine(result):
+                result = asyncio.run(result)
+        except Exception as e:  # noqa: BLE001 - handed to the caller as a TaskError
+            detail = type(e).__name__
+            if retry is True or (retry and isinstance(e, retry)):
+                detail += _RETRYABLE_MARK
+            tb = traceback.format_exc().rstrip()
+            return False, detail.encode(), "TaskError", \
+                f"{type(e).__name__}: {e}\n\ntask {name} raised:\n{tb}"
+        try:
+            return True, _dumps(result), "", ""
+        except Exception as e:  # noqa: BLE001
+            return False, type(e).__name__.encode(), "TaskError", \
+                f"task {name}: the result cannot be sent back ({type(e).__name__}: {e})"
+
+
+def _check_task_options(options):
+    unknown = set(options) - _TASK_OPTION_NAMES
+    if unknown:
+        raise ValueError(f"unknown task option(s) {sorted(unknown)}; the options are "
+                         f"{sorted(_TASK_OPTION_NAMES)}")
+    for key in ("num_cpus", "num_gpus", "memory"):
+        value = options.get(key)
+        if value is not None and (not isinstance(value, (int, float)) or value < 0):
+            raise ValueError(f"{key}={value!r}: give a number >= 0")
+    retries = options.get("max_retries", 3)
+    if not isinstance(retries, int) or retries < -1:
+        raise ValueError(f"max_retries={retries!r}: give a whole number >= 0, or -1 for no "
+                         f"limit")
+    retry = options.get("retry_exceptions", False)
+    if not (isinstance(retry, bool) or (isinstance(retry, (list, tuple)) and all(
+            inspect.isclass(c) and issubclass(c, BaseException) for c in retry))):
+        raise ValueError(f"retry_exceptions={retry!r}: give True, False or a list of exception "
+                         f"classes")
+
+
+# The task worker's constructor arguments, per import path (what ActorClass.remote sends).
+_init_args_cache = {}
+
+
+def _worker_init_args():
+    key = (tuple(sys.path), os.getcwd() if "" in sys.path or not sys.path[0] else "")
+    blob = _init_args_cache.get(key)
+    if blob is None:
+        paths = [p for p in sys.path if p and os.path.isdir(p)]
+        if key[1]:
+            paths.insert(0, key[1])
+        blob = cloudpickle.dumps((paths, cloudpickle.dumps((TaskWorker, (), {}), protocol=5)),
+                                 protocol=5)
+        _init_args_cache[key] = blob
+    return blob
+
+
+class RemoteFunction:
+    """What ``@phalanx.remote`` makes of a function: ``.remote(*args)`` runs it as a task and
+    returns an ObjectRef; ``.options(...)`` overrides the decorator's options for one call."""
+
+    def __init__(self, fn, options):
+        _check_task_options(options)
+        self._fn = fn
+        self._options = dict(options)
+        self._name = f"{fn.__module__}.{fn.__qualname__}"
+        self._key = None  # "fn/<hash>" once stored
+        self._stored_in = None  # the cluster it was stored in
+        self._native = None  # the task worker's options, as the runtime takes them
+        self._lock = threading.Lock()
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", "task")
+
+    def options(self, **options):
+        merged = dict(self._options)
+        merged.update(options)
+        clone = RemoteFunction(self._fn, merged)
+        clone._key, clone._stored_in = self._key, self._stored_in
+        return clone
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"remote functions are called with .remote(): {self._name}.remote(...)")
+
+    def _function_key(self):
+        cluster = _phalanx.cluster()[0]
+        with self._lock:
+            if self._key is None or self._stored_in != cluster:
+                blob = cloudpickle.dumps(self._fn, protocol=5)
+                key = "fn/" + hashlib.sha256(blob).hexdigest()
+                _phalanx.kv_put(FUNCTION_NAMESPACE, key, blob, True)
+                self._key, self._stored_in = key, cluster
+            return self._key
+
+    def remote(self, *args, **kwargs):
+        from ._api import ObjectRef, _ensure_init, _native_options
+        _ensure_init()
+        key = self._function_key()
+        deps, encodings = [], []
+
+        def swap(value):
+            if isinstance(value, ObjectRef):
+                deps.append(value._ref)
+                encodings.append(value._encoding)
+                return _Dep(len(deps) - 1)
+            return value
+        args = tuple(swap(a) for a in args)
+        kwargs = {k: swap(v) for k, v in kwargs.items()}
+        o = self._options
+        retry = o.get("retry_exceptions", False)
+        if isinstance(retry, list):
+            retry = tuple(retry)
+        call = _dumps((key, self._name, args, kwargs, encodings, retry))
+        if self._native is None:
+            worker_options = {k: v for k, v in o.items()
+                              if k in ("num_cpus", "num_gpus", "memory", "resources",
+                                       "scheduling_strategy", "runtime_env")}
+            worker_options.setdefault("num_cpus", 1)
+            self._native = _native_options(worker_options)
+            self._native["max_concurrency"] = 1
+        ref = _phalanx.submit_task(self._name, _TASK_WORKER_CLASS, _worker_init_args(),
+                                   _READY_ARGS, self._native, TASK_METHOD, call, deps,
+                                   int(o.get("max_retries", 3)))
+        return ObjectRef(ref, ser.PICKLE)
+
+    def __repr__(self):
+        return f"RemoteFunction({self._name})"
+
+
+_READY_ARGS = ser.dumps_call((), {}, ser.PICKLE)
+_TASK_WORKER_CLASS = f"{TaskWorker.__module__}.TaskWorker"
