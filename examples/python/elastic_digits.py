@@ -120,12 +120,11 @@ def main():
         train_loop,
         train_loop_config={"lr": args.lr, "epochs": args.epochs, "batch_size": args.batch_size,
                            "step_sleep": args.step_sleep},
-        scaling=train.ScalingConfig(num_workers=(args.min, args.max),
-                                    initial_workers=args.workers,
-                                    resources_per_worker={"CPU": 0.5,
-                                                          "memory": int(args.memory * (1 << 30))}),
-        failure=train.FailureConfig(max_failures=5),
-        name="digits")
+        scaling_config=train.ScalingConfig(
+            num_workers=(args.min, args.max), initial_workers=args.workers,
+            resources_per_worker={"CPU": 0.5, "memory": int(args.memory * (1 << 30))}),
+        run_config=train.RunConfig(name="digits",
+                                   failure_config=train.FailureConfig(max_failures=5)))
     if args.kill_at_step is not None:
         job_id = trainer.submit()
         threading.Thread(target=kill_rank_at, args=(job_id, args.kill_at_step),

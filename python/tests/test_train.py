@@ -19,13 +19,17 @@ import elastic_digits  # noqa: E402
 GiB = 1 << 30
 
 
-def run(config, memory=GiB, chaos=None):
+def run(config, memory=GiB, chaos=None, storage_path=None):
+    checkpoints = train.CheckpointConfig(checkpoint_frequency=100) if storage_path else None
     trainer = train.ElasticTrainer(
         elastic_digits.train_loop,
         train_loop_config=dict({"lr": 0.01, "epochs": 12, "batch_size": 32}, **config),
-        scaling=train.ScalingConfig(num_workers=(1, 4), initial_workers=3,
-                                    resources_per_worker={"CPU": 0.5, "memory": memory}),
-        failure=train.FailureConfig(max_failures=5), name="digits", verbose=False)
+        scaling_config=train.ScalingConfig(num_workers=(1, 4), initial_workers=3,
+                                           resources_per_worker={"CPU": 0.5, "memory": memory}),
+        run_config=train.RunConfig(name="digits", storage_path=storage_path,
+                                   failure_config=train.FailureConfig(max_failures=5),
+                                   checkpoint_config=checkpoints),
+        verbose=False)
     job_id = trainer.submit()
     if chaos:
         threading.Thread(target=chaos, args=(job_id,), daemon=True).start()
@@ -63,10 +67,10 @@ def check_converged(result):
     assert result.metrics["epochs"] == 12
 
 
-def test_the_trainer_heals_from_a_sigkill(cluster):
+def test_the_trainer_heals_from_a_sigkill(cluster, tmp_path):
     killed = {}
     chaos = sigkill_at_step(40, lambda r: (r.ranks[1]["actor_id"], "PythonTrainer"), killed)
-    result = run({"step_sleep": 0.01}, chaos=chaos)
+    result = run({"step_sleep": 0.01}, chaos=chaos, storage_path=str(tmp_path))
     assert "status" in killed, "the job ended before the kill"
     check_converged(result)
     kinds = [e["kind"] for e in result.events]
@@ -82,6 +86,13 @@ def test_the_trainer_heals_from_a_sigkill(cluster):
     r = result.recoveries[0]
     assert 0 < r["fault_ms"] <= r["detected_ms"] <= r["resumed_ms"] <= r["full_strength_ms"], r
     assert result.restarts_by_cause == {"signal": 1}
+    # Ray's result.checkpoint: the newest checkpoint, under storage_path/name.
+    assert result.error is None
+    checkpoint = result.checkpoint
+    assert checkpoint is not None and checkpoint.step % 100 == 0 and checkpoint.step > 0
+    assert checkpoint.path.startswith(str(tmp_path / "digits")), checkpoint.path
+    state = checkpoint.load_state()
+    assert "model" in state and "optimizer" in state, sorted(state)
 
 
 def test_a_killed_controller_comes_back_and_adopts_the_live_workers(cluster):
@@ -113,12 +124,50 @@ def test_the_trainer_heals_from_an_oom_with_twice_the_memory(cluster, tmp_path):
     assert result.restarts == 1
 
 
+def test_ray_train_names_and_the_deprecated_ones_give_the_same_job(tmp_path):
+    import warnings
+    new = train.TorchTrainer(
+        lambda c: None, train_loop_config={"a": 1},
+        scaling_config=train.ScalingConfig(num_workers=(1, 3), placement_strategy="SPREAD"),
+        run_config=train.RunConfig(name="same", storage_path=str(tmp_path),
+                                   failure_config=train.FailureConfig(max_failures=-1),
+                                   checkpoint_config=train.CheckpointConfig(
+                                       checkpoint_frequency=7)))
+    with pytest.warns(DeprecationWarning, match="scaling_config"):
+        old = train.ElasticTrainer(
+            lambda c: None, {"a": 1}, name="same",
+            scaling=train.ScalingConfig(num_workers=(1, 3), placement_strategy="SPREAD"),
+            failure=train.FailureConfig(max_failures=-1),
+            checkpoint=train.CheckpointConfig(str(tmp_path / "same"), 7))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the Ray names warn about nothing
+        a = new._spec("k")
+    b = old._spec("k")
+    for field in ("name", "min_replicas", "max_replicas", "restart_limit", "checkpoint_dir",
+                  "checkpoint_interval", "placement_strategy"):
+        assert getattr(a, field) == getattr(b, field), field
+    assert a.checkpoint_dir == str(tmp_path / "same") and a.checkpoint_interval == 7
+    assert a.restart_limit > 1_000_000 and a.placement_strategy == "SPREAD"
+    with pytest.raises(TypeError, match="not both"), pytest.warns(DeprecationWarning):
+        train.ElasticTrainer(lambda c: None, scaling_config=train.ScalingConfig(),
+                             scaling=train.ScalingConfig())
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        train.ElasticTrainer(lambda c: None, scalingconfig=train.ScalingConfig())
+    with pytest.raises(ValueError, match="num_to_keep"):
+        train.CheckpointConfig(num_to_keep=2)
+    with pytest.raises(ValueError, match="max_failures"):
+        train.FailureConfig(max_failures=-2)
+    with pytest.raises(ValueError, match="placement_strategy"):
+        train.ScalingConfig(placement_strategy="CLOSE")
+
+
 def test_bad_configs_are_refused(cluster):
     with pytest.raises(ValueError, match="num_workers"):
         train.ScalingConfig(num_workers=(3, 1))
     with pytest.raises(ValueError, match="initial_workers"):
         train.ScalingConfig(num_workers=(1, 2), initial_workers=5)
-    bad = train.ElasticTrainer(lambda c: None, failure=train.FailureConfig(
-        policies=[{"event": "meteor", "action": "restart"}]), verbose=False)
+    bad = train.ElasticTrainer(lambda c: None, run_config=train.RunConfig(
+        failure_config=train.FailureConfig(policies=[{"event": "meteor", "action": "restart"}])),
+        verbose=False)
     with pytest.raises(phalanx.PhalanxError, match="meteor"):
         bad.fit()

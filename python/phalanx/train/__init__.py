@@ -17,10 +17,16 @@
 
     result = train.ElasticTrainer(
         train_loop, train_loop_config={"lr": 0.1, "epochs": 5},
-        scaling=train.ScalingConfig(num_workers=(1, 4), initial_workers=3,
-                                    resources_per_worker={"CPU": 1, "memory": 2 << 30}),
-        failure=train.FailureConfig(max_failures=5)).fit()
-    print(result.metrics, result.restarts)
+        scaling_config=train.ScalingConfig(num_workers=(1, 4), initial_workers=3,
+                                           resources_per_worker={"CPU": 1, "memory": 2 << 30}),
+        run_config=train.RunConfig(name="digits", storage_path="/shared/runs",
+                                   failure_config=train.FailureConfig(max_failures=5),
+                                   checkpoint_config=train.CheckpointConfig(
+                                       checkpoint_frequency=50))).fit()
+    print(result.metrics, result.checkpoint, result.error)
+
+The names are Ray Train's (``TorchTrainer`` is another name for ``ElasticTrainer``), so a Ray
+Train script moves over by changing its imports.
 
 Each worker is an actor of the job; the job's elastic controller (the same one as for C++
 jobs and `phalanx job submit -f`) places them, reacts to deaths, OOM kills (respawned with
@@ -35,7 +41,11 @@ import os
 import pickle
 import secrets
 import sys
+import shutil
+import tempfile
 import time
+import warnings
+from contextlib import contextmanager
 
 import cloudpickle
 
@@ -241,12 +251,14 @@ class ElasticSampler:
 # ---- the driver side ------------------------------------------------------------------------
 
 class ScalingConfig:
-    """``num_workers``: a fixed count or ``(min, max)``; ``initial_workers``: how many to start
-    with (default: max); ``resources_per_worker``: e.g. ``{"CPU": 1, "memory": 2 << 30}``
-    (memory is a limit; "memory" also takes "2Gi")."""
+    """Ray Train's: ``num_workers``: a fixed count or ``(min, max)`` (elastic);
+    ``initial_workers``: how many to start with (default: max); ``resources_per_worker``: e.g.
+    ``{"CPU": 1, "memory": 2 << 30}`` (memory is a limit; "memory" also takes "2Gi");
+    ``use_gpu``: one GPU per worker unless ``resources_per_worker`` says otherwise;
+    ``placement_strategy``: PACK (default), SPREAD, STRICT_PACK or STRICT_SPREAD."""
 
     def __init__(self, num_workers=1, initial_workers=None, resources_per_worker=None,
-                 use_gpu=False):
+                 use_gpu=False, placement_strategy="PACK"):
         if isinstance(num_workers, int):
             lo = hi = num_workers
         else:
@@ -258,7 +270,11 @@ class ScalingConfig:
         if not lo <= initial <= hi:
             raise ValueError(f"initial_workers={initial} must be within num_workers "
                              f"({lo}..{hi})")
+        if placement_strategy not in _PLACEMENT_STRATEGIES:
+            raise ValueError(f"placement_strategy={placement_strategy!r}: give one of "
+                             f"{', '.join(_PLACEMENT_STRATEGIES)}")
         self.min_workers, self.max_workers, self.initial_workers = lo, hi, initial
+        self.num_workers = num_workers
         self.resources_per_worker = dict(resources_per_worker or {"CPU": 1})
         memory = self.resources_per_worker.get("memory")
         if isinstance(memory, float) and memory.is_integer():
@@ -266,16 +282,28 @@ class ScalingConfig:
         self.use_gpu = use_gpu
         if use_gpu:
             self.resources_per_worker.setdefault("GPU", 1)
+        self.placement_strategy = placement_strategy
+
+
+_PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+# A restart budget that never runs out: what max_failures=-1 means (Ray's "retry forever").
+_UNLIMITED_FAILURES = 1 << 30
 
 
 class FailureConfig:
-    """``max_failures``: respawns allowed within ``window_s`` seconds; ``policies``: the job
-    spec's faultTolerantPolicy (first match wins, then the defaults: OOM → respawnLarger with
-    twice the memory, node died → reschedule, exited → restart), e.g.
-    ``[{"event": "oom", "action": "respawnLarger", "memoryGrowth": 2}]``."""
+    """Ray Train's: ``max_failures``: respawns allowed within ``window_s`` seconds (-1: no
+    limit; 0: the first failure fails the job). Beyond Ray's: ``policies``, the job spec's
+    faultTolerantPolicy (first match wins, then the defaults: OOM → respawnLarger with twice
+    the memory, node died → reschedule, exited → restart), e.g.
+    ``[{"event": "oom", "action": "respawnLarger", "memoryGrowth": 2}]``; how long the job may
+    stay below its minimum, when a silent step is a hang, and the straggler check."""
 
     def __init__(self, max_failures=10, window_s=3600, policies=None, below_min_timeout_s=60,
                  hang_timeout_s=300, straggler_check=False, straggler_factor=2.0):
+        if not isinstance(max_failures, int) or max_failures < -1:
+            raise ValueError(f"max_failures={max_failures!r}: give a whole number >= 0, or -1 "
+                             f"for no limit")
         self.max_failures = max_failures
         self.window_s = window_s
         self.policies = list(policies or [])
@@ -284,14 +312,117 @@ class FailureConfig:
         self.straggler_check = straggler_check
         self.straggler_factor = straggler_factor
 
+    @property
+    def restart_limit(self):
+        return _UNLIMITED_FAILURES if self.max_failures == -1 else self.max_failures
+
 
 class CheckpointConfig:
-    """Committed state written to ``dir`` every ``interval_steps`` steps; used only when every
-    rank is lost."""
+    """Ray Train's: ``checkpoint_frequency``: write the committed state every this many steps
+    (0: never) under ``RunConfig(storage_path=..., name=...)``. A checkpoint is read back only
+    when every rank is lost at once; any smaller loss heals from the survivors' memory.
+    ``num_to_keep`` must stay None: every checkpoint is kept (they are written by rank 0 on its
+    own machine, so pruning them is the storage's business).
 
-    def __init__(self, dir, interval_steps=50):
-        self.dir = dir
-        self.interval_steps = interval_steps
+    The old form ``CheckpointConfig(dir, interval_steps=50)`` still works for one release,
+    with a DeprecationWarning."""
+
+    def __init__(self, *args, num_to_keep=None, checkpoint_frequency=0, checkpoint_at_end=None,
+                 dir=None, interval_steps=None):
+        if args and isinstance(args[0], (str, os.PathLike)):
+            if len(args) > 2:
+                raise TypeError("CheckpointConfig(dir, interval_steps) takes at most 2 "
+                                "positional arguments")
+            dir = args[0]
+            interval_steps = args[1] if len(args) > 1 else interval_steps
+            args = ()
+        elif args:
+            if len(args) > 2:
+                raise TypeError("CheckpointConfig takes num_to_keep and checkpoint_frequency "
+                                "positionally; name the others")
+            num_to_keep = args[0]
+            if len(args) > 1:
+                checkpoint_frequency = args[1]
+        if dir is not None or interval_steps is not None:
+            warnings.warn("CheckpointConfig(dir, interval_steps) is deprecated: use "
+                          "CheckpointConfig(checkpoint_frequency=N) and RunConfig(storage_path"
+                          "=..., name=...), as in Ray Train", DeprecationWarning, stacklevel=2)
+            if dir is None:
+                raise ValueError("CheckpointConfig(interval_steps=...) needs dir=, or use "
+                                 "checkpoint_frequency= with RunConfig(storage_path=...)")
+            checkpoint_frequency = 50 if interval_steps is None else interval_steps
+        if num_to_keep is not None:
+            raise ValueError(f"num_to_keep={num_to_keep!r}: Phalanx keeps every checkpoint it "
+                             f"writes; leave num_to_keep=None and prune the storage yourself")
+        if not isinstance(checkpoint_frequency, int) or checkpoint_frequency < 0:
+            raise ValueError(f"checkpoint_frequency={checkpoint_frequency!r}: give a whole "
+                             f"number of steps >= 0 (0: no checkpoints)")
+        self.num_to_keep = None
+        self.checkpoint_frequency = checkpoint_frequency
+        self.checkpoint_at_end = checkpoint_at_end
+        self.dir = os.fspath(dir) if dir is not None else None
+
+    @property
+    def interval_steps(self):
+        return self.checkpoint_frequency
+
+
+class RunConfig:
+    """Ray Train's: the run's ``name`` (the job's name), ``storage_path`` (checkpoints go to
+    ``storage_path/name``; default ``~/phalanx_results``; on several machines give a shared
+    file system, as with Ray), ``failure_config`` and ``checkpoint_config``."""
+
+    def __init__(self, name=None, storage_path=None, failure_config=None,
+                 checkpoint_config=None, verbose=True):
+        self.name = name
+        self.storage_path = storage_path
+        self.failure_config = failure_config
+        self.checkpoint_config = checkpoint_config
+        self.verbose = verbose
+
+    def checkpoint_dir(self, name):
+        c = self.checkpoint_config
+        if c is None or c.checkpoint_frequency == 0:
+            return None
+        if c.dir is not None:
+            return c.dir
+        root = self.storage_path or os.path.join(os.path.expanduser("~"), "phalanx_results")
+        return os.path.join(os.path.abspath(os.fspath(root)), name)
+
+
+class Checkpoint:
+    """A checkpoint the job wrote: rank 0's committed state at ``step``, in one file at
+    ``path`` (``"<step>\\n"`` then the pickled state). ``load_state()`` gives it as a dict:
+    each ``State`` object's state_dict by name ("model", "optimizer", ...) and its plain
+    values; ``to_directory()`` and ``as_directory()`` as in Ray."""
+
+    def __init__(self, path, step):
+        self.path = path
+        self.step = step
+
+    def load_state(self):
+        with open(self.path, "rb") as f:
+            header, _, payload = f.read().partition(b"\n")
+        saved = pickle.loads(payload)
+        state = dict(saved.get("objects", {}))
+        state.update(saved.get("values", {}))
+        return state
+
+    def to_directory(self, path=None):
+        """Copies the checkpoint into ``path`` (a new temporary directory by default) and
+        returns the directory."""
+        path = path or tempfile.mkdtemp(prefix="phalanx-checkpoint-")
+        os.makedirs(path, exist_ok=True)
+        shutil.copy2(self.path, path)
+        return path
+
+    @contextmanager
+    def as_directory(self):
+        """A directory holding the checkpoint file, for the ``with`` block."""
+        yield os.path.dirname(os.path.abspath(self.path))
+
+    def __repr__(self):
+        return f"Checkpoint(path={self.path!r}, step={self.step})"
 
 
 class Result:
@@ -326,7 +457,15 @@ class Result:
                            for r in status.recoveries]
         self.restarts_by_cause = dict(status.restarts_by_cause)
         self.fault_seconds = status.fault_seconds
-        self.error = self.message if self.state == "FAILED" else None
+        # Ray's: the error of a failed run (None otherwise), and the newest checkpoint.
+        self.error = PhalanxError(self.message) if self.state == "FAILED" else None
+        self.checkpoint = None
+        pointer = _phalanx.kv_get("elastic", f"{self.job_id}/checkpoint")
+        if pointer:
+            step, _, path = pointer.decode().partition(" ")
+            if path and os.path.exists(path):
+                self.checkpoint = Checkpoint(path, int(step))
+        self.path = None  # where the checkpoints go (ElasticTrainer fills it in)
 
     def __repr__(self):
         return (f"Result(job_id={self.job_id!r}, state={self.state}, metrics={self.metrics}, "
@@ -344,18 +483,60 @@ def job_status(job_id):
     return Result(_phalanx.job_status(job_id))
 
 
+_RENAMED = {"scaling": "scaling_config", "failure": "run_config=RunConfig(failure_config=...)",
+            "checkpoint": "run_config=RunConfig(checkpoint_config=...)",
+            "name": "run_config=RunConfig(name=...)"}
+
+
 class ElasticTrainer:
-    def __init__(self, train_loop, train_loop_config=None, *, scaling=None, failure=None,
-                 checkpoint=None, name="train", verbose=True, env=None):
+    """Runs ``train_loop(config)`` on every worker of an elastic job, as Ray Train's
+    ``TorchTrainer``: ``ElasticTrainer(train_loop, train_loop_config=..., scaling_config=
+    ScalingConfig(...), run_config=RunConfig(name=..., failure_config=FailureConfig(...),
+    checkpoint_config=CheckpointConfig(...))).fit()``.
+
+    The keywords ``scaling=``, ``failure=``, ``checkpoint=`` and ``name=`` of earlier releases
+    still work for this one, with a DeprecationWarning."""
+
+    def __init__(self, train_loop=None, train_loop_config=None, *, scaling_config=None,
+                 run_config=None, train_loop_per_worker=None, verbose=True, env=None,
+                 **deprecated):
+        if train_loop_per_worker is not None:
+            if train_loop is not None:
+                raise TypeError("give the training function once: as the first argument or "
+                                "as train_loop_per_worker=")
+            train_loop = train_loop_per_worker
         if not callable(train_loop):
             raise TypeError("train_loop must be a function taking the config dict")
+        unknown = set(deprecated) - set(_RENAMED)
+        if unknown:
+            raise TypeError(f"ElasticTrainer got unexpected keyword(s) {sorted(unknown)}; it "
+                            f"takes train_loop_config, scaling_config, run_config, verbose, env")
+        run_config = run_config or RunConfig()
+        for old, new in _RENAMED.items():
+            if old in deprecated:
+                warnings.warn(f"ElasticTrainer({old}=...) is deprecated: use {new}, as in Ray "
+                              f"Train", DeprecationWarning, stacklevel=2)
+        if "scaling" in deprecated:
+            if scaling_config is not None:
+                raise TypeError("give scaling_config= or the deprecated scaling=, not both")
+            scaling_config = deprecated["scaling"]
+        for old, field in (("failure", "failure_config"), ("checkpoint", "checkpoint_config"),
+                           ("name", "name")):
+            if old in deprecated:
+                if getattr(run_config, field) is not None:
+                    raise TypeError(f"give run_config=RunConfig({field}=...) or the deprecated "
+                                    f"{old}=, not both")
+                setattr(run_config, field, deprecated[old])
         self.train_loop = train_loop
         self.train_loop_config = train_loop_config
-        self.scaling = scaling or ScalingConfig()
-        self.failure = failure or FailureConfig()
-        self.checkpoint = checkpoint
-        self.name = name
-        self.verbose = verbose
+        self.scaling = scaling_config or ScalingConfig()
+        self.run_config = run_config
+        self.failure = run_config.failure_config or FailureConfig()
+        self.name = run_config.name or "train"
+        self.checkpoint_dir = run_config.checkpoint_dir(self.name)
+        self.checkpoint_interval = (run_config.checkpoint_config.checkpoint_frequency
+                                    if self.checkpoint_dir else 0)
+        self.verbose = verbose and run_config.verbose
         self.env = dict(env or {})
         self.job_id = None
 
@@ -372,7 +553,8 @@ class ElasticTrainer:
             "minReplicas": s.min_workers,
             "maxReplicas": s.max_workers,
             "resources": s.resources_per_worker,
-            "restartLimit": f.max_failures,
+            "placementStrategy": s.placement_strategy,
+            "restartLimit": f.restart_limit,
             "restartTimeLimit": f.window_s,
             "failPolicy": {"belowMinTimeoutSeconds": f.below_min_timeout_s},
             "hang": {"timeoutSeconds": f.hang_timeout_s},
@@ -381,9 +563,9 @@ class ElasticTrainer:
         }
         if f.policies:
             spec["faultTolerantPolicy"] = f.policies
-        if self.checkpoint is not None:
-            spec["checkpoint"] = {"dir": self.checkpoint.dir,
-                                  "intervalSteps": self.checkpoint.interval_steps}
+        if self.checkpoint_dir:
+            spec["checkpoint"] = {"dir": self.checkpoint_dir,
+                                  "intervalSteps": self.checkpoint_interval}
         return _phalanx.parse_job_spec(json.dumps(spec))
 
     def submit(self):
@@ -417,6 +599,7 @@ class ElasticTrainer:
                 shown_e = len(status.events)
             if status.done():
                 result = Result(status)
+                result.path = self.checkpoint_dir
                 if result.state != "SUCCEEDED":
                     raise TrainingFailedError(result)
                 return result
@@ -427,6 +610,9 @@ class ElasticTrainer:
             time.sleep(0.2)
 
 
-__all__ = ["ElasticTrainer", "ScalingConfig", "FailureConfig", "CheckpointConfig", "Result",
-           "TrainingFailedError", "State", "ElasticSampler", "get_context", "report",
+# Ray Train's name for the same trainer.
+TorchTrainer = ElasticTrainer
+
+__all__ = ["ElasticTrainer", "TorchTrainer", "ScalingConfig", "RunConfig", "FailureConfig",
+           "CheckpointConfig", "Checkpoint", "Result", "TrainingFailedError", "State", "ElasticSampler", "get_context", "report",
            "prepare_model", "torch_process_group", "collective_group", "allreduce", "job_status"]
