@@ -24,6 +24,9 @@ PACKAGES=(
   # Observability: the HTTP(S) port (runtime/rpc/http_server.cc), the dashboard's charts
   # (served by the head), and the real Prometheus and headless Chromium its tests use
   libcpp-httplib-dev libjs-chart.js prometheus chromium chromium-driver python3-selenium
+  slurm-wlm munge  # scripts/slurm/phalanx.sbatch; tests/slurm starts its own munged and Slurm
+  # The Debian package (cpack -G DEB computes its Depends with dpkg-shlibdeps; tests/sdk)
+  dpkg-dev
 )
 
 missing=()

@@ -4,11 +4,37 @@
 // worker, collective groups on numpy arrays and torch tensors, and elastic jobs. Every call
 // that may block releases the GIL, and every error is raised as its class of
 // phalanx.exceptions (errors.cc).
+#include <dlfcn.h>
 #include <pybind11/pybind11.h>
+#include <unistd.h>
+
+#include <string>
 
 #include "actors/elastic/controller.h"
 #include "python/src/bindings.h"
 #include "python/src/py_trainer.h"
+
+namespace {
+
+// Where the cluster's programs are: $PHALANX_BIN_DIR; else the build tree this module was
+// built in, while it has them; else, for an installed module
+// (<prefix>/lib/python3/dist-packages/_phalanx*.so), <prefix>/bin.
+std::string BinDir() {
+  if (const char* env = std::getenv("PHALANX_BIN_DIR"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  std::string built = PHALANX_BIN_DIR;
+  if (::access((built + "/phalanx").c_str(), X_OK) == 0) return built;
+  Dl_info info;
+  if (::dladdr(reinterpret_cast<void*>(&BinDir), &info) != 0 && info.dli_fname != nullptr) {
+    std::string path = info.dli_fname;
+    for (int up = 0; up < 4 && !path.empty(); ++up) path = path.substr(0, path.rfind('/'));
+    if (::access((path + "/bin/phalanx").c_str(), X_OK) == 0) return path + "/bin";
+  }
+  return built;
+}
+
+}  // namespace
 
 PYBIND11_MODULE(_phalanx, m) {
   namespace python = phalanx::python;
@@ -17,7 +43,7 @@ PYBIND11_MODULE(_phalanx, m) {
   phalanx::elastic::RegisterController();
   python::RegisterPythonTrainer();
 
-  m.attr("BIN_DIR") = PHALANX_BIN_DIR;
+  m.attr("BIN_DIR") = BinDir();
   python::BindErrors(m);
   python::BindDriver(m);
   python::BindWorker(m);
