@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Sets up (Debian packages + build, skipped when already done) and runs the whole test suite:
 # the layering check (scripts/check_layers.py), clang's thread-safety analysis
-# (scripts/thread_safety.sh), the C++ tests through ctest, then the Python tests
-# (python/tests) and the multi-host tests (tests/multihost) through pytest, then the chaos
-# suite once (scripts/chaos.sh --runs 1), then each fuzz target for 30 s (scripts/fuzz.sh).
+# (scripts/thread_safety.sh), the C++ tests through ctest, then through pytest the Python
+# tests (python/tests), the multi-host tests (tests/multihost), Slurm (tests/slurm), the
+# installed SDK and the Debian package (tests/sdk) and the Kubernetes manifests
+# (tests/deploy), then the chaos suite once (scripts/chaos.sh --runs 1), then each fuzz target
+# for 30 s (scripts/fuzz.sh).
 #
 #   scripts/test.sh              everything
 #   scripts/test.sh -R Gcs       only ctest tests matching a regex (passed to ctest)
@@ -30,6 +32,15 @@ if [ $# -eq 0 ] && [ -d python/tests ]; then
   # one line where namespaces cannot be made), each test bounded to ~3 minutes.
   PYTHONPATH="$(pwd)/python:$(pwd)/build/python${PYTHONPATH:+:$PYTHONPATH}" \
     /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs tests/multihost
+  # Slurm (~30 s): scripts/slurm/phalanx.sbatch under a real munged, slurmctld and two slurmd,
+  # one per network-namespace host (root; skips with one line where it cannot run).
+  PYTHONPATH="$(pwd)/python:$(pwd)/build/python${PYTHONPATH:+:$PYTHONPATH}" \
+    /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs tests/slurm
+  # The C++ SDK as a user outside this tree has it (~1 min): cmake --install, the out-of-tree
+  # project examples/cpp/standalone built with find_package(Phalanx) and pkg-config and run on
+  # a cluster of the installed binaries; the .deb's Depends and contents. Then the Kubernetes
+  # manifests, parsed and checked against `phalanx start --help` (no cluster runs here).
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs tests/sdk tests/deploy
   # The chaos suite once (~6 min): every scenario heals, 0 steps lost, 0 strays, or this fails.
   scripts/chaos.sh --runs 1
 fi
