@@ -1,6 +1,6 @@
 // allreduce_bench: collective bandwidth (nccl-tests' busbw) of Phalanx's host backends with 2
 // ranks, side by side with torch.distributed's Gloo (the peer script
-// ../shared/bench/allreduce_gloo_torch.py, Debian's python3-torch) in the same run; the
+// bench/peers/allreduce_gloo_torch.py, Debian's python3-torch) in the same run; the
 // hierarchical path with 2 "machines" × 2 ranks (PHALANX_MACHINE_ID on this one machine:
 // shared memory inside each, one loopback TCP stream between the two leaders) against torch's
 // Gloo with the same 4 ranks; and the time to reconfigure a 4-rank group to a new epoch.
@@ -155,7 +155,7 @@ double Busbw(const std::string& text, const std::string& op, const std::string& 
 }
 
 int Main(int argc, char** argv) {
-  std::string peer = PHALANX_SOURCE_DIR "/../shared/bench/allreduce_gloo_torch.py";
+  std::string peer = PHALANX_SOURCE_DIR "/bench/peers/allreduce_gloo_torch.py";
   std::string mode, gcs_address, token, host = "127.0.0.1", group_name;
   int rank = -1, world = 0;
   CLI::App app{"allreduce_bench"};

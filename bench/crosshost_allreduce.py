@@ -11,7 +11,7 @@ namespaces cannot be made it prints one line and exits 0.
 Phalanx: `phalanx start` on both hosts (for the GCS the group meets through), then 4
 processes of `build/bin/allreduce_bench --mode bandwidth --rank R --world 4 --host <its IP>`,
 ranks 0-1 on host 0 and 2-3 on host 1: shared memory inside each host, one TCP stream
-between the hosts' leaders. torch: 4 processes of bench/peer/allreduce_gloo_torch.py --rank R
+between the hosts' leaders. torch: 4 processes of bench/peers/allreduce_gloo_torch.py --rank R
 --world 4 --master-addr <host 0>, placed the same way, GLOO_SOCKET_IFNAME=eth0 (the host's veth).
 
 Method, the same on both sides (float32, sizes 1, 16 and 64 MiB among others): each iteration
@@ -38,7 +38,7 @@ import _netns_bench  # noqa: E402
 import netns  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
-PEER_SCRIPT = os.path.join(HERE, "peer", "allreduce_gloo_torch.py")
+PEER_SCRIPT = os.path.join(HERE, "peers", "allreduce_gloo_torch.py")
 RANKS_PER_HOST = 2
 WORLD = 2 * RANKS_PER_HOST
 SIZES = ["1MiB", "16MiB", "64MiB"]

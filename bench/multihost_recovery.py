@@ -15,7 +15,7 @@ step log ("step unix_ms world_size" per agreed step).
 
 torchrun: one agent per host (`python3 -m torch.distributed.run --nnodes 2:3
 --nproc_per_node 1 --rdzv_backend c10d --rdzv_endpoint <host 0>:PORT --monitor_interval 0.1`,
-rendezvous store on host 0, which is never cut), running bench/peer/train_elastic.py (DDP over
+rendezvous store on host 0, which is never cut), running bench/peers/train_elastic.py (DDP over
 Gloo on the host's veth, steps of STEP_MS, a checkpoint every CKPT_EVERY steps; its training
 process group has a --pg-timeout-s timeout, torch's default being 30 min). Times come from the
 step lines rank 0 prints ("step N restart=R world=W t=unix time"), merged over the 3 hosts.
@@ -60,7 +60,7 @@ import netns  # noqa: E402
 from jobs import ElasticRun, analyze_steps, now_ms  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
-PEER_SCRIPT = os.path.join(HERE, "peer", "train_elastic.py")
+PEER_SCRIPT = os.path.join(HERE, "peers", "train_elastic.py")
 
 STEP_MS = 66               # time per training step, both systems (as recovery_bench)
 FAULT_STEP = 105           # the cut: midway between two of torchrun's checkpoints
@@ -218,7 +218,8 @@ def start_agent(host, head, run_dir, args):
             "--rdzv_backend", "c10d", "--rdzv_endpoint", f"{head.ip}:{TORCH_PORT}",
             "--rdzv_id", os.path.basename(run_dir), "--rdzv_conf", conf,
             "--monitor_interval", "0.1", "--max_restarts", str(TORCH_MAX_RESTARTS),
-            # torch 1.13 on Python 3.11 needs non-zero values here (see BUILD-NOTES.md).
+            # torch 1.13 on Python 3.11 needs non-zero values here: "0" parses to None and
+            # torchrun crashes (as bench/peers/torchrun_recovery.sh says).
             "--redirects", "1", "--tee", "1", "--log_dir", logdir,
             PEER_SCRIPT, "--run-dir", run_dir, "--steps", str(TORCH_STEPS),
             "--ckpt-every", str(CKPT_EVERY), "--step-time", str(STEP_MS / 1000.0),

@@ -1,5 +1,5 @@
 // recovery_bench: how fast an elastic job heals after kill -9 of one of its 4 ranks, against
-// torchrun's elastic restart (the peer script ../shared/bench/torchrun_recovery.sh, Debian's
+// torchrun's elastic restart (the peer script bench/peers/torchrun_recovery.sh, Debian's
 // python3-torch) in the same run.
 //
 //   build/bin/recovery_bench [runs, default 5] [path to torchrun_recovery.sh]
@@ -127,8 +127,7 @@ Outcome OneRun(gcs::GcsClient& gcs, const std::string& dir, int run) {
 
 int Main(int argc, char** argv) {
   int runs = argc > 1 ? std::atoi(argv[1]) : 5;
-  std::string peer =
-      argc > 2 ? argv[2] : PHALANX_SOURCE_DIR "/../shared/bench/torchrun_recovery.sh";
+  std::string peer = argc > 2 ? argv[2] : PHALANX_SOURCE_DIR "/bench/peers/torchrun_recovery.sh";
   if (::access(peer.c_str(), R_OK) != 0) {
     std::fprintf(stderr, "the peer %s is missing: give its path as the second argument\n",
                  peer.c_str());

@@ -5,7 +5,7 @@
 // an OOM, shrink, fail the job), nodes joining or resources freed (grow toward maxReplicas),
 // stragglers and hangs, and scale requests — so that the survivors keep training while
 // replacements start. Everything it decides goes to the job's record in the GCS (conditions,
-// events, the elastic status). See DESIGN.md, "Elastic training".
+// events, the elastic status). See docs/design.md, "Elastic training".
 #pragma once
 
 namespace phalanx::elastic {

@@ -1,13 +1,15 @@
 #!/usr/bin/python3
-"""Peer baseline: torch.distributed (Gloo, CPU) collectives between local processes.
+"""Peer baseline: torch.distributed (Gloo, CPU) collectives, N processes on this machine or one
+rank per host.
 
 Usage: /usr/bin/python3 allreduce_gloo_torch.py [--nproc 2] [--min-iters 20]
        /usr/bin/python3 allreduce_gloo_torch.py --rank R --world N --master-addr IP
            [--master-port P]   one rank of N, e.g. on a host of its own (rank 0 listens at
                                IP:P; set GLOO_SOCKET_IFNAME to the host's device)
 
-A copy of ../../shared/bench/allreduce_gloo_torch.py with the one-rank mode added (for
-bench/crosshost_allreduce.py); the method is unchanged.
+The peer of build/bin/allreduce_bench (every rank on this machine) and, in the one-rank
+mode, of bench/crosshost_allreduce.py (one process per rank, on hosts of their own); both
+modes time the ops the same way.
 
 Prints one line per (op, size): median / p10 / p90 latency over the timed
 iterations, plus algbw and busbw in GB/s (1e9 B/s), as nccl-tests define them:

@@ -1,21 +1,24 @@
 #!/usr/bin/python3
-"""The peer's training job for bench/multihost_recovery.py: a tiny elastic DDP job (Gloo, CPU)
-launched by torchrun (python3 -m torch.distributed.run), one process per host.
-
-A copy of ../shared/bench/train_elastic.py with what a run across hosts needs:
-  --pg-timeout-s   the timeout of the process group DDP allreduces in (torch's default is
-                   30 min: a peer whose link went down would block the survivors that long);
-                   the job's own first rendezvous (init_process_group) keeps a long timeout so
-                   that a slow start on a loaded machine is no failure
-  world=W          in every step line (the world size the step ran at)
+"""Peer baseline: a tiny elastic DDP job (Gloo, CPU) launched by torchrun (python3 -m
+torch.distributed.run). The trainer of bench/peers/torchrun_recovery.sh (one host, N workers)
+and of bench/multihost_recovery.py (one worker per host).
 
 Rank 0 prints (t = unix time):
-  "start rank=0 restart=R t=..."   first thing (before importing torch)
+  "start rank=0 restart=R world=W t=..."    first thing (before importing torch)
+  "imported restart=R world=W t=..."        after importing torch
   "pg_ready restart=R world=W t=..."        after the process groups are formed
-  "resume step=S restart=R world=W t=..."   after loading the checkpoint (S=0: none)
-  "step N restart=R world=W t=..." after every optimizer step
-Rank 0 saves a checkpoint every --ckpt-every steps (atomic rename, in --run-dir, which every
-host sees).
+  "resume step=S restart=R world=W t=..."   after building DDP and loading the checkpoint
+                                            (S=0: none)
+  "step N restart=R world=W t=..."          after every optimizer step
+W is the world size of the line's round. Every worker writes RUN_DIR/pid.r<rank>.c<restart> so
+that a driver can kill it by pid. Rank 0 saves a checkpoint every --ckpt-every steps (atomic
+rename, in --run-dir, which every host must see); --ckpt-every 0 disables checkpointing (a
+restart then begins again at step 0).
+
+DDP allreduces in a process group of its own with a --pg-timeout-s timeout (torch's default is
+30 min: a peer whose link went down would block the survivors that long); the job's first
+rendezvous (init_process_group) keeps a long one, --init-timeout-s, so that a slow start on a
+loaded machine is no failure.
 """
 import os
 import sys
@@ -39,6 +42,8 @@ def log(msg):
         print(f"{msg} restart={RESTART} world={WORLD} t={time.time():.6f}", flush=True)
 
 
+log("imported")
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--run-dir", required=True)
 ap.add_argument("--steps", type=int, default=100000)
@@ -47,6 +52,9 @@ ap.add_argument("--step-time", type=float, default=0.066, help="target seconds p
 ap.add_argument("--pg-timeout-s", type=float, default=2.0)
 ap.add_argument("--init-timeout-s", type=float, default=120.0)
 args = ap.parse_args()
+
+with open(os.path.join(args.run_dir, f"pid.r{RANK}.c{RESTART}"), "w") as f:
+    f.write(str(os.getpid()))
 
 torch.set_num_threads(1)
 dist.init_process_group("gloo", timeout=timedelta(seconds=args.init_timeout_s))
