@@ -3,8 +3,13 @@
 //
 //   build/bin/actor_bench [seconds per throughput measurement, default 3]
 //
+// Also remote functions (tasks) from one client, sync and async, on pooled task workers (at most
+// 4: each task asks for 16 of the node's 64 CPUs), beside the same calls made to one actor.
+//
 // Last line: RESULT sync_calls_per_s=... async_calls_per_s=... grpc_echo_per_s=... ratio=...
-// (ratio = sync actor calls/s ÷ raw echo calls/s, 1 caller → 1 actor).
+// task_sync_per_s=... task_async_per_s=... task_ratio_sync=... task_ratio_async=...
+// (ratio = sync actor calls/s ÷ raw echo calls/s, 1 caller → 1 actor; task_ratio_* = tasks/s
+// ÷ the same calls to one actor).
 #include <atomic>
 #include <cstdio>
 #include <thread>
@@ -35,6 +40,30 @@ namespace phalanx {
 namespace {
 
 using Handle = ActorHandle<Echo>;
+
+std::string PingFn(std::string x) { return x; }
+PHALANX_FUNCTION(PingFn);
+
+// Task calls/s from one client: sync (one at a time) or async (a window in flight).
+double TaskThroughput(bool async, double seconds) {
+  std::string payload(32, 'x');
+  int64_t n = 0;
+  absl::Time start = absl::Now();
+  while (absl::Now() - start < absl::Seconds(seconds)) {
+    if (!async) {
+      if (Get(phalanx::Task(&PingFn).SetResources({{"CPU", 16}}).Remote(payload)).ok()) ++n;
+      continue;
+    }
+    constexpr int kWindow = 2000;
+    std::vector<ObjectRef<std::string>> refs;
+    refs.reserve(kWindow);
+    for (int i = 0; i < kWindow; ++i) {
+      refs.push_back(phalanx::Task(&PingFn).SetResources({{"CPU", 16}}).Remote(payload));
+    }
+    if (Get(refs).ok()) n += kWindow;
+  }
+  return static_cast<double>(n) / absl::ToDoubleSeconds(absl::Now() - start);
+}
 
 std::vector<double> SyncLatenciesUs(const Handle& actor, int n) {
   std::vector<double> out;
@@ -142,6 +171,13 @@ int Main(int argc, char** argv) {
   std::printf("calls/s  raw gRPC echo   1 caller %9.0f   4 callers %9.0f\n", echo_1, echo_4);
   std::printf("calls/s  actor sync      1:1      %9.0f   4:4       %9.0f\n", sync_1, sync_4);
   std::printf("calls/s  actor async     1:1      %9.0f   4:4       %9.0f\n", async_1, async_4);
+  TaskThroughput(false, 0.5);  // lease the workers
+  double task_sync = TaskThroughput(false, seconds);
+  double task_async = TaskThroughput(true, seconds);
+  std::printf(
+      "calls/s  tasks, 1 client   sync   %9.0f   async     %9.0f   (%.2fx, %.2fx the "
+      "same calls to one actor)\n",
+      task_sync, task_async, task_sync / sync_1, task_async / async_1);
 
   // Creations: start K actors and wait until each answered once.
   constexpr int kCreate = 40;
@@ -193,8 +229,10 @@ int Main(int argc, char** argv) {
   for (const auto& a : created) Kill(a).IgnoreError();
   Shutdown();
   std::printf(
-      "RESULT sync_calls_per_s=%.0f async_calls_per_s=%.0f grpc_echo_per_s=%.0f ratio=%.3f\n",
-      sync_1, async_1, echo_1, sync_1 / echo_1);
+      "RESULT sync_calls_per_s=%.0f async_calls_per_s=%.0f grpc_echo_per_s=%.0f ratio=%.3f "
+      "task_sync_per_s=%.0f task_async_per_s=%.0f task_ratio_sync=%.2f task_ratio_async=%.2f\n",
+      sync_1, async_1, echo_1, sync_1 / echo_1, task_sync, task_async, task_sync / sync_1,
+      task_async / async_1);
   return 0;
 }
 

@@ -20,12 +20,11 @@ RESULT task_sync_per_s=... task_async_per_s=... actor_sync_per_s=... actor_async
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import _phalanx
 import phalanx
+from py_actor_bench import Echo, async_rate, sync_rate  # the actor benchmark's actor and loops
 
 RAY_ASYNC_TASKS_PER_S = 8000  # Ray's published single-client async tasks/s, 64 vCPU
 
@@ -33,31 +32,6 @@ RAY_ASYNC_TASKS_PER_S = 8000  # Ray's published single-client async tasks/s, 64 
 @phalanx.remote
 def echo(x):
     return x
-
-
-@phalanx.remote
-class Echo:
-    def echo(self, x):
-        return x
-
-
-def sync_rate(call, seconds):
-    n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        phalanx.get(call(n))
-        n += 1
-    return n / (time.perf_counter() - start)
-
-
-def async_rate(call, seconds, window=5000):
-    rates = []
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds or not rates:
-        t = time.perf_counter()
-        refs = [call(i) for i in range(window)]
-        phalanx.get(refs, timeout=300)
-        rates.append(window / (time.perf_counter() - t))
-    return statistics.median(rates)
 
 
 def main():
@@ -85,10 +59,10 @@ def main():
     for name, call in (("task", task), ("actor", actor_call)):
         sync_rate(call, 0.5)
         rows[f"{name}_sync"] = sync_rate(call, args.seconds)
-        rows[f"{name}_async"] = async_rate(call, args.seconds)
+        rows[f"{name}_async"] = async_rate(call, args.seconds, window=5000)
         if name == "task":  # before idle ones are returned
             workers = sum(s["workers"] for s in _phalanx.task_pool_stats())
-    rows["actor_pool_async"] = async_rate(pool_call, args.seconds)
+    rows["actor_pool_async"] = async_rate(pool_call, args.seconds, window=5000)
     print(f"tasks    sync {rows['task_sync']:9.0f}/s   async {rows['task_async']:9.0f}/s   "
           f"({workers} pooled workers)")
     print(f"actor    sync {rows['actor_sync']:9.0f}/s   async {rows['actor_async']:9.0f}/s   "

@@ -244,15 +244,20 @@ _OPTION_NAMES = {"num_cpus", "num_gpus", "memory", "resources", "max_restarts",
                  "runtime_env", "code_path"}
 
 
-def _check_options(options):
-    unknown = set(options) - _OPTION_NAMES
+def _check_known_and_amounts(options, names, what):
+    """ValueError for an option not in `names`, or a resource amount that is not >= 0."""
+    unknown = set(options) - names
     if unknown:
-        raise ValueError(f"unknown actor option(s) {sorted(unknown)}; the options are "
-                         f"{sorted(_OPTION_NAMES)}")
+        raise ValueError(f"unknown {what} option(s) {sorted(unknown)}; the options are "
+                         f"{sorted(names)}")
     for key in ("num_cpus", "num_gpus", "memory"):
         value = options.get(key)
         if value is not None and (not isinstance(value, (int, float)) or value < 0):
             raise ValueError(f"{key}={value!r}: give a number >= 0")
+
+
+def _check_options(options):
+    _check_known_and_amounts(options, _OPTION_NAMES, "actor")
     lifetime = options.get("lifetime")
     if lifetime not in (None, "detached", "non_detached"):
         raise ValueError(f"lifetime={lifetime!r}: give 'detached' or None")

@@ -131,14 +131,8 @@ class TaskWorker:
 
 
 def _check_task_options(options):
-    unknown = set(options) - _TASK_OPTION_NAMES
-    if unknown:
-        raise ValueError(f"unknown task option(s) {sorted(unknown)}; the options are "
-                         f"{sorted(_TASK_OPTION_NAMES)}")
-    for key in ("num_cpus", "num_gpus", "memory"):
-        value = options.get(key)
-        if value is not None and (not isinstance(value, (int, float)) or value < 0):
-            raise ValueError(f"{key}={value!r}: give a number >= 0")
+    from ._api import _check_known_and_amounts
+    _check_known_and_amounts(options, _TASK_OPTION_NAMES, "task")
     retries = options.get("max_retries", 3)
     if not isinstance(retries, int) or retries < -1:
         raise ValueError(f"max_retries={retries!r}: give a whole number >= 0, or -1 for no "

@@ -3,7 +3,6 @@ with a Phalanx cluster started by the real CLI on each, stopped with `phalanx st
 host at the end, and checked: no process left. Each test is bounded in time (SIGALRM)."""
 
 import os
-import signal
 import sys
 
 import pytest
@@ -23,22 +22,11 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
-class TestTimeBound(Exception):
-    pass
-
-
 @pytest.fixture(autouse=True)
 def time_bound(request):
     """Fails a test that runs past TEST_BOUND_S (its clean-up still runs)."""
-    def on_alarm(signum, frame):
-        raise TestTimeBound(f"{request.node.name} ran past its {TEST_BOUND_S} s bound")
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(TEST_BOUND_S)
-    try:
+    with netns.time_bound(request.node.name, TEST_BOUND_S):
         yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def pytest_configure(config):

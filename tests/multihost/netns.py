@@ -38,6 +38,26 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
+
+
+class TestTimeBound(Exception):
+    pass
+
+
+@contextmanager
+def time_bound(what, seconds):
+    """Raises TestTimeBound in this (main) thread once `what` runs past `seconds` (SIGALRM);
+    the code after the `with` (a test's clean-up) still runs."""
+    def on_alarm(signum, frame):
+        raise TestTimeBound(f"{what} ran past its {seconds} s bound")
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 NS_PREFIX = "phxmh"        # network namespaces: phxmh<pid>h<i>
 BRIDGE_PREFIX = "phxmb"    # bridges: phxmb<pid>

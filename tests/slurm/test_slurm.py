@@ -24,7 +24,6 @@ root; skips with one line where Slurm, munge or namespaces are missing."""
 import glob
 import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
@@ -80,15 +79,8 @@ def slurm(request):
 
 @pytest.fixture(autouse=True)
 def time_bound(request):
-    def on_alarm(signum, frame):
-        raise TimeoutError(f"{request.node.name} ran past its {TEST_BOUND_S} s bound")
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(TEST_BOUND_S)
-    try:
+    with netns.time_bound(request.node.name, TEST_BOUND_S):
         yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def write_spec(slurm, tag, steps):
