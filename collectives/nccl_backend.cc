@@ -2,16 +2,15 @@
 // that a stuck or failed communicator can always be aborted (ncclCommAbort) within the
 // timeout instead of hanging. A new epoch that only drops members shrinks the previous
 // communicator (ncclCommShrink); any other change forms a new one from a unique id passed
-// through the rendezvous store.
-#include <cuda_runtime.h>
-#include <nccl.h>
-
+// through the rendezvous store. NCCL and the CUDA runtime are loaded, not linked
+// (nccl_api.h).
 #include <atomic>
 #include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/backend.h"
+#include "collectives/nccl_api.h"
 
 namespace phalanx::collective {
 namespace {
@@ -50,36 +49,37 @@ ncclRedOp_t NcclOp(ReduceOp op) {
   return ncclSum;
 }
 
-absl::Status NcclError(ncclResult_t r, const std::string& what) {
-  return absl::UnavailableError(absl::StrCat(what, ": ", ncclGetErrorString(r)));
+absl::Status NcclError(const NcclApi& nccl, ncclResult_t r, const std::string& what) {
+  return absl::UnavailableError(absl::StrCat(what, ": ", nccl.GetErrorString(r)));
 }
 
 // Polls a non-blocking communicator until its pending work is issued (not ncclInProgress).
-absl::Status AwaitIssued(ncclComm_t comm, ncclResult_t r, absl::Time deadline,
+absl::Status AwaitIssued(const NcclApi& nccl, ncclComm_t comm, ncclResult_t r, absl::Time deadline,
                          const std::string& what) {
   while (r == ncclInProgress) {
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
     }
     std::this_thread::yield();
-    ncclCommGetAsyncError(comm, &r);
+    nccl.CommGetAsyncError(comm, &r);
   }
-  return r == ncclSuccess ? absl::OkStatus() : NcclError(r, what);
+  return r == ncclSuccess ? absl::OkStatus() : NcclError(nccl, r, what);
 }
 
 class NcclBackend final : public CommBackend {
  public:
-  NcclBackend(ncclComm_t comm, cudaStream_t stream, bool own_stream, int device)
-      : comm_(comm), stream_(stream), own_stream_(own_stream), device_(device) {
-    cudaSetDevice(device_);
-    cudaMalloc(&scratch_, sizeof(float));
+  NcclBackend(const NcclApi& nccl, ncclComm_t comm, cudaStream_t stream, bool own_stream,
+              int device)
+      : nccl_(nccl), comm_(comm), stream_(stream), own_stream_(own_stream), device_(device) {
+    nccl_.SetDevice(device_);
+    nccl_.Malloc(&scratch_, sizeof(float));
   }
 
   ~NcclBackend() override {
-    cudaSetDevice(device_);
-    if (comm_ != nullptr && !aborted_) ncclCommDestroy(comm_);
-    if (scratch_ != nullptr) cudaFree(scratch_);
-    if (own_stream_) cudaStreamDestroy(stream_);
+    nccl_.SetDevice(device_);
+    if (comm_ != nullptr && !aborted_) nccl_.CommDestroy(comm_);
+    if (scratch_ != nullptr) nccl_.Free(scratch_);
+    if (own_stream_) nccl_.StreamDestroy(stream_);
   }
 
   ncclComm_t comm() const { return comm_; }
@@ -95,51 +95,51 @@ class NcclBackend final : public CommBackend {
   absl::Status Allreduce(void* data, size_t count, DType dtype, ReduceOp op,
                          absl::Duration timeout) override {
     return Run("allreduce", timeout, [&] {
-      return ncclAllReduce(data, data, count, NcclType(dtype), NcclOp(op), comm_, stream_);
+      return nccl_.AllReduce(data, data, count, NcclType(dtype), NcclOp(op), comm_, stream_);
     });
   }
 
   absl::Status Allgather(const void* in, void* out, size_t count, DType dtype,
                          absl::Duration timeout) override {
     return Run("allgather", timeout,
-               [&] { return ncclAllGather(in, out, count, NcclType(dtype), comm_, stream_); });
+               [&] { return nccl_.AllGather(in, out, count, NcclType(dtype), comm_, stream_); });
   }
 
   absl::Status Broadcast(void* data, size_t count, DType dtype, int root,
                          absl::Duration timeout) override {
     return Run("broadcast", timeout, [&] {
-      return ncclBroadcast(data, data, count, NcclType(dtype), root, comm_, stream_);
+      return nccl_.Broadcast(data, data, count, NcclType(dtype), root, comm_, stream_);
     });
   }
 
   absl::Status ReduceScatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
                              absl::Duration timeout) override {
     return Run("reduce-scatter", timeout, [&] {
-      return ncclReduceScatter(in, out, count, NcclType(dtype), NcclOp(op), comm_, stream_);
+      return nccl_.ReduceScatter(in, out, count, NcclType(dtype), NcclOp(op), comm_, stream_);
     });
   }
 
   absl::Status Barrier(absl::Duration timeout) override {
     return Run("barrier", timeout, [&] {
-      return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
+      return nccl_.AllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
     });
   }
 
   absl::Status Send(const void* data, size_t count, DType dtype, int dst,
                     absl::Duration timeout) override {
     return Run("send", timeout,
-               [&] { return ncclSend(data, count, NcclType(dtype), dst, comm_, stream_); });
+               [&] { return nccl_.Send(data, count, NcclType(dtype), dst, comm_, stream_); });
   }
 
   absl::Status Recv(void* data, size_t count, DType dtype, int src,
                     absl::Duration timeout) override {
     return Run("recv", timeout,
-               [&] { return ncclRecv(data, count, NcclType(dtype), src, comm_, stream_); });
+               [&] { return nccl_.Recv(data, count, NcclType(dtype), src, comm_, stream_); });
   }
 
   // Safe from another thread while a call waits (ncclCommAbort is how NCCL cancels).
   void Abort() override {
-    if (comm_ != nullptr && !aborted_.exchange(true)) ncclCommAbort(comm_);
+    if (comm_ != nullptr && !aborted_.exchange(true)) nccl_.CommAbort(comm_);
   }
 
  private:
@@ -150,24 +150,24 @@ class NcclBackend final : public CommBackend {
     if (comm_ == nullptr || aborted_) {
       return absl::FailedPreconditionError("the communicator was aborted");
     }
-    cudaSetDevice(device_);
+    nccl_.SetDevice(device_);
     absl::Time deadline = absl::Now() + timeout;
-    if (auto s = AwaitIssued(comm_, issue(), deadline, what); !s.ok()) {
+    if (auto s = AwaitIssued(nccl_, comm_, issue(), deadline, what); !s.ok()) {
       Abort();
       return s;
     }
     while (true) {
-      cudaError_t done = cudaStreamQuery(stream_);
+      cudaError_t done = nccl_.StreamQuery(stream_);
       if (done == cudaSuccess) return absl::OkStatus();
       if (done != cudaErrorNotReady) {
         Abort();
-        return absl::InternalError(absl::StrCat(what, ": CUDA: ", cudaGetErrorString(done)));
+        return absl::InternalError(absl::StrCat(what, ": CUDA: ", nccl_.CudaGetErrorString(done)));
       }
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
+      nccl_.CommGetAsyncError(comm_, &async);
       if (async != ncclSuccess && async != ncclInProgress) {
         Abort();
-        return NcclError(async, absl::StrCat(what, " (a peer failed)"));
+        return NcclError(nccl_, async, absl::StrCat(what, " (a peer failed)"));
       }
       if (absl::Now() > deadline) {
         Abort();
@@ -179,6 +179,7 @@ class NcclBackend final : public CommBackend {
     }
   }
 
+  const NcclApi& nccl_;
   ncclComm_t comm_;
   cudaStream_t stream_;
   bool own_stream_;
@@ -193,12 +194,15 @@ absl::StatusOr<std::unique_ptr<CommBackend>> ConnectNccl(KvStore* store,
                                                          const ConnectOptions& options,
                                                          CommBackend* previous,
                                                          const std::vector<int>& kept_ranks) {
+  auto loaded = LoadNccl();
+  if (!loaded.ok()) return loaded.status();
+  const NcclApi& nccl = **loaded;
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+  if (nccl.GetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     return absl::FailedPreconditionError("NCCL: no CUDA device on this machine");
   }
   int device = options.cuda_device >= 0 ? options.cuda_device : options.rank % devices;
-  cudaSetDevice(device);
+  nccl.SetDevice(device);
   absl::Time deadline = absl::Now() + options.timeout;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
@@ -206,20 +210,27 @@ absl::StatusOr<std::unique_ptr<CommBackend>> ConnectNccl(KvStore* store,
 
   auto* prev = dynamic_cast<NcclBackend*>(previous);
   bool shrink = prev != nullptr && prev->comm() != nullptr && !kept_ranks.empty();
+#if PHALANX_NCCL_HAS_SHRINK
+  // Every member loads the same library, so all shrink or all re-form.
+  shrink = shrink && nccl.CommShrink != nullptr;
   if (shrink) {
     // Pure scale-in: every member was in the previous communicator; drop the others.
     std::vector<int> exclude;
     for (size_t old_rank = 0; old_rank < kept_ranks.size(); ++old_rank) {
       if (kept_ranks[old_rank] < 0) exclude.push_back(static_cast<int>(old_rank));
     }
-    ncclResult_t r = ncclCommShrink(prev->comm(), exclude.data(), static_cast<int>(exclude.size()),
-                                    &comm, &config, NCCL_SHRINK_ABORT);
-    if (auto s = AwaitIssued(comm, r, deadline, "ncclCommShrink"); !s.ok()) return s;
-  } else {
+    ncclResult_t r = nccl.CommShrink(prev->comm(), exclude.data(), static_cast<int>(exclude.size()),
+                                     &comm, &config, NCCL_SHRINK_ABORT);
+    if (auto s = AwaitIssued(nccl, comm, r, deadline, "ncclCommShrink"); !s.ok()) return s;
+  }
+#else
+  shrink = false;
+#endif
+  if (!shrink) {
     ncclUniqueId id;
     if (options.rank == 0) {
-      if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
-        return NcclError(r, "ncclGetUniqueId");
+      if (ncclResult_t r = nccl.GetUniqueId(&id); r != ncclSuccess) {
+        return NcclError(nccl, r, "ncclGetUniqueId");
       }
       auto s = store->Set("nccl/unique_id", std::string(id.internal, sizeof(id.internal)));
       if (!s.ok()) return s;
@@ -228,23 +239,25 @@ absl::StatusOr<std::unique_ptr<CommBackend>> ConnectNccl(KvStore* store,
       if (!value.ok()) return value.status();
       std::memcpy(id.internal, value->data(), std::min(value->size(), sizeof(id.internal)));
     }
-    ncclResult_t r = ncclCommInitRankConfig(&comm, options.world_size, id, options.rank, &config);
-    if (auto s = AwaitIssued(comm, r, deadline, "ncclCommInitRankConfig"); !s.ok()) {
-      if (comm != nullptr) ncclCommAbort(comm);
+    ncclResult_t r = nccl.CommInitRankConfig(&comm, options.world_size, id, options.rank, &config);
+    if (auto s = AwaitIssued(nccl, comm, r, deadline, "ncclCommInitRankConfig"); !s.ok()) {
+      if (comm != nullptr) nccl.CommAbort(comm);
       return s;
     }
   }
   cudaStream_t stream = static_cast<cudaStream_t>(options.cuda_stream);
   bool own_stream = stream == nullptr;
-  if (own_stream) cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  return std::unique_ptr<CommBackend>(new NcclBackend(comm, stream, own_stream, device));
+  if (own_stream) nccl.StreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  return std::unique_ptr<CommBackend>(new NcclBackend(nccl, comm, stream, own_stream, device));
 }
 
 bool NcclBuiltImpl() { return true; }
 
+// 0 where NCCL or the CUDA runtime cannot be loaded, or there is no device.
 int NcclDeviceCountImpl() {
+  auto loaded = LoadNccl();
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess) return 0;
+  if (!loaded.ok() || (*loaded)->GetDeviceCount(&devices) != cudaSuccess) return 0;
   return devices;
 }
 
