@@ -17,6 +17,7 @@
 #include "runtime/worker/actor_registry.h"
 #include "runtime/worker/core_worker.h"
 #include "runtime/worker/errors.h"
+#include "spdlog/spdlog.h"
 
 namespace phalanx::internal {
 namespace {
@@ -26,6 +27,52 @@ namespace {
 constexpr absl::Duration kDeathCauseWait = absl::Seconds(2);
 // A pool whose leases failed this many times in a row, with no worker left, fails its queue.
 constexpr int kMaxLeaseFailures = 3;
+// ShutdownTaskPools waits this long at most for the pools' own threads (leases under way,
+// the reaper, a death cause being read) to leave the runtime before it is torn down.
+constexpr absl::Duration kBackgroundShutdownWait = absl::Seconds(10);
+
+// The threads the pools start (each lease, the reaper, a death cause being read): counted, so
+// that ShutdownTaskPools can wait until none is inside the runtime any more.
+class Background {
+ public:
+  static Background& Get() {
+    static auto* background = new Background();  // never destroyed: threads may outlive main
+    return *background;
+  }
+
+  void Run(std::function<void()> fn) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++running_;
+    }
+    std::thread([this, fn = std::move(fn)] {
+      fn();
+      absl::MutexLock lock(&mu_);
+      --running_;
+    }).detach();
+  }
+
+  // True while ShutdownTaskPools waits: a thread stops what it can (a death-cause poll).
+  bool stopping() {
+    absl::MutexLock lock(&mu_);
+    return stopping_;
+  }
+
+  // Waits until no thread runs (at most kBackgroundShutdownWait); false if some still do.
+  bool Drain() {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_ == 0; };
+    bool drained = mu_.AwaitWithTimeout(absl::Condition(&idle), kBackgroundShutdownWait);
+    stopping_ = false;
+    return drained;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
 
 struct Task {
   TaskSubmission spec;
@@ -47,7 +94,7 @@ std::string DeathCause(const std::string& actor_id) {
   while (true) {
     auto info = GetActorInfo(actor_id);
     if (info.ok() && !info->death_cause.empty()) return info->death_cause;
-    if (!info.ok() || absl::Now() >= deadline) return "";
+    if (!info.ok() || absl::Now() >= deadline || Background::Get().stopping()) return "";
     absl::SleepFor(absl::Milliseconds(50));
   }
 }
@@ -170,7 +217,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
     }
     for (auto& [id, task] : sends) Send(id, std::move(task));
     for (int i = 0; i < leases; ++i) {
-      std::thread([self = shared_from_this()] { self->Lease(); }).detach();
+      Background::Get().Run([self = shared_from_this()] { self->Lease(); });
     }
   }
 
@@ -236,7 +283,16 @@ class Pool : public std::enable_shared_from_this<Pool> {
   // own: this runs where the reply was read).
   void FailWithDeathCause(const TaskPtr& task, const std::string& worker_id,
                           const absl::Status& status) {
-    std::thread([task, worker_id, status] {
+    bool shut_down;
+    {
+      absl::MutexLock lock(&mu_);
+      shut_down = shut_down_;
+    }
+    if (shut_down) {  // the runtime may be going away: no GCS call
+      task->result->Set(status, "");
+      return;
+    }
+    Background::Get().Run([task, worker_id, status] {
       std::string cause = DeathCause(worker_id);
       const TaskSubmission& spec = task->spec;
       task->result->Set(worker::MakeError(
@@ -247,7 +303,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
                                           " tries (max_retries=", spec.max_retries, ")")
                            : " (max_retries=0)",
                        ": ", cause.empty() ? status.message() : cause)));
-    }).detach();
+    });
   }
 
   // Creates a worker actor and waits (by callback) for it to answer its ready call.
@@ -259,6 +315,10 @@ class Pool : public std::enable_shared_from_this<Pool> {
     }
     {
       absl::MutexLock lock(&mu_);
+      if (shut_down_) {  // the actor dies with its owner; the runtime may be going away
+        --leases_in_flight_;
+        return;
+      }
       leasing_.insert(*id);
     }
     auto ready = SubmitCall(*id, shape_.ready_method, shape_.ready_args);
@@ -268,8 +328,11 @@ class Pool : public std::enable_shared_from_this<Pool> {
     });
   }
 
+  // Runs where the ready call's reply was read: a worker that did not come up is killed on a
+  // background thread (a GCS call), and not at all once the pools shut down (it dies with its
+  // owner, and the runtime may be going away).
   void LeaseAnswered(const std::string& id, const worker::ObjectState& ready) {
-    bool kill = false;
+    bool shut_down;
     {
       absl::MutexLock lock(&mu_);
       if (cancelled_.erase(id) > 0) {
@@ -277,20 +340,17 @@ class Pool : public std::enable_shared_from_this<Pool> {
         return;
       }
       leasing_.erase(id);
+      shut_down = shut_down_;
       if (ready.status().ok()) {
         --leases_in_flight_;
         lease_failures_ = 0;
         ++stats_.workers_leased;
-        if (shut_down_) {
-          kill = true;
-        } else {
-          workers_[id] = Worker{0, absl::Now(), absl::Now()};
-        }
+        if (!shut_down) workers_[id] = Worker{0, absl::Now(), absl::Now()};
       }
     }
-    if (kill) KillActor(id, true).IgnoreError();
+    if (shut_down) return;
     if (!ready.status().ok()) {
-      KillActor(id, true).IgnoreError();
+      Background::Get().Run([id] { KillActor(id, true).IgnoreError(); });
       LeaseFailed(ready.status());
       return;
     }
@@ -351,7 +411,7 @@ class Pools {
     if (!pool) pool = std::make_shared<Pool>(task);
     if (!stop_reaper_) {
       stop_reaper_ = std::make_shared<bool>(false);
-      std::thread([this, stop = stop_reaper_] { ReapLoop(stop); }).detach();
+      Background::Get().Run([this, stop = stop_reaper_] { ReapLoop(stop); });
     }
     return pool;
   }
@@ -488,7 +548,15 @@ std::shared_ptr<worker::ObjectState> SubmitTask(TaskSubmission spec) {
   return result;
 }
 
-void ShutdownTaskPools() { Pools::Get().ShutDown(); }
+void ShutdownTaskPools() {
+  Pools::Get().ShutDown();
+  if (!Background::Get().Drain()) {
+    spdlog::warn(
+        "task pools: a lease or the reaper was still inside the runtime after {}; "
+        "shutting down anyway",
+        absl::FormatDuration(kBackgroundShutdownWait));
+  }
+}
 
 std::vector<TaskPoolStats> GetTaskPoolStats() { return Pools::Get().Stats(); }
 
