@@ -45,7 +45,7 @@ wait_for() {
   while ((SECONDS < end)); do
     l=$(grep -m1 -E "$2" "$1" 2>/dev/null) && { echo "$l"; return 0; }
     kill -0 "$AGENT" 2>/dev/null || return 1
-    sleep 0.05
+    sleep 0.01
   done
   return 1
 }

@@ -11,8 +11,15 @@
 //   faultMarker ("")               job (a marker file records that it happened)
 //   oomHoldAtBytes / oomHoldMs     the OOM hook pauses once it holds that much (so that the
 //                                  node's memory warning comes before the kill)
+//   updateLog ("")                 a file every rank appends one line to per applied update:
+//                                  "pid step updates_before unix_ms world_size" (benchmarks
+//                                  read the steps lost from it)
+//
+// The state counts the updates applied to the weights (Query("updates")): the runtime rolls it
+// back with the weights, so after a recovery it says how many committed steps the model holds.
 #pragma once
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -25,6 +32,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "actors/elastic/trainer.h"
 #include "runtime/common/files.h"
 
@@ -50,6 +58,9 @@ class RegressionTrainer : public elastic::Trainer {
     fault_rank_ = static_cast<int>(get("faultRank", 0));
     auto marker = ctx.config.find("faultMarker");
     marker_ = marker == ctx.config.end() ? "" : marker->second;
+    if (auto log = ctx.config.find("updateLog"); log != ctx.config.end() && update_log_ < 0) {
+      update_log_ = ::open(log->second.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    }
     seed_ = ctx.seed;
     num_samples_ = ctx.num_samples;
     weights_.assign(dims_, 0.0);
@@ -99,26 +110,36 @@ class RegressionTrainer : public elastic::Trainer {
     }
     double scale = 1.0 / static_cast<double>(in.global_batch);
     for (int j = 0; j < dims_; ++j) weights_[j] -= lr_ * sums[j] * scale;
+    ++updates_;
+    if (update_log_ >= 0) {
+      // One write of a short line to an O_APPEND file: the ranks' lines never interleave.
+      std::string line = absl::StrCat(::getpid(), " ", in.step, " ", updates_ - 1, " ",
+                                      absl::ToUnixMillis(absl::Now()), " ", in.world_size, "\n");
+      (void)!::write(update_log_, line.data(), line.size());
+    }
     return elastic::StepResult{sums[dims_] * scale, {}};
   }
 
+  // The state: the weights, the visits, then the update count.
   std::string SaveState() const override {
-    std::string out(sizeof(double) * weights_.size() + sizeof(int32_t) * visits_.size(), '\0');
-    std::memcpy(out.data(), weights_.data(), sizeof(double) * weights_.size());
-    std::memcpy(out.data() + sizeof(double) * weights_.size(), visits_.data(),
-                sizeof(int32_t) * visits_.size());
+    size_t w = sizeof(double) * weights_.size(), v = sizeof(int32_t) * visits_.size();
+    std::string out(w + v + sizeof(updates_), '\0');
+    std::memcpy(out.data(), weights_.data(), w);
+    std::memcpy(out.data() + w, visits_.data(), v);
+    std::memcpy(out.data() + w + v, &updates_, sizeof(updates_));
     return out;
   }
 
   absl::Status LoadState(const std::string& state) override {
-    size_t want = sizeof(double) * weights_.size() + sizeof(int32_t) * visits_.size();
+    size_t w = sizeof(double) * weights_.size(), v = sizeof(int32_t) * visits_.size();
+    size_t want = w + v + sizeof(updates_);
     if (state.size() != want) {
       return absl::InvalidArgumentError(
           absl::StrCat("state of ", state.size(), " bytes, expected ", want));
     }
-    std::memcpy(weights_.data(), state.data(), sizeof(double) * weights_.size());
-    std::memcpy(visits_.data(), state.data() + sizeof(double) * weights_.size(),
-                sizeof(int32_t) * visits_.size());
+    std::memcpy(weights_.data(), state.data(), w);
+    std::memcpy(visits_.data(), state.data() + w, v);
+    std::memcpy(&updates_, state.data() + w + v, sizeof(updates_));
     return absl::OkStatus();
   }
 
@@ -133,6 +154,7 @@ class RegressionTrainer : public elastic::Trainer {
       for (int j = 0; j < dims_; ++j) w.push_back(absl::StrCat(TrueWeight(j)));
       return absl::StrJoin(w, ",");
     }
+    if (key == "updates") return absl::StrCat(updates_);
     if (key == "results")
       return absl::StrCat("weights=", Query("weights"), ";visits=", Query("visits"));
     if (key == "visits") {  // "min,max" visits over all samples
@@ -183,6 +205,8 @@ class RegressionTrainer : public elastic::Trainer {
   int64_t num_samples_ = 0;
   std::vector<double> weights_;
   std::vector<int32_t> visits_;
+  int64_t updates_ = 0;  // updates applied to weights_ (part of the state)
+  int update_log_ = -1;  // updateLog's descriptor, kept for the process's life
 };
 
 }  // namespace phalanx::examples
