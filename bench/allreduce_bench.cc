@@ -14,8 +14,13 @@
 // iteration is the max over ranks, the median is reported; busbw = algbw × 2(n-1)/n for
 // allreduce, × (n-1)/n for allgather, × 1 for broadcast.
 //
-// Last line: RESULT busbw_16MiB=... torch_gloo_busbw_16MiB=... ratio=... reconfigure_ms=...
-//   hier_busbw_16MiB=... torch_gloo_4_busbw_16MiB=... hier_ratio=...
+// Last line, each comparison like for like (16 MiB allreduce):
+//   RESULT shm_busbw_16MiB=... tcp_busbw_16MiB=... torch_gloo_busbw_16MiB=...
+//          shm_ratio=...  (Phalanx's shared memory, one machine, vs torch's Gloo over TCP)
+//          tcp_ratio=...  (Phalanx over loopback TCP, as between machines, vs the same)
+//          hier_busbw_16MiB=... torch_gloo_4_busbw_16MiB=... hier_ratio=... (2 "machines" x 2)
+//          reconfigure_ms=...
+// Across real hosts (network namespaces), the same comparison is bench/crosshost_allreduce.py.
 #include <unistd.h>
 
 #include <algorithm>
@@ -251,6 +256,7 @@ int Main(int argc, char** argv) {
         size, h, t4, t4 > 0 ? h / t4 : 0);
   }
   double ours16 = Busbw(ours, "allreduce", "16MiB"), theirs16 = Busbw(theirs, "allreduce", "16MiB");
+  double tcp16 = Busbw(tcp, "allreduce", "16MiB");
   double hier16 = Busbw(hier, "allreduce", "16MiB"),
          theirs4_16 = Busbw(theirs4, "allreduce", "16MiB");
   std::smatch m;
@@ -258,11 +264,13 @@ int Main(int argc, char** argv) {
   if (std::regex_search(reconfigure, m, std::regex(R"(median ([\d.]+) ms)"))) {
     reconf = std::stod(m[1].str());
   }
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0; };
   std::printf(
-      "RESULT busbw_16MiB=%.3f torch_gloo_busbw_16MiB=%.3f ratio=%.3f reconfigure_ms=%.1f "
-      "hier_busbw_16MiB=%.3f torch_gloo_4_busbw_16MiB=%.3f hier_ratio=%.3f\n",
-      ours16, theirs16, theirs16 > 0 ? ours16 / theirs16 : 0, reconf, hier16, theirs4_16,
-      theirs4_16 > 0 ? hier16 / theirs4_16 : 0);
+      "RESULT shm_busbw_16MiB=%.3f tcp_busbw_16MiB=%.3f torch_gloo_busbw_16MiB=%.3f "
+      "shm_ratio=%.3f tcp_ratio=%.3f hier_busbw_16MiB=%.3f torch_gloo_4_busbw_16MiB=%.3f "
+      "hier_ratio=%.3f reconfigure_ms=%.1f\n",
+      ours16, tcp16, theirs16, ratio(ours16, theirs16), ratio(tcp16, theirs16), hier16, theirs4_16,
+      ratio(hier16, theirs4_16), reconf);
   return 0;
 }
 

@@ -11,6 +11,9 @@
 //             $TEST_ABORT_FILE set, another thread calls Abort() as soon as that file exists,
 //             and the rank prints "abort ended the call in <ms> ms".
 //   netcheck  form the first epoch and run the network check (prints the report)
+//   nccl      form each epoch of --plan on the GPU (--cuda-device) and check an allreduce
+//   nccl1     world size 1 on the GPU: allreduce and broadcast of device buffers, then Abort()
+//             fails the next call at once (prints "abort ended the next call in <ms> ms")
 // Exit codes: 0 success, 1 a check failed, 3 refused (stale epoch).
 #include <unistd.h>
 
@@ -263,6 +266,7 @@ int Main(int argc, char** argv) {
   app.add_option("--timeout-ms", timeout_ms);
   app.add_option("--backend", backend, "gloo or nccl");
   app.add_option("--host", options.host, "the IPv4 address other machines reach this rank at");
+  app.add_option("--cuda-device", options.cuda_device, "NCCL: this rank's GPU (-1: rank % GPUs)");
   CLI11_PARSE(app, argc, argv);
   options.backend = backend == "nccl" ? Backend::kNccl : Backend::kGloo;
   options.timeout = absl::Milliseconds(timeout_ms);
@@ -355,8 +359,41 @@ int Main(int argc, char** argv) {
     std::printf("DONE\n");
     return 0;
   }
+  if (scenario == "nccl1") {
+    if (int rc = form(Step{1, 1, 0}); rc != 0) return rc;
+    size_t count = 1 << 20;
+    std::vector<float> host(count, 3.0f);
+    float* dev = nullptr;
+    if (cudaMalloc(&dev, count * sizeof(float)) != cudaSuccess) {
+      std::printf("cudaMalloc failed\n");
+      return 1;
+    }
+    cudaMemcpy(dev, host.data(), count * sizeof(float), cudaMemcpyHostToDevice);
+    auto s = g.Allreduce(dev, count, DType::kFloat32, ReduceOp::kSum);
+    if (s.ok()) s = g.Broadcast(dev, count, DType::kFloat32, 0);
+    cudaMemcpy(host.data(), dev, count * sizeof(float), cudaMemcpyDeviceToHost);
+    if (!s.ok() || host[0] != 3.0f || host[count - 1] != 3.0f) {
+      std::printf("nccl world-1 allreduce/broadcast wrong (%g): %s\n", host[0],
+                  std::string(s.message()).c_str());
+      cudaFree(dev);
+      return 1;
+    }
+    std::printf("allreduce and broadcast OK\n");
+    g.Abort("the test aborts");
+    absl::Time t0 = absl::Now();
+    s = g.Allreduce(dev, count, DType::kFloat32, ReduceOp::kSum);
+    double ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+    cudaFree(dev);
+    if (s.ok()) {
+      std::printf("an allreduce after Abort() succeeded\n");
+      return 1;
+    }
+    std::printf("abort ended the next call in %.1f ms: %s\n", ms, std::string(s.message()).c_str());
+    std::printf("DONE\n");
+    return 0;
+  }
 #endif
-  if (scenario == "nccl") {
+  if (scenario == "nccl" || scenario == "nccl1") {
     std::printf("this build has no NCCL\n");
     return 1;
   }

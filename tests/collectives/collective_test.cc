@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <thread>
 
@@ -34,12 +35,13 @@ class CollectiveTest : public ::testing::Test {
   testing::ChildProcess Rank(const std::string& label, const std::string& scenario,
                              const std::string& plan,
                              std::vector<std::pair<std::string, std::string>> env = {},
-                             const std::string& backend = "gloo") {
+                             const std::string& backend = "gloo", int cuda_device = -1) {
     logs_[label] = absl::StrCat(dir_.path(), "/", label, ".log");
     return testing::ChildProcess(
         {testing::BinDir() + "/collective_rank", "--gcs", gcs_->address(), "--token", gcs_->token(),
          "--group", group_, "--scenario", scenario, "--plan", plan, "--timeout-ms",
-         std::to_string(timeout_ms_), "--backend", backend},
+         std::to_string(timeout_ms_), "--backend", backend, "--cuda-device",
+         std::to_string(cuda_device)},
         logs_[label], std::move(env));
   }
 
@@ -572,15 +574,34 @@ TEST_F(CollectiveTcpTransportTest, DeadlineAndClosedPeerAreNamed) {
   EXPECT_NE(s.message().find("connection to peer rank 7 closed"), std::string::npos) << s;
 }
 
-TEST_F(CollectiveTest, NcclAllreduceAndShrinkOnAGpu) {
+// NCCL refuses two ranks of one communicator on one device, so each rank gets a GPU of its
+// own: one GPU runs the world-size-1 test, the multi-rank ones need a GPU per rank.
+TEST_F(CollectiveTest, NcclWorldOfOneOnAGpu) {
   if (!NcclBuilt()) GTEST_SKIP() << "this build has no NCCL backend";
   if (NcclDeviceCount() == 0) GTEST_SKIP() << "no GPU here";
+  auto rank = Rank("g0", "nccl1", "", {{"NCCL_SOCKET_IFNAME", "lo"}}, "nccl", 0);
+  EXPECT_EQ(ExitCode(rank), 0) << Output("g0");
+  EXPECT_NE(Output("g0").find("allreduce and broadcast OK"), std::string::npos) << Output("g0");
+  EXPECT_NE(Output("g0").find("abort ended the next call"), std::string::npos) << Output("g0");
+}
+
+TEST_F(CollectiveTest, NcclAllreduceAndShrinkAcrossGpus) {
+  if (!NcclBuilt()) GTEST_SKIP() << "this build has no NCCL backend";
+  int gpus = NcclDeviceCount();
+  if (gpus < 2) {
+    GTEST_SKIP() << "the multi-rank NCCL test needs a GPU per rank (2 or more); this machine "
+                 << "has " << gpus;
+  }
+  // 3 ranks shrink to 2 where there are 3 GPUs; 2 shrink to 1 where there are 2.
+  int world = std::min(gpus, 3);
   std::vector<std::pair<std::string, std::string>> env = {{"NCCL_SOCKET_IFNAME", "lo"}};
   std::vector<testing::ChildProcess> ranks;
-  ranks.push_back(Rank("n0", "nccl", "1:3:0,2:2:0", env, "nccl"));
-  ranks.push_back(Rank("n1", "nccl", "1:3:1,2:2:1", env, "nccl"));
-  ranks.push_back(Rank("n2", "nccl", "1:3:2", env, "nccl"));
-  for (int r = 0; r < 3; ++r) {
+  for (int r = 0; r < world; ++r) {
+    std::string plan = absl::StrCat("1:", world, ":", r);
+    if (r < world - 1) absl::StrAppend(&plan, ",2:", world - 1, ":", r);
+    ranks.push_back(Rank(absl::StrCat("n", r), "nccl", plan, env, "nccl", r));
+  }
+  for (int r = 0; r < world; ++r) {
     std::string label = absl::StrCat("n", r);
     EXPECT_EQ(ExitCode(ranks[r]), 0) << Output(label);
   }
