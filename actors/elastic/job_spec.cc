@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <regex>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -125,6 +126,7 @@ const std::set<std::string> kTopLevel = {"name",
                                          "trainer",
                                          "codePath",
                                          "language",
+                                         "preimports",
                                          "replicas",
                                          "minReplicas",
                                          "maxReplicas",
@@ -231,6 +233,17 @@ absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root) {
   spec.trainer = Scalar(root["trainer"]);
   spec.code_path = Scalar(root["codePath"]);
   if (root["language"]) spec.language = Scalar(root["language"]);
+  if (YAML::Node imports = root["preimports"]) {
+    if (!imports.IsSequence()) {
+      return Bad("preimports", "not a list", "give a list of module names, e.g. [torch, numpy]");
+    }
+    for (const auto& item : imports) {
+      if (!item.IsScalar()) {
+        return Bad("preimports", "an item that is not a name", "give module names, e.g. torch");
+      }
+      spec.preimports.push_back(item.as<std::string>());
+    }
+  }
   spec.placement_strategy =
       root["placementStrategy"] ? Scalar(root["placementStrategy"]) : spec.placement_strategy;
   if (auto s = Read(root, "replicas", "replicas", "a whole number", ToInt, &spec.replicas); !s.ok())
@@ -416,6 +429,17 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return Bad("language", absl::StrCat("'", spec.language, "'"),
                "give cpp (a C++ trainer in codePath) or python (phalanx.train)");
   }
+  for (const auto& module : spec.preimports) {
+    static const std::regex kModule(R"([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)");
+    if (!std::regex_match(module, kModule)) {
+      return Bad("preimports", absl::StrCat("'", module, "'"),
+                 "give Python module names, e.g. torch or torch.nn");
+    }
+  }
+  if (!spec.preimports.empty() && spec.language != "python") {
+    return Bad("preimports", absl::StrJoin(spec.preimports, ","),
+               "remove it: only Python trainers (language: python) import modules");
+  }
   // A Python trainer runs its own loop over its own data until it returns.
   const bool trainer_driven = spec.language == "python";
   if (spec.replicas < 1) return Bad("replicas", std::to_string(spec.replicas), "give 1 or more");
@@ -531,6 +555,9 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "trainer" << YAML::Value << spec.trainer;
   if (!spec.code_path.empty()) out << YAML::Key << "codePath" << YAML::Value << spec.code_path;
   if (spec.language != "cpp") out << YAML::Key << "language" << YAML::Value << spec.language;
+  if (!spec.preimports.empty()) {
+    out << YAML::Key << "preimports" << YAML::Value << YAML::Flow << spec.preimports;
+  }
   out << YAML::Key << "replicas" << YAML::Value << spec.replicas;
   out << YAML::Key << "minReplicas" << YAML::Value << spec.min_replicas;
   out << YAML::Key << "maxReplicas" << YAML::Value << spec.max_replicas;

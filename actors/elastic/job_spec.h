@@ -3,11 +3,15 @@
 //
 //   name: regression
 //   trainer: RegressionTrainer          # a class registered with PHALANX_TRAINER
-//   codePath: /opt/app/elastic_regression   # the program that registers it (default: the
-//   submitter) replicas: 3                          # ranks at start minReplicas: 1 # below this
-//   the job waits for replacements, then fails maxReplicas: 4                       # grows toward
-//   this when resources appear resources: {CPU: 1, memory: 1Gi}     # per rank data: {numSamples:
-//   4096, globalBatch: 64, seed: 7} steps: 300                           # or dataEpochs: 5
+//   codePath: /opt/app/regression       # the program that registers it (default: submitter)
+//   replicas: 3                          # ranks at start
+//   minReplicas: 1                       # below this the job waits for replacements, then fails
+//   maxReplicas: 4                       # grows toward this when resources appear
+//   resources: {CPU: 1, memory: 1Gi}     # per rank
+//   data: {numSamples: 4096, globalBatch: 64, seed: 7}
+//   steps: 300                           # or dataEpochs: 5
+//   preimports: [torch]                  # language python: modules the node's prestarted
+//                                        # workers import ahead, so a replacement is warm
 //   faultTolerantPolicy:
 //     - exitCodes: "129,101"             # EXITED(code), or 128+signal for SIGNALED
 //       action: restart                  # restart | reschedule | respawnLarger | shrink | failJob
@@ -63,6 +67,10 @@ struct JobSpec {
   // data. "python": a phalanx.train loop (trainer PythonTrainer) that runs until it returns,
   // with its own data; steps are its state.commit() calls.
   std::string language = "cpp";
+  // Python: modules every rank's worker imports before it takes its rank; the nodes keep
+  // prestarted workers that have imported them (runtime/common/worker_env.h), so a replacement
+  // rank starts without paying for them.
+  std::vector<std::string> preimports;
   int replicas = 1;
   int min_replicas = 1;
   int max_replicas = 1;

@@ -5,6 +5,7 @@
 #include "actors/elastic/controller_internal.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
+#include "runtime/common/worker_env.h"
 #include "runtime/rpc/describe.h"
 
 namespace phalanx::elastic {
@@ -99,6 +100,9 @@ Member Controller::Spawn(int bundle, double memory, const std::vector<std::strin
     return m;
   }
   creator.SetLanguage(*language);
+  if (!spec_.preimports.empty()) {
+    creator.SetEnv(kWorkerImportsEnv, absl::StrJoin(spec_.preimports, ","));
+  }
   if (bundle >= 0) {
     creator.SetPlacementGroup(pg_, bundle);
   } else if (!avoid.empty()) {

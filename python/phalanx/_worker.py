@@ -69,8 +69,28 @@ def _cause_type(e):
     return type(e).__name__.encode()
 
 
+def _preimport():
+    """Imports the modules in $PHALANX_WORKER_IMPORTS (comma-separated) before the worker
+    takes its actor: a prestarted worker of a torch job pays for ``import torch`` while it
+    waits, not when it replaces a rank. A module that fails to import is reported and skipped
+    (the actor's own import then raises as it would have)."""
+    import importlib
+    import time
+    for name in filter(None, os.environ.get("PHALANX_WORKER_IMPORTS", "").split(",")):
+        t0 = time.perf_counter()
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - any import error, e.g. a broken package
+            print(f"[phalanx worker] preimport {name} failed: {type(e).__name__}: {e}",
+                  file=sys.stderr, flush=True)
+            continue
+        print(f"[phalanx worker] preimported {name} in {time.perf_counter() - t0:.2f} s",
+              file=sys.stderr, flush=True)
+
+
 def main():
     import _phalanx
+    _preimport()
     code = _phalanx.run_worker()
     sys.stdout.flush()
     sys.stderr.flush()

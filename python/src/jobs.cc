@@ -59,6 +59,7 @@ void BindSpec(py::module_& m) {
       .def_readonly("data_epochs", &JobSpec::data_epochs)
       .def_readonly("config", &JobSpec::config)
       .def_readonly("placement_strategy", &JobSpec::placement_strategy)
+      .def_readonly("preimports", &JobSpec::preimports)
       .def_readonly("scale_out_debounce_s", &JobSpec::scale_out_debounce_s)
       .def("total_steps", &JobSpec::TotalSteps)
       .def("to_yaml", [](const JobSpec& spec) { return elastic::JobSpecToYaml(spec); });

@@ -161,6 +161,70 @@ def test_ray_train_names_and_the_deprecated_ones_give_the_same_job(tmp_path):
         train.ScalingConfig(placement_strategy="CLOSE")
 
 
+def record_then_count(config):
+    """Each loop start appends "<torch already imported> <process start, unix s>" to a file
+    named after the process, then counts committed steps."""
+    import sys
+    torch_first = "torch" in sys.modules  # before this loop's own import
+    with open("/proc/self/stat") as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/stat") as f:
+        boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+    started = boot + ticks / os.sysconf("SC_CLK_TCK")
+    with open(os.path.join(config["dir"], str(os.getpid())), "a") as f:
+        f.write(f"{int(torch_first)} {started:.2f}\n")
+    import torch  # noqa: F401 - what the workers imported ahead
+    state = train.State(step=0)
+    state.restore()
+    while state.step < config["steps"]:
+        time.sleep(0.05)
+        state.step += 1
+        state.commit()
+
+
+def test_a_replacement_rank_takes_a_prestarted_worker_with_torch_imported(cluster, tmp_path):
+    """prestart_imports=["torch"]: once the job's ranks run, the node keeps prestarted workers
+    that import torch while they wait; the rank that replaces a SIGKILLed one is such a
+    worker, started before the kill, with torch already imported when its loop begins."""
+    trainer = train.ElasticTrainer(
+        record_then_count, train_loop_config={"dir": str(tmp_path), "steps": 120},
+        scaling_config=train.ScalingConfig(num_workers=(1, 3),
+                                           resources_per_worker={"CPU": 0.5}),
+        run_config=train.RunConfig(name="warm",
+                                   failure_config=train.FailureConfig(max_failures=3)),
+        prestart_imports=["torch"], verbose=False)
+    assert trainer._spec("k").preimports == ["torch"]
+    job_id = trainer.submit()
+    first = set()
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        r = train.job_status(job_id)
+        if r.steps >= 60 and len(r.ranks) == 3:
+            first = {int(p) for p in os.listdir(tmp_path)}
+            pid = phalanx.actor_info(
+                phalanx.ActorHandle(r.ranks[1]["actor_id"], "PythonTrainer", "cpp"))["pid"]
+            killed_at = time.time()
+            os.kill(pid, signal.SIGKILL)
+            break
+        assert r.state not in ("SUCCEEDED", "FAILED"), (r.state, r.message)
+        time.sleep(0.05)
+    assert first, "the job never ran 3 ranks"
+    while time.time() < deadline:
+        r = train.job_status(job_id)
+        if r.state in ("SUCCEEDED", "FAILED", "STOPPED"):
+            break
+        time.sleep(0.2)
+    assert r.state == "SUCCEEDED", (r.state, r.message, r.events)
+    new = {int(p) for p in os.listdir(tmp_path)} - first
+    assert new, f"no replacement rank ran ({r.events})"
+    for pid in new:
+        with open(tmp_path / str(pid)) as f:
+            torch_first, started = f.readline().split()
+        assert torch_first == "1", f"rank process {pid} imported torch itself"
+        assert float(started) < killed_at, \
+            f"rank process {pid} started {float(started) - killed_at:.2f} s after the kill"
+
+
 def test_bad_configs_are_refused(cluster):
     with pytest.raises(ValueError, match="num_workers"):
         train.ScalingConfig(num_workers=(3, 1))
@@ -170,4 +234,9 @@ def test_bad_configs_are_refused(cluster):
         failure_config=train.FailureConfig(policies=[{"event": "meteor", "action": "restart"}])),
         verbose=False)
     with pytest.raises(phalanx.PhalanxError, match="meteor"):
+        bad.fit()
+    with pytest.raises(TypeError, match="prestart_imports"):
+        train.ElasticTrainer(lambda c: None, prestart_imports="torch")
+    bad = train.ElasticTrainer(lambda c: None, prestart_imports=["torch nn"], verbose=False)
+    with pytest.raises(phalanx.PhalanxError, match="preimports.*module names"):
         bad.fit()

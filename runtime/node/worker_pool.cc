@@ -25,6 +25,7 @@
 #include "runtime/common/node_lease.h"
 #include "runtime/common/process.h"
 #include "runtime/common/system.h"
+#include "runtime/common/worker_env.h"
 
 #ifndef CGROUP2_SUPER_MAGIC
 #define CGROUP2_SUPER_MAGIC 0x63677270
@@ -78,12 +79,25 @@ int64_t ReadCgroupValue(const std::string& path, const std::string& key = "") {
 // A worker whose RSS passes this share of its memory limit gets SIGUSR1 (once).
 constexpr double kMemoryWarningFraction = 0.9;
 
-std::string CodeKey(const rpc::ActorInfo& actor) {
-  return absl::StrCat(actor.language(), "|", actor.code_path());
+// The modules a Python worker of `actor` imports first ("" when none).
+std::string Imports(const rpc::ActorInfo& actor) {
+  auto it = actor.env().find(kWorkerImportsEnv);
+  return it == actor.env().end() ? "" : it->second;
 }
 
-// A prestarted worker can take an actor that needs nothing set before its process starts.
-bool Poolable(const rpc::ActorInfo& actor) { return actor.env().empty(); }
+// Which prestarted workers can take `actor`: the same language, program and imports.
+std::string CodeKey(const rpc::ActorInfo& actor) {
+  return absl::StrCat(actor.language(), "|", actor.code_path(), "|", Imports(actor));
+}
+
+// A prestarted worker can take an actor that needs nothing set before its process starts:
+// its environment may only name the job (taken on late) and the imports (part of the key).
+bool Poolable(const rpc::ActorInfo& actor) {
+  for (const auto& [key, value] : actor.env()) {
+    if (key != kJobIdEnv && key != kWorkerImportsEnv) return false;
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -180,6 +194,9 @@ void WorkerPool::TopUpLocked(const rpc::ActorInfo& actor) {
   program.set_language(actor.language());
   program.set_code_path(actor.code_path());
   program.set_class_name("(prestarted)");
+  if (std::string imports = Imports(actor); !imports.empty()) {
+    (*program.mutable_env())[kWorkerImportsEnv] = imports;
+  }
   for (; have < options_.prestart; ++have) {
     auto request = std::make_shared<SpawnRequest>();
     request->actor = program;

@@ -17,6 +17,7 @@
 #include "runtime/common/logging.h"
 #include "runtime/common/node_lease.h"
 #include "runtime/common/signals.h"
+#include "runtime/common/worker_env.h"
 #include "runtime/proto/node.grpc.pb.h"
 #include "runtime/proto/worker.grpc.pb.h"
 #include "runtime/rpc/describe.h"
@@ -223,6 +224,11 @@ class Host {
       attempt_ = info.attempt();
       if (!info.log_path().empty()) RedirectOutput(info.log_path());
       InitLogging(absl::StrCat("worker ", actor_id_.substr(0, 8)));
+      // The one variable a prestarted worker takes on late (see runtime/common/worker_env.h);
+      // set before the actor exists, while nothing else reads the environment.
+      if (auto job = actor_.env().find(kJobIdEnv); job != actor_.env().end()) {
+        ::setenv(kJobIdEnv, job->second.c_str(), 1);
+      }
     }
 
     if (CoreWorker* cw = CoreWorker::Get()) {

@@ -356,6 +356,27 @@ TEST_F(ElasticTest, MalformedSpecsAreRefusedBeforeAnythingStarts) {
   EXPECT_EQ(ok->TotalSteps(), 20);
   EXPECT_EQ(MatchPolicy(*ok, "exited", 101, 0).action, Action::kShrink);
   EXPECT_EQ(MatchPolicy(*ok, "oom", 0, 0).action, Action::kRespawnLarger);
+  // preimports: Python module names, for Python trainers only; they survive the YAML round trip.
+  const std::string python = "name: x\ntrainer: PythonTrainer\nlanguage: python\nreplicas: 1\n";
+  auto spaced = ParseJobSpec(python + "preimports: [torch, 'torch nn']\n");
+  ASSERT_FALSE(spaced.ok());
+  EXPECT_NE(spaced.status().message().find("'preimports': 'torch nn'"), std::string::npos)
+      << spaced.status();
+  auto scalar = ParseJobSpec(python + "preimports: torch\n");
+  ASSERT_FALSE(scalar.ok());
+  EXPECT_NE(scalar.status().message().find("give a list of module names"), std::string::npos)
+      << scalar.status();
+  auto cpp = ParseJobSpec(
+      "name: x\ntrainer: T\nreplicas: 1\ndata: {numSamples: 10, globalBatch: 4}\nsteps: 5\n"
+      "preimports: [torch]\n");
+  ASSERT_FALSE(cpp.ok());
+  EXPECT_NE(cpp.status().message().find("only Python trainers"), std::string::npos) << cpp.status();
+  auto warm = ParseJobSpec(python + "preimports: [torch, numpy.linalg]\n");
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_EQ(warm->preimports, (std::vector<std::string>{"torch", "numpy.linalg"}));
+  auto again = ParseJobSpec(JobSpecToYaml(*warm));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->preimports, warm->preimports);
   // Nothing ran: no job was recorded.
   EXPECT_TRUE(client_->ListJobs()->empty());
 }

@@ -488,18 +488,45 @@ _RENAMED = {"scaling": "scaling_config", "failure": "run_config=RunConfig(failur
             "name": "run_config=RunConfig(name=...)"}
 
 
+def _names_in(code):
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _names_in(const)
+    return names
+
+
+def _prestart_imports(given, train_loop):
+    """The modules the nodes' prestarted workers import ahead for this job (the spec's
+    ``preimports``): ``given`` if not None, else torch when the driver has imported it or
+    ``train_loop`` names it."""
+    if given is not None:
+        if isinstance(given, str) or not all(isinstance(m, str) for m in given):
+            raise TypeError("prestart_imports must be a list of module names, e.g. ['torch']")
+        return list(given)
+    code = getattr(train_loop, "__code__", None)
+    if "torch" in sys.modules or (code is not None and "torch" in _names_in(code)):
+        return ["torch"]
+    return []
+
+
 class ElasticTrainer:
     """Runs ``train_loop(config)`` on every worker of an elastic job, as Ray Train's
     ``TorchTrainer``: ``ElasticTrainer(train_loop, train_loop_config=..., scaling_config=
     ScalingConfig(...), run_config=RunConfig(name=..., failure_config=FailureConfig(...),
     checkpoint_config=CheckpointConfig(...))).fit()``.
 
+    ``prestart_imports``: modules that each node's prestarted workers import ahead (default:
+    ``["torch"]`` when the driver has imported torch or ``train_loop`` names it; ``[]``: none).
+    A rank that replaces a dead one then takes such a worker and is ready without paying for
+    ``import torch``; each node keeps two of them while the job's ranks run there.
+
     The keywords ``scaling=``, ``failure=``, ``checkpoint=`` and ``name=`` of earlier releases
     still work for this one, with a DeprecationWarning."""
 
     def __init__(self, train_loop=None, train_loop_config=None, *, scaling_config=None,
                  run_config=None, train_loop_per_worker=None, verbose=True, env=None,
-                 **deprecated):
+                 prestart_imports=None, **deprecated):
         if train_loop_per_worker is not None:
             if train_loop is not None:
                 raise TypeError("give the training function once: as the first argument or "
@@ -510,7 +537,8 @@ class ElasticTrainer:
         unknown = set(deprecated) - set(_RENAMED)
         if unknown:
             raise TypeError(f"ElasticTrainer got unexpected keyword(s) {sorted(unknown)}; it "
-                            f"takes train_loop_config, scaling_config, run_config, verbose, env")
+                            f"takes train_loop_config, scaling_config, run_config, verbose, env, "
+                            f"prestart_imports")
         run_config = run_config or RunConfig()
         for old, new in _RENAMED.items():
             if old in deprecated:
@@ -538,6 +566,7 @@ class ElasticTrainer:
                                     if self.checkpoint_dir else 0)
         self.verbose = verbose and run_config.verbose
         self.env = dict(env or {})
+        self.prestart_imports = _prestart_imports(prestart_imports, train_loop)
         self.job_id = None
 
     def _spec(self, fn_key):
@@ -561,6 +590,8 @@ class ElasticTrainer:
             "straggler": {"check": f.straggler_check, "factor": f.straggler_factor},
             "config": {"pyfn": fn_key},
         }
+        if self.prestart_imports:
+            spec["preimports"] = self.prestart_imports
         if f.policies:
             spec["faultTolerantPolicy"] = f.policies
         if self.checkpoint_dir:
