@@ -74,8 +74,8 @@ int main() {
   // A task's ref is an argument of the next task (resolved first); an actor takes values.
   phalanx::ObjectRef<double> eight = phalanx::Task(&Cube).Remote(2.0);
   auto cubed = phalanx::Get(phalanx::Task(&Cube).Remote(eight));
-  auto total = cubed.ok() ? phalanx::Get(acc->Task(&Accumulator::Add).Remote(*cubed))
-                          : cubed.status();
+  auto total =
+      cubed.ok() ? phalanx::Get(acc->Task(&Accumulator::Add).Remote(*cubed)) : cubed.status();
   if (!total.ok()) {
     std::fprintf(stderr, "%s\n", std::string(total.status().message()).c_str());
     return 1;
