@@ -129,12 +129,8 @@ int Main(int argc, char** argv) {
   double seconds = argc > 1 ? std::atof(argv[1]) : 3.0;
   // The floor first, before this process starts gRPC threads of its own.
   bench::EchoServer echo;
-  testing::RedisServer redis;
-  testing::GcsProcess gcs(redis, bench::GcsOptions());
-  bench::UseGcsTls(gcs);
-  testing::NodeOptions node_options;
-  node_options.num_cpus = 64;
-  auto node = testing::StartNode(gcs, "bench-node", node_options);
+  bench::OneNodeCluster cluster(64);
+  const testing::GcsProcess& gcs = cluster.gcs;
   InitOptions init;
   init.address = gcs.address();
   init.token = gcs.token();

@@ -46,6 +46,13 @@ void UseGcsTls(const testing::GcsProcess& gcs) {
 
 std::string TransportName() { return GcsOptions().tls ? "tls" : "plaintext"; }
 
+OneNodeCluster::OneNodeCluster(double num_cpus) : gcs(redis, GcsOptions()) {
+  UseGcsTls(gcs);
+  testing::NodeOptions options;
+  options.num_cpus = num_cpus;
+  node = testing::StartNode(gcs, "bench-node", options);
+}
+
 int64_t PrivateBytes(pid_t pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/smaps_rollup"));
   if (!in) return -1;

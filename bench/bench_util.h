@@ -18,6 +18,16 @@ void UseGcsTls(const testing::GcsProcess& gcs);
 // "tls" or "plaintext", for the output.
 std::string TransportName();
 
+// A one-node cluster for a benchmark, started in this order: Redis, the GCS (its transport
+// per $PHALANX_BENCH_TLS, trusted by this process's clients) and a node manager with
+// `num_cpus`. Stopped, by pid, in the reverse order.
+struct OneNodeCluster {
+  explicit OneNodeCluster(double num_cpus);
+  testing::RedisServer redis;
+  testing::GcsProcess gcs;
+  testing::ChildProcess node;
+};
+
 // Runs a shell command and returns its stdout (empty on failure).
 std::string Shell(const std::string& command);
 

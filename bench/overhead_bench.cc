@@ -170,12 +170,8 @@ int Main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (rank >= 0) return RunPlainRank(gcs_address, token, group, rank, world, step_ms, steps);
 
-  testing::RedisServer redis;
-  testing::GcsProcess gcs(redis, bench::GcsOptions());
-  bench::UseGcsTls(gcs);
-  testing::NodeOptions node;
-  node.num_cpus = ranks + 2;
-  auto node_process = testing::StartNode(gcs, "bench-node", node);
+  bench::OneNodeCluster cluster(ranks + 2);
+  const testing::GcsProcess& gcs = cluster.gcs;
   testing::TempDir dir;
   InitOptions init;
   init.address = gcs.address();

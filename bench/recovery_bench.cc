@@ -192,12 +192,8 @@ int Main(int argc, char** argv) {
                  peer.c_str());
     return 2;
   }
-  testing::RedisServer redis;
-  testing::GcsProcess gcs(redis, bench::GcsOptions());
-  bench::UseGcsTls(gcs);
-  testing::NodeOptions node;
-  node.num_cpus = 8;
-  auto node_process = testing::StartNode(gcs, "bench-node", node);
+  bench::OneNodeCluster cluster(8);
+  const testing::GcsProcess& gcs = cluster.gcs;
   testing::TempDir dir;
   InitOptions init;
   init.address = gcs.address();
