@@ -40,6 +40,7 @@ import time
 import _phalanx
 import phalanx
 from phalanx import train
+from py_overhead_bench import make_model, one_step
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANKS = 4
@@ -51,13 +52,11 @@ PEER_TIMEOUT_S = 900
 
 
 def train_loop(config):
-    """The peer's loop (bench/peers/train_elastic.py) under phalanx.train, with a line per
-    step in config["log"]: pid rank updates_before unix_ms world_size."""
+    """The peer's loop (bench/peers/train_elastic.py) under phalanx.train — the model and the
+    step are py_overhead_bench's — with a line per step in config["log"]: pid rank
+    updates_before unix_ms world_size."""
     import torch
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = train.prepare_model(torch.nn.Sequential(
-        torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1)))
+    model = train.prepare_model(make_model())
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
     state = train.State(model=model, optimizer=opt, updates=0)
     state.restore()
@@ -66,15 +65,10 @@ def train_loop(config):
     log = os.open(config["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         while state.updates < config["steps"]:
-            t0 = time.time()
-            x = torch.randn(32, 64, generator=gen)
-            loss = torch.nn.functional.mse_loss(model(x), x.sum(dim=1, keepdim=True))
-            opt.zero_grad()
-            loss.backward()  # the gradients are averaged over the job's ranks here
-            opt.step()
+            # The gradients are averaged over the job's ranks in its backward().
+            loss = one_step(model, opt, gen, config["step_s"], time.time())
             before = state.updates
             state.updates = before + 1
-            time.sleep(max(0.0, config["step_s"] - (time.time() - t0)))
             # One short write to an O_APPEND file: the ranks' lines never interleave.
             os.write(log, f"{os.getpid()} {ctx.rank} {before} {time.time() * 1000:.1f} "
                           f"{ctx.world_size}\n".encode())
