@@ -9,6 +9,9 @@
 //   oomAtStep / exitAtStep (-1)    test hooks: at that step, rank `faultRank` (0) allocates
 //   exitCode (3), faultRank (0)    past its memory limit, or exits with exitCode — once per
 //   faultMarker ("")               job (a marker file records that it happened)
+//   oomTrigger ("")                a path prefix: the rank that finds <oomTrigger>.<rank> at the
+//                                  start of a step removes it and allocates past its memory
+//                                  limit (faults on demand, for soaks; unused when empty)
 //   oomHoldAtBytes / oomHoldMs     the OOM hook pauses once it holds that much (so that the
 //                                  node's memory warning comes before the kill)
 //   updateLog ("")                 a file every rank appends one line to per applied update:
@@ -58,6 +61,8 @@ class RegressionTrainer : public elastic::Trainer {
     fault_rank_ = static_cast<int>(get("faultRank", 0));
     auto marker = ctx.config.find("faultMarker");
     marker_ = marker == ctx.config.end() ? "" : marker->second;
+    auto trigger = ctx.config.find("oomTrigger");
+    oom_trigger_ = trigger == ctx.config.end() ? "" : trigger->second;
     if (auto log = ctx.config.find("updateLog"); log != ctx.config.end() && update_log_ < 0) {
       update_log_ = ::open(log->second.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     }
@@ -171,13 +176,20 @@ class RegressionTrainer : public elastic::Trainer {
 
  private:
   void MaybeFault(const elastic::StepInput& in) {
+    if (!oom_trigger_.empty() && ::unlink(absl::StrCat(oom_trigger_, ".", in.rank).c_str()) == 0) {
+      AllocatePastTheLimit();  // removing the trigger claimed it: one OOM per trigger
+    }
     if (in.rank != fault_rank_ || (in.step != oom_at_ && in.step != exit_at_)) return;
     if (!marker_.empty()) {
       if (PathExists(marker_)) return;  // it happened once: the respawned rank carries on
       WriteFile(marker_, "1").IgnoreError();
     }
     if (in.step == exit_at_) std::exit(exit_code_);
-    // Allocate until the node's monitor kills us for going past the memory limit.
+    AllocatePastTheLimit();
+  }
+
+  // Allocates until the node's monitor kills the process for going past its memory limit.
+  void AllocatePastTheLimit() {
     std::vector<std::vector<char>> hog;
     int64_t held = 0;
     for (int i = 0; i < 4096; ++i) {
@@ -201,6 +213,7 @@ class RegressionTrainer : public elastic::Trainer {
   int hold_ms_ = 0;
   int fault_rank_ = 0;
   std::string marker_;
+  std::string oom_trigger_;
   int64_t seed_ = 0;
   int64_t num_samples_ = 0;
   std::vector<double> weights_;
