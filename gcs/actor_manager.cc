@@ -1,6 +1,8 @@
 #include "gcs/actor_manager.h"
 
 #include <algorithm>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/common/ids.h"
@@ -362,27 +364,36 @@ void GcsActorManager::OnNodeRegistered(const rpc::NodeInfo& node) {
   Apply(std::move(effects)).IgnoreError();  // the store logged it
 }
 
-void GcsActorManager::OnNodeDead(const rpc::NodeInfo& node) {
+void GcsActorManager::OnNodesDead(const std::vector<rpc::NodeInfo>& nodes) {
+  if (nodes.empty()) return;
+  absl::flat_hash_map<std::string, const rpc::NodeInfo*> dead;
+  for (const auto& node : nodes) dead[node.node_id()] = &node;
   Effects effects;
   {
     absl::MutexLock lock(&mu_);
-    std::vector<rpc::ActorInfo> victims;
+    // One scan of the table for the whole batch.
+    std::vector<std::pair<rpc::ActorInfo, const rpc::NodeInfo*>> victims;
     for (const auto& [id, actor] : actors_.entries()) {
-      if (Placed(actor) && actor.node_id() == node.node_id()) victims.push_back(actor);
+      if (!Placed(actor)) continue;
+      auto it = dead.find(actor.node_id());
+      if (it != dead.end()) victims.emplace_back(actor, it->second);
     }
-    std::sort(victims.begin(), victims.end(),
-              [](const auto& a, const auto& b) { return a.create_time_ms() < b.create_time_ms(); });
-    for (const auto& actor : victims) {
+    std::sort(victims.begin(), victims.end(), [](const auto& a, const auto& b) {
+      return std::make_tuple(a.first.create_time_ms(), a.first.actor_id()) <
+             std::make_tuple(b.first.create_time_ms(), b.first.actor_id());
+    });
+    for (const auto& [actor, node] : victims) {
       rpc::DeathCause cause;
       cause.set_kind(rpc::DeathCause::NODE_DIED);
-      cause.set_node_id(node.node_id());
-      cause.set_message(absl::StrCat("node ", ShortId(node.node_id()), " at ", node.address(),
-                                     " died: ", node.death_reason()));
+      cause.set_node_id(node->node_id());
+      cause.set_message(absl::StrCat("node ", ShortId(node->node_id()), " at ", node->address(),
+                                     " died: ", node->death_reason()));
       HandleDeathLocked(actor, cause, &effects);
     }
+    // The dead nodes are gone from the scheduler: they have no availability to publish.
     effects.availability_changed.erase(
-        std::remove(effects.availability_changed.begin(), effects.availability_changed.end(),
-                    node.node_id()),
+        std::remove_if(effects.availability_changed.begin(), effects.availability_changed.end(),
+                       [&](const std::string& id) { return dead.contains(id); }),
         effects.availability_changed.end());
     ScheduleLocked(&effects);
   }

@@ -69,8 +69,10 @@ class GcsActorManager {
   absl::Status Put(const rpc::ActorInfo& actor);
 
   // Node events (the GCS server forwards GcsNodeManager's; it updates the scheduler first).
+  // OnNodesDead takes every node declared dead together: their actors die (NODE_DIED) in
+  // create-time order, and those that restart are placed in one pass over the survivors.
   void OnNodeRegistered(const rpc::NodeInfo& node);
-  void OnNodeDead(const rpc::NodeInfo& node);
+  void OnNodesDead(const std::vector<rpc::NodeInfo>& nodes);
 
   // Called (outside any lock) after actors gave resources back, so that waiting placement
   // groups can be tried again.

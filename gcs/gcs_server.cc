@@ -4,6 +4,8 @@
 #include <atomic>
 #include <optional>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -88,9 +90,16 @@ class GcsServerImpl final : public GcsServer {
       placement_groups_.ScheduleNow();
       UpdateScrapeTargets();
     });
-    nodes_.AddDeadListener([this](const rpc::NodeInfo& node) {
-      auto lost = scheduler_.RemoveNode(node.node_id());
-      actors_.OnNodeDead(node);
+    // Nodes declared dead together are handled together: every one leaves the scheduler
+    // before any of their actors or bundles is placed again (not on a node about to be
+    // handled next), and each manager makes one pass for the whole batch.
+    nodes_.AddDeadListener([this](const std::vector<rpc::NodeInfo>& dead) {
+      std::vector<std::pair<std::string, int>> lost;
+      for (const auto& node : dead) {
+        auto bundles = scheduler_.RemoveNode(node.node_id());
+        lost.insert(lost.end(), bundles.begin(), bundles.end());
+      }
+      actors_.OnNodesDead(dead);
       placement_groups_.OnBundlesLost(lost);
       UpdateScrapeTargets();
     });

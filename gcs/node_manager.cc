@@ -2,6 +2,9 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include <algorithm>
+#include <tuple>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
@@ -179,20 +182,43 @@ PendingWrite GcsNodeManager::MarkDeadLocked(const std::string& node_id, const st
 }
 
 absl::Status GcsNodeManager::MarkDead(const std::string& node_id, const std::string& reason) {
-  rpc::NodeInfo dead;
-  PendingWrite write;
-  std::vector<std::function<void(const rpc::NodeInfo&)>> listeners;
+  return MarkAllDead({node_id}, reason);
+}
+
+absl::Status GcsNodeManager::MarkAllDead(const std::vector<std::string>& node_ids,
+                                         const std::string& reason) {
+  std::vector<rpc::NodeInfo> dead;
+  std::vector<PendingWrite> writes;
+  std::vector<std::function<void(const std::vector<rpc::NodeInfo>&)>> listeners;
   {
     absl::MutexLock lock(&mu_);
-    write = MarkDeadLocked(node_id, reason, &dead);
+    for (const auto& id : node_ids) {
+      rpc::NodeInfo updated;
+      PendingWrite write = MarkDeadLocked(id, reason, &updated);
+      if (updated.node_id().empty()) continue;
+      dead.push_back(std::move(updated));
+      writes.push_back(std::move(write));
+    }
     listeners = dead_listeners_;
   }
-  absl::Status s = write.Wait();
-  if (!dead.node_id().empty()) {
-    spdlog::warn("node {} at {} is dead: {}", ShortId(node_id), dead.address(), reason);
-    for (auto& l : listeners) l(dead);
+  // All the writes are in flight before the first wait: the store sends them together.
+  absl::Status first;
+  for (size_t i = 0; i < dead.size(); ++i) {
+    absl::Status s = writes[i].Wait();
+    if (!s.ok()) {
+      spdlog::error("cannot record node {} as dead: {}", dead[i].node_id(), s.ToString());
+      if (first.ok()) first = s;
+    }
+    spdlog::warn("node {} at {} is dead: {}", ShortId(dead[i].node_id()), dead[i].address(),
+                 reason);
   }
-  return s;
+  if (dead.empty()) return first;
+  std::sort(dead.begin(), dead.end(), [](const auto& a, const auto& b) {
+    return std::make_tuple(a.start_time_ms(), a.node_id()) <
+           std::make_tuple(b.start_time_ms(), b.node_id());
+  });
+  for (auto& l : listeners) l(dead);
+  return first;
 }
 
 void GcsNodeManager::Stalled(absl::Duration how_long) {
@@ -211,11 +237,12 @@ void GcsNodeManager::CheckHeartbeats() {
       if (now > deadline) expired.push_back(id);
     }
   }
-  for (const auto& id : expired) {
-    absl::Status s = MarkDead(
-        id, absl::StrCat("missed heartbeats for ", absl::FormatDuration(options_.node_timeout)));
-    if (!s.ok()) spdlog::error("cannot record node {} as dead: {}", id, s.ToString());
-  }
+  if (expired.empty()) return;
+  // One batch, however many expired: a storm of failures costs one pass of the listeners
+  // (one scan of the actor table, one round of scheduling), not one per node.
+  MarkAllDead(expired,
+              absl::StrCat("missed heartbeats for ", absl::FormatDuration(options_.node_timeout)))
+      .IgnoreError();  // logged per node
 }
 
 std::vector<rpc::NodeInfo> GcsNodeManager::GetAll(bool alive_only) const {
@@ -238,7 +265,8 @@ std::optional<rpc::NodeInfo> GcsNodeManager::Get(const std::string& node_id) con
   return *node;
 }
 
-void GcsNodeManager::AddDeadListener(std::function<void(const rpc::NodeInfo&)> listener) {
+void GcsNodeManager::AddDeadListener(
+    std::function<void(const std::vector<rpc::NodeInfo>&)> listener) {
   absl::MutexLock lock(&mu_);
   dead_listeners_.push_back(std::move(listener));
 }

@@ -38,13 +38,17 @@ class GcsNodeManager {
   // Records a heartbeat. Sets *unknown / *declared_dead for the reply.
   absl::Status Heartbeat(const rpc::HeartbeatRequest& request, bool* unknown, bool* declared_dead);
 
-  // Marks the node DEAD with `reason` (no-op if already dead or unknown).
+  // Marks the node DEAD with `reason` (no-op if already dead or unknown). Returns once the
+  // record is persisted and the dead listeners ran; the error is the write's (the node is
+  // dead in memory and to the listeners all the same).
   absl::Status MarkDead(const std::string& node_id, const std::string& reason);
 
   std::vector<rpc::NodeInfo> GetAll(bool alive_only) const;
   std::optional<rpc::NodeInfo> Get(const std::string& node_id) const;
 
-  // Declares dead every node whose heartbeat deadline passed. Called by the health checker.
+  // Declares dead every node whose heartbeat deadline passed, all at once: their writes go
+  // out together and the dead listeners hear of them in one call. Called by the health
+  // checker.
   void CheckHeartbeats();
 
   // This process was stalled for `how_long` (starved of CPU, stopped, swapped out): the
@@ -52,8 +56,9 @@ class GcsNodeManager {
   // fault, so every deadline moves by it. Called by the health checker when it ran late.
   void Stalled(absl::Duration how_long);
 
-  // Called (outside any lock) after a node is declared dead.
-  void AddDeadListener(std::function<void(const rpc::NodeInfo&)> listener);
+  // Called (outside any lock) after nodes are declared dead, with every node declared dead
+  // together (one, or all those a heartbeat check found expired), oldest registration first.
+  void AddDeadListener(std::function<void(const std::vector<rpc::NodeInfo>&)> listener);
   // Called (outside any lock) after every registration, first or repeated (a node
   // re-registers after a GCS restart).
   void AddRegisteredListener(std::function<void(const rpc::NodeInfo&)> listener);
@@ -69,6 +74,9 @@ class GcsNodeManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PendingWrite MarkDeadLocked(const std::string& node_id, const std::string& reason,
                               rpc::NodeInfo* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks each of `node_ids` DEAD with `reason`, waits for all their writes, then tells the
+  // dead listeners of those that were alive, in one call. Returns the first write's error.
+  absl::Status MarkAllDead(const std::vector<std::string>& node_ids, const std::string& reason);
 
   GcsPublisher* const publisher_;
   const Options options_;
@@ -76,7 +84,8 @@ class GcsNodeManager {
   Table<rpc::NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
   // In memory only: a heartbeat is not worth a Redis write.
   absl::flat_hash_map<std::string, absl::Time> deadline_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::function<void(const rpc::NodeInfo&)>> dead_listeners_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void(const std::vector<rpc::NodeInfo>&)>> dead_listeners_
+      ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void(const rpc::NodeInfo&)>> registered_listeners_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -567,7 +567,7 @@ void GcsPlacementGroupManager::OnBundlesLost(const std::vector<std::pair<std::st
       }
       if (pg.state() == rpc::PG_CREATED) pg.set_state(rpc::PG_RESCHEDULING);
       SaveLocked(pg);
-      spdlog::warn("{}: {} bundle(s) lost with their node; rescheduling them", Describe(pg),
+      spdlog::warn("{}: {} bundle(s) lost with their node(s); rescheduling them", Describe(pg),
                    indices.size());
       // Ahead of the groups that were never placed.
       queue_.erase(std::remove(queue_.begin(), queue_.end(), pg_id), queue_.end());

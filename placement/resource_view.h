@@ -4,6 +4,7 @@
 // thread-safe: its owner holds a lock around every call.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -39,8 +40,22 @@ class ClusterResourceView {
   // True when some node's total could hold `request` (ignoring what is in use).
   bool AnyNodeCouldFit(const Resources& request) const;
 
+  // Moves on every change, so that state derived from the view (the node selector's memo)
+  // is known current while it has not moved.
+  uint64_t version() const { return version_; }
+  // The node whose available resources the latest change was to (an allocation or a
+  // release), or empty when that change added, updated or removed a node.
+  const std::string& last_changed() const { return last_changed_; }
+
  private:
+  void Changed(const std::string& node_id) {
+    ++version_;
+    last_changed_ = node_id;
+  }
+
   std::map<std::string, NodeResources> nodes_;  // ordered: placement is deterministic
+  uint64_t version_ = 0;
+  std::string last_changed_;
 };
 
 }  // namespace phalanx::placement

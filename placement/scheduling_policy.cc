@@ -50,7 +50,56 @@ std::string WhyInfeasible(const ClusterResourceView& view, const Resources& requ
                       ". Ask for less, or add a node that has it");
 }
 
+// Whether `node` has `request` available now, and if so its UtilizationAfter the request:
+// Contains and UtilizationAfter in one lookup per resource.
+bool FitsNow(const NodeResources& node, const Resources& request, double* utilization) {
+  double worst = 0;
+  for (const auto& [name, amount] : request.fixed()) {
+    int64_t available = node.available.GetFixed(name);
+    if (available < amount) return false;
+    int64_t total = node.total.GetFixed(name);
+    if (total <= 0) continue;
+    int64_t used = total - available + amount;
+    worst = std::max(worst, static_cast<double>(used) / static_cast<double>(total));
+  }
+  *utilization = worst;
+  return true;
+}
+
 }  // namespace
+
+const std::vector<NodeSelector::NodeFit>& NodeSelector::Evaluate(const ClusterResourceView& view,
+                                                                 const SchedulingRequest& request) {
+  auto evaluate = [&](NodeFit& f) {
+    f.fits = std::find(request.avoid_node_ids.begin(), request.avoid_node_ids.end(), *f.id) ==
+                 request.avoid_node_ids.end() &&
+             FitsNow(*f.node, request.resources, &f.utilization);
+  };
+  bool same_request = memo_.view == &view && memo_.resources == request.resources &&
+                      memo_.avoid_node_ids == request.avoid_node_ids;
+  if (same_request && memo_.version == view.version()) return memo_.nodes;
+  if (same_request && memo_.version + 1 == view.version() && !view.last_changed().empty()) {
+    // One change since, to one node's available resources: the node set is the same (so are
+    // the pointers into it), and only that node's fit can differ.
+    const std::string& changed = view.last_changed();
+    auto it = std::lower_bound(memo_.nodes.begin(), memo_.nodes.end(), changed,
+                               [](const NodeFit& f, const std::string& id) { return *f.id < id; });
+    if (it != memo_.nodes.end() && *it->id == changed) evaluate(*it);
+    memo_.version = view.version();
+    return memo_.nodes;
+  }
+  memo_.view = &view;
+  memo_.version = view.version();
+  memo_.resources = request.resources;
+  memo_.avoid_node_ids = request.avoid_node_ids;
+  memo_.nodes.clear();
+  memo_.nodes.reserve(view.nodes().size());
+  for (const auto& [id, node] : view.nodes()) {
+    memo_.nodes.push_back(NodeFit{&id, &node});
+    evaluate(memo_.nodes.back());
+  }
+  return memo_.nodes;
+}
 
 Placement NodeSelector::Select(const ClusterResourceView& view, const SchedulingRequest& request) {
   Placement out;
@@ -90,43 +139,41 @@ Placement NodeSelector::Select(const ClusterResourceView& view, const Scheduling
     return out;
   }
 
-  std::vector<std::pair<std::string, double>> fits;  // node, utilization after placement
-  for (const auto& [id, node] : view.nodes()) {
-    if (std::find(request.avoid_node_ids.begin(), request.avoid_node_ids.end(), id) !=
-        request.avoid_node_ids.end()) {
-      continue;
-    }
-    if (node.available.Contains(request.resources)) {
-      fits.emplace_back(id, UtilizationAfter(node, request.resources));
-    }
-  }
-  if (fits.empty()) {
+  const std::vector<NodeFit>& nodes = Evaluate(view, request);
+  if (std::none_of(nodes.begin(), nodes.end(), [](const NodeFit& f) { return f.fits; })) {
     out.reason = WhyPending(view, request.resources);
     return out;
   }
 
   if (request.strategy == Strategy::kSpread) {
     double best = std::numeric_limits<double>::max();
-    for (const auto& [id, u] : fits) best = std::min(best, u);
-    std::vector<std::string> ties;
-    for (const auto& [id, u] : fits) {
-      if (u <= best + 1e-9) ties.push_back(id);
+    for (const NodeFit& f : nodes) {
+      if (f.fits) best = std::min(best, f.utilization);
     }
-    out.node_id = ties[spread_cursor_++ % ties.size()];
+    auto tie = [&](const NodeFit& f) { return f.fits && f.utilization <= best + 1e-9; };
+    size_t ties = std::count_if(nodes.begin(), nodes.end(), tie);
+    size_t pick = spread_cursor_++ % ties;
+    for (const NodeFit& f : nodes) {
+      if (tie(f) && pick-- == 0) {
+        out.node_id = *f.id;
+        break;
+      }
+    }
     return out;
   }
 
   // DEFAULT (hybrid): pack below the threshold, else spread.
-  const std::pair<std::string, double>* pack = nullptr;
-  const std::pair<std::string, double>* least = nullptr;
-  for (const auto& candidate : fits) {
-    if (candidate.second <= options_.spread_threshold + 1e-9 &&
-        (pack == nullptr || candidate.second > pack->second)) {
+  const NodeFit* pack = nullptr;
+  const NodeFit* least = nullptr;
+  for (const NodeFit& candidate : nodes) {
+    if (!candidate.fits) continue;
+    if (candidate.utilization <= options_.spread_threshold + 1e-9 &&
+        (pack == nullptr || candidate.utilization > pack->utilization)) {
       pack = &candidate;
     }
-    if (least == nullptr || candidate.second < least->second) least = &candidate;
+    if (least == nullptr || candidate.utilization < least->utilization) least = &candidate;
   }
-  out.node_id = pack != nullptr ? pack->first : least->first;
+  out.node_id = pack != nullptr ? *pack->id : *least->id;
   return out;
 }
 

@@ -7,6 +7,7 @@
 //     when it can never fit or is gone), soft = there if it fits now, else DEFAULT.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -43,12 +44,37 @@ struct Placement {
 class NodeSelector {
  public:
   explicit NodeSelector(SchedulingOptions options = {}) : options_(options) {}
-  // Picks a node (does not allocate).
+  // Picks a node (does not allocate). Costs a look at every node of the view, except in a
+  // run of like requests where the view changed only by what the last one took (below).
   Placement Select(const ClusterResourceView& view, const SchedulingRequest& request);
 
  private:
+  // Whether a node fits a request's resources now, and its utilization after placement.
+  struct NodeFit {
+    const std::string* id;  // the view's key
+    const NodeResources* node;
+    bool fits = false;
+    double utilization = 0;
+  };
+  // Every node's fit for `request`, in the view's order. Remembered for the last request's
+  // resources and avoided nodes, as of the view's version: when the view moved by one change
+  // to one node's available resources since (typically the allocation that placed the last
+  // request), only that node is looked at again; any other change, or another request,
+  // starts afresh. So a pass that places thousands of like actors (after a storm of node
+  // deaths) looks at each node once, not once per actor.
+  const std::vector<NodeFit>& Evaluate(const ClusterResourceView& view,
+                                       const SchedulingRequest& request);
+
   SchedulingOptions options_;
   size_t spread_cursor_ = 0;
+  struct Memo {
+    const ClusterResourceView* view = nullptr;  // none yet
+    uint64_t version = 0;
+    Resources resources;
+    std::vector<std::string> avoid_node_ids;
+    std::vector<NodeFit> nodes;
+  };
+  Memo memo_;
 };
 
 // Utilization of a node after taking `request`: the largest used/total over the resources

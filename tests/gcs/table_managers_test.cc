@@ -25,7 +25,9 @@ class NodeManagerTest : public ::testing::Test {
 TEST_F(NodeManagerTest, RegisterHeartbeatAndDieOfSilence) {
   GcsNodeManager nodes(store_.get(), &publisher_, options_);
   std::vector<std::string> dead;
-  nodes.AddDeadListener([&](const rpc::NodeInfo& n) { dead.push_back(n.node_id()); });
+  nodes.AddDeadListener([&](const std::vector<rpc::NodeInfo>& batch) {
+    for (const auto& n : batch) dead.push_back(n.node_id());
+  });
   ASSERT_TRUE(nodes.Register(Node("a")).ok());
   ASSERT_TRUE(nodes.Register(Node("b")).ok());
   EXPECT_EQ(nodes.GetAll(true).size(), 2u);
