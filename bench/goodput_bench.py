@@ -55,12 +55,10 @@ import statistics
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "multihost"))
-
+import _netns_bench  # also puts tests/multihost on the path
 import cluster_info  # noqa: E402
 import netns  # noqa: E402
-from jobs import ElasticRun, analyze_steps, now_ms  # noqa: E402
+from jobs import ElasticRun, analyze_steps, int_rows, now_ms, read_int_rows  # noqa: E402
 
 KINDS = ["rank-kill", "oom", "sigstop-rank", "sigstop-ctl", "node-kill", "link-down-up",
          "gcs-kill"]
@@ -210,19 +208,6 @@ def step_at(steps, t_ms):
     return last
 
 
-def read_updates(path):
-    out = []
-    try:
-        with open(path) as f:
-            for line in f:
-                p = line.split()
-                if len(p) == 5 and all(x.lstrip("-").isdigit() for x in p):
-                    out.append(tuple(int(x) for x in p))
-    except OSError:
-        pass
-    return out
-
-
 def job_config(hosts, tag):
     """The same hooks in the baseline and the soak: the update log and the OOM trigger."""
     return {"updateLog": os.path.join(hosts.dir, f"{tag}-updates.log"),
@@ -249,10 +234,9 @@ class StepTail:
             return self.last
         lines = (self.partial + chunk).split("\n")
         self.partial = lines.pop()
-        for line in lines:
-            p = line.split()
-            if len(p) == 3 and all(x.lstrip("-").isdigit() for x in p):
-                self.last = tuple(int(x) for x in p)
+        rows = int_rows(lines, 3)
+        if rows:
+            self.last = rows[-1]
         return self.last
 
 
@@ -294,14 +278,9 @@ def main():
         p.error(f"--kinds: unknown {unknown}; choose from {', '.join(KINDS)}")
     if args.fault_every_s < args.hold_s + 5 or args.fault_every_s < args.repair_after_s + 5:
         p.error("--fault-every-s must leave 5 s past --hold-s and --repair-after-s")
-    why = netns.unavailable()
-    if why:
-        log(f"goodput_bench: {why}")
+    if not _netns_bench.ready("goodput_bench", "elastic_regression", p, log):
         log("RESULT skipped=1")
         return 0
-    for b in ("elastic_regression", "phalanx"):
-        if not os.path.exists(os.path.join(netns.bin_dir(), b)):
-            p.error(f"build first: {netns.bin_dir()}/{b} is missing")
     rng = random.Random(args.seed)
     strays = 0
     with netns.Hosts(3, log=log) as hosts:
@@ -403,7 +382,7 @@ def soak(cluster, hosts, args, rng, rate):
     weighted = sum(st[2] / WORLD for st in steps if start_ms < st[1] <= end_ms)
     capacity = weighted / window_s / rate
     a = analyze_steps(steps, start_ms)
-    updates = read_updates(os.path.join(hosts.dir, "soak-updates.log"))
+    updates = read_int_rows(job_config(hosts, "soak")["updateLog"], 5)
     mismatched = [u for u in updates if u[2] != u[1]]  # steps are 0-based here
     lost = a["lost"] + len({u[1] for u in mismatched})
 

@@ -35,6 +35,26 @@ def now_ms():
     return int(time.time() * 1000)
 
 
+def int_rows(lines, width):
+    """The lines of exactly `width` integers among `lines`, as tuples; any other line (one
+    still being written, a note) is skipped."""
+    out = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) == width and all(p.lstrip("-").isdigit() for p in parts):
+            out.append(tuple(int(p) for p in parts))
+    return out
+
+
+def read_int_rows(path, width):
+    """int_rows of the file at `path` ([] while it does not exist)."""
+    try:
+        with open(path) as f:
+            return int_rows(f, width)
+    except OSError:
+        return []
+
+
 def spec_yaml(code_path, step_log, name="regression", steps=600, step_ms=40, replicas=3,
               min_replicas=2, max_replicas=3, cpu=2, memory="512Mi", hang_s=10,
               debounce_s=1, restart_limit=20, policies=None, config=None):
@@ -114,16 +134,7 @@ class ElasticRun:
 
     def steps(self):
         """[(step, unix_ms, world_size)] from the controller's step log."""
-        out = []
-        try:
-            with open(self.step_log) as f:
-                for line in f:
-                    parts = line.split()
-                    if len(parts) == 3 and all(p.lstrip("-").isdigit() for p in parts):
-                        out.append(tuple(int(p) for p in parts))
-        except OSError:
-            pass
-        return out
+        return read_int_rows(self.step_log, 3)
 
     def last_step(self):
         s = self.steps()
