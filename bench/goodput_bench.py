@@ -77,10 +77,11 @@ def policies():
 class Soak:
     """The faults of one soak against one job, and the repairs they need."""
 
-    def __init__(self, cluster, hosts, run, args, rng):
+    def __init__(self, cluster, hosts, run, oom_trigger, args, rng):
         self.cluster = cluster
         self.hosts = hosts
         self.run = run
+        self.oom_trigger = oom_trigger
         self.args = args
         self.rng = rng
         self.bag = []
@@ -89,7 +90,7 @@ class Soak:
 
     def next_kind(self):
         if not self.bag:
-            self.bag = [k for k in self.args.kinds]
+            self.bag = list(self.args.kinds)
             self.rng.shuffle(self.bag)
         return self.bag.pop()
 
@@ -131,7 +132,7 @@ class Soak:
             rank = self.rng.randrange(WORLD)
             rec["target"] = f"rank {rank}"
             rec["ms"] = now_ms()
-            with open(f"{self.run.oom_trigger}.{rank}", "w"):
+            with open(f"{self.oom_trigger}.{rank}", "w"):
                 pass
         elif kind in ("sigstop-rank", "sigstop-ctl"):
             if kind == "sigstop-rank":
@@ -314,15 +315,15 @@ def main():
 
 def soak(cluster, hosts, args, rng, rate):
     steps_total = int(rate * (args.soak_s + args.tail_s)) + 200
+    config = job_config(hosts, "soak")
     run = ElasticRun(cluster, hosts.dir, tag="soak", steps=steps_total, step_ms=args.step_ms,
                      hang_s=args.hang_s, policies=policies(), restart_limit=1000,
-                     config=job_config(hosts, "soak"))
-    run.oom_trigger = job_config(hosts, "soak")["oomTrigger"]
+                     config=config)
     run.submit()
     if run.wait_world(WORLD, timeout=60) is None:
         raise RuntimeError(f"the soak job never reached {WORLD} ranks:\n{run.output()[-3000:]}")
     run.wait_step(run.last_step()[0] + 20, timeout=30)
-    s = Soak(cluster, hosts, run, args, rng)
+    s = Soak(cluster, hosts, run, config["oomTrigger"], args, rng)
     tail = StepTail(run.step_log)
     start = time.time()
     start_ms = int(start * 1000)
@@ -382,7 +383,7 @@ def soak(cluster, hosts, args, rng, rate):
     weighted = sum(st[2] / WORLD for st in steps if start_ms < st[1] <= end_ms)
     capacity = weighted / window_s / rate
     a = analyze_steps(steps, start_ms)
-    updates = read_int_rows(job_config(hosts, "soak")["updateLog"], 5)
+    updates = read_int_rows(config["updateLog"], 5)
     mismatched = [u for u in updates if u[2] != u[1]]  # steps are 0-based here
     lost = a["lost"] + len({u[1] for u in mismatched})
 
