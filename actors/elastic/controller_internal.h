@@ -189,6 +189,10 @@ class Controller {
 
   // Waits (bounded) until the GCS says each member in `candidates` is dead or alive.
   std::vector<size_t> ConfirmDeaths(const std::vector<size_t>& candidates);
+  // `m` failed a call: unless it `answered` (with an error, so it lives), waits up to
+  // kTimeouts.confirm_death for the GCS to call it dead; kills it if it is still called
+  // alive, and returns its record once DEAD (or after kTimeouts.death_record).
+  rpc::ActorInfo MakeSureDead(const Member& m, bool answered);
 
   // Finds which members are dead (those in `suspects`, plus any the GCS reports dead),
   // removes them, and applies the policies.

@@ -291,6 +291,23 @@ RankDeath Controller::ToRankDeath(const Member& m, const rpc::DeathCause& cause)
   return death;
 }
 
+rpc::ActorInfo Controller::MakeSureDead(const Member& m, bool answered) {
+  absl::Time until = absl::Now() + (answered ? absl::ZeroDuration() : kTimeouts.confirm_death);
+  rpc::ActorInfo info = ActorState(m.actor_id);
+  while (info.state() != rpc::ACTOR_DEAD && absl::Now() < until) {
+    absl::SleepFor(kTimeouts.poll);
+    info = ActorState(m.actor_id);
+  }
+  if (info.state() == rpc::ACTOR_DEAD) return info;
+  Kill(m.handle).IgnoreError();
+  until = absl::Now() + kTimeouts.death_record;
+  while (info.state() != rpc::ACTOR_DEAD && absl::Now() < until) {
+    absl::SleepFor(kTimeouts.poll);
+    info = ActorState(m.actor_id);
+  }
+  return info;
+}
+
 // Waits (bounded) until the GCS says each member in `candidates` is dead or alive.
 std::vector<size_t> Controller::ConfirmDeaths(const std::vector<size_t>& candidates) {
   std::vector<size_t> dead;
@@ -321,10 +338,14 @@ Controller::Change Controller::Boundary() {
     }
     absl::Status s = Get(it->setup).status();
     if (!s.ok()) {
-      rpc::ActorInfo info = ActorState(it->actor_id);
+      // Its Setup failed, or its death has not reached the GCS yet, or its connection broke
+      // while it lives on: it goes, and its policy starts another (else the job would stay
+      // below its target with nothing to bring it back).
       Event("spawn_failed", absl::StrCat("a new rank failed to start: ", s.message()));
-      if (info.state() == rpc::ACTOR_DEAD) HandleDeath(*it, info, /*world_before=*/-1);
+      Member failed = std::move(*it);
       it = joining_.erase(it);
+      bool answered = s.code() != absl::StatusCode::kUnavailable;
+      HandleDeath(failed, MakeSureDead(failed, answered), /*world_before=*/-1);
       continue;
     }
     ready.push_back(std::move(*it));

@@ -14,6 +14,8 @@
 //                                  limit (faults on demand, for soaks; unused when empty)
 //   oomHoldAtBytes / oomHoldMs     the OOM hook pauses once it holds that much (so that the
 //                                  node's memory warning comes before the kill)
+//   setupFailMarker ("")           a test hook: the first rank to start while this file is
+//                                  absent creates it and fails its Setup (the process lives on)
 //   updateLog ("")                 a file every rank appends one line to per applied update:
 //                                  "pid step updates_before unix_ms world_size" (benchmarks
 //                                  read the steps lost from it)
@@ -65,6 +67,13 @@ class RegressionTrainer : public elastic::Trainer {
     oom_trigger_ = trigger == ctx.config.end() ? "" : trigger->second;
     if (auto log = ctx.config.find("updateLog"); log != ctx.config.end() && update_log_ < 0) {
       update_log_ = ::open(log->second.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    }
+    if (auto fail = ctx.config.find("setupFailMarker"); fail != ctx.config.end()) {
+      int fd = ::open(fail->second.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::close(fd);
+        return absl::FailedPreconditionError("setupFailMarker: this rank's Setup fails (once)");
+      }
     }
     seed_ = ctx.seed;
     num_samples_ = ctx.num_samples;

@@ -166,6 +166,20 @@ TEST_F(ElasticTest, ExitCodePolicyPicksTheAction) {
   EXPECT_NE(f.message.find("EXITED(129)"), std::string::npos) << f.message;
 }
 
+TEST_F(ElasticTest, RankWhoseSetupFailsIsKilledAndStartedAgain) {
+  // Its Setup fails while its process lives on: the controller kills it (freeing its bundle)
+  // and starts another under the restart policy, so the job still reaches full strength.
+  AddNode("node-a", 3);
+  JobSpec spec = Spec(3, 1, 3);
+  auto baseline = Baseline(spec);
+  spec.config["setupFailMarker"] = dir_.path() + "/setup-marker";
+  JobStatus s = Run(spec);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "spawn_failed", "setupFailMarker")) << FormatStatus(s);
+  EXPECT_TRUE(HasEvent(s, "rank_died", "KILLED_BY_USER")) << FormatStatus(s);
+  EXPECT_EQ(s.restarts, 1) << FormatStatus(s);
+}
+
 TEST_F(ElasticTest, OomKilledRankComesBackWithTwiceTheMemoryOnAFullNode) {
   // The three bundles of one CPU fill the node: the larger rank no longer fits its bundle,
   // which is given back so that it fits beside the others.
