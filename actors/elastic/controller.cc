@@ -387,7 +387,9 @@ void Controller::Train() {
       RestartFromCheckpoint(had_members_);
       need_epoch = true;
     }
-    Change change = Boundary();
+    // With a step out ahead, the boundary waits for the next one (MayRunAhead sent it only
+    // because nothing waited; what came since is taken once it is answered).
+    Change change = ahead_.empty() ? Boundary() : Change::kNone;
     if (change == Change::kFormed) need_epoch = false;
     if (change == Change::kFailed) need_epoch = true;
     if (static_cast<int>(members_.size()) < spec_.min_replicas) {

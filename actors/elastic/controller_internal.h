@@ -220,7 +220,14 @@ class Controller {
   // Runs step `agreed_` on every member. Returns the members that died (their actors),
   // or an empty list with ok = true.
   // `results`: each rank's answer, in rank order, when every rank answered.
+  // Unless the boundary after it has work to do (MayRunAhead), the next step is sent at once,
+  // before this one's answers: each rank starts it as soon as it finished this one, and the
+  // controller's round trip is off the ranks' path. A step sent ahead commits only what was
+  // agreed when it was sent, so "0 committed steps lost" holds as in lock-step.
   bool RunStep(std::vector<size_t>* lost, std::string* error, std::vector<Metrics>* results);
+  // Whether step `agreed_ + 1` may be sent before step `agreed_` is answered: nothing waits
+  // for the boundary between them (joiners, requests, resources, a checkpoint, the end).
+  bool MayRunAhead();
 
   // No step finished within the hang timeout: find the stuck ranks (they do not answer, or
   // compute while the others wait in a collective) and restart them; unblock the rest.
@@ -262,6 +269,11 @@ class Controller {
   // dies KILLED_BY_USER, but its fault is the hang).
   std::map<std::string, std::string> recovery_opened_;
   absl::Time step_started_ = absl::InfinitePast();
+  // Step `ahead_step_` of epoch `ahead_epoch_`, sent to every member before the step before
+  // it was answered (RunStep); empty when none is out.
+  std::vector<ObjectRef<Metrics>> ahead_;
+  int64_t ahead_step_ = -1;
+  int64_t ahead_epoch_ = -1;
   absl::Time step_failed_ = absl::InfiniteFuture();  // the running step failed here
   std::vector<rpc::RankStepTime> step_times_;        // of the last agreed step
   double step_skew_ = 1;

@@ -110,6 +110,11 @@ bool JobRecorder::StopAsked() {
   return stop_asked_;
 }
 
+bool JobRecorder::RequestWaiting() {
+  absl::MutexLock lock(&mu_);
+  return stop_asked_ || !new_scale_request_.empty();
+}
+
 // Reads the requests the job kind wrote (actors/elastic/job_keys.h); the controller takes
 // them at its next step boundary.
 void JobRecorder::PollRequests() {

@@ -48,6 +48,8 @@ class JobRecorder {
   // A scale request made since the last call ("" when none), and whether a stop was asked.
   std::string TakeScaleRequest();
   bool StopAsked();
+  // Whether a scale request or a stop waits to be taken.
+  bool RequestWaiting();
 
  private:
   void WriterLoop();

@@ -12,7 +12,18 @@ bool Controller::RunStep(std::vector<size_t>* lost, std::string* error,
                          std::vector<Metrics>* results) {
   step_started_ = absl::Now();
   std::vector<ObjectRef<Metrics>> refs;
-  for (auto& m : members_) refs.push_back(m.trainer().Step(agreed_, agreed_));
+  if (!ahead_.empty() && ahead_step_ == agreed_ && ahead_epoch_ == epoch_ &&
+      ahead_.size() == members_.size()) {
+    refs = std::move(ahead_);
+  } else {
+    for (auto& m : members_) refs.push_back(m.trainer().Step(agreed_, agreed_, epoch_));
+  }
+  ahead_.clear();
+  if (MayRunAhead()) {
+    for (auto& m : members_) ahead_.push_back(m.trainer().Step(agreed_ + 1, agreed_, epoch_));
+    ahead_step_ = agreed_ + 1;
+    ahead_epoch_ = epoch_;
+  }
   // Until every rank answered, or one died (the survivors were told to abort: wait for
   // their answers only briefly), or the hang timeout.
   absl::Time hang_at = absl::Now() + absl::Seconds(spec_.hang_timeout_s);
@@ -66,7 +77,28 @@ bool Controller::RunStep(std::vector<size_t>* lost, std::string* error,
   }
   if (all_ok) last_loss_ = loss;
   trainer_done_ = all_ok && done;
+  // A step sent ahead of a failed one fails too (the ranks refuse it: see TrainerHostBase::
+  // Step); its answers are not waited for.
+  if (!all_ok) ahead_.clear();
   return all_ok;
+}
+
+bool Controller::MayRunAhead() {
+  int64_t next = agreed_ + 1;
+  if (spec_.TotalSteps() > 0 && next >= spec_.TotalSteps()) return false;
+  if (spec_.checkpoint_interval > 0 && next % spec_.checkpoint_interval == 0) return false;
+  if (trainer_done_ || stop_requested_ || !scale_in_ranks_.empty()) return false;
+  if (recorder_.RequestWaiting()) return false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (resource_event_ || !dead_members_.empty()) return false;
+  }
+  int want = target_ - static_cast<int>(members_.size() + joining_.size());
+  if (want > 0 && absl::Now() >= grow_after_) return false;
+  for (auto& j : joining_) {
+    if (j.setup.Ready()) return false;
+  }
+  return true;
 }
 
 // No step finished within the hang timeout: find the stuck ranks (they do not answer, or

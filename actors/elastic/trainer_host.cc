@@ -73,9 +73,14 @@ bool TrainerHostBase::Setup(std::string job_id, std::string spec_yaml) {
 void TrainerHostBase::SetCommitted(std::string state, int64_t step) {
   committed_ = std::make_shared<const std::string>(std::move(state));
   committed_step_ = step;
+  GaspHeld();
+}
+
+void TrainerHostBase::GaspHeld() {
+  bool pending = !pending_.empty() && pending_.rbegin()->first > committed_step_;
   absl::MutexLock lock(&gasp_mu_);
-  gasp_state_ = committed_;
-  gasp_step_ = step;
+  gasp_state_ = pending ? pending_.rbegin()->second : committed_;
+  gasp_step_ = pending ? pending_.rbegin()->first : committed_step_;
   gasp_rank_ = rank_;
 }
 
@@ -105,21 +110,37 @@ void TrainerHostBase::DyingGasp(const std::string& why) {
 }
 
 void TrainerHostBase::Commit(int64_t agreed) {
-  if (pending_step_ == agreed && pending_step_ > committed_step_) {
-    SetCommitted(std::move(pending_), pending_step_);
+  auto it = pending_.find(agreed);
+  if (it != pending_.end() && agreed > committed_step_) {
+    committed_ = it->second;
+    committed_step_ = agreed;
   }
-  pending_.clear();
-  pending_step_ = -1;
+  pending_.erase(pending_.begin(), pending_.upper_bound(agreed));
+  GaspHeld();
 }
 
-std::map<std::string, double> TrainerHostBase::Step(int64_t step, int64_t agreed) {
+int64_t TrainerHostBase::Held() const {
+  return pending_.empty() ? committed_step_ : std::max(committed_step_, pending_.rbegin()->first);
+}
+
+std::map<std::string, double> TrainerHostBase::Step(int64_t step, int64_t agreed, int64_t epoch) {
   absl::MutexLock lock(&mu_);
+  if (!group_) throw std::runtime_error("no collective group yet: Reconfigure first");
+  // A step sent ahead that no longer fits: it must not touch the state or the group.
+  if (epoch != epoch_) {
+    throw std::runtime_error(absl::StrCat("rank ", rank_, " is in epoch ", epoch_,
+                                          ", asked to run a step of epoch ", epoch));
+  }
+  if (step_failed_ || aborted_) {
+    throw std::runtime_error(absl::StrCat("rank ", rank_, ": a step ",
+                                          step_failed_ ? "failed" : "was aborted",
+                                          " since the epoch formed; Reconfigure first"));
+  }
   Commit(agreed);
-  if (committed_step_ != step) {
-    throw std::runtime_error(absl::StrCat("rank ", rank_, " holds the state of ", committed_step_,
+  if (Held() != step) {
+    throw std::runtime_error(absl::StrCat("rank ", rank_, " holds the state of ", Held(),
                                           " steps, asked to run step ", step));
   }
-  if (!group_) throw std::runtime_error("no collective group yet: Reconfigure first");
   StepInput in;
   in.step = step;
   in.rank = rank_;
@@ -130,6 +151,7 @@ std::map<std::string, double> TrainerHostBase::Step(int64_t step, int64_t agreed
                            &in.data_epoch, &in.global_batch);
   running_step_ = step;
   phase_ = kComputing;
+  step_failed_ = true;  // until it returns well (a throw from the trainer counts too)
   absl::Time start = absl::Now();
   absl::Duration waited_before = group_->TimeInCollectives();
   absl::StatusOr<StepResult> result = trainer_->Step(in);
@@ -141,8 +163,9 @@ std::map<std::string, double> TrainerHostBase::Step(int64_t step, int64_t agreed
     // The live state may be half-updated: the next Reconfigure restores the committed one.
     throw std::runtime_error(std::string(result.status().message()));
   }
-  pending_ = trainer_->SaveState();
-  pending_step_ = step + 1;
+  step_failed_ = false;
+  pending_[step + 1] = std::make_shared<const std::string>(trainer_->SaveState());
+  GaspHeld();
   std::map<std::string, double> out = result->metrics;
   out["loss"] = result->loss;
   out["samples"] = static_cast<double>(in.indices.size());
@@ -157,6 +180,9 @@ std::map<std::string, double> TrainerHostBase::Step(int64_t step, int64_t agreed
 int64_t TrainerHostBase::Reconfigure(std::string group, int64_t epoch, int rank, int world,
                                      int64_t agreed) {
   absl::MutexLock lock(&mu_);
+  // An Abort from here on is for the new epoch.
+  aborted_ = false;
+  step_failed_ = false;
   if (!group_ || group_->name() != group) {
     collective::GroupOptions options;
     options.name = group;
@@ -182,6 +208,8 @@ int64_t TrainerHostBase::Reconfigure(std::string group, int64_t epoch, int rank,
     gasp_rank_ = rank;
   }
   Commit(agreed);
+  pending_.clear();
+  GaspHeld();
   // Back to the committed state: a failed step may have changed the live one.
   if (auto s = trainer_->LoadState(*committed_); !s.ok()) {
     throw std::runtime_error(absl::StrCat("LoadState: ", s.message()));
@@ -210,9 +238,8 @@ int64_t TrainerHostBase::SyncState(int root) {
     if (auto l = trainer_->LoadState(bytes); !l.ok()) {
       throw std::runtime_error(absl::StrCat("LoadState: ", l.message()));
     }
-    SetCommitted(std::move(bytes), header[1]);
     pending_.clear();
-    pending_step_ = -1;
+    SetCommitted(std::move(bytes), header[1]);
   }
   return committed_step_;
 }
@@ -238,9 +265,8 @@ int64_t TrainerHostBase::LoadCheckpoint(std::string path) {
   if (auto s = trainer_->LoadState(state); !s.ok()) {
     throw std::runtime_error(absl::StrCat("checkpoint ", path, ": ", s.message()));
   }
-  SetCommitted(std::move(state), step);
   pending_.clear();
-  pending_step_ = -1;
+  SetCommitted(std::move(state), step);
   return step;
 }
 
@@ -265,6 +291,7 @@ std::vector<int> TrainerHostBase::NetworkCheck(double factor) {
 std::vector<int64_t> TrainerHostBase::Ping() { return {phase_.load(), -1, running_step_.load()}; }
 
 bool TrainerHostBase::Abort() {
+  aborted_ = true;
   if (collective::CollectiveGroup* g = live_group_.load()) g->Abort("the controller asked");
   trainer_->Abort();
   return true;
@@ -275,8 +302,7 @@ std::string TrainerHostBase::Query(std::string key) {
   if (key == "committed_step") return std::to_string(committed_step_);
   // The newest step this rank holds: a finished step not yet committed counts (every rank
   // took part in its collectives, so it is the same everywhere it was finished).
-  if (key == trainer_query::kHeldStep)
-    return std::to_string(std::max(committed_step_, pending_step_));
+  if (key == trainer_query::kHeldStep) return std::to_string(Held());
   if (key == trainer_query::kNetworkCheckSkew) return absl::StrCat(network_check_skew_);
   return trainer_->Query(key);
 }

@@ -27,8 +27,11 @@ class TrainerHostBase {
 
   // Builds the trainer for job `job_id` from its spec.
   bool Setup(std::string job_id, std::string spec_yaml);
-  // Runs step `step` once `agreed` steps are committed everywhere; returns {loss, metrics…}.
-  std::map<std::string, double> Step(int64_t step, int64_t agreed);
+  // Runs step `step` of epoch `epoch` once `agreed` steps are committed everywhere; returns
+  // {loss, metrics…}. The controller may send it while the step before still runs (one step
+  // ahead): it waits its turn on the actor's lane, and refuses to run when it no longer fits
+  // (another epoch, a failed or aborted step since the last Reconfigure, another step held).
+  std::map<std::string, double> Step(int64_t step, int64_t agreed, int64_t epoch);
   // Forms the group's epoch and rolls back to the state of `agreed` steps; returns the number
   // of steps this rank's state holds (a newcomer's may differ: SyncState fixes it).
   int64_t Reconfigure(std::string group, int64_t epoch, int rank, int world, int64_t agreed);
@@ -45,8 +48,14 @@ class TrainerHostBase {
   std::string Query(std::string key);
 
  private:
+  // The state of `agreed` steps is committed everywhere: it becomes the committed one, and
+  // older finished steps are dropped (newer ones are kept: a step ahead may have run).
   void Commit(int64_t agreed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The newest step whose state this rank holds (committed, or finished and not yet).
+  int64_t Held() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetCommitted(std::string state, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The dying gasp's state follows the newest one held (Held()).
+  void GaspHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `dump: true`: writes the committed state to checkpoint.dir and points the job at it when
   // it is newer than the job's last checkpoint (the process is dying, or warned).
   void DyingGasp(const std::string& why);
@@ -59,15 +68,22 @@ class TrainerHostBase {
   std::shared_ptr<const std::string> committed_ ABSL_GUARDED_BY(mu_);
   int64_t committed_step_ ABSL_GUARDED_BY(mu_) = 0;
   double network_check_skew_ ABSL_GUARDED_BY(mu_) = 0;  // trainer_query::kNetworkCheckSkew
-  std::string pending_ ABSL_GUARDED_BY(mu_);
-  int64_t pending_step_ ABSL_GUARDED_BY(mu_) = -1;
+  // Finished steps not yet known to be committed everywhere, by their step count: at most
+  // two (the one the controller is looking at, and the one run ahead of its answer).
+  std::map<int64_t, std::shared_ptr<const std::string>> pending_ ABSL_GUARDED_BY(mu_);
+  // A step failed here since the last Reconfigure: the live state may be half-updated and the
+  // group broken, so no step runs until the next Reconfigure.
+  bool step_failed_ ABSL_GUARDED_BY(mu_) = false;
+  // Abort was called since the last Reconfigure (without mu_: a stuck step holds it).
+  std::atomic<bool> aborted_{false};
   int rank_ ABSL_GUARDED_BY(mu_) = 0;
   int world_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int> phase_{kIdle};
   std::atomic<int64_t> running_step_{-1};
-  // What a dying gasp writes, apart from mu_ (a running step holds that): the committed state
-  // (shared, not copied), its step, this rank, and where it goes.
+  // What a dying gasp writes, apart from mu_ (a running step holds that): the newest state held
+  // (shared, not copied; a finished step not yet committed counts, as for kHeldStep), its
+  // step, this rank, and where it goes.
   absl::Mutex gasp_mu_;
   std::shared_ptr<const std::string> gasp_state_ ABSL_GUARDED_BY(gasp_mu_);
   int64_t gasp_step_ ABSL_GUARDED_BY(gasp_mu_) = 0;

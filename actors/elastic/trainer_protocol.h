@@ -55,9 +55,10 @@ class TrainerClient {
   ObjectRef<bool> Setup(const std::string& job_id, const std::string& spec_yaml) const {
     return Call<bool>(trainer_method::kSetup, job_id, spec_yaml);
   }
-  // Runs step `step` once `agreed` steps are committed everywhere.
-  ObjectRef<StepMetrics> Step(int64_t step, int64_t agreed) const {
-    return Call<StepMetrics>(trainer_method::kStep, step, agreed);
+  // Runs step `step` of epoch `epoch` once `agreed` steps are committed everywhere; it may be
+  // sent while the step before still runs (it waits its turn).
+  ObjectRef<StepMetrics> Step(int64_t step, int64_t agreed, int64_t epoch) const {
+    return Call<StepMetrics>(trainer_method::kStep, step, agreed, epoch);
   }
   // Forms the group's epoch and rolls back to `agreed` steps; answers the steps it holds.
   ObjectRef<int64_t> Reconfigure(const std::string& group, int64_t epoch, int rank, int world,

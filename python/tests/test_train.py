@@ -106,7 +106,10 @@ def test_a_killed_controller_comes_back_and_adopts_the_live_workers(cluster):
     assert adopted and f"adopted its {len(seen['ranks'])} live ranks" in adopted[0]["message"], \
         result.events
     assert not any(e["kind"] == "restart_from_checkpoint" for e in result.events), result.events
-    assert {m["actor_id"] for m in result.ranks} == seen["ranks"]
+    # Every live rank was adopted, none replaced (the job may also have grown toward its
+    # maximum of 4 since: a resource event and the debounce, as any job does).
+    assert seen["ranks"] <= {m["actor_id"] for m in result.ranks}, \
+        [e["message"] for e in result.events]
     assert result.restarts == 0
 
 

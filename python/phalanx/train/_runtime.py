@@ -86,6 +86,11 @@ class Runtime:
         with self.cond:
             self.rank, self.world, self.epoch = rank, world, epoch
             self.aborted = False
+            if (self.finished and not self.need_restart and self.error is None
+                    and self.loop_epoch == epoch):
+                # The loop already returned in this epoch: a step the controller sent ahead of
+                # the answer that said so has nothing to run.
+                return self._report(done=True)
             restart = (self.need_restart or self.thread is None or self.finished or
                        self.error is not None or self.loop_epoch != epoch)
         if restart:
@@ -102,12 +107,15 @@ class Runtime:
             if self.aborted and not self.finished and self.reached < self.allowed:
                 self.need_restart = True
                 raise RuntimeError("the step was aborted by the job's controller")
-            out = {"done": 1.0 if self.finished and self.reached < self.allowed else 0.0}
-            for k, v in self.last_report.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-                    out[str(k)] = float(v)
-            out.setdefault("loss", 0.0)
-            return out
+            return self._report(done=self.finished and self.reached < self.allowed)
+
+    def _report(self, done):
+        out = {"done": 1.0 if done else 0.0}
+        for k, v in self.last_report.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                out[str(k)] = float(v)
+        out.setdefault("loss", 0.0)
+        return out
 
     def save_state(self):
         return self.snapshot
