@@ -181,12 +181,18 @@ class State:
             self._values[name] = value
 
     def _snapshot(self):
-        return pickle.dumps({
+        """The state as of now: a copy (tensors copied to host memory, the rest deep-copied),
+        pickled later by the runtime off the loop's path (RUNTIME.save_state)."""
+        snapshot = {
             "objects": {k: _unwrap(v).state_dict() for k, v in self._objects.items()},
-            "values": dict(self._values),
-            "progress": dict(RUNTIME.progress),
-            "report": dict(RUNTIME.last_report),
-        }, protocol=5)
+            "values": self._values,
+            "progress": RUNTIME.progress,
+            "report": RUNTIME.last_report,
+        }
+        try:
+            return _copy_state(snapshot)
+        except Exception:  # noqa: BLE001 - something deepcopy cannot copy: pickle it now
+            return pickle.dumps(snapshot, protocol=5)
 
     def commit(self):
         object.__setattr__(self, "commits", self.commits + 1)
@@ -205,6 +211,21 @@ class State:
         RUNTIME.progress = dict(saved["progress"])
         RUNTIME.last_report = dict(saved.get("report", {}))
         return True
+
+
+def _copy_state(obj):
+    """A copy of a state_dict-like tree that later steps cannot change: tensors copied to
+    host memory (as pickling them would), containers rebuilt, anything else deep-copied."""
+    import copy
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return type(obj)((k, _copy_state(v)) for k, v in obj.items()) \
+            if type(obj) is not dict else {k: _copy_state(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+        return type(obj)(_copy_state(v) for v in obj)
+    return copy.deepcopy(obj)
 
 
 class ElasticSampler:

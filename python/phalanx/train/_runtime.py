@@ -6,7 +6,10 @@ calls ``step`` on all ranks, commits a step once every rank finished it, and on 
 change forms a new epoch, rolls survivors back to the last commit (``load_state``) and sends
 that state to newcomers. Here a "step" is the stretch of the user's ``train_loop`` between two
 ``state.commit()`` calls: the loop runs on a thread of its own, and ``commit()`` hands the
-step's snapshot back and waits for the controller's next ``step``. When the group changes,
+step's snapshot back and goes on with one more step before it waits for the controller's
+next ``step`` (one step of credit: the hand-off between the controller's call and the loop
+is then off the loop's path; the snapshot of each commit is kept by its number, so ``step``
+answers with its own step's snapshot). When the group changes,
 the loop is stopped at its next ``commit()`` (or has already failed on the dead peer) and
 ``train_loop`` runs again from the start on every rank (Horovod's way); ``state.restore()``
 at its top brings back the committed state, so nothing committed is lost or repeated.
@@ -54,7 +57,8 @@ class Runtime:
         self.aborted = False
         self.need_restart = True
         # State.
-        self.snapshot = b""       # this process's last commit
+        self.snapshot = b""       # the snapshot of the commit the last step() answered with
+        self.snapshots = {}       # commit number (this loop's) -> its snapshot, not yet taken
         self.restore_from = b""   # what restore() loads
         self.progress = {}        # ElasticSampler: data epoch -> samples consumed (all ranks)
         self.last_report = {}
@@ -101,6 +105,10 @@ class Runtime:
             while not (self.reached >= self.allowed or self.finished or self.error is not None
                        or self.aborted):
                 self.cond.wait(0.5)
+            if self.allowed in self.snapshots:
+                self.snapshot = self.snapshots[self.allowed]
+                for k in [k for k in self.snapshots if k <= self.allowed]:
+                    del self.snapshots[k]
             if self.error is not None:
                 self.need_restart = True
                 raise RuntimeError(self.error)
@@ -118,6 +126,10 @@ class Runtime:
         return out
 
     def save_state(self):
+        if not isinstance(self.snapshot, (bytes, bytearray)):
+            # A commit's copy (State._snapshot): pickled here, on the host's thread, while the
+            # loop goes on with its next step.
+            self.snapshot = pickle.dumps(self.snapshot, protocol=5)
         return self.snapshot
 
     def load_state(self, state):
@@ -152,6 +164,7 @@ class Runtime:
             self.progress = {}
             self.allowed = 0
             self.reached = 0
+            self.snapshots = {}
             self.finished = False
             self.error = None
             self.need_restart = False
@@ -187,10 +200,11 @@ class Runtime:
         with self.cond:
             if generation != self.generation:
                 raise _Reset()
-            self.snapshot = snapshot
             self.reached += 1
+            self.snapshots[self.reached] = snapshot
             self.cond.notify_all()
-            while self.allowed <= self.reached and generation == self.generation:
+            # One commit of credit: the next step runs while its step() call is on its way.
+            while self.reached > self.allowed and generation == self.generation:
                 self.cond.wait(0.5)
             if generation != self.generation:
                 raise _Reset()
