@@ -136,11 +136,11 @@ std::map<std::string, double> TrainerHostBase::Step(int64_t step, int64_t agreed
                                           step_failed_ ? "failed" : "was aborted",
                                           " since the epoch formed; Reconfigure first"));
   }
-  Commit(agreed);
   if (Held() != step) {
     throw std::runtime_error(absl::StrCat("rank ", rank_, " holds the state of ", Held(),
                                           " steps, asked to run step ", step));
   }
+  Commit(agreed);
   StepInput in;
   in.step = step;
   in.rank = rank_;

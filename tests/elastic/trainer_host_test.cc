@@ -1,0 +1,88 @@
+// The rank's side of the step protocol (TrainerHostBase), called directly: a step sent ahead
+// runs in its turn and commits only what it carries; one that no longer fits is refused
+// without touching the state; a rollback finds the agreed step among those held.
+#include "actors/elastic/trainer_host.h"
+
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+
+#include "actors/elastic/job_spec.h"
+#include "actors/elastic/trainer_protocol.h"
+#include "examples/cpp/regression_trainer.h"
+#include "gtest/gtest.h"
+#include "tests/testing/test_util.h"
+
+namespace phalanx::elastic {
+namespace {
+
+class TrainerHostTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    redis_ = std::make_unique<testing::RedisServer>();
+    gcs_ = std::make_unique<testing::GcsProcess>(*redis_);
+    // The host's collective group finds the GCS here (GroupOptions::gcs_address "").
+    setenv("PHALANX_ADDRESS", gcs_->address().c_str(), 1);
+    setenv("PHALANX_TOKEN", gcs_->token().c_str(), 1);
+  }
+  void TearDown() override {
+    unsetenv("PHALANX_ADDRESS");
+    unsetenv("PHALANX_TOKEN");
+  }
+
+  static std::string SpecYaml() {
+    JobSpec spec;
+    spec.name = "host";
+    spec.trainer = "RegressionTrainer";
+    spec.num_samples = 64;
+    spec.global_batch = 8;
+    spec.steps = 10;
+    spec.hang_timeout_s = 10;
+    return JobSpecToYaml(spec);
+  }
+
+  std::unique_ptr<testing::RedisServer> redis_;
+  std::unique_ptr<testing::GcsProcess> gcs_;
+};
+
+TEST_F(TrainerHostTest, AStepSentAheadRunsInTurnAndOneThatNoLongerFitsIsRefused) {
+  TrainerHostBase host(std::make_unique<examples::RegressionTrainer>());
+  ASSERT_TRUE(host.Setup("job-host", SpecYaml()));
+  ASSERT_EQ(host.Reconfigure("host-group", 1, 0, 1, 0), 0);
+  auto held = [&] { return host.Query(trainer_query::kHeldStep); };
+  auto committed = [&] { return host.Query("committed_step"); };
+  auto updates = [&] { return host.Query("updates"); };
+
+  host.Step(0, 0, 1);
+  // Step 1 as the controller sends it ahead: it commits step 0's state (agreed before it
+  // was sent), not step 1's, which nobody agreed yet.
+  host.Step(1, 0, 1);
+  EXPECT_EQ(held(), "2");
+  EXPECT_EQ(committed(), "0");
+  EXPECT_EQ(updates(), "2");
+
+  // Not its turn (it holds 2 steps), another epoch's: refused, nothing changes.
+  EXPECT_THROW(host.Step(1, 1, 1), std::runtime_error);
+  EXPECT_THROW(host.Step(2, 1, 0), std::runtime_error);
+  EXPECT_EQ(held(), "2");
+  EXPECT_EQ(committed(), "0");
+  EXPECT_EQ(updates(), "2");
+
+  // Aborted: no step runs until the next epoch forms.
+  host.Abort();
+  EXPECT_THROW(host.Step(2, 1, 1), std::runtime_error);
+  EXPECT_EQ(updates(), "2");
+
+  // The controller agreed step 1 only (step 2's answers never all came): the rollback finds
+  // it among the two finished steps and drops the newer one.
+  EXPECT_EQ(host.Reconfigure("host-group", 2, 0, 1, 1), 1);
+  EXPECT_EQ(held(), "1");
+  EXPECT_EQ(committed(), "1");
+  EXPECT_EQ(updates(), "1");
+  host.Step(1, 1, 2);
+  EXPECT_EQ(updates(), "2");
+  EXPECT_EQ(held(), "2");
+}
+
+}  // namespace
+}  // namespace phalanx::elastic
