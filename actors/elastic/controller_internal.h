@@ -189,6 +189,9 @@ class Controller {
 
   // Waits (bounded) until the GCS says each member in `candidates` is dead or alive.
   std::vector<size_t> ConfirmDeaths(const std::vector<size_t>& candidates);
+  // Polls the GCS (every kTimeouts.poll) until it calls `actor_id` DEAD or `bound` passed;
+  // returns its last record.
+  rpc::ActorInfo AwaitDead(const std::string& actor_id, absl::Duration bound);
   // `m` failed a call: unless it `answered` (with an error, so it lives), waits up to
   // kTimeouts.confirm_death for the GCS to call it dead; kills it if it is still called
   // alive, and returns its record once DEAD (or after kTimeouts.death_record).
@@ -207,6 +210,8 @@ class Controller {
   // Grows toward the target when some node has room for a rank (after a debounce since the
   // last resource event), keeping the new ranks warm until they join.
   void MaybeGrow();
+  // The ranks MaybeGrow would start now toward the target (0 before the debounce ends).
+  int GrowWanted() const;
 
   // Applies a scale request the recorder read (actors/elastic/job_keys.h), and notes a stop.
   void TakeRequests();
@@ -235,6 +240,8 @@ class Controller {
   std::vector<size_t> HandleHang(const std::vector<ObjectRef<Metrics>>& refs);
 
   void CheckpointIfDue();
+  // Whether a checkpoint is taken once `step` steps are agreed.
+  bool CheckpointDueAt(int64_t step) const;
 
   // No rank holds the state (the start, or every rank was lost): rank 0 loads the last
   // checkpoint, if any, and the others get it when the epoch forms.

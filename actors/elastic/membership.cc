@@ -291,34 +291,29 @@ RankDeath Controller::ToRankDeath(const Member& m, const rpc::DeathCause& cause)
   return death;
 }
 
-rpc::ActorInfo Controller::MakeSureDead(const Member& m, bool answered) {
-  absl::Time until = absl::Now() + (answered ? absl::ZeroDuration() : kTimeouts.confirm_death);
-  rpc::ActorInfo info = ActorState(m.actor_id);
+rpc::ActorInfo Controller::AwaitDead(const std::string& actor_id, absl::Duration bound) {
+  absl::Time until = absl::Now() + bound;
+  rpc::ActorInfo info = ActorState(actor_id);
   while (info.state() != rpc::ACTOR_DEAD && absl::Now() < until) {
     absl::SleepFor(kTimeouts.poll);
-    info = ActorState(m.actor_id);
-  }
-  if (info.state() == rpc::ACTOR_DEAD) return info;
-  Kill(m.handle).IgnoreError();
-  until = absl::Now() + kTimeouts.death_record;
-  while (info.state() != rpc::ACTOR_DEAD && absl::Now() < until) {
-    absl::SleepFor(kTimeouts.poll);
-    info = ActorState(m.actor_id);
+    info = ActorState(actor_id);
   }
   return info;
+}
+
+rpc::ActorInfo Controller::MakeSureDead(const Member& m, bool answered) {
+  rpc::ActorInfo info =
+      AwaitDead(m.actor_id, answered ? absl::ZeroDuration() : kTimeouts.confirm_death);
+  if (info.state() == rpc::ACTOR_DEAD) return info;
+  Kill(m.handle).IgnoreError();
+  return AwaitDead(m.actor_id, kTimeouts.death_record);
 }
 
 // Waits (bounded) until the GCS says each member in `candidates` is dead or alive.
 std::vector<size_t> Controller::ConfirmDeaths(const std::vector<size_t>& candidates) {
   std::vector<size_t> dead;
   for (size_t r : candidates) {
-    absl::Time until = absl::Now() + kTimeouts.confirm_death;
-    rpc::ActorInfo info = ActorState(members_[r].actor_id);
-    while (info.state() != rpc::ACTOR_DEAD && absl::Now() < until) {
-      absl::SleepFor(kTimeouts.poll);
-      info = ActorState(members_[r].actor_id);
-    }
-    if (info.state() != rpc::ACTOR_DEAD) {
+    if (AwaitDead(members_[r].actor_id, kTimeouts.confirm_death).state() != rpc::ACTOR_DEAD) {
       // Its connection broke but the GCS calls it alive: make it so.
       Kill(members_[r].handle).IgnoreError();
     }
@@ -410,9 +405,14 @@ Controller::Change Controller::Boundary() {
 
 // Grows toward the target when some node has room for a rank (after a debounce since the
 // last resource event), keeping the new ranks warm until they join.
-void Controller::MaybeGrow() {
+int Controller::GrowWanted() const {
   int want = target_ - static_cast<int>(members_.size() + joining_.size());
-  if (want <= 0 || absl::Now() < grow_after_) return;
+  return want > 0 && absl::Now() >= grow_after_ ? want : 0;
+}
+
+void Controller::MaybeGrow() {
+  int want = GrowWanted();
+  if (want <= 0) return;
   grow_after_ = absl::InfiniteFuture();  // until the next resource event
   auto nodes = gcs_->GetAllNodes(true);
   if (!nodes.ok()) return;
@@ -503,15 +503,8 @@ void Controller::RemoveDead(const std::vector<size_t>& suspects, bool only_confi
     gone.push_back(members_[*it]);
     members_.erase(members_.begin() + static_cast<long>(*it));
   }
-  for (const auto& m : gone) {
-    rpc::ActorInfo info = ActorState(m.actor_id);
-    absl::Time until = absl::Now() + kTimeouts.death_record;
-    while (info.state() != rpc::ACTOR_DEAD && absl::Now() < until) {
-      absl::SleepFor(kTimeouts.poll);
-      info = ActorState(m.actor_id);
-    }
-    HandleDeath(m, info, world_before);
-  }
+  for (const auto& m : gone)
+    HandleDeath(m, AwaitDead(m.actor_id, kTimeouts.death_record), world_before);
   PublishStatus();
 }
 

@@ -86,19 +86,15 @@ bool Controller::RunStep(std::vector<size_t>* lost, std::string* error,
 bool Controller::MayRunAhead() {
   int64_t next = agreed_ + 1;
   if (spec_.TotalSteps() > 0 && next >= spec_.TotalSteps()) return false;
-  if (spec_.checkpoint_interval > 0 && next % spec_.checkpoint_interval == 0) return false;
+  if (CheckpointDueAt(next)) return false;
   if (trainer_done_ || stop_requested_ || !scale_in_ranks_.empty()) return false;
   if (recorder_.RequestWaiting()) return false;
   {
     absl::MutexLock lock(&mu_);
     if (resource_event_ || !dead_members_.empty()) return false;
   }
-  int want = target_ - static_cast<int>(members_.size() + joining_.size());
-  if (want > 0 && absl::Now() >= grow_after_) return false;
-  for (auto& j : joining_) {
-    if (j.setup.Ready()) return false;
-  }
-  return true;
+  // A joiner whose Setup answered (ready, or failed) is taken at the boundary.
+  return GrowWanted() == 0 && ReadyJoiners() == 0;
 }
 
 // No step finished within the hang timeout: find the stuck ranks (they do not answer, or
@@ -173,10 +169,12 @@ void Controller::StepAgreed(const std::vector<Metrics>& results) {
   if (open_after != open_before || resumed_now) PublishStatus();
 }
 
+bool Controller::CheckpointDueAt(int64_t step) const {
+  return spec_.checkpoint_interval > 0 && step > 0 && step % spec_.checkpoint_interval == 0;
+}
+
 void Controller::CheckpointIfDue() {
-  if (spec_.checkpoint_interval <= 0 || agreed_ == 0 || agreed_ % spec_.checkpoint_interval != 0) {
-    return;
-  }
+  if (!CheckpointDueAt(agreed_)) return;
   std::string path = absl::StrCat(spec_.checkpoint_dir, "/", spec_.name, "-step", agreed_, ".ckpt");
   auto saved = Get(members_[0].trainer().SaveCheckpoint(path), kTimeouts.checkpoint);
   if (!saved.ok()) {

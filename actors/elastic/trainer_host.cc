@@ -207,9 +207,9 @@ int64_t TrainerHostBase::Reconfigure(std::string group, int64_t epoch, int rank,
     absl::MutexLock gasp(&gasp_mu_);
     gasp_rank_ = rank;
   }
+  // Steps finished past the agreed one go (the live state rolls back to it).
+  pending_.erase(pending_.upper_bound(agreed), pending_.end());
   Commit(agreed);
-  pending_.clear();
-  GaspHeld();
   // Back to the committed state: a failed step may have changed the live one.
   if (auto s = trainer_->LoadState(*committed_); !s.ok()) {
     throw std::runtime_error(absl::StrCat("LoadState: ", s.message()));

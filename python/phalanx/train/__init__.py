@@ -221,8 +221,7 @@ def _copy_state(obj):
     if torch is not None and isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):
-        return type(obj)((k, _copy_state(v)) for k, v in obj.items()) \
-            if type(obj) is not dict else {k: _copy_state(v) for k, v in obj.items()}
+        return type(obj)((k, _copy_state(v)) for k, v in obj.items())
     if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
         return type(obj)(_copy_state(v) for v in obj)
     return copy.deepcopy(obj)
