@@ -436,6 +436,8 @@ absl::Status GcsJobManager::Update(const rpc::JobInfo& update) {
     j->set_runner_pid(ours.runner_pid());
     j->set_submission_host(ours.submission_host());
     j->set_submit_time_ms(ours.submit_time_ms());
+    // The elastic controller's record is read before the GCS names the controller in it.
+    j->set_controller_actor_id(ours.controller_actor_id());
     j->set_stop_requested(ours.stop_requested() || j->stop_requested());
   };
   return jobs_->Update(update.job_id(), [&](rpc::JobInfo* j, bool exists) {

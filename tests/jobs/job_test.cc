@@ -191,12 +191,14 @@ TEST_F(JobTest, AJobRecordFromACallerCannotPointStopOrLogsElsewhere) {
   forged.clear_entrypoint();
   forged.add_entrypoint("rm");
   forged.set_message("a message the controller may set");
+  forged.set_controller_actor_id("not-the-controller");
   ASSERT_TRUE((*gcs)->UpdateJob(forged).ok());
   auto after = (*gcs)->GetJob("mine");
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->runner_pid(), stored->runner_pid());
   EXPECT_EQ(after->log_path(), stored->log_path());
   EXPECT_EQ(after->entrypoint(0), "bash");
+  EXPECT_EQ(after->controller_actor_id(), stored->controller_actor_id());
   EXPECT_EQ(after->message(), "a message the controller may set");
 
   // A record new to the GCS gets none of those fields, and an id that is no id is refused.
