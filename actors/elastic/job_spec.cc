@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <regex>
 #include <set>
@@ -548,12 +549,32 @@ FaultPolicy MatchPolicy(const JobSpec& spec, const std::string& event, int exit_
   return restart;
 }
 
+namespace {
+
+// Free text as a YAML scalar that reads back the same: with a control character in it (a
+// carriage return, a tab) it is double-quoted, where the characters are escaped; a plain
+// scalar would lose them to YAML's line and space folding.
+struct Text {
+  const std::string& s;
+};
+YAML::Emitter& operator<<(YAML::Emitter& out, Text t) {
+  bool control = std::any_of(t.s.begin(), t.s.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+  });
+  if (control) out << YAML::DoubleQuoted;
+  return out << t.s;
+}
+
+}  // namespace
+
 std::string JobSpecToYaml(const JobSpec& spec) {
   YAML::Emitter out;
   out << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << spec.name;
-  out << YAML::Key << "trainer" << YAML::Value << spec.trainer;
-  if (!spec.code_path.empty()) out << YAML::Key << "codePath" << YAML::Value << spec.code_path;
+  out << YAML::Key << "trainer" << YAML::Value << Text{spec.trainer};
+  if (!spec.code_path.empty()) {
+    out << YAML::Key << "codePath" << YAML::Value << Text{spec.code_path};
+  }
   if (spec.language != "cpp") out << YAML::Key << "language" << YAML::Value << spec.language;
   if (!spec.preimports.empty()) {
     out << YAML::Key << "preimports" << YAML::Value << YAML::Flow << spec.preimports;
@@ -597,7 +618,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
       << "belowMinTimeoutSeconds" << YAML::Value << spec.below_min_timeout_s << YAML::EndMap;
   if (!spec.checkpoint_dir.empty()) {
     out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "dir"
-        << YAML::Value << spec.checkpoint_dir << YAML::Key << "intervalSteps" << YAML::Value
+        << YAML::Value << Text{spec.checkpoint_dir} << YAML::Key << "intervalSteps" << YAML::Value
         << spec.checkpoint_interval << YAML::EndMap;
   }
   out << YAML::Key << "straggler" << YAML::Value << YAML::BeginMap << YAML::Key << "check"
@@ -613,7 +634,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "scaleOutDebounceSeconds" << YAML::Value << spec.scale_out_debounce_s;
   if (!spec.config.empty()) {
     out << YAML::Key << "config" << YAML::Value << YAML::BeginMap;
-    for (const auto& [k, v] : spec.config) out << YAML::Key << k << YAML::Value << v;
+    for (const auto& [k, v] : spec.config) out << YAML::Key << Text{k} << YAML::Value << Text{v};
     out << YAML::EndMap;
   }
   out << YAML::EndMap;

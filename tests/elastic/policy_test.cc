@@ -279,5 +279,22 @@ TEST(JobSpecTest, TextThatIsNotUtf8IsRefusedAndUtf8RoundTrips) {
   EXPECT_EQ(JobSpecToYaml(*again), JobSpecToYaml(*spec));
 }
 
+// Found by fuzz/job_spec_fuzzer.cc (fuzz/corpus/job_spec/config-value-with-carriage-return):
+// a config value ending in a carriage return was printed as a plain scalar and read back
+// without it.
+TEST(JobSpecTest, TextWithControlCharactersRoundTrips) {
+  const std::string base = "name: j\ntrainer: T\nsteps: 1\ndata: {numSamples: 4, globalBatch: 2}\n";
+  auto spec = ParseJobSpec(base +
+                           "checkpoint: {dir: \"/ck\\tpt\"}\n"
+                           "config: {k: 'quote\r', \"tab\\tkey\": \"a\\tb \"}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->config.at("k"), "quote\r");
+  auto again = ParseJobSpec(JobSpecToYaml(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->config, spec->config);
+  EXPECT_EQ(again->checkpoint_dir, "/ck\tpt");
+  EXPECT_EQ(JobSpecToYaml(*again), JobSpecToYaml(*spec));
+}
+
 }  // namespace
 }  // namespace phalanx::elastic
