@@ -85,7 +85,11 @@ absl::StatusOr<pid_t> Spawn(const SpawnOptions& options) {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (null_fd >= 0) ::dup2(null_fd, 0);
+    if (options.stdin_fd >= 0) {
+      ::dup2(options.stdin_fd, 0);
+    } else if (null_fd >= 0) {
+      ::dup2(null_fd, 0);
+    }
     if (out_fd >= 0) ::dup2(out_fd, 1);
     if (err_fd >= 0) ::dup2(err_fd, 2);
     if (!options.cwd.empty() && ::chdir(options.cwd.c_str()) != 0) {

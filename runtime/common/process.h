@@ -22,6 +22,7 @@ struct SpawnOptions {
   std::string cwd;               // empty: ours
   bool new_session = false;      // setsid(): detach from our terminal and process group
   bool die_with_parent = false;  // the kernel SIGKILLs the child when we die
+  int stdin_fd = -1;             // the child's stdin (-1: /dev/null); the caller keeps it open
 };
 
 // Starts a process. Returns its pid, or an error naming the program when it cannot be

@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
                  "kill the newest actor when the node's memory use passes this fraction");
   app.add_option("--memory-enforcement", options.memory_enforcement,
                  "how actor memory limits are enforced: auto, cgroup or rss");
+  app.add_option("--fork-server", options.fork_server,
+                 "fork C++ workers from a fork server per program (true) or start a process "
+                 "of the program for each (false)");
   int64_t debug_prepare_delay_ms = 0;
   app.add_option("--debug-prepare-delay-ms", debug_prepare_delay_ms,
                  "test hook: delay answering PrepareBundle");

@@ -110,6 +110,7 @@ class NodeManagerImpl final : public NodeManager {
     pool.log_dir = log_dir;
     pool.node_threshold = options_.memory_usage_threshold;
     pool.memory_enforcement = options_.memory_enforcement;
+    pool.fork_server = options_.fork_server;
     pool.sample_period = options_.memory_sample_period;
     pool_ = std::make_unique<WorkerPool>(
         pool, [this](const WorkerRecord& w, const rpc::DeathCause& cause) {

@@ -76,6 +76,10 @@ int64_t ReadCgroupValue(const std::string& path, const std::string& key = "") {
   return -1;
 }
 
+// How long the exit of a child we do not know is kept, in case it is a worker whose record
+// is still being written.
+constexpr absl::Duration kUnclaimedExitKept = absl::Seconds(10);
+
 // A worker whose RSS passes this share of its memory limit gets SIGUSR1 (once).
 constexpr double kMemoryWarningFraction = 0.9;
 
@@ -105,6 +109,9 @@ WorkerPool::WorkerPool(WorkerPoolOptions options, ExitCallback on_exit)
     : options_(std::move(options)), on_exit_(std::move(on_exit)) {
   cgroup_root_ = DetectCgroupRoot(options_.memory_enforcement);
   MakeDirs(options_.log_dir).IgnoreError();
+  if (options_.fork_server) {
+    fork_servers_ = std::make_unique<ForkServers>(ForkServerOptions{options_.log_dir});
+  }
   spawn_thread_ = std::thread([this] { SpawnLoop(); });
   reap_thread_ = std::thread([this] { ReapLoop(); });
   monitor_thread_ = std::thread([this] { MonitorLoop(); });
@@ -125,6 +132,7 @@ void WorkerPool::Shutdown() {
     stopping_ = true;
     for (const auto& [pid, w] : workers_) pids.push_back(pid);
   }
+  if (fork_servers_) fork_servers_->StopAll();
   for (pid_t pid : pids) ::kill(pid, SIGKILL);
   for (pid_t pid : pids) WaitProcessGone(pid, absl::Seconds(2));
 }
@@ -290,7 +298,17 @@ absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int atte
            : absl::StrCat(options_.log_dir, "/worker-", ShortId(actor.actor_id()), "-", attempt,
                           ".log");
   spawn.die_with_parent = true;
-  auto pid = Spawn(spawn);
+  absl::StatusOr<pid_t> pid = absl::UnavailableError("not forked");
+  if (fork_servers_ && actor.language() != "python" && Poolable(actor)) {
+    // What every worker of this node shares is the server's; the rest the fork sets.
+    std::vector<std::pair<std::string, std::string>> shared;
+    for (const auto& [k, v] : spawn.env) {
+      if (!absl::StartsWith(k, "PHALANX_WORKER_") && k != kJobIdEnv) shared.emplace_back(k, v);
+    }
+    pid = fork_servers_->Fork(code, shared, spawn.env, spawn.stdout_path);
+    if (!pid.ok()) spdlog::warn("{}; starting a process instead", pid.status().message());
+  }
+  if (!pid.ok()) pid = Spawn(spawn);
   if (!pid.ok()) return pid.status();
 
   WorkerRecord record;
@@ -403,6 +421,7 @@ rpc::DeathCause WorkerPool::CauseOf(const WorkerRecord& w, int status) const {
 void WorkerPool::ReapLoop() {
   int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   std::map<pid_t, int> pidfds;
+  std::map<pid_t, std::pair<int, absl::Time>> unclaimed;  // pid → wait status, when reaped
   while (true) {
     std::vector<pid_t> known;
     {
@@ -432,6 +451,12 @@ void WorkerPool::ReapLoop() {
         ++it;
         continue;
       }
+      if (auto u = unclaimed.find(pid); r < 0 && u != unclaimed.end()) {
+        // Reaped below before we knew it (a forked worker that ended at once).
+        r = pid;
+        status = u->second.first;
+        unclaimed.erase(u);
+      }
       if (it->second >= 0) ::close(it->second);
       it = pidfds.erase(it);
       WorkerRecord record;
@@ -450,6 +475,15 @@ void WorkerPool::ReapLoop() {
                    ShortId(record.actor_id), record.attempt, static_cast<int>(cause.kind()),
                    cause.exit_code(), cause.signal());
       if (report && on_exit_) on_exit_(record, cause);
+    }
+    // Every other child that ended: fork servers, and orphans that the kernel gives us as a
+    // child subreaper (what a worker started and left behind). A worker we do not know yet
+    // (forked, and ended before its record was written) is claimed above in a later round.
+    absl::Time now = absl::Now();
+    int status = 0;
+    for (pid_t r; (r = ::waitpid(-1, &status, WNOHANG)) > 0;) unclaimed[r] = {status, now};
+    for (auto it = unclaimed.begin(); it != unclaimed.end();) {
+      it = now - it->second.second > kUnclaimedExitKept ? unclaimed.erase(it) : std::next(it);
     }
   }
   for (const auto& [pid, fd] : pidfds) {

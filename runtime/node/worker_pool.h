@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "runtime/node/fork_servers.h"
 #include "runtime/proto/common.pb.h"
 
 namespace phalanx::node {
@@ -43,6 +44,10 @@ struct WorkerPoolOptions {
   // Idle workers kept started per program (code path) once an actor of it ran here, so that
   // the next actor of that program skips process start-up. 0 disables.
   int prestart = 2;
+  // Fork C++ workers from a fork server (zygote) per program (runtime/node/fork_servers.h)
+  // instead of starting a process of the program for each: a burst of creations then pays
+  // a fork each, not an exec, dynamic linking and static initialization.
+  bool fork_server = true;
 };
 
 // What a prestarted worker is given when an actor is placed on it.
@@ -113,7 +118,8 @@ class WorkerPool {
 
   const WorkerPoolOptions options_;
   const ExitCallback on_exit_;
-  std::string cgroup_root_;  // empty: RSS sampling
+  std::string cgroup_root_;                    // empty: RSS sampling
+  std::unique_ptr<ForkServers> fork_servers_;  // null: fork servers off
 
   mutable absl::Mutex mu_;
   std::map<pid_t, WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);

@@ -27,6 +27,7 @@
 #include "runtime/worker/core_worker.h"
 #include "runtime/worker/errors.h"
 #include "runtime/worker/executor.h"
+#include "runtime/worker/fork_server.h"
 
 namespace phalanx::worker {
 namespace {
@@ -450,7 +451,8 @@ grpc::Status WorkerServiceImpl::GetStats(grpc::ServerContext*, const rpc::Worker
 }  // namespace
 
 bool InWorkerMode() {
-  return !Env("PHALANX_WORKER_ACTOR_ID").empty() || Env("PHALANX_WORKER_POOLED") == "1";
+  return !Env("PHALANX_WORKER_ACTOR_ID").empty() || Env("PHALANX_WORKER_POOLED") == "1" ||
+         Env(kForkServerEnv) == "1";
 }
 
 std::optional<HostedActor> CurrentHostedActor() {
@@ -459,6 +461,8 @@ std::optional<HostedActor> CurrentHostedActor() {
 }
 
 int RunWorker() {
+  // A fork server returns here only in a worker it forked, set up as the node asked.
+  if (Env(kForkServerEnv) == "1") ServeForks();
   static Host* host = new Host();  // lives until the process ends
   return host->Run();
 }

@@ -2,11 +2,18 @@
 // SIGKILL and real memory limits.
 #include <signal.h>
 
+#include <cstdio>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "actors/api.h"
 #include "gcs/gcs_client.h"
 #include "gtest/gtest.h"
+#include "runtime/common/files.h"
 #include "runtime/common/process.h"
 #include "runtime/common/system.h"
+#include "runtime/common/worker_env.h"
 #include "runtime/rpc/describe.h"
 #include "tests/actors/test_actors.h"
 #include "tests/testing/cluster_test.h"
@@ -156,6 +163,77 @@ TEST_F(ActorTest, KillNineRestartsWhileRestartsRemainThenDies) {
   ASSERT_FALSE(call.ok());
   EXPECT_TRUE(IsActorDied(call.status()));
   EXPECT_NE(call.status().message().find("SIGNALED(9"), std::string::npos) << call.status();
+}
+
+// The parent of `pid` (from /proc/PID/stat); -1 when it is gone.
+pid_t ParentOf(pid_t pid) {
+  auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (!stat.ok()) return -1;
+  size_t close = stat->rfind(')');
+  int parent = -1;
+  if (close == std::string::npos ||
+      std::sscanf(stat->c_str() + close + 1, " %*c %d", &parent) != 1) {
+    return -1;
+  }
+  return parent;
+}
+
+// The node's children that are fork servers (by their process name).
+std::vector<pid_t> ForkServersOf(pid_t node) {
+  std::vector<pid_t> servers;
+  for (const auto& entry : ListDir("/proc")) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(entry, &pid) || ParentOf(pid) != node) continue;
+    auto comm = ReadFile(absl::StrCat("/proc/", pid, "/comm"));
+    if (comm.ok() && absl::StripTrailingAsciiWhitespace(*comm) == kForkServerName) {
+      servers.push_back(pid);
+    }
+  }
+  return servers;
+}
+
+TEST_F(ActorTest, WorkersAreForkedFromTheProgramsForkServerAndTheNodeReapsThem) {
+  // A burst of actors of one program: one fork server, and every worker the node's child.
+  std::vector<ActorHandle<Counter>> counters;
+  for (int i = 0; i < 6; ++i) counters.push_back(*Actor<Counter>().Remote(i));
+  std::vector<int> pids;
+  for (auto& c : counters) pids.push_back(*Get(c.Task(&Counter::Pid).Remote(), absl::Seconds(20)));
+  std::vector<pid_t> servers = ForkServersOf(node_.pid());
+  ASSERT_EQ(servers.size(), 1u);
+  for (int pid : pids) {
+    EXPECT_EQ(ParentOf(pid), node_.pid()) << pid;
+    EXPECT_NE(pid, servers[0]);
+  }
+  // Each worker is its actor's, with its own state and log.
+  EXPECT_EQ(*Get(counters[4].Task(&Counter::Add).Remote(1)), 5);
+
+  // A forked worker's death is seen, with its signal, like any worker's.
+  ::kill(pids[0], SIGKILL);
+  ASSERT_TRUE(WaitForState(counters[0].id(), rpc::ACTOR_DEAD));
+  EXPECT_EQ(Info(counters[0].id()).death_cause().signal(), SIGKILL);
+
+  // The fork server killed: the workers it forked live on, and the next actor still starts.
+  ::kill(servers[0], SIGKILL);
+  ASSERT_TRUE(testing::WaitFor([&] { return !ProcessAlive(servers[0]); }, absl::Seconds(5)));
+  EXPECT_EQ(*Get(counters[1].Task(&Counter::Add).Remote(1), absl::Seconds(10)), 2);
+  auto next = Actor<Counter>().Remote(10);
+  ASSERT_TRUE(next.ok());
+  int next_pid = *Get(next->Task(&Counter::Pid).Remote(), absl::Seconds(20));
+  EXPECT_EQ(ParentOf(next_pid), node_.pid());
+  // (It took a prestarted worker, and the node forks the next one from a new server.)
+  std::vector<pid_t> restarted;
+  ASSERT_TRUE(testing::WaitFor([&] { return (restarted = ForkServersOf(node_.pid())).size() == 1; },
+                               absl::Seconds(10)));
+  EXPECT_NE(restarted[0], servers[0]);
+
+  // The node manager gone: its fork server and every worker go with it.
+  std::vector<pid_t> all = ForkServersOf(node_.pid());
+  all.insert(all.end(), pids.begin() + 1, pids.end());
+  all.push_back(next_pid);
+  node_.KillAndWait();
+  for (pid_t pid : all) {
+    EXPECT_TRUE(testing::WaitFor([&] { return !ProcessAlive(pid); }, absl::Seconds(5))) << pid;
+  }
 }
 
 TEST_F(ActorTest, KillNineWithoutRestartsIsDead) {

@@ -404,7 +404,9 @@ ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
                      "--tls-dir",
                      gcs.tls_dir(),
                      "--metrics-port",
-                     absl::StrCat(options.metrics_port)},
+                     absl::StrCat(options.metrics_port),
+                     "--fork-server",
+                     options.fork_server ? "true" : "false"},
                     absl::StrCat(gcs.dir(), "/node-", node_id, ".log"), std::move(env));
   auto client = gcs::GcsClient::Connect({gcs.address(), gcs.token()});
   WaitFor(
