@@ -57,6 +57,12 @@ void CoreWorker::Shutdown() {
 CoreWorker::CoreWorker(CoreWorkerOptions options, std::unique_ptr<gcs::GcsClient> gcs)
     : caller_id_(NewId()), gcs_(std::move(gcs)) {
   options_ = std::move(options);
+}
+
+void CoreWorker::Subscribe() {
+  absl::MutexLock lock(&subscribe_mu_);
+  if (subscription_ || stopped_) return;
+  // The stream starts with a snapshot of the table: whatever changed before it is seen.
   subscription_ =
       gcs_->Subscribe({rpc::ACTOR}, [this](const rpc::PubMessage& m) { OnActorMessage(m); });
 }
@@ -86,7 +92,13 @@ void CoreWorker::Stop() {
     // Like Ray: a driver's actors go with it, unless created detached.
     for (const auto& id : owned) gcs_->KillActor(id, /*no_restart=*/true).IgnoreError();
   }
-  subscription_.reset();
+  std::unique_ptr<gcs::GcsClient::Subscription> subscription;
+  {
+    absl::MutexLock lock(&subscribe_mu_);
+    stopped_ = true;
+    subscription = std::move(subscription_);
+  }
+  subscription.reset();
   for (auto& [id, client] : clients) client->Close();
 }
 
@@ -115,6 +127,10 @@ std::shared_ptr<ActorClient> CoreWorker::AddClient(const rpc::ActorInfo& info) {
     client = std::make_shared<ActorClient>(caller_id_, options_.token, info);
     clients_[info.actor_id()] = client;
   }
+  // Only a process that calls actors follows their changes: a worker that is only called
+  // never subscribes (each subscriber gets every actor's every change, so a burst of N
+  // workers that all did would cost the GCS N² messages).
+  Subscribe();
   client->OnActorUpdate(info);
   // A change published between our lookup and the registration above would be missed:
   // look once more now that updates reach the client.

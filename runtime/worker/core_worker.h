@@ -56,7 +56,11 @@ class CoreWorker {
   CoreWorkerOptions options_ ABSL_GUARDED_BY(mu_);
   const std::string caller_id_;
   std::unique_ptr<gcs::GcsClient> gcs_;
-  std::unique_ptr<gcs::GcsClient::Subscription> subscription_;
+  // Started by the first actor client (Subscribe), stopped by Stop.
+  void Subscribe();
+  absl::Mutex subscribe_mu_;
+  std::unique_ptr<gcs::GcsClient::Subscription> subscription_ ABSL_GUARDED_BY(subscribe_mu_);
+  bool stopped_ ABSL_GUARDED_BY(subscribe_mu_) = false;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ActorClient>> clients_ ABSL_GUARDED_BY(mu_);
