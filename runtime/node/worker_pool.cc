@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -79,6 +80,10 @@ int64_t ReadCgroupValue(const std::string& path, const std::string& key = "") {
 // How long the exit of a child we do not know is kept, in case it is a worker whose record
 // is still being written.
 constexpr absl::Duration kUnclaimedExitKept = absl::Seconds(10);
+
+// How often the RSS of a worker without a memory limit is read (one with a limit: every
+// sample_period).
+constexpr absl::Duration kUnlimitedSamplePeriod = absl::Seconds(1);
 
 // A worker whose RSS passes this share of its memory limit gets SIGUSR1 (once).
 constexpr double kMemoryWarningFraction = 0.9;
@@ -443,8 +448,18 @@ void WorkerPool::ReapLoop() {
     // New workers appear without waking us; a short timeout bounds how long one goes
     // unwatched. Exits of watched workers wake us at once.
     ::poll(fds.data(), fds.size(), 20);
+    std::set<int> ended_fds;
+    for (const auto& p : fds) {
+      if (p.revents != 0) ended_fds.insert(p.fd);
+    }
     for (auto it = pidfds.begin(); it != pidfds.end();) {
       pid_t pid = it->first;
+      // Only a worker whose pidfd says it ended (or that was gone before we watched it, or
+      // reaped by the sweep below) is asked: one waitpid per exit, not per worker per round.
+      if (it->second >= 0 && !ended_fds.count(it->second) && !unclaimed.count(pid)) {
+        ++it;
+        continue;
+      }
       int status = 0;
       pid_t r = ::waitpid(pid, &status, WNOHANG);
       if (r == 0) {
@@ -494,18 +509,34 @@ void WorkerPool::ReapLoop() {
 
 void WorkerPool::MonitorLoop() {
   int64_t total = TotalMemoryBytes();
+  absl::Time last_full_sample = absl::InfinitePast();
   while (true) {
     {
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.sample_period);
       if (stopping_) return;
     }
+    // Read outside the lock (a /proc read per worker): workers with a limit every period,
+    // the others every kUnlimitedSamplePeriod (their RSS only feeds peaks and metrics).
+    absl::Time now = absl::Now();
+    bool all = now - last_full_sample >= kUnlimitedSamplePeriod;
+    if (all) last_full_sample = now;
+    std::vector<pid_t> due;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [pid, w] : workers_) {
+        if (all || w.memory_limit > 0) due.push_back(pid);
+      }
+    }
+    std::vector<std::pair<pid_t, int64_t>> sampled;
+    for (pid_t pid : due) sampled.emplace_back(pid, ProcessRssBytes(pid));
     std::vector<std::pair<pid_t, rpc::DeathCause>> kills;
     {
       absl::MutexLock lock(&mu_);
-      for (auto& [pid, w] : workers_) {
-        int64_t rss = ProcessRssBytes(pid);
-        if (rss < 0) continue;
+      for (const auto& [pid, rss] : sampled) {
+        auto found = workers_.find(pid);
+        if (rss < 0 || found == workers_.end()) continue;
+        WorkerRecord& w = found->second;
         w.last_rss = rss;
         w.peak_rss = std::max(w.peak_rss, rss);
         // Near the limit: warn the worker once (an elastic rank with `dump: true` writes its
