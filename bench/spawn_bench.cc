@@ -8,12 +8,16 @@
 // workers of each kind and of the fork server (PSS counts a shared page once across the
 // processes that share it, where RSS counts it in each).
 //
-//   build/bin/spawn_bench [burst, default 200] [rounds, default 2]
+//   build/bin/spawn_bench [burst, default 200] [rounds, default 2] [fork|exec|both, default both]
+//
+// (`fork` or `exec` alone: one kind's bursts only, to profile it.)
 //
 // Last line: RESULT fork_creations_per_s=… exec_creations_per_s=… ratio=… (fork ÷ exec,
 // median of the rounds) fork_worker_pss_mib=… exec_worker_pss_mib=… fork_server_pss_mib=…
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -58,6 +62,20 @@ double PssMiB(pid_t pid) {
     std::getline(in, unit);
   }
   return -1;
+}
+
+// CPU time (user + system clock ticks) `pid` used so far; 0 if gone.
+int64_t CpuTicks(pid_t pid) {
+  auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (!stat.ok()) return 0;
+  size_t close = stat->rfind(')');
+  long long user = 0, system = 0;
+  if (close == std::string::npos ||
+      std::sscanf(stat->c_str() + close + 1,
+                  " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &user, &system) != 2) {
+    return 0;
+  }
+  return user + system;
 }
 
 // The children of `parent` named `comm`.
@@ -108,6 +126,7 @@ Burst RunBurst(const std::string& resource, int n, bool keep) {
 int Main(int argc, char** argv) {
   int burst = argc > 1 ? std::atoi(argv[1]) : 200;
   int rounds = argc > 2 ? std::atoi(argv[2]) : 2;
+  std::string only = argc > 3 ? argv[3] : "both";
   testing::RedisServer redis;
   testing::GcsProcess gcs(redis, bench::GcsOptions());
   bench::UseGcsTls(gcs);
@@ -138,9 +157,9 @@ int Main(int argc, char** argv) {
 
   std::vector<double> fork_rates, exec_rates;
   for (int r = 0; r < rounds; ++r) {
-    Burst f = RunBurst("fork", burst, false);
+    Burst f = only != "exec" ? RunBurst("fork", burst, false) : Burst{};
     absl::SleepFor(absl::Seconds(1));
-    Burst e = RunBurst("exec", burst, false);
+    Burst e = only != "fork" ? RunBurst("exec", burst, false) : Burst{};
     absl::SleepFor(absl::Seconds(1));
     fork_rates.push_back(f.per_s);
     exec_rates.push_back(e.per_s);
@@ -148,10 +167,22 @@ int Main(int argc, char** argv) {
                 f.per_s, e.per_s);
   }
 
-  // Idle workers: 20 of each kind, and the fork server.
-  Burst f = RunBurst("fork", 20, true);
-  Burst e = RunBurst("exec", 20, true);
+  // Idle workers: a burst of each kind kept, and the fork server.
+  Burst f = RunBurst("fork", burst, true);
+  Burst e = RunBurst("exec", burst, true);
   absl::SleepFor(absl::Seconds(1));
+  std::vector<int> idle = f.pids;
+  idle.insert(idle.end(), e.pids.begin(), e.pids.end());
+  int64_t cpu_before = 0, cpu_after = 0;
+  for (int pid : idle) cpu_before += CpuTicks(pid);
+  absl::Time idle_start = absl::Now();
+  absl::SleepFor(absl::Seconds(3));
+  for (int pid : idle) cpu_after += CpuTicks(pid);
+  double idle_ms_per_s = 1000.0 * static_cast<double>(cpu_after - cpu_before) /
+                         static_cast<double>(::sysconf(_SC_CLK_TCK)) /
+                         absl::ToDoubleSeconds(absl::Now() - idle_start) /
+                         static_cast<double>(std::max<size_t>(idle.size(), 1));
+  std::printf("idle workers (%zu): %.3f ms of CPU per second each\n", idle.size(), idle_ms_per_s);
   std::vector<double> fork_pss, exec_pss, server_pss;
   for (int pid : f.pids) fork_pss.push_back(PssMiB(pid));
   for (int pid : e.pids) exec_pss.push_back(PssMiB(pid));

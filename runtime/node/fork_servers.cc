@@ -73,6 +73,8 @@ absl::StatusOr<ForkServers::Server> ForkServers::StartLocked(
   spawn.argv = {program};
   spawn.env = env;
   spawn.env.emplace_back(kForkServerEnv, "1");
+  // Every symbol bound once, in the server, instead of lazily in each worker it forks.
+  spawn.env.emplace_back("LD_BIND_NOW", "1");
   spawn.stdout_path = absl::StrCat(options_.log_dir, "/fork-server-", started_++, ".log");
   spawn.die_with_parent = true;
   spawn.stdin_fd = fds[1];

@@ -60,6 +60,7 @@ void BecomeWorker(pid_t node, pid_t middle, const std::vector<std::string>& requ
   }
   if (null_fd > 2) ::close(null_fd);
   ::unsetenv(kForkServerEnv);
+  ::unsetenv("LD_BIND_NOW");  // the server's (see ForkServers); the request may set it again
   for (size_t i = 1; i < request.size(); ++i) {
     size_t eq = request[i].find('=');
     if (eq == std::string::npos || eq == 0) continue;
@@ -121,6 +122,9 @@ void ServeForks() {
                  threads);
     ::_exit(3);
   }
+  // Output the program buffered before Init goes to the server's log, not to every worker's.
+  std::fflush(stdout);
+  std::fflush(stderr);
   char name[17] = {};  // the program's, for its workers
   ::prctl(PR_GET_NAME, name);
   ::prctl(PR_SET_NAME, kForkServerName);
