@@ -49,13 +49,6 @@ void ForkServers::StopAll() {
   disabled_ = true;
 }
 
-std::vector<pid_t> ForkServers::Pids() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<pid_t> pids;
-  for (const auto& [program, server] : servers_) pids.push_back(server.pid);
-  return pids;
-}
-
 void ForkServers::StopLocked(Server& server) {
   if (server.fd >= 0) ::close(server.fd);  // it sees the end of its socket and exits
   server.fd = -1;

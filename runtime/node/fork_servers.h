@@ -42,8 +42,9 @@ class ForkServers {
 
   // Forks a worker of the C++ program at `program`, starting the program's server first (with
   // `server_env` added to this process's environment) if none runs. The worker's stdout and
-  // stderr go to `log_path` and `env` is set in it. Returns its pid; an error when the program
-  // has no working server (the caller starts the worker some other way).
+  // stderr go to `log_path` and `env` is set in it. Returns its pid; FailedPrecondition when
+  // the program cannot have a server (it refused, or servers are off), another error when
+  // its server failed this time. Either way the caller starts the worker some other way.
   absl::StatusOr<pid_t> Fork(const std::string& program,
                              const std::vector<std::pair<std::string, std::string>>& server_env,
                              const std::vector<std::pair<std::string, std::string>>& env,
@@ -51,9 +52,6 @@ class ForkServers {
 
   // Stops every server; Fork fails from then on (the node is stopping).
   void StopAll();
-
-  // The running servers' pids.
-  std::vector<pid_t> Pids() const;
 
  private:
   struct Server {

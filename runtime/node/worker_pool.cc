@@ -311,7 +311,9 @@ absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int atte
       if (!absl::StartsWith(k, "PHALANX_WORKER_") && k != kJobIdEnv) shared.emplace_back(k, v);
     }
     pid = fork_servers_->Fork(code, shared, spawn.env, spawn.stdout_path);
-    if (!pid.ok()) spdlog::warn("{}; starting a process instead", pid.status().message());
+    if (!pid.ok() && !absl::IsFailedPrecondition(pid.status())) {
+      spdlog::warn("{}; starting a process instead", pid.status().message());
+    }
   }
   if (!pid.ok()) pid = Spawn(spawn);
   if (!pid.ok()) return pid.status();

@@ -236,6 +236,25 @@ TEST_F(ActorTest, WorkersAreForkedFromTheProgramsForkServerAndTheNodeReapsThem) 
   }
 }
 
+TEST_F(ActorTest, AProgramWithThreadsBeforeInitHasItsWorkersStartedAsProcessesOfTheirOwn) {
+  // A node whose workers' program starts a thread before Init: a fork would keep one thread
+  // of two, so its fork server refuses and the node starts each worker itself.
+  testing::NodeOptions options;
+  options.num_cpus = 8;
+  options.resources_json = R"({"threaded": 8})";
+  more_nodes_.push_back(testing::StartNode(*gcs_, "node-threaded", options,
+                                           {{"PHALANX_TEST_THREAD_BEFORE_INIT", "1"}}));
+  pid_t node = more_nodes_.back().pid();
+  for (int i = 0; i < 3; ++i) {
+    auto counter = Actor<Counter>().SetResources({{"threaded", 1}}).Remote(i);
+    ASSERT_TRUE(counter.ok());
+    EXPECT_EQ(*Get(counter->Task(&Counter::Add).Remote(1), absl::Seconds(20)), i + 1);
+    int pid = *Get(counter->Task(&Counter::Pid).Remote());
+    EXPECT_EQ(ParentOf(pid), node);
+  }
+  EXPECT_TRUE(ForkServersOf(node).empty());
+}
+
 TEST_F(ActorTest, KillNineWithoutRestartsIsDead) {
   auto counter = Actor<Counter>().Remote(0);
   ASSERT_TRUE(counter.ok());
