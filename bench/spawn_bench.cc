@@ -22,8 +22,6 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "actors/api.h"
 #include "bench/bench_util.h"
@@ -76,25 +74,6 @@ int64_t CpuTicks(pid_t pid) {
     return 0;
   }
   return user + system;
-}
-
-// The children of `parent` named `comm`.
-std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& comm) {
-  std::vector<pid_t> found;
-  for (const auto& entry : ListDir("/proc")) {
-    pid_t pid = 0;
-    if (!absl::SimpleAtoi(entry, &pid)) continue;
-    auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-    auto name = ReadFile(absl::StrCat("/proc/", pid, "/comm"));
-    if (!stat.ok() || !name.ok() || absl::StripTrailingAsciiWhitespace(*name) != comm) continue;
-    int ppid = -1;
-    size_t close = stat->rfind(')');
-    if (close != std::string::npos &&
-        std::sscanf(stat->c_str() + close + 1, " %*c %d", &ppid) == 1 && ppid == parent) {
-      found.push_back(pid);
-    }
-  }
-  return found;
 }
 
 struct Burst {
@@ -186,7 +165,8 @@ int Main(int argc, char** argv) {
   std::vector<double> fork_pss, exec_pss, server_pss;
   for (int pid : f.pids) fork_pss.push_back(PssMiB(pid));
   for (int pid : e.pids) exec_pss.push_back(PssMiB(pid));
-  for (pid_t pid : ChildrenNamed(forking.pid(), kForkServerName)) server_pss.push_back(PssMiB(pid));
+  for (pid_t pid : testing::ChildrenNamed(forking.pid(), kForkServerName))
+    server_pss.push_back(PssMiB(pid));
   double fork_rate = bench::Percentile(fork_rates, 0.5);
   double exec_rate = bench::Percentile(exec_rates, 0.5);
   double fork_mib = bench::Percentile(fork_pss, 0.5), exec_mib = bench::Percentile(exec_pss, 0.5);

@@ -77,10 +77,10 @@ void TrainerHostBase::SetCommitted(std::string state, int64_t step) {
 }
 
 void TrainerHostBase::GaspHeld() {
-  bool pending = !pending_.empty() && pending_.rbegin()->first > committed_step_;
+  int64_t held = Held();
   absl::MutexLock lock(&gasp_mu_);
-  gasp_state_ = pending ? pending_.rbegin()->second : committed_;
-  gasp_step_ = pending ? pending_.rbegin()->first : committed_step_;
+  gasp_state_ = held > committed_step_ ? pending_.rbegin()->second : committed_;
+  gasp_step_ = held;
   gasp_rank_ = rank_;
 }
 

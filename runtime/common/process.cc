@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "runtime/common/files.h"
 
@@ -120,17 +121,34 @@ absl::StatusOr<pid_t> Spawn(const SpawnOptions& options) {
   return pid;
 }
 
-bool ProcessAlive(pid_t pid) {
-  if (pid <= 0) return false;
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+namespace {
+
+// The fields of /proc/PID/stat after the command name (state, parent, …); "" if it is gone.
+std::string StatFields(pid_t pid) {
   std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  if (!stat) return false;
+  if (!stat) return "";
   std::string line;
   std::getline(stat, line);
   size_t close_paren = line.rfind(')');
-  if (close_paren == std::string::npos || close_paren + 2 >= line.size()) return false;
-  char state = line[close_paren + 2];
-  return state != 'Z' && state != 'X';
+  if (close_paren == std::string::npos || close_paren + 2 >= line.size()) return "";
+  return line.substr(close_paren + 2);
+}
+
+}  // namespace
+
+bool ProcessAlive(pid_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::string fields = StatFields(pid);
+  return !fields.empty() && fields[0] != 'Z' && fields[0] != 'X';
+}
+
+pid_t ProcessParent(pid_t pid) {
+  std::string fields = StatFields(pid);
+  std::vector<absl::string_view> parts = absl::StrSplit(fields, ' ');
+  pid_t parent = -1;
+  if (parts.size() < 2 || !absl::SimpleAtoi(parts[1], &parent)) return -1;
+  return parent;
 }
 
 std::string ProcessCmdline(pid_t pid) {

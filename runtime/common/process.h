@@ -32,6 +32,9 @@ absl::StatusOr<pid_t> Spawn(const SpawnOptions& options);
 // True if `pid` exists and is not a zombie.
 bool ProcessAlive(pid_t pid);
 
+// The parent of `pid` (from /proc/PID/stat); -1 if it is gone.
+pid_t ProcessParent(pid_t pid);
+
 // The command line of `pid` with arguments joined by spaces; empty if it is gone.
 std::string ProcessCmdline(pid_t pid);
 

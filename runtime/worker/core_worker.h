@@ -51,13 +51,14 @@ class CoreWorker {
   explicit CoreWorker(CoreWorkerOptions options, std::unique_ptr<gcs::GcsClient> gcs);
   void OnActorMessage(const rpc::PubMessage& message);
   std::shared_ptr<ActorClient> AddClient(const rpc::ActorInfo& info);
+  // Follows the actor table's changes from now on (once; not after Stop).
+  void Subscribe();
   void Stop();
 
   CoreWorkerOptions options_ ABSL_GUARDED_BY(mu_);
   const std::string caller_id_;
   std::unique_ptr<gcs::GcsClient> gcs_;
   // Started by the first actor client (Subscribe), stopped by Stop.
-  void Subscribe();
   absl::Mutex subscribe_mu_;
   std::unique_ptr<gcs::GcsClient::Subscription> subscription_ ABSL_GUARDED_BY(subscribe_mu_);
   bool stopped_ ABSL_GUARDED_BY(subscribe_mu_) = false;

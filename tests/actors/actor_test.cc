@@ -2,15 +2,10 @@
 // SIGKILL and real memory limits.
 #include <signal.h>
 
-#include <cstdio>
-
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "actors/api.h"
 #include "gcs/gcs_client.h"
 #include "gtest/gtest.h"
-#include "runtime/common/files.h"
 #include "runtime/common/process.h"
 #include "runtime/common/system.h"
 #include "runtime/common/worker_env.h"
@@ -165,31 +160,9 @@ TEST_F(ActorTest, KillNineRestartsWhileRestartsRemainThenDies) {
   EXPECT_NE(call.status().message().find("SIGNALED(9"), std::string::npos) << call.status();
 }
 
-// The parent of `pid` (from /proc/PID/stat); -1 when it is gone.
-pid_t ParentOf(pid_t pid) {
-  auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-  if (!stat.ok()) return -1;
-  size_t close = stat->rfind(')');
-  int parent = -1;
-  if (close == std::string::npos ||
-      std::sscanf(stat->c_str() + close + 1, " %*c %d", &parent) != 1) {
-    return -1;
-  }
-  return parent;
-}
-
 // The node's children that are fork servers (by their process name).
 std::vector<pid_t> ForkServersOf(pid_t node) {
-  std::vector<pid_t> servers;
-  for (const auto& entry : ListDir("/proc")) {
-    pid_t pid = 0;
-    if (!absl::SimpleAtoi(entry, &pid) || ParentOf(pid) != node) continue;
-    auto comm = ReadFile(absl::StrCat("/proc/", pid, "/comm"));
-    if (comm.ok() && absl::StripTrailingAsciiWhitespace(*comm) == kForkServerName) {
-      servers.push_back(pid);
-    }
-  }
-  return servers;
+  return testing::ChildrenNamed(node, kForkServerName);
 }
 
 TEST_F(ActorTest, WorkersAreForkedFromTheProgramsForkServerAndTheNodeReapsThem) {
@@ -201,7 +174,7 @@ TEST_F(ActorTest, WorkersAreForkedFromTheProgramsForkServerAndTheNodeReapsThem) 
   std::vector<pid_t> servers = ForkServersOf(node_.pid());
   ASSERT_EQ(servers.size(), 1u);
   for (int pid : pids) {
-    EXPECT_EQ(ParentOf(pid), node_.pid()) << pid;
+    EXPECT_EQ(ProcessParent(pid), node_.pid()) << pid;
     EXPECT_NE(pid, servers[0]);
   }
   // Each worker is its actor's, with its own state and log.
@@ -219,7 +192,7 @@ TEST_F(ActorTest, WorkersAreForkedFromTheProgramsForkServerAndTheNodeReapsThem) 
   auto next = Actor<Counter>().Remote(10);
   ASSERT_TRUE(next.ok());
   int next_pid = *Get(next->Task(&Counter::Pid).Remote(), absl::Seconds(20));
-  EXPECT_EQ(ParentOf(next_pid), node_.pid());
+  EXPECT_EQ(ProcessParent(next_pid), node_.pid());
   // (It took a prestarted worker, and the node forks the next one from a new server.)
   std::vector<pid_t> restarted;
   ASSERT_TRUE(testing::WaitFor([&] { return (restarted = ForkServersOf(node_.pid())).size() == 1; },
@@ -250,7 +223,7 @@ TEST_F(ActorTest, AProgramWithThreadsBeforeInitHasItsWorkersStartedAsProcessesOf
     ASSERT_TRUE(counter.ok());
     EXPECT_EQ(*Get(counter->Task(&Counter::Add).Remote(1), absl::Seconds(20)), i + 1);
     int pid = *Get(counter->Task(&Counter::Pid).Remote());
-    EXPECT_EQ(ParentOf(pid), node);
+    EXPECT_EQ(ProcessParent(pid), node);
   }
   EXPECT_TRUE(ForkServersOf(node).empty());
 }

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gcs/gcs_client.h"
@@ -420,6 +421,17 @@ ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
       },
       absl::Seconds(20));
   return node;
+}
+
+std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name) {
+  std::vector<pid_t> found;
+  for (const auto& entry : ListDir("/proc")) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(entry, &pid) || ProcessParent(pid) != parent) continue;
+    auto comm = ReadFile(absl::StrCat("/proc/", pid, "/comm"));
+    if (comm.ok() && absl::StripTrailingAsciiWhitespace(*comm) == name) found.push_back(pid);
+  }
+  return found;
 }
 
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {

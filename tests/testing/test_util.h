@@ -174,6 +174,9 @@ inline ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id)
   return StartNode(gcs, node_id, NodeOptions());
 }
 
+// The live children of `parent` whose process name (comm) is `name`.
+std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name);
+
 // Polls `condition` every 10 ms until it holds or `timeout` passes; returns the last result.
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
 
