@@ -177,8 +177,18 @@ absl::StatusOr<rpc::ActorInfo> GcsActorManager::Create(rpc::ActorInfo spec) {
         }
       }
     }
-    placement::Placement probe = scheduler_->Probe(RequestFor(spec)).placement;
-    if (probe.infeasible) {
+    const placement::ActorRequest request = RequestFor(spec);
+    placement::Placement probe = scheduler_->Probe(request).placement;
+    // A node is listed ALIVE once saved, and reaches the scheduler when its registration's
+    // listeners run, just after. An actor pinned to a node in that window waits for it
+    // (OnNodeRegistered places it), as it would for any node it has room on.
+    bool registering = false;
+    if (probe.infeasible && request.scheduling.strategy == placement::Strategy::kNodeAffinity &&
+        !scheduler_->HasNode(request.scheduling.affinity_node_id)) {
+      auto node = nodes_->Get(request.scheduling.affinity_node_id);
+      registering = node.has_value() && node->state() == rpc::NODE_ALIVE;
+    }
+    if (probe.infeasible && !registering) {
       return absl::FailedPreconditionError(
           absl::StrCat("actor ", spec.class_name(), " cannot be scheduled: ", probe.reason));
     }

@@ -1,8 +1,11 @@
 // The table managers over the in-memory store (the Redis store has its own test).
+#include "gcs/actor_manager.h"
 #include "gcs/kv_manager.h"
+#include "gcs/node_client_pool.h"
 #include "gcs/node_manager.h"
 #include "gcs/record_table.h"
 #include "gtest/gtest.h"
+#include "placement/resource_scheduler.h"
 
 namespace phalanx::gcs {
 namespace {
@@ -159,6 +162,31 @@ TEST(RecordTable, PutUpdateListAndPublish) {
   RecordTable<rpc::ActorInfo> reloaded(store.get(), &publisher2, "actors", rpc::ACTOR, &SetActor);
   ASSERT_TRUE(reloaded.Load().ok());
   EXPECT_EQ(reloaded.Get("a1")->state(), rpc::ACTOR_ALIVE);
+}
+
+// A node is listed ALIVE as soon as it is saved, and reaches the scheduler when its
+// registration's listeners run. An actor pinned to it in between waits for it (a driver that
+// saw the node listed may pin an actor at once); one pinned to an unknown node is refused.
+TEST_F(NodeManagerTest, AnActorPinnedToANodeStillRegisteringWaitsForIt) {
+  GcsNodeManager nodes(store_.get(), &publisher_, options_);
+  placement::ResourceScheduler scheduler;
+  NodeClientPool clients("token", absl::Milliseconds(200));
+  GcsActorManager actors(store_.get(), &publisher_, &nodes, &clients, &scheduler);
+  ASSERT_TRUE(nodes.Register(Node("joining")).ok());  // listed; its listeners not run yet
+  rpc::ActorInfo spec;
+  spec.set_class_name("Counter");
+  spec.set_scheduling_strategy("NODE_AFFINITY");
+  spec.set_affinity_node_id("joining");
+  auto pinned = actors.Create(spec);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  EXPECT_EQ(actors.Get(pinned->actor_id())->state(), rpc::ACTOR_PENDING);
+
+  spec.set_affinity_node_id("nowhere");
+  auto unknown = actors.Create(spec);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("node nowhere is not alive"), std::string::npos)
+      << unknown.status();
+  clients.Shutdown();
 }
 
 }  // namespace
