@@ -148,6 +148,19 @@ absl::Status GcsActorManager::Load() {
   return Apply(std::move(effects));
 }
 
+bool GcsActorManager::NodeJoiningFor(const placement::ActorRequest& request) const {
+  const placement::SchedulingRequest& r = request.scheduling;
+  if (r.strategy == placement::Strategy::kNodeAffinity && !r.affinity_soft) {
+    auto node = nodes_->Get(r.affinity_node_id);
+    return node.has_value() && node->state() == rpc::NODE_ALIVE &&
+           !scheduler_->HasNode(r.affinity_node_id);
+  }
+  for (const auto& node : nodes_->GetAll(/*alive_only=*/true)) {
+    if (!scheduler_->HasNode(node.node_id())) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<rpc::ActorInfo> GcsActorManager::Create(rpc::ActorInfo spec) {
   if (auto s = ValidateActorSpec(spec); !s.ok()) return s;
   if (spec.placement_group_id().empty()) {
@@ -180,15 +193,10 @@ absl::StatusOr<rpc::ActorInfo> GcsActorManager::Create(rpc::ActorInfo spec) {
     const placement::ActorRequest request = RequestFor(spec);
     placement::Placement probe = scheduler_->Probe(request).placement;
     // A node is listed ALIVE once saved, and reaches the scheduler when its registration's
-    // listeners run, just after. An actor pinned to a node in that window waits for it
+    // listeners run, just after. A request that only such a node may hold waits for it
     // (OnNodeRegistered places it), as it would for any node it has room on.
-    bool registering = false;
-    if (probe.infeasible && request.scheduling.strategy == placement::Strategy::kNodeAffinity &&
-        !scheduler_->HasNode(request.scheduling.affinity_node_id)) {
-      auto node = nodes_->Get(request.scheduling.affinity_node_id);
-      registering = node.has_value() && node->state() == rpc::NODE_ALIVE;
-    }
-    if (probe.infeasible && !registering) {
+    if (probe.infeasible && NodeJoiningFor(request)) probe.infeasible = false;
+    if (probe.infeasible) {
       return absl::FailedPreconditionError(
           absl::StrCat("actor ", spec.class_name(), " cannot be scheduled: ", probe.reason));
     }

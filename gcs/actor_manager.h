@@ -99,6 +99,10 @@ class GcsActorManager {
   void LeasesStalled(absl::Duration how_long);
 
  private:
+  // Whether a node that may hold `request` is listed ALIVE but not yet in the scheduler (its
+  // registration's listeners still to run): the node `request` is pinned to, or any node.
+  bool NodeJoiningFor(const placement::ActorRequest& request) const;
+
   struct Dispatch {
     std::string node_address;
     rpc::StartActorRequest start;

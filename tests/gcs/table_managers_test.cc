@@ -165,13 +165,16 @@ TEST(RecordTable, PutUpdateListAndPublish) {
 }
 
 // A node is listed ALIVE as soon as it is saved, and reaches the scheduler when its
-// registration's listeners run. An actor pinned to it in between waits for it (a driver that
-// saw the node listed may pin an actor at once); one pinned to an unknown node is refused.
-TEST_F(NodeManagerTest, AnActorPinnedToANodeStillRegisteringWaitsForIt) {
+// registration's listeners run. An actor pinned to it in between, or that only it has room
+// for, waits for it (a driver that saw the node listed may create one at once); one pinned
+// to an unknown node is refused.
+TEST_F(NodeManagerTest, AnActorThatANodeStillRegisteringMayHoldWaitsForIt) {
   GcsNodeManager nodes(store_.get(), &publisher_, options_);
   placement::ResourceScheduler scheduler;
   NodeClientPool clients("token", absl::Milliseconds(200));
   GcsActorManager actors(store_.get(), &publisher_, &nodes, &clients, &scheduler);
+  // A node the scheduler knows, too small for what follows; and one still registering.
+  scheduler.AddNode("small", *Resources::FromMap({{"CPU", 1}}));
   ASSERT_TRUE(nodes.Register(Node("joining")).ok());  // listed; its listeners not run yet
   rpc::ActorInfo spec;
   spec.set_class_name("Counter");
@@ -180,6 +183,14 @@ TEST_F(NodeManagerTest, AnActorPinnedToANodeStillRegisteringWaitsForIt) {
   auto pinned = actors.Create(spec);
   ASSERT_TRUE(pinned.ok()) << pinned.status();
   EXPECT_EQ(actors.Get(pinned->actor_id())->state(), rpc::ACTOR_PENDING);
+
+  // Or that only it has room for.
+  rpc::ActorInfo big;
+  big.set_class_name("Counter");
+  (*big.mutable_resources()->mutable_amounts())["CPU"] = 4;
+  auto fits_joining = actors.Create(big);
+  ASSERT_TRUE(fits_joining.ok()) << fits_joining.status();
+  EXPECT_EQ(actors.Get(fits_joining->actor_id())->state(), rpc::ACTOR_PENDING);
 
   spec.set_affinity_node_id("nowhere");
   auto unknown = actors.Create(spec);

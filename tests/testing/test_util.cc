@@ -427,7 +427,9 @@ std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name) {
   std::vector<pid_t> found;
   for (const auto& entry : ListDir("/proc")) {
     pid_t pid = 0;
-    if (!absl::SimpleAtoi(entry, &pid) || ProcessParent(pid) != parent) continue;
+    if (!absl::SimpleAtoi(entry, &pid) || ProcessParent(pid) != parent || !ProcessAlive(pid)) {
+      continue;
+    }
     auto comm = ReadFile(absl::StrCat("/proc/", pid, "/comm"));
     if (comm.ok() && absl::StripTrailingAsciiWhitespace(*comm) == name) found.push_back(pid);
   }
