@@ -263,6 +263,10 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen_address,
     quota.SetMaxThreads(options.num_threads);
     builder.SetResourceQuota(quota);
   }
+  if (options.max_idle_threads > 0) {
+    builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+                                options.max_idle_threads);
+  }
   for (grpc::Service* service : services) builder.RegisterService(service);
   if (options.latency != nullptr) {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> factories;

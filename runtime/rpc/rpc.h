@@ -55,6 +55,11 @@ struct ServerOptions {
   std::string token;
   int64_t max_receive_bytes = kMaxControlMessageBytes;
   int num_threads = 0;  // 0: gRPC's default
+  // Threads of the synchronous server kept waiting for calls once they finished one (gRPC's
+  // MAX_POLLERS; 0: its default, 2). A thread finishing a call while as many wait ends, and
+  // a call that finds none waiting starts a new one: where handlers block (a GCS write waits
+  // for Redis), concurrent calls would pay for a thread each.
+  int max_idle_threads = 0;
   // When set, every unary call's latency (from its arrival to its status) is observed into
   // it, keyed by the method's short name ("CreateActor"). Must outlive the server.
   metrics::HistogramFamily* latency = nullptr;
