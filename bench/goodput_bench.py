@@ -58,7 +58,7 @@ import time
 import _netns_bench  # also puts tests/multihost on the path
 import cluster_info  # noqa: E402
 import netns  # noqa: E402
-from jobs import ElasticRun, analyze_steps, int_rows, now_ms, read_int_rows  # noqa: E402
+from jobs import ElasticRun, analyze_steps, now_ms, read_int_rows  # noqa: E402
 
 KINDS = ["rank-kill", "oom", "sigstop-rank", "sigstop-ctl", "node-kill", "link-down-up",
          "gcs-kill"]
@@ -180,15 +180,6 @@ class Soak:
         return rec
 
 
-def wait_nodes(cluster, n, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if len(cluster.alive_nodes()) >= n:
-            return True
-        time.sleep(0.3)
-    return False
-
-
 def full_rate(steps, skip=20):
     """Committed steps/s while the world was full: from the first step at full strength (plus
     `skip` steps of warm-up) to the last."""
@@ -213,32 +204,6 @@ def job_config(hosts, tag):
     """The same hooks in the baseline and the soak: the update log and the OOM trigger."""
     return {"updateLog": os.path.join(hosts.dir, f"{tag}-updates.log"),
             "oomTrigger": os.path.join(hosts.dir, f"{tag}-oom-trigger")}
-
-
-class StepTail:
-    """The controller's step log read as it grows (from where the last read stopped), so that
-    watching it costs the machine next to nothing."""
-
-    def __init__(self, path):
-        self.path = path
-        self.offset = 0
-        self.partial = ""
-        self.last = (0, 0, 0)
-
-    def last_step(self):
-        try:
-            with open(self.path) as f:
-                f.seek(self.offset)
-                chunk = f.read()
-                self.offset = f.tell()
-        except OSError:
-            return self.last
-        lines = (self.partial + chunk).split("\n")
-        self.partial = lines.pop()
-        rows = int_rows(lines, 3)
-        if rows:
-            self.last = rows[-1]
-        return self.last
 
 
 def run_baseline(cluster, hosts, args):
@@ -289,7 +254,7 @@ def main():
                                 heartbeat_ms=args.heartbeat_ms)
         try:
             cluster.start()
-            if not wait_nodes(cluster, 3, 60):
+            if not cluster.wait_alive(3, 60):
                 raise RuntimeError("the cluster did not reach 3 alive nodes")
             log(f"cluster: 3 hosts, node timeout {args.node_timeout_ms} ms, heartbeats every "
                 f"{args.heartbeat_ms} ms; steps of {args.step_ms} ms, hang timeout "
@@ -324,7 +289,6 @@ def soak(cluster, hosts, args, rng, rate):
         raise RuntimeError(f"the soak job never reached {WORLD} ranks:\n{run.output()[-3000:]}")
     run.wait_step(run.last_step()[0] + 20, timeout=30)
     s = Soak(cluster, hosts, run, config["oomTrigger"], args, rng)
-    tail = StepTail(run.step_log)
     start = time.time()
     start_ms = int(start * 1000)
     end = start + args.soak_s
@@ -338,7 +302,7 @@ def soak(cluster, hosts, args, rng, rate):
         s.due(now)
         fault_at = start + (k + 0.5) * args.fault_every_s
         if k < n_faults and now >= fault_at and not s.pending:
-            last = tail.last_step()
+            last = run.last_step()
             waited = now - fault_at
             if last[2] == WORLD or waited > args.fault_every_s / 2:
                 if last[2] != WORLD:

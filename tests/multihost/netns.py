@@ -598,11 +598,17 @@ class Cluster:
             raise RuntimeError(f"restart: processes left after stop: {left}")
         self.stopped = False
         self.start()
+        if not self.wait_alive(len(self.hosts), timeout):
+            raise RuntimeError(f"restart: not every node is alive after {timeout} s")
+
+    def wait_alive(self, n, timeout):
+        """Whether at least `n` nodes are alive within `timeout` s."""
         deadline = time.time() + timeout
-        while len(self.alive_nodes()) < len(self.hosts):
+        while len(self.alive_nodes()) < n:
             if time.time() > deadline:
-                raise RuntimeError(f"restart: not every node is alive after {timeout} s")
+                return False
             time.sleep(0.3)
+        return True
 
     def start_node(self, i):
         """`phalanx start --address ...` on host i again (a new node, a new session)."""
