@@ -423,13 +423,24 @@ ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
   return node;
 }
 
-std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name) {
-  std::vector<pid_t> found;
+namespace {
+
+// Every process of this machine (in our pid namespace) that is alive, not a zombie.
+std::vector<pid_t> LiveProcesses() {
+  std::vector<pid_t> out;
   for (const auto& entry : ListDir("/proc")) {
     pid_t pid = 0;
-    if (!absl::SimpleAtoi(entry, &pid) || ProcessParent(pid) != parent || !ProcessAlive(pid)) {
-      continue;
-    }
+    if (absl::SimpleAtoi(entry, &pid) && ProcessAlive(pid)) out.push_back(pid);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name) {
+  std::vector<pid_t> found;
+  for (pid_t pid : LiveProcesses()) {
+    if (ProcessParent(pid) != parent) continue;
     auto comm = ReadFile(absl::StrCat("/proc/", pid, "/comm"));
     if (comm.ok() && absl::StripTrailingAsciiWhitespace(*comm) == name) found.push_back(pid);
   }
@@ -483,11 +494,10 @@ CommandResult RunCommand(const std::vector<std::string>& argv,
 
 std::vector<pid_t> FindProcesses(const std::string& needle) {
   std::vector<pid_t> out;
-  for (const auto& entry : ListDir("/proc")) {
-    pid_t pid;
-    if (!absl::SimpleAtoi(entry, &pid) || pid == ::getpid()) continue;
-    if (!ProcessAlive(pid)) continue;
-    if (ProcessCmdline(pid).find(needle) != std::string::npos) out.push_back(pid);
+  for (pid_t pid : LiveProcesses()) {
+    if (pid != ::getpid() && ProcessCmdline(pid).find(needle) != std::string::npos) {
+      out.push_back(pid);
+    }
   }
   return out;
 }
