@@ -1,5 +1,6 @@
 #include "gcs/node_client_pool.h"
 
+#include "absl/strings/str_cat.h"
 #include "runtime/proto/node.grpc.pb.h"
 #include "runtime/rpc/rpc.h"
 
@@ -49,12 +50,12 @@ NodeClientPool::Stubs* NodeClientPool::StubsFor(const std::string& address) {
 }
 
 template <typename Request, typename Reply, typename Invoke>
-void NodeClientPool::Send(const std::string& address, const Request& request, Done done,
-                          Invoke invoke) {
+void NodeClientPool::Send(const std::string& address, const Request& request,
+                          std::function<void(absl::Status, const Reply&)> done, Invoke invoke) {
   struct TypedCall : Call {
     Request request;
     Reply reply;
-    Done done;
+    std::function<void(absl::Status, const Reply&)> done;
   };
   auto call = std::make_shared<TypedCall>();
   uint64_t id = 0;
@@ -66,7 +67,7 @@ void NodeClientPool::Send(const std::string& address, const Request& request, Do
     }
   }
   if (id == 0) {
-    if (done) done(absl::CancelledError("the GCS is shutting down"));
+    if (done) done(absl::CancelledError("the GCS is shutting down"), call->reply);
     return;
   }
   call->request = request;
@@ -75,41 +76,101 @@ void NodeClientPool::Send(const std::string& address, const Request& request, Do
   TypedCall* raw = call.get();
   invoke(StubsFor(address)->stub->async(), &raw->context, &raw->request, &raw->reply,
          [this, raw, id, address](grpc::Status status) {
-           if (raw->done) raw->done(rpc::FromGrpc(status, "node manager at " + address));
+           if (raw->done)
+             raw->done(rpc::FromGrpc(status, "node manager at " + address), raw->reply);
            // Last: Shutdown waits for this, and the call's memory goes with its entry.
            absl::MutexLock lock(&calls_mu_);
            in_flight_.erase(id);
          });
 }
 
+template <typename Request, typename Reply, typename Invoke>
+void NodeClientPool::SendForStatus(const std::string& address, const Request& request, Done done,
+                                   Invoke invoke) {
+  Send<Request, Reply>(
+      address, request,
+      [done = std::move(done)](absl::Status s, const Reply&) {
+        if (done) done(std::move(s));
+      },
+      invoke);
+}
+
 void NodeClientPool::StartActor(const std::string& address, const rpc::StartActorRequest& request,
                                 Done done) {
-  Send<rpc::StartActorRequest, rpc::StartActorReply>(
+  SendForStatus<rpc::StartActorRequest, rpc::StartActorReply>(
       address, request, std::move(done), [](auto* a, auto... args) { a->StartActor(args...); });
 }
 
 void NodeClientPool::KillActor(const std::string& address, const rpc::KillActorRequest& request,
                                Done done) {
-  Send<rpc::KillActorRequest, rpc::KillActorReply>(
+  SendForStatus<rpc::KillActorRequest, rpc::KillActorReply>(
       address, request, std::move(done), [](auto* a, auto... args) { a->KillActor(args...); });
 }
 
 void NodeClientPool::PrepareBundle(const std::string& address, const rpc::BundleRequest& request,
                                    Done done) {
-  Send<rpc::BundleRequest, rpc::BundleReply>(
-      address, request, std::move(done), [](auto* a, auto... args) { a->PrepareBundle(args...); });
+  QueueBundleOp(address, rpc::BundleOp::PREPARE, request, std::move(done));
 }
 
 void NodeClientPool::CommitBundle(const std::string& address, const rpc::BundleRequest& request,
                                   Done done) {
-  Send<rpc::BundleRequest, rpc::BundleReply>(
-      address, request, std::move(done), [](auto* a, auto... args) { a->CommitBundle(args...); });
+  QueueBundleOp(address, rpc::BundleOp::COMMIT, request, std::move(done));
 }
 
 void NodeClientPool::CancelBundle(const std::string& address, const rpc::BundleRequest& request,
                                   Done done) {
-  Send<rpc::BundleRequest, rpc::BundleReply>(
-      address, request, std::move(done), [](auto* a, auto... args) { a->CancelBundle(args...); });
+  QueueBundleOp(address, rpc::BundleOp::CANCEL, request, std::move(done));
+}
+
+void NodeClientPool::QueueBundleOp(const std::string& address, rpc::BundleOp::Kind kind,
+                                   const rpc::BundleRequest& request, Done done) {
+  {
+    absl::MutexLock lock(&bundles_mu_);
+    BundleQueue& queue = bundle_queues_[address];
+    rpc::BundleOp& op = queue.ops.emplace_back();
+    op.set_kind(kind);
+    *op.mutable_bundle() = request;
+    queue.dones.push_back(std::move(done));
+    if (queue.in_flight) return;  // goes with the next call, when this one is answered
+    queue.in_flight = true;
+  }
+  SendBundleOps(address);
+}
+
+void NodeClientPool::SendBundleOps(const std::string& address) {
+  rpc::UpdateBundlesRequest request;
+  std::vector<Done> dones;
+  {
+    absl::MutexLock lock(&bundles_mu_);
+    BundleQueue& queue = bundle_queues_[address];
+    if (queue.ops.empty()) {
+      queue.in_flight = false;
+      return;
+    }
+    request.mutable_ops()->Reserve(static_cast<int>(queue.ops.size()));
+    for (auto& op : queue.ops) *request.add_ops() = std::move(op);
+    queue.ops.clear();
+    dones.swap(queue.dones);
+  }
+  Send<rpc::UpdateBundlesRequest, rpc::UpdateBundlesReply>(
+      address, request,
+      [this, address, dones = std::move(dones)](absl::Status s,
+                                                const rpc::UpdateBundlesReply& reply) {
+        for (size_t i = 0; i < dones.size(); ++i) {
+          absl::Status result = s;
+          if (s.ok() && static_cast<int>(i) >= reply.results_size()) {
+            result = absl::InternalError(absl::StrCat("node manager at ", address, " answered ",
+                                                      reply.results_size(), " of ", dones.size(),
+                                                      " bundle operations"));
+          } else if (s.ok()) {
+            const rpc::BundleOpResult& r = reply.results(static_cast<int>(i));
+            result = absl::Status(static_cast<absl::StatusCode>(r.code()), r.message());
+          }
+          if (dones[i]) dones[i](std::move(result));
+        }
+        SendBundleOps(address);
+      },
+      [](auto* a, auto... args) { a->UpdateBundles(args...); });
 }
 
 }  // namespace phalanx::gcs

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -32,6 +33,11 @@ class NodeClientPool {
 
   void StartActor(const std::string& address, const rpc::StartActorRequest& request, Done done);
   void KillActor(const std::string& address, const rpc::KillActorRequest& request, Done done);
+
+  // Placement-group bundles, applied by each node in the order asked. One UpdateBundles call
+  // is in flight per node at a time; what is asked meanwhile waits and goes in the next, so a
+  // burst of groups costs each node a few calls, not one per bundle and phase. An operation
+  // is answered within twice the pool's timeout (the call before it, then its own).
   void PrepareBundle(const std::string& address, const rpc::BundleRequest& request, Done done);
   void CommitBundle(const std::string& address, const rpc::BundleRequest& request, Done done);
   void CancelBundle(const std::string& address, const rpc::BundleRequest& request, Done done);
@@ -39,9 +45,22 @@ class NodeClientPool {
  private:
   struct Stubs;
   struct Call;
+  // A node's bundle operations that wait for its call in flight.
+  struct BundleQueue {
+    std::vector<rpc::BundleOp> ops;
+    std::vector<Done> dones;
+    bool in_flight = false;
+  };
   Stubs* StubsFor(const std::string& address);
   template <typename Request, typename Reply, typename Invoke>
-  void Send(const std::string& address, const Request& request, Done done, Invoke invoke);
+  void Send(const std::string& address, const Request& request,
+            std::function<void(absl::Status, const Reply&)> done, Invoke invoke);
+  template <typename Request, typename Reply, typename Invoke>
+  void SendForStatus(const std::string& address, const Request& request, Done done, Invoke invoke);
+  void QueueBundleOp(const std::string& address, rpc::BundleOp::Kind kind,
+                     const rpc::BundleRequest& request, Done done);
+  // Sends what waits for `address` as one call; when it is answered, the next.
+  void SendBundleOps(const std::string& address);
 
   const std::string token_;
   const absl::Duration timeout_;
@@ -52,6 +71,8 @@ class NodeClientPool {
   uint64_t next_call_ ABSL_GUARDED_BY(calls_mu_) = 0;
   std::map<uint64_t, std::shared_ptr<Call>> in_flight_ ABSL_GUARDED_BY(calls_mu_);
   bool shut_down_ ABSL_GUARDED_BY(calls_mu_) = false;
+  absl::Mutex bundles_mu_;
+  absl::flat_hash_map<std::string, BundleQueue> bundle_queues_ ABSL_GUARDED_BY(bundles_mu_);
 };
 
 }  // namespace phalanx::gcs

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
                  "of the program for each (false)");
   int64_t debug_prepare_delay_ms = 0;
   app.add_option("--debug-prepare-delay-ms", debug_prepare_delay_ms,
-                 "test hook: delay answering PrepareBundle");
+                 "test hook: delay answering each bundle PREPARE");
   CLI11_PARSE(app, argc, argv);
   options.debug_prepare_delay = absl::Milliseconds(debug_prepare_delay_ms);
 

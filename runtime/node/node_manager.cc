@@ -49,12 +49,8 @@ class NodeServiceImpl final : public rpc::NodeManagerService::Service {
                            rpc::WorkerReadyReply*) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const rpc::ListWorkersRequest*,
                            rpc::ListWorkersReply* reply) override;
-  grpc::Status PrepareBundle(grpc::ServerContext* context, const rpc::BundleRequest* request,
-                             rpc::BundleReply*) override;
-  grpc::Status CommitBundle(grpc::ServerContext* context, const rpc::BundleRequest* request,
-                            rpc::BundleReply*) override;
-  grpc::Status CancelBundle(grpc::ServerContext* context, const rpc::BundleRequest* request,
-                            rpc::BundleReply*) override;
+  grpc::Status UpdateBundles(grpc::ServerContext* context, const rpc::UpdateBundlesRequest* request,
+                             rpc::UpdateBundlesReply* reply) override;
 
  private:
   NodeManagerImpl* node_;
@@ -588,19 +584,28 @@ grpc::Status NodeServiceImpl::ListWorkers(grpc::ServerContext*, const rpc::ListW
   return grpc::Status::OK;
 }
 
-grpc::Status NodeServiceImpl::PrepareBundle(grpc::ServerContext*, const rpc::BundleRequest* request,
-                                            rpc::BundleReply*) {
-  return rpc::ToGrpc(node_->PrepareBundle(*request));
-}
-
-grpc::Status NodeServiceImpl::CommitBundle(grpc::ServerContext*, const rpc::BundleRequest* request,
-                                           rpc::BundleReply*) {
-  return rpc::ToGrpc(node_->CommitBundle(*request));
-}
-
-grpc::Status NodeServiceImpl::CancelBundle(grpc::ServerContext*, const rpc::BundleRequest* request,
-                                           rpc::BundleReply*) {
-  node_->CancelBundle(*request);
+grpc::Status NodeServiceImpl::UpdateBundles(grpc::ServerContext*,
+                                            const rpc::UpdateBundlesRequest* request,
+                                            rpc::UpdateBundlesReply* reply) {
+  for (const rpc::BundleOp& op : request->ops()) {
+    absl::Status s;
+    switch (op.kind()) {
+      case rpc::BundleOp::PREPARE:
+        s = node_->PrepareBundle(op.bundle());
+        break;
+      case rpc::BundleOp::COMMIT:
+        s = node_->CommitBundle(op.bundle());
+        break;
+      case rpc::BundleOp::CANCEL:
+        node_->CancelBundle(op.bundle());
+        break;
+      default:
+        s = absl::InvalidArgumentError(absl::StrCat("unknown bundle op ", op.kind()));
+    }
+    rpc::BundleOpResult* result = reply->add_results();
+    result->set_code(static_cast<int>(s.code()));
+    result->set_message(std::string(s.message()));
+  }
   return grpc::Status::OK;
 }
 

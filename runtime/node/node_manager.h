@@ -37,7 +37,7 @@ struct NodeManagerOptions {
   std::string memory_enforcement = "auto";  // auto | cgroup | rss
   absl::Duration memory_sample_period = absl::Milliseconds(50);
   bool fork_server = true;  // C++ workers forked from a server per program (see WorkerPool)
-  // Test hook: PrepareBundle waits this long before answering (to kill a node mid-commit).
+  // Test hook: each bundle PREPARE waits this long (to kill a node mid-commit).
   absl::Duration debug_prepare_delay = absl::ZeroDuration();
   // Fence (kill every worker) after this long without evidence of being part of the cluster.
   // Zero: the GCS's node timeout, told at registration (the only value that is safe).

@@ -1,7 +1,9 @@
 // Placement groups and scheduling on several node managers with declared resources.
 #include <signal.h>
 
+#include <atomic>
 #include <set>
+#include <thread>
 
 #include "actors/api.h"
 #include "gcs/gcs_client.h"
@@ -273,6 +275,69 @@ TEST_F(PlacementTest, RemovalKillsTheGroupsActorsAndFreesEverything) {
         << id;
   }
   EXPECT_EQ(*pg->State(), PlacementGroupState::kRemoved);
+}
+
+// Concurrent groups make the GCS send each node several bundle operations in one call
+// (prepares, commits and cancels of different groups, in order): afterwards each node's
+// ledger holds exactly the bundles of the groups still created, all committed.
+TEST_F(PlacementTest, ABurstOfGroupsLeavesEachNodesLedgerAsTheGcsSeesIt) {
+  AddNode("node-a", 8);
+  AddNode("node-b", 8);
+  constexpr int kClients = 6, kRounds = 15;
+  std::atomic<int> failures{0};
+  std::vector<std::string> kept(kClients);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      auto client = *gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
+      rpc::PlacementGroupInfo spec;
+      spec.set_strategy("SPREAD");
+      for (int b = 0; b < 2; ++b) {
+        (*spec.add_bundles()->mutable_resources()->mutable_amounts())["CPU"] = 0.5;
+      }
+      for (int r = 0; r < kRounds; ++r) {
+        auto pg = client->CreatePlacementGroup(spec);
+        if (!pg.ok()) {
+          ++failures;
+          continue;
+        }
+        auto ready = client->WaitPlacementGroupReady(pg->placement_group_id(), absl::Seconds(10));
+        if (!ready.ok() || ready->state() != rpc::PG_CREATED) ++failures;
+        if (r == kRounds - 1) {
+          kept[c] = pg->placement_group_id();  // the last one stays
+        } else if (!client->RemovePlacementGroup(pg->placement_group_id()).ok()) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  std::set<std::pair<std::string, int>> expected;
+  for (const auto& id : kept) {
+    auto pg = client_->GetPlacementGroup(id);
+    ASSERT_TRUE(pg.ok());
+    ASSERT_EQ(pg->state(), rpc::PG_CREATED);
+    for (int i = 0; i < pg->bundles_size(); ++i) expected.emplace(id, i);
+  }
+  auto ledgers = [&] {
+    std::set<std::pair<std::string, int>> held;
+    for (const char* node : {"node-a", "node-b"}) {
+      rpc::GetNodeStatsReply stats = NodeStats(node);
+      for (const auto& b : stats.bundles()) {
+        if (b.committed()) held.emplace(b.placement_group_id(), b.bundle_index());
+      }
+    }
+    return held;
+  };
+  // Cancels of removed groups are sent after their removal is answered: wait for them.
+  EXPECT_TRUE(testing::WaitFor([&] { return ledgers() == expected; }, absl::Seconds(10)));
+  for (const char* node : {"node-a", "node-b"}) {
+    EXPECT_EQ(NodeStats(node).bundles_size(), kClients) << node;  // none merely prepared
+    EXPECT_TRUE(testing::WaitFor([&] { return AvailableCpu(node) == 8 - kClients * 0.5; },
+                                 absl::Seconds(10)))
+        << node;
+  }
 }
 
 TEST_F(PlacementTest, ReleasingABundleKillsItsActorsAndGivesItsResourcesBackForGood) {
