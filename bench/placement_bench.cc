@@ -36,13 +36,12 @@ double PgThroughput(const testing::GcsProcess& gcs, int clients, double seconds)
       }
       int64_t n = 0;
       while (!stop) {
-        auto pg = client->CreatePlacementGroup(spec);
+        auto pg = client->CreatePlacementGroup(spec, /*wait_ready=*/absl::Seconds(10));
         if (!pg.ok()) {
           ++failed;
           continue;
         }
-        auto ready = client->WaitPlacementGroupReady(pg->placement_group_id(), absl::Seconds(10));
-        if (!ready.ok() || ready->state() != rpc::PG_CREATED) ++failed;
+        if (pg->state() != rpc::PG_CREATED) ++failed;
         if (client->RemovePlacementGroup(pg->placement_group_id()).ok()) ++n;
       }
       done += n;

@@ -415,11 +415,12 @@ class GcsClientImpl final : public GcsClient {
     }
   }
 
-  absl::StatusOr<rpc::PlacementGroupInfo> CreatePlacementGroup(
-      const rpc::PlacementGroupInfo& spec) override {
+  absl::StatusOr<rpc::PlacementGroupInfo> CreatePlacementGroup(const rpc::PlacementGroupInfo& spec,
+                                                               absl::Duration wait_ready) override {
     rpc::CreatePlacementGroupRequest request;
     *request.mutable_placement_group() = spec;
-    auto reply = Call(&Stub::CreatePlacementGroup, request);
+    request.set_wait_ready_ms(absl::ToInt64Milliseconds(wait_ready));
+    auto reply = Call(&Stub::CreatePlacementGroup, request, wait_ready + options_.rpc_timeout);
     if (!reply.ok()) return reply.status();
     return reply->placement_group();
   }

@@ -112,8 +112,10 @@ class GcsClient {
                                const std::function<bool(const rpc::JobLogsChunk&)>& on_chunk) = 0;
 
   // Creates a placement group (validated, stored PENDING, reserved by two-phase commit).
+  // With `wait_ready` > 0, the same call then waits for it as WaitPlacementGroupReady does
+  // and returns its record then (CREATED, or still PENDING when the wait ran out).
   virtual absl::StatusOr<rpc::PlacementGroupInfo> CreatePlacementGroup(
-      const rpc::PlacementGroupInfo& spec) = 0;
+      const rpc::PlacementGroupInfo& spec, absl::Duration wait_ready = absl::ZeroDuration()) = 0;
   virtual absl::Status RemovePlacementGroup(const std::string& pg_id) = 0;
   // Kills the actors in one bundle and gives its resources back to its node for good.
   virtual absl::Status ReleasePlacementGroupBundle(const std::string& pg_id, int bundle_index) = 0;

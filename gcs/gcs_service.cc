@@ -27,6 +27,13 @@
 namespace phalanx::gcs {
 namespace {
 
+// The longest a call waits for a placement group to be ready (a client asking for longer
+// asks again); the wait a call asks for, in milliseconds, bounded by it.
+constexpr absl::Duration kMaxPlacementGroupWait = absl::Seconds(60);
+absl::Duration WaitBound(int64_t ms) {
+  return std::clamp(absl::Milliseconds(ms), absl::ZeroDuration(), kMaxPlacementGroupWait);
+}
+
 class GcsServiceImpl final : public GcsServiceHandlers {
  public:
   GcsServiceImpl(std::string cluster_id, GcsPublisher* publisher, GcsNodeManager* nodes,
@@ -312,6 +319,10 @@ class GcsServiceImpl final : public GcsServiceHandlers {
                                     const rpc::CreatePlacementGroupRequest* request,
                                     rpc::CreatePlacementGroupReply* reply) override {
     auto pg = placement_groups_->Create(request->placement_group());
+    if (pg.ok() && request->wait_ready_ms() > 0) {
+      pg = placement_groups_->WaitReady(pg->placement_group_id(),
+                                        WaitBound(request->wait_ready_ms()));
+    }
     if (!pg.ok()) return rpc::ToGrpc(pg.status());
     *reply->mutable_placement_group() = std::move(*pg);
     return grpc::Status::OK;
@@ -349,9 +360,8 @@ class GcsServiceImpl final : public GcsServiceHandlers {
   grpc::Status WaitPlacementGroupReady(grpc::ServerContext*,
                                        const rpc::WaitPlacementGroupReadyRequest* request,
                                        rpc::WaitPlacementGroupReadyReply* reply) override {
-    auto pg = placement_groups_->WaitReady(
-        request->placement_group_id(),
-        absl::Milliseconds(std::clamp<int64_t>(request->timeout_ms(), 0, 60000)));
+    auto pg = placement_groups_->WaitReady(request->placement_group_id(),
+                                           WaitBound(request->timeout_ms()));
     if (!pg.ok()) return rpc::ToGrpc(pg.status());
     *reply->mutable_placement_group() = std::move(*pg);
     return grpc::Status::OK;

@@ -277,6 +277,30 @@ TEST_F(PlacementTest, RemovalKillsTheGroupsActorsAndFreesEverything) {
   EXPECT_EQ(*pg->State(), PlacementGroupState::kRemoved);
 }
 
+// Creating with a wait answers once the group is placed, in the same call; a group that
+// cannot be placed yet comes back PENDING, with its reason, when the wait runs out.
+TEST_F(PlacementTest, CreatingWithAWaitAnswersOnceTheGroupIsPlaced) {
+  AddNode("node-a", 2);
+  rpc::PlacementGroupInfo spec;
+  spec.set_strategy("PACK");
+  (*spec.add_bundles()->mutable_resources()->mutable_amounts())["CPU"] = 2;
+  auto first = client_->CreatePlacementGroup(spec, absl::Seconds(10));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->state(), rpc::PG_CREATED);
+  EXPECT_EQ(first->bundles(0).node_id(), "node-a");
+
+  absl::Time start = absl::Now();
+  auto second = client_->CreatePlacementGroup(spec, absl::Milliseconds(300));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->state(), rpc::PG_PENDING);
+  EXPECT_FALSE(second->pending_reason().empty());
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+  ASSERT_TRUE(client_->RemovePlacementGroup(first->placement_group_id()).ok());
+  auto ready = client_->WaitPlacementGroupReady(second->placement_group_id(), absl::Seconds(10));
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  EXPECT_EQ(ready->state(), rpc::PG_CREATED);
+}
+
 // Concurrent groups make the GCS send each node several bundle operations in one call
 // (prepares, commits and cancels of different groups, in order): afterwards each node's
 // ledger holds exactly the bundles of the groups still created, all committed.
