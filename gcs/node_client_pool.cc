@@ -156,6 +156,16 @@ void NodeClientPool::SendBundleOps(const std::string& address) {
       address, request,
       [this, address, dones = std::move(dones)](absl::Status s,
                                                 const rpc::UpdateBundlesReply& reply) {
+        // A call that failed (the node did not answer in time, or is gone) fails what waited
+        // behind it too, so that no operation waits for more than one call's timeout.
+        std::vector<Done> behind;
+        if (!s.ok()) {
+          absl::MutexLock lock(&bundles_mu_);
+          BundleQueue& queue = bundle_queues_[address];
+          queue.ops.clear();
+          behind.swap(queue.dones);
+          queue.in_flight = false;
+        }
         for (size_t i = 0; i < dones.size(); ++i) {
           absl::Status result = s;
           if (s.ok() && static_cast<int>(i) >= reply.results_size()) {
@@ -168,7 +178,10 @@ void NodeClientPool::SendBundleOps(const std::string& address) {
           }
           if (dones[i]) dones[i](std::move(result));
         }
-        SendBundleOps(address);
+        for (Done& done : behind) {
+          if (done) done(s);
+        }
+        if (s.ok()) SendBundleOps(address);
       },
       [](auto* a, auto... args) { a->UpdateBundles(args...); });
 }
