@@ -78,8 +78,11 @@ def train_loop(config):
         state.seen = np.zeros(len(x))
         state.epoch = epoch + 1
         state.commit()
+    # Measured on the final model, not taken from the last step: a loop restarted from the
+    # last commit (a membership change after the final epoch's commit) runs no step at all.
     with torch.no_grad():
         accuracy = float((model(x_test).argmax(1) == y_test).float().mean())
+        loss = F.cross_entropy(model(x), y)
     train.report({"accuracy": accuracy, "loss": float(loss), "steps": state.step,
                   "each_sample_once_per_epoch": all(state.exactly_once),
                   "epochs": len(state.exactly_once), "world_size": ctx.world_size})
