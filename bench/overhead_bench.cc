@@ -193,9 +193,10 @@ int Main(int argc, char** argv) {
     std::fflush(stdout);
   }
   Shutdown();
+  // -1: not measured. Below 0 is noise (the run under the controller was the faster one).
+  auto met = [&](int ms, double goal) { return overhead[ms] > -1 && overhead[ms] <= goal; };
   std::printf("goals: <= 3%% at 10 ms steps: %s; <= 1%% at 100 ms steps: %s\n",
-              overhead[10] >= 0 && overhead[10] <= 0.03 ? "met" : "missed",
-              overhead[100] >= 0 && overhead[100] <= 0.01 ? "met" : "missed");
+              met(10, 0.03) ? "met" : "missed", met(100, 0.01) ? "met" : "missed");
   std::printf("RESULT overhead_10ms=%.4f overhead_100ms=%.4f\n", overhead[10], overhead[100]);
   return 0;
 }

@@ -189,8 +189,9 @@ def main():
             print(f"{f'{step_ms} ms':<8} {steps:>6} {plain:>14.3f} {ctrl:>19.3f} "
                   f"{100 * overhead[step_ms]:>8.2f}%", flush=True)
     phalanx.shutdown()
-    met10 = 0 <= overhead[10] <= 0.03
-    met100 = 0 <= overhead[100] <= 0.01
+    # -1: not measured. Below 0 is noise (the run under the controller was the faster one).
+    met10 = -1 < overhead[10] <= 0.03
+    met100 = -1 < overhead[100] <= 0.01
     print(f"goals: <= 3% at 10 ms steps: {'met' if met10 else 'missed'}; <= 1% at 100 ms "
           f"steps: {'met' if met100 else 'missed'}", flush=True)
     print(f"RESULT overhead_10ms={overhead[10]:.4f} overhead_100ms={overhead[100]:.4f}")

@@ -427,19 +427,24 @@ void Controller::Train() {
     std::vector<size_t> lost;
     std::string error;
     std::vector<Metrics> results;
-    if (RunStep(&lost, &error, &results)) {
+    int64_t ran = 0;
+    if (RunStep(&ran, &lost, &error, &results)) {
       consecutive_failures_ = 0;
-      ++agreed_;
+      int64_t before = agreed_;
+      agreed_ += ran;
       StepAgreed(results);
       if (step_log_) {
         // For benchmarks: when each step was agreed, and by how many ranks.
-        *step_log_ << agreed_ << " " << absl::ToUnixMillis(absl::Now()) << " " << members_.size()
-                   << std::endl;
+        int64_t now_ms = absl::ToUnixMillis(absl::Now());
+        for (int64_t s = before + 1; s <= agreed_; ++s) {
+          *step_log_ << s << " " << now_ms << " " << members_.size() << "\n";
+        }
+        step_log_->flush();
       }
       double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
       if (elapsed > 0) steps_per_second_ = static_cast<double>(agreed_ - start_step) / elapsed;
       CheckpointIfDue();
-      if (agreed_ % 10 == 0 || agreed_ == spec_.TotalSteps()) PublishStatus();
+      if (agreed_ / 10 != before / 10 || agreed_ == spec_.TotalSteps()) PublishStatus();
       continue;
     }
     // The step failed: survivors go on without the dead at once (epoch + 1); the dead are

@@ -74,6 +74,11 @@ struct Timeouts {
 };
 constexpr Timeouts kTimeouts;
 
+// The most steps one call to a rank covers (spec stepCallMs): each rank keeps the state of its
+// last two calls' ends, whatever their length, so this bounds only how long a membership
+// change may wait for the call in flight, and the work a failed call throws away.
+inline constexpr int64_t kMaxStepsPerCall = 16;
+
 // One rank (or a rank to be): its actor and what it was started with.
 struct Member {
   std::string actor_id;
@@ -222,17 +227,24 @@ class Controller {
 
   // ---- the step loop (steps.cc) ------------------------------------------------------------
 
-  // Runs step `agreed_` on every member. Returns the members that died (their actors),
-  // or an empty list with ok = true.
+  // Runs steps from `agreed_` on every member, as many as one call covers (StepsPerCall).
+  // Returns true when every rank answered, with the steps they ran in `*ran`; otherwise the
+  // members that died (their actors) are in `lost`.
   // `results`: each rank's answer, in rank order, when every rank answered.
-  // Unless the boundary after it has work to do (MayRunAhead), the next step is sent at once,
+  // Unless the boundary after it has work to do (MayRunAhead), the next call is sent at once,
   // before this one's answers: each rank starts it as soon as it finished this one, and the
-  // controller's round trip is off the ranks' path. A step sent ahead commits only what was
+  // controller's round trip is off the ranks' path. A call sent ahead commits only what was
   // agreed when it was sent, so "0 committed steps lost" holds as in lock-step.
-  bool RunStep(std::vector<size_t>* lost, std::string* error, std::vector<Metrics>* results);
-  // Whether step `agreed_ + 1` may be sent before step `agreed_` is answered: nothing waits
-  // for the boundary between them (joiners, requests, resources, a checkpoint, the end).
-  bool MayRunAhead();
+  bool RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* error,
+               std::vector<Metrics>* results);
+  // How many steps a call from step `first` covers: what fits in spec_.step_call_ms at the
+  // pace the last call measured (step_ms_), at least 1 and at most kMaxStepsPerCall, never
+  // past the last step or a step a checkpoint is due at.
+  int64_t StepsPerCall(int64_t first) const;
+  // Whether a call from step `next` may be sent before the call before it is answered:
+  // nothing waits for the boundary between them (joiners, requests, resources, a checkpoint,
+  // the end).
+  bool MayRunAhead(int64_t next);
 
   // No step finished within the hang timeout: find the stuck ranks (they do not answer, or
   // compute while the others wait in a collective) and restart them; unblock the rest.
@@ -280,9 +292,11 @@ class Controller {
   // it was answered (RunStep); empty when none is out.
   std::vector<ObjectRef<Metrics>> ahead_;
   int64_t ahead_step_ = -1;
+  int64_t ahead_count_ = 0;  // the steps it covers
   int64_t ahead_epoch_ = -1;
   absl::Time step_failed_ = absl::InfiniteFuture();  // the running step failed here
   std::vector<rpc::RankStepTime> step_times_;        // of the last agreed step
+  double step_ms_ = 0;  // the slowest rank's step time in the last agreed call (0: none yet)
   double step_skew_ = 1;
   double network_check_skew_ = 0;  // of the last network check (0: none yet)
   int target_ = 0;

@@ -144,7 +144,8 @@ const std::set<std::string> kTopLevel = {"name",
                                          "dataEpochs",
                                          "config",
                                          "placementStrategy",
-                                         "scaleOutDebounceSeconds"};
+                                         "scaleOutDebounceSeconds",
+                                         "stepCallMs"};
 
 }  // namespace
 
@@ -336,6 +337,10 @@ absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root) {
         !s.ok())
       return s;
   }
+  if (auto s = Read(root, "stepCallMs", "stepCallMs", "a number of milliseconds", ToDouble,
+                    &spec.step_call_ms);
+      !s.ok())
+    return s;
   if (YAML::Node f = root["failPolicy"]) {
     if (auto s = Read(f, "belowMinTimeoutSeconds", "failPolicy.belowMinTimeoutSeconds",
                       "a number of seconds", ToDouble, &spec.below_min_timeout_s);
@@ -499,6 +504,10 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                "give seconds > 0 and below hang.timeoutSeconds (a hung controller must be "
                "replaced within the hang timeout), or leave it out");
   }
+  if (!(spec.step_call_ms >= 0)) {
+    return Bad("stepCallMs", std::to_string(spec.step_call_ms),
+               "give milliseconds >= 0 (0: one step per call)");
+  }
   if (spec.placement_strategy != "PACK" && spec.placement_strategy != "SPREAD" &&
       spec.placement_strategy != "STRICT_PACK" && spec.placement_strategy != "STRICT_SPREAD") {
     return Bad("placementStrategy", absl::StrCat("'", spec.placement_strategy, "'"),
@@ -632,6 +641,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::EndMap;
   out << YAML::Key << "placementStrategy" << YAML::Value << spec.placement_strategy;
   out << YAML::Key << "scaleOutDebounceSeconds" << YAML::Value << spec.scale_out_debounce_s;
+  out << YAML::Key << "stepCallMs" << YAML::Value << spec.step_call_ms;
   if (!spec.config.empty()) {
     out << YAML::Key << "config" << YAML::Value << YAML::BeginMap;
     for (const auto& [k, v] : spec.config) out << YAML::Key << Text{k} << YAML::Value << Text{v};

@@ -29,6 +29,8 @@
 //                                        # the stuck rank; a controller silent for the lease
 //                                        # is replaced (default: half the timeout, ≤ 10 s)
 //   scaleOutDebounceSeconds: 2
+//   stepCallMs: 50                       # each call to a rank covers this much training
+//                                        # (several short steps; 0: one step per call)
 //   config: {lr: "0.05"}                 # passed to the trainer's Setup
 //
 // A malformed spec is refused before anything starts, with the field, the value and the fix.
@@ -96,6 +98,12 @@ struct JobSpec {
   std::map<std::string, std::string> config;
   std::string placement_strategy = "SPREAD";
   double scale_out_debounce_s = 2.0;
+  // How much training one call from the controller to each rank covers (`stepCallMs`): as
+  // many steps as fit in this many milliseconds at the pace the last call measured (at least
+  // one, at most kMaxStepsPerCall, and never more than a tenth of the hang timeout). Short
+  // steps then pay for the controller's call, its answer and its commit once per few steps,
+  // not per step. 0: one step per call.
+  double step_call_ms = 50;
 
   // controller_lease_s, or its default.
   double ControllerLeaseSeconds() const;

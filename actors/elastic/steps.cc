@@ -6,22 +6,27 @@
 
 namespace phalanx::elastic {
 
-// Runs step `agreed_` on every member. Returns the members that died (their actors),
-// or an empty list with ok = true.
-bool Controller::RunStep(std::vector<size_t>* lost, std::string* error,
+bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* error,
                          std::vector<Metrics>* results) {
   step_started_ = absl::Now();
   std::vector<ObjectRef<Metrics>> refs;
+  int64_t count;
   if (!ahead_.empty() && ahead_step_ == agreed_ && ahead_epoch_ == epoch_ &&
       ahead_.size() == members_.size()) {
     refs = std::move(ahead_);
+    count = ahead_count_;
   } else {
-    for (auto& m : members_) refs.push_back(m.trainer().Step(agreed_, agreed_, epoch_));
+    count = StepsPerCall(agreed_);
+    for (auto& m : members_) refs.push_back(m.trainer().Step(agreed_, agreed_, epoch_, count));
   }
   ahead_.clear();
-  if (MayRunAhead()) {
-    for (auto& m : members_) ahead_.push_back(m.trainer().Step(agreed_ + 1, agreed_, epoch_));
-    ahead_step_ = agreed_ + 1;
+  int64_t next = agreed_ + count;
+  if (MayRunAhead(next)) {
+    ahead_count_ = StepsPerCall(next);
+    for (auto& m : members_) {
+      ahead_.push_back(m.trainer().Step(next, agreed_, epoch_, ahead_count_));
+    }
+    ahead_step_ = next;
     ahead_epoch_ = epoch_;
   }
   // Until every rank answered, or one died (the survivors were told to abort: wait for
@@ -67,6 +72,9 @@ bool Controller::RunStep(std::vector<size_t>* lost, std::string* error,
       continue;
     }
     results->push_back(*result);
+    auto steps = result->find(step_metric::kSteps);
+    int64_t rank_ran = steps == result->end() ? count : static_cast<int64_t>(steps->second);
+    *ran = r == 0 ? rank_ran : std::min(*ran, rank_ran);
     if (r == 0) {
       loss = result->at("loss");
       data_epoch_ = static_cast<int64_t>(result->at("data_epoch"));
@@ -83,8 +91,21 @@ bool Controller::RunStep(std::vector<size_t>* lost, std::string* error,
   return all_ok;
 }
 
-bool Controller::MayRunAhead() {
-  int64_t next = agreed_ + 1;
+int64_t Controller::StepsPerCall(int64_t first) const {
+  int64_t n = 1;
+  // A call stays well inside the hang timeout, which bounds it as it bounds a step.
+  double span_ms = std::min(spec_.step_call_ms, spec_.hang_timeout_s * 1000 / 10);
+  if (span_ms > 0 && step_ms_ > 0) {
+    n = std::clamp(static_cast<int64_t>(span_ms / step_ms_), int64_t{1}, kMaxStepsPerCall);
+  }
+  if (spec_.TotalSteps() > 0) n = std::min(n, spec_.TotalSteps() - first);
+  if (spec_.checkpoint_interval > 0) {
+    n = std::min(n, spec_.checkpoint_interval - first % spec_.checkpoint_interval);
+  }
+  return std::max(n, int64_t{1});
+}
+
+bool Controller::MayRunAhead(int64_t next) {
   if (spec_.TotalSteps() > 0 && next >= spec_.TotalSteps()) return false;
   if (CheckpointDueAt(next)) return false;
   if (trainer_done_ || stop_requested_ || !scale_in_ranks_.empty()) return false;
@@ -146,6 +167,7 @@ void Controller::StepAgreed(const std::vector<Metrics>& results) {
   }
   step_failed_ = absl::InfiniteFuture();
   step_times_.clear();
+  step_ms_ = 0;
   std::vector<double> compute;
   for (size_t r = 0; r < results.size() && r < members_.size(); ++r) {
     auto step_ms = results[r].find(step_metric::kStepMs);
@@ -158,6 +180,7 @@ void Controller::StepAgreed(const std::vector<Metrics>& results) {
     t.set_compute_ms(compute_ms->second);
     step_times_.push_back(t);
     compute.push_back(compute_ms->second);
+    step_ms_ = std::max(step_ms_, step_ms->second);
   }
   if (!compute.empty()) {
     std::sort(compute.begin(), compute.end());

@@ -123,10 +123,12 @@ int64_t TrainerHostBase::Held() const {
   return pending_.empty() ? committed_step_ : std::max(committed_step_, pending_.rbegin()->first);
 }
 
-std::map<std::string, double> TrainerHostBase::Step(int64_t step, int64_t agreed, int64_t epoch) {
+std::map<std::string, double> TrainerHostBase::Step(int64_t step, int64_t agreed, int64_t epoch,
+                                                    int64_t count) {
   absl::MutexLock lock(&mu_);
   if (!group_) throw std::runtime_error("no collective group yet: Reconfigure first");
-  // A step sent ahead that no longer fits: it must not touch the state or the group.
+  if (count < 1) throw std::runtime_error(absl::StrCat("asked to run ", count, " steps"));
+  // A call sent ahead that no longer fits: it must not touch the state or the group.
   if (epoch != epoch_) {
     throw std::runtime_error(absl::StrCat("rank ", rank_, " is in epoch ", epoch_,
                                           ", asked to run a step of epoch ", epoch));
@@ -141,39 +143,53 @@ std::map<std::string, double> TrainerHostBase::Step(int64_t step, int64_t agreed
                                           " steps, asked to run step ", step));
   }
   Commit(agreed);
-  StepInput in;
-  in.step = step;
-  in.rank = rank_;
-  in.world_size = world_;
-  in.epoch = epoch_;
-  in.group = group_.get();
-  in.indices = StepIndices(spec_.num_samples, spec_.global_batch, spec_.seed, step, rank_, world_,
-                           &in.data_epoch, &in.global_batch);
-  running_step_ = step;
-  phase_ = kComputing;
-  step_failed_ = true;  // until it returns well (a throw from the trainer counts too)
-  absl::Time start = absl::Now();
-  absl::Duration waited_before = group_->TimeInCollectives();
-  absl::StatusOr<StepResult> result = trainer_->Step(in);
-  absl::Duration took = absl::Now() - start;
-  absl::Duration waited = group_->TimeInCollectives() - waited_before;
-  phase_ = kIdle;
-  running_step_ = -1;
-  if (!result.ok()) {
-    // The live state may be half-updated: the next Reconfigure restores the committed one.
-    throw std::runtime_error(std::string(result.status().message()));
+  step_failed_ = true;  // until every step returns well (a throw from the trainer counts too)
+  std::map<std::string, double> out;
+  absl::Duration took, computed;
+  double samples = 0;
+  int64_t ran = 0;
+  while (ran < count) {
+    // An Abort between two steps of the call ends it as one during a step would.
+    if (aborted_) throw std::runtime_error(absl::StrCat("rank ", rank_, ": aborted"));
+    StepInput in;
+    in.step = step + ran;
+    in.rank = rank_;
+    in.world_size = world_;
+    in.epoch = epoch_;
+    in.group = group_.get();
+    in.indices = StepIndices(spec_.num_samples, spec_.global_batch, spec_.seed, in.step, rank_,
+                             world_, &in.data_epoch, &in.global_batch);
+    running_step_ = in.step;
+    phase_ = kComputing;
+    absl::Time start = absl::Now();
+    absl::Duration waited_before = group_->TimeInCollectives();
+    absl::StatusOr<StepResult> result = trainer_->Step(in);
+    absl::Duration step_took = absl::Now() - start;
+    absl::Duration waited = group_->TimeInCollectives() - waited_before;
+    phase_ = kIdle;
+    running_step_ = -1;
+    if (!result.ok()) {
+      // The live state may be half-updated: the next Reconfigure restores the committed one.
+      throw std::runtime_error(std::string(result.status().message()));
+    }
+    ++ran;
+    took += step_took;
+    computed += std::max(step_took - waited, absl::ZeroDuration());
+    samples += static_cast<double>(in.indices.size());
+    out = result->metrics;
+    out["loss"] = result->loss;
+    out["data_epoch"] = static_cast<double>(in.data_epoch);
+    auto done = out.find("done");
+    if (done != out.end() && done->second != 0) break;  // a trainer-driven loop returned
   }
   step_failed_ = false;
-  pending_[step + 1] = std::make_shared<const std::string>(trainer_->SaveState());
+  pending_[step + ran] = std::make_shared<const std::string>(trainer_->SaveState());
   GaspHeld();
-  std::map<std::string, double> out = result->metrics;
-  out["loss"] = result->loss;
-  out["samples"] = static_cast<double>(in.indices.size());
-  out["data_epoch"] = static_cast<double>(in.data_epoch);
-  // For the job's metrics: the step's wall time and the part of it outside collectives.
-  out[step_metric::kStepMs] = absl::ToDoubleMilliseconds(took);
-  out[step_metric::kComputeMs] =
-      absl::ToDoubleMilliseconds(std::max(took - waited, absl::ZeroDuration()));
+  out["samples"] = samples;
+  out[step_metric::kSteps] = static_cast<double>(ran);
+  // For the job's metrics: a step's wall time and the part of it outside collectives.
+  out[step_metric::kStepMs] = absl::ToDoubleMilliseconds(took) / static_cast<double>(ran);
+  out[step_metric::kComputeMs] = absl::ToDoubleMilliseconds(computed) / static_cast<double>(ran);
   return out;
 }
 

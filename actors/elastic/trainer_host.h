@@ -27,11 +27,14 @@ class TrainerHostBase {
 
   // Builds the trainer for job `job_id` from its spec.
   bool Setup(std::string job_id, std::string spec_yaml);
-  // Runs step `step` of epoch `epoch` once `agreed` steps are committed everywhere; returns
-  // {loss, metrics…}. The controller may send it while the step before still runs (one step
-  // ahead): it waits its turn on the actor's lane, and refuses to run when it no longer fits
-  // (another epoch, a failed or aborted step since the last Reconfigure, another step held).
-  std::map<std::string, double> Step(int64_t step, int64_t agreed, int64_t epoch);
+  // Runs steps `step` .. `step + count - 1` of epoch `epoch` once `agreed` steps are committed
+  // everywhere; returns the last step's {loss, metrics…} and step_metric's (the steps run: fewer
+  // than `count` only when a trainer-driven loop said it is done). Only the state after the
+  // last step is kept: the controller agrees whole calls. The controller may send it while
+  // the call before still runs (one call ahead): it waits its turn on the actor's lane, and
+  // refuses to run when it no longer fits (another epoch, a failed or aborted step since the
+  // last Reconfigure, another step held).
+  std::map<std::string, double> Step(int64_t step, int64_t agreed, int64_t epoch, int64_t count);
   // Forms the group's epoch and rolls back to the state of `agreed` steps; returns the number
   // of steps this rank's state holds (a newcomer's may differ: SyncState fixes it).
   int64_t Reconfigure(std::string group, int64_t epoch, int rank, int world, int64_t agreed);
@@ -68,8 +71,9 @@ class TrainerHostBase {
   std::shared_ptr<const std::string> committed_ ABSL_GUARDED_BY(mu_);
   int64_t committed_step_ ABSL_GUARDED_BY(mu_) = 0;
   double network_check_skew_ ABSL_GUARDED_BY(mu_) = 0;  // trainer_query::kNetworkCheckSkew
-  // Finished steps not yet known to be committed everywhere, by their step count: at most
-  // two (the one the controller is looking at, and the one run ahead of its answer).
+  // Finished calls not yet known to be committed everywhere, by the step count after their
+  // last step: at most two (the one the controller is looking at, and the one run ahead of
+  // its answer).
   std::map<int64_t, std::shared_ptr<const std::string>> pending_ ABSL_GUARDED_BY(mu_);
   // A step failed here since the last Reconfigure: the live state may be half-updated and the
   // group broken, so no step runs until the next Reconfigure.

@@ -38,9 +38,13 @@ inline constexpr char kNetworkCheckSkew[] = "network_check_skew";
 namespace step_metric {
 inline constexpr char kStepMs[] = "step_ms";        // the step's wall time on this rank
 inline constexpr char kComputeMs[] = "compute_ms";  // of it, the time outside collectives
+// A call may cover several steps: the steps it ran, and the two times above are per step
+// (their mean over the call).
+inline constexpr char kSteps[] = "steps";
 }  // namespace step_metric
 
-// A step's result: {"loss", "data_epoch", "done" (Python loops), metrics…}.
+// A call's result, from its last step: {"loss", "data_epoch", "done" (Python loops),
+// metrics…}, plus step_metric's.
 using StepMetrics = std::map<std::string, double>;
 
 // The controller's handle on one rank. Each call returns at once; Get the reference.
@@ -55,10 +59,10 @@ class TrainerClient {
   ObjectRef<bool> Setup(const std::string& job_id, const std::string& spec_yaml) const {
     return Call<bool>(trainer_method::kSetup, job_id, spec_yaml);
   }
-  // Runs step `step` of epoch `epoch` once `agreed` steps are committed everywhere; it may be
-  // sent while the step before still runs (it waits its turn).
-  ObjectRef<StepMetrics> Step(int64_t step, int64_t agreed, int64_t epoch) const {
-    return Call<StepMetrics>(trainer_method::kStep, step, agreed, epoch);
+  // Runs steps `step` .. `step + count - 1` of epoch `epoch` once `agreed` steps are
+  // committed everywhere; it may be sent while the call before still runs (it waits its turn).
+  ObjectRef<StepMetrics> Step(int64_t step, int64_t agreed, int64_t epoch, int64_t count) const {
+    return Call<StepMetrics>(trainer_method::kStep, step, agreed, epoch, count);
   }
   // Forms the group's epoch and rolls back to `agreed` steps; answers the steps it holds.
   ObjectRef<int64_t> Reconfigure(const std::string& group, int64_t epoch, int rank, int world,

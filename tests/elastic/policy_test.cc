@@ -282,6 +282,25 @@ TEST(JobSpecTest, TextThatIsNotUtf8IsRefusedAndUtf8RoundTrips) {
 // Found by fuzz/job_spec_fuzzer.cc (fuzz/corpus/job_spec/config-value-with-carriage-return):
 // a config value ending in a carriage return was printed as a plain scalar and read back
 // without it.
+TEST(JobSpecTest, StepCallMsDefaultsRoundTripsAndABadOneNamesTheField) {
+  const std::string base = "name: j\ntrainer: T\nsteps: 1\ndata: {numSamples: 4, globalBatch: 2}\n";
+  auto spec = ParseJobSpec(base);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->step_call_ms, 50);
+  spec = ParseJobSpec(base + "stepCallMs: 0\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->step_call_ms, 0);
+  auto again = ParseJobSpec(JobSpecToYaml(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->step_call_ms, 0);
+  for (const char* bad : {"stepCallMs: -5\n", "stepCallMs: soon\n", "stepCallMs: .nan\n"}) {
+    auto refused = ParseJobSpec(base + bad);
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("stepCallMs"), std::string::npos)
+        << refused.status();
+  }
+}
+
 TEST(JobSpecTest, TextWithControlCharactersRoundTrips) {
   const std::string base = "name: j\ntrainer: T\nsteps: 1\ndata: {numSamples: 4, globalBatch: 2}\n";
   auto spec = ParseJobSpec(base +
