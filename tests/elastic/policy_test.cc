@@ -296,8 +296,7 @@ TEST(JobSpecTest, StepCallMsDefaultsRoundTripsAndABadOneNamesTheField) {
   for (const char* bad : {"stepCallMs: -5\n", "stepCallMs: soon\n", "stepCallMs: .nan\n"}) {
     auto refused = ParseJobSpec(base + bad);
     ASSERT_FALSE(refused.ok()) << bad;
-    EXPECT_NE(refused.status().message().find("stepCallMs"), std::string::npos)
-        << refused.status();
+    EXPECT_NE(refused.status().message().find("stepCallMs"), std::string::npos) << refused.status();
   }
 }
 
