@@ -53,11 +53,19 @@ struct StepInput {
   int world_size = 1;
   int64_t epoch = 0;  // collective-group epoch
   collective::CollectiveGroup* group = nullptr;
+  // The controller's call may cover several steps (the spec's stepCallMs); only the state at
+  // its end is kept (SaveState is called once, after its last step). This is the step count
+  // after that last step: a trainer may skip preparing what only the call's end needs.
+  int64_t call_end = 0;
 };
 
 struct StepResult {
   double loss = 0;
   std::map<std::string, double> metrics;
+  // The steps this Step ran: 1, or more for a trainer that runs the rest of the controller's
+  // call at once (at most StepInput::call_end - step; the Python loop does, so that its
+  // thread and the host's meet once per call, not per step).
+  int64_t steps = 1;
 };
 
 class Trainer {

@@ -157,6 +157,7 @@ std::map<std::string, double> TrainerHostBase::Step(int64_t step, int64_t agreed
     in.world_size = world_;
     in.epoch = epoch_;
     in.group = group_.get();
+    in.call_end = step + count;
     in.indices = StepIndices(spec_.num_samples, spec_.global_batch, spec_.seed, in.step, rank_,
                              world_, &in.data_epoch, &in.global_batch);
     running_step_ = in.step;
@@ -172,10 +173,10 @@ std::map<std::string, double> TrainerHostBase::Step(int64_t step, int64_t agreed
       // The live state may be half-updated: the next Reconfigure restores the committed one.
       throw std::runtime_error(std::string(result.status().message()));
     }
-    ++ran;
+    ran += std::clamp<int64_t>(result->steps, 1, count - ran);
     took += step_took;
     computed += std::max(step_took - waited, absl::ZeroDuration());
-    samples += static_cast<double>(in.indices.size());
+    samples += static_cast<double>(in.indices.size());  // the trainer's own data: 0
     out = result->metrics;
     out["loss"] = result->loss;
     out["data_epoch"] = static_cast<double>(in.data_epoch);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "actors/elastic/trainer.h"
 #include "actors/elastic/trainer_host.h"
+#include "actors/elastic/trainer_protocol.h"
 
 namespace py = pybind11;
 
@@ -34,11 +35,14 @@ class PythonTrainer final : public elastic::Trainer {
     py::gil_scoped_acquire acquire;
     try {
       auto metrics = Runtime()
-                         .attr("step")(in.step, in.rank, in.world_size, in.epoch)
+                         .attr("step")(in.step, in.rank, in.world_size, in.epoch, in.call_end)
                          .cast<std::map<std::string, double>>();
       elastic::StepResult result;
       auto loss = metrics.find("loss");
       if (loss != metrics.end()) result.loss = loss->second;
+      // The loop runs the rest of the call at once; the answer says how many steps it ran.
+      auto steps = metrics.find(elastic::step_metric::kSteps);
+      if (steps != metrics.end()) result.steps = static_cast<int64_t>(steps->second);
       result.metrics = std::move(metrics);
       return result;
     } catch (const std::exception& e) {

@@ -196,7 +196,7 @@ class State:
 
     def commit(self):
         object.__setattr__(self, "commits", self.commits + 1)
-        RUNTIME.commit(self._snapshot())
+        RUNTIME.commit(self._snapshot)
 
     def restore(self):
         """True if a committed state was loaded."""

@@ -9,7 +9,10 @@ that state to newcomers. Here a "step" is the stretch of the user's ``train_loop
 step's snapshot back and goes on with one more step before it waits for the controller's
 next ``step`` (one step of credit: the hand-off between the controller's call and the loop
 is then off the loop's path; the snapshot of each commit is kept by its number, so ``step``
-answers with its own step's snapshot). When the group changes,
+answers with its own step's snapshot). One call of the controller may cover several short
+steps (the spec's ``stepCallMs``): ``step`` then lets the loop make that many commits before
+it answers, and only the state at the call's end is kept, so the commits before it in the call
+take no snapshot. When the group changes,
 the loop is stopped at its next ``commit()`` (or has already failed on the dead peer) and
 ``train_loop`` runs again from the start on every rank (Horovod's way); ``state.restore()``
 at its top brings back the committed state, so nothing committed is lost or repeated.
@@ -86,7 +89,7 @@ class Runtime:
                 sys.path.append(p)
         self.fn, self.fn_config = pickle.loads(inner)
 
-    def step(self, step, rank, world, epoch):
+    def step(self, step, rank, world, epoch, call_end=0):
         with self.cond:
             self.rank, self.world, self.epoch = rank, world, epoch
             self.aborted = False
@@ -99,13 +102,17 @@ class Runtime:
                        self.error is not None or self.loop_epoch != epoch)
         if restart:
             self._restart(epoch)
+        # The rest of the controller's call runs at once: the loop makes that many commits
+        # before this answers (the host's thread and the loop's meet once per call).
+        count = max(call_end - step, 1)
         with self.cond:
-            self.allowed += 1
+            first = self.allowed  # this call's commits: first + 1 .. first + count
+            self.allowed += count
             self.cond.notify_all()
             while not (self.reached >= self.allowed or self.finished or self.error is not None
                        or self.aborted):
                 self.cond.wait(0.5)
-            if self.allowed in self.snapshots:
+            if self.snapshots.get(self.allowed) is not None:
                 self.snapshot = self.snapshots[self.allowed]
                 for k in [k for k in self.snapshots if k <= self.allowed]:
                     del self.snapshots[k]
@@ -115,10 +122,13 @@ class Runtime:
             if self.aborted and not self.finished and self.reached < self.allowed:
                 self.need_restart = True
                 raise RuntimeError("the step was aborted by the job's controller")
-            return self._report(done=self.finished and self.reached < self.allowed)
+            done = self.finished and self.reached < self.allowed
+            # A loop that returned ran its commits, then the step that found it done.
+            ran = min(self.reached - first + 1, count) if done else count
+            return self._report(done=done, steps=ran)
 
-    def _report(self, done):
-        out = {"done": 1.0 if done else 0.0}
+    def _report(self, done, steps=1):
+        out = {"done": 1.0 if done else 0.0, "steps": float(steps)}
         for k, v in self.last_report.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 out[str(k)] = float(v)
@@ -194,9 +204,18 @@ class Runtime:
                     self.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
                     self.cond.notify_all()
 
-    def commit(self, snapshot):
-        """The loop's step boundary: keep the snapshot, then wait for the next step."""
+    def commit(self, take_snapshot):
+        """The loop's step boundary: keep the snapshot (``take_snapshot()``, unless the commit
+        is known to come before the end of the controller's call), then wait for the next
+        step."""
         generation = getattr(self.local, "generation", None)
+        with self.cond:
+            if generation != self.generation:
+                raise _Reset()
+            # Only the commit that ends the controller's call needs its snapshot (only the
+            # state at a call's end is kept); one made on credit past it may end the next call.
+            needed = self.reached + 1 >= self.allowed
+        snapshot = take_snapshot() if needed else None
         with self.cond:
             if generation != self.generation:
                 raise _Reset()
@@ -295,8 +314,8 @@ def setup(job_id, config):
     RUNTIME.setup(job_id, dict(config))
 
 
-def step(step_index, rank, world, epoch):
-    return RUNTIME.step(step_index, rank, world, epoch)
+def step(step_index, rank, world, epoch, call_end=0):
+    return RUNTIME.step(step_index, rank, world, epoch, call_end)
 
 
 def save_state():
