@@ -7,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "absl/strings/str_cat.h"
 #include "actors/elastic/job_spec.h"
 #include "actors/elastic/trainer_protocol.h"
 #include "examples/cpp/regression_trainer.h"
@@ -41,32 +42,36 @@ class TrainerHostTest : public ::testing::Test {
     return JobSpecToYaml(spec);
   }
 
+  // A host of RegressionTrainer that formed epoch 1 alone, with 0 steps.
+  void StartHost() {
+    ASSERT_TRUE(host.Setup("job-host", SpecYaml()));
+    ASSERT_EQ(host.Reconfigure("host-group", 1, 0, 1, 0), 0);
+  }
+  std::string held() { return host.Query(trainer_query::kHeldStep); }
+  // "held committed updates": the steps whose state it holds, the committed step, and the
+  // updates its live state applied.
+  std::string Ledger() { return absl::StrCat(held(), " ", committed(), " ", updates()); }
+  std::string committed() { return host.Query("committed_step"); }
+  std::string updates() { return host.Query("updates"); }
+
   std::unique_ptr<testing::RedisServer> redis_;
   std::unique_ptr<testing::GcsProcess> gcs_;
+  TrainerHostBase host{std::make_unique<examples::RegressionTrainer>()};
 };
 
 TEST_F(TrainerHostTest, AStepSentAheadRunsInTurnAndOneThatNoLongerFitsIsRefused) {
-  TrainerHostBase host(std::make_unique<examples::RegressionTrainer>());
-  ASSERT_TRUE(host.Setup("job-host", SpecYaml()));
-  ASSERT_EQ(host.Reconfigure("host-group", 1, 0, 1, 0), 0);
-  auto held = [&] { return host.Query(trainer_query::kHeldStep); };
-  auto committed = [&] { return host.Query("committed_step"); };
-  auto updates = [&] { return host.Query("updates"); };
+  ASSERT_NO_FATAL_FAILURE(StartHost());
 
   host.Step(0, 0, 1, 1);
   // Step 1 as the controller sends it ahead: it commits step 0's state (agreed before it
   // was sent), not step 1's, which nobody agreed yet.
   host.Step(1, 0, 1, 1);
-  EXPECT_EQ(held(), "2");
-  EXPECT_EQ(committed(), "0");
-  EXPECT_EQ(updates(), "2");
+  EXPECT_EQ(Ledger(), "2 0 2");
 
   // Not its turn (it holds 2 steps), another epoch's: refused, nothing changes.
   EXPECT_THROW(host.Step(1, 1, 1, 1), std::runtime_error);
   EXPECT_THROW(host.Step(2, 1, 0, 1), std::runtime_error);
-  EXPECT_EQ(held(), "2");
-  EXPECT_EQ(committed(), "0");
-  EXPECT_EQ(updates(), "2");
+  EXPECT_EQ(Ledger(), "2 0 2");
 
   // Aborted: no step runs until the next epoch forms.
   host.Abort();
@@ -76,43 +81,30 @@ TEST_F(TrainerHostTest, AStepSentAheadRunsInTurnAndOneThatNoLongerFitsIsRefused)
   // The controller agreed step 1 only (step 2's answers never all came): the rollback finds
   // it among the two finished steps and drops the newer one.
   EXPECT_EQ(host.Reconfigure("host-group", 2, 0, 1, 1), 1);
-  EXPECT_EQ(held(), "1");
-  EXPECT_EQ(committed(), "1");
-  EXPECT_EQ(updates(), "1");
+  EXPECT_EQ(Ledger(), "1 1 1");
   host.Step(1, 1, 2, 1);
-  EXPECT_EQ(updates(), "2");
-  EXPECT_EQ(held(), "2");
+  EXPECT_EQ(Ledger(), "2 1 2");
 }
 
 TEST_F(TrainerHostTest, ACallOfSeveralStepsKeepsOnlyTheStateAtItsEnd) {
-  TrainerHostBase host(std::make_unique<examples::RegressionTrainer>());
-  ASSERT_TRUE(host.Setup("job-host", SpecYaml()));
-  ASSERT_EQ(host.Reconfigure("host-group", 1, 0, 1, 0), 0);
-  auto held = [&] { return host.Query(trainer_query::kHeldStep); };
-  auto committed = [&] { return host.Query("committed_step"); };
-  auto updates = [&] { return host.Query("updates"); };
+  ASSERT_NO_FATAL_FAILURE(StartHost());
 
   auto first = host.Step(0, 0, 1, 3);
   EXPECT_EQ(first[step_metric::kSteps], 3);
   EXPECT_EQ(first["samples"], 24);  // 3 steps of the global batch of 8, one rank
-  EXPECT_EQ(held(), "3");
-  EXPECT_EQ(updates(), "3");
+  EXPECT_EQ(Ledger(), "3 0 3");
   // The next call, sent ahead of the first one's answer: commits nothing new.
   host.Step(3, 0, 1, 4);
-  EXPECT_EQ(held(), "7");
-  EXPECT_EQ(committed(), "0");
-  EXPECT_EQ(updates(), "7");
+  EXPECT_EQ(Ledger(), "7 0 7");
   // A call must start where the last one ended.
   EXPECT_THROW(host.Step(5, 3, 1, 2), std::runtime_error);
   EXPECT_THROW(host.Step(7, 3, 1, 0), std::runtime_error);
   EXPECT_EQ(updates(), "7");
   host.Step(7, 3, 1, 2);
-  EXPECT_EQ(committed(), "3");
-  EXPECT_EQ(held(), "9");
+  EXPECT_EQ(Ledger(), "9 3 9");
   // The controller agreed the second call, not the third: the rollback finds its end.
   EXPECT_EQ(host.Reconfigure("host-group", 2, 0, 1, 7), 7);
-  EXPECT_EQ(held(), "7");
-  EXPECT_EQ(updates(), "7");
+  EXPECT_EQ(Ledger(), "7 7 7");
 }
 
 }  // namespace
