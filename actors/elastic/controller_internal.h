@@ -74,11 +74,6 @@ struct Timeouts {
 };
 constexpr Timeouts kTimeouts;
 
-// The most steps one call to a rank covers (spec stepCallMs): each rank keeps the state of its
-// last two calls' ends, whatever their length, so this bounds only how long a membership
-// change may wait for the call in flight, and the work a failed call throws away.
-inline constexpr int64_t kMaxStepsPerCall = 16;
-
 // One rank (or a rank to be): its actor and what it was started with.
 struct Member {
   std::string actor_id;

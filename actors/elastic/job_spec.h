@@ -61,6 +61,11 @@ struct FaultPolicy {
   bool dump = false;
 };
 
+// The most steps one call to a rank covers (JobSpec::step_call_ms): each rank keeps the state
+// of its last two calls' ends, whatever their length, so this bounds only how long a
+// membership change may wait for the call in flight, and the work a failed call throws away.
+inline constexpr int64_t kMaxStepsPerCall = 16;
+
 struct JobSpec {
   std::string name;
   std::string trainer;
