@@ -233,8 +233,8 @@ class Controller {
   bool RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* error,
                std::vector<Metrics>* results);
   // How many steps a call from step `first` covers: what fits in spec_.step_call_ms at the
-  // pace the last call measured (step_ms_), at least 1 and at most kMaxStepsPerCall, never
-  // past the last step or a step a checkpoint is due at.
+  // pace the last call measured (its slowest rank's step time in step_times_), at least 1 and
+  // at most kMaxStepsPerCall, never past the last step or a step a checkpoint is due at.
   int64_t StepsPerCall(int64_t first) const;
   // Whether a call from step `next` may be sent before the call before it is answered:
   // nothing waits for the boundary between them (joiners, requests, resources, a checkpoint,
@@ -290,8 +290,7 @@ class Controller {
   int64_t ahead_count_ = 0;  // the steps it covers
   int64_t ahead_epoch_ = -1;
   absl::Time step_failed_ = absl::InfiniteFuture();  // the running step failed here
-  std::vector<rpc::RankStepTime> step_times_;        // of the last agreed step
-  double step_ms_ = 0;  // the slowest rank's step time in the last agreed call (0: none yet)
+  std::vector<rpc::RankStepTime> step_times_;        // of the last agreed call, per step
   double step_skew_ = 1;
   double network_check_skew_ = 0;  // of the last network check (0: none yet)
   int target_ = 0;

@@ -95,8 +95,10 @@ int64_t Controller::StepsPerCall(int64_t first) const {
   int64_t n = 1;
   // A call stays well inside the hang timeout, which bounds it as it bounds a step.
   double span_ms = std::min(spec_.step_call_ms, spec_.hang_timeout_s * 1000 / 10);
-  if (span_ms > 0 && step_ms_ > 0) {
-    n = std::clamp(static_cast<int64_t>(span_ms / step_ms_), int64_t{1}, kMaxStepsPerCall);
+  double step_ms = 0;  // 0: no call agreed yet
+  for (const auto& t : step_times_) step_ms = std::max(step_ms, t.step_ms());
+  if (span_ms > 0 && step_ms > 0) {
+    n = std::clamp(static_cast<int64_t>(span_ms / step_ms), int64_t{1}, kMaxStepsPerCall);
   }
   if (spec_.TotalSteps() > 0) n = std::min(n, spec_.TotalSteps() - first);
   if (spec_.checkpoint_interval > 0) {
@@ -167,7 +169,6 @@ void Controller::StepAgreed(const std::vector<Metrics>& results) {
   }
   step_failed_ = absl::InfiniteFuture();
   step_times_.clear();
-  step_ms_ = 0;
   std::vector<double> compute;
   for (size_t r = 0; r < results.size() && r < members_.size(); ++r) {
     auto step_ms = results[r].find(step_metric::kStepMs);
@@ -180,7 +181,6 @@ void Controller::StepAgreed(const std::vector<Metrics>& results) {
     t.set_compute_ms(compute_ms->second);
     step_times_.push_back(t);
     compute.push_back(compute_ms->second);
-    step_ms_ = std::max(step_ms_, step_ms->second);
   }
   if (!compute.empty()) {
     std::sort(compute.begin(), compute.end());
