@@ -60,6 +60,7 @@ void BindSpec(py::module_& m) {
       .def_readonly("config", &JobSpec::config)
       .def_readonly("placement_strategy", &JobSpec::placement_strategy)
       .def_readonly("preimports", &JobSpec::preimports)
+      .def_readonly("step_call_ms", &JobSpec::step_call_ms)
       .def_readonly("scale_out_debounce_s", &JobSpec::scale_out_debounce_s)
       .def("total_steps", &JobSpec::TotalSteps)
       .def("to_yaml", [](const JobSpec& spec) { return elastic::JobSpecToYaml(spec); });

@@ -3,6 +3,7 @@ workers (min 1, max 4) heals from a SIGKILL and from an OOM kill (respawned with
 memory), with every sample used once per epoch and the final accuracy still >= 0.9."""
 
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -162,6 +163,58 @@ def test_ray_train_names_and_the_deprecated_ones_give_the_same_job(tmp_path):
         train.FailureConfig(max_failures=-2)
     with pytest.raises(ValueError, match="placement_strategy"):
         train.ScalingConfig(placement_strategy="CLOSE")
+
+
+def test_a_call_covers_100_ms_of_a_python_loop_by_default_and_a_bad_size_is_refused():
+    assert train.ElasticTrainer(lambda c: None, verbose=False)._spec("k").step_call_ms == 100
+    assert train.ElasticTrainer(lambda c: None, step_call_ms=0,
+                                verbose=False)._spec("k").step_call_ms == 0
+    for bad in (-5, "100", True, float("nan")):
+        with pytest.raises(ValueError, match="step_call_ms=.*milliseconds >= 0"):
+            train.ElasticTrainer(lambda c: None, step_call_ms=bad)
+
+
+def test_a_snapshot_keeps_the_state_of_its_commit_and_loads_back_as_tensors():
+    """A commit's snapshot holds its tensors as copied numpy arrays (bfloat16, which numpy
+    lacks, as a copied tensor); what later steps do does not reach it, and it unpickles into
+    tensors that a model and an optimizer load."""
+    import warnings
+
+    import torch
+    from phalanx.train import _copy_state
+
+    def make():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(),
+                                    torch.nn.Linear(8, 1))
+        return model, torch.optim.Adam(model.parameters(), lr=0.1)
+
+    def step(model, opt):
+        opt.zero_grad()
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+
+    model, opt = make()
+    step(model, opt)
+    state = {"objects": {"model": model.state_dict(), "optimizer": opt.state_dict()},
+             "values": {"step": 1, "half": torch.ones(3, dtype=torch.bfloat16),
+                        "scalar": torch.tensor(7), "strided": torch.arange(6.).view(2, 3).t()}}
+    snapshot = _copy_state(state)
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    step(model, opt)  # after the commit: the snapshot keeps the committed weights
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. torch's "the given NumPy array is not writable"
+        saved = pickle.loads(pickle.dumps(snapshot, protocol=5))
+        again, again_opt = make()
+        again.load_state_dict(saved["objects"]["model"])
+        again_opt.load_state_dict(saved["objects"]["optimizer"])
+        for k, v in again.state_dict().items():
+            assert torch.equal(v, expected[k]), k
+        step(again, again_opt)  # the loaded tensors are live, writable ones
+    values = saved["values"]
+    assert values["step"] == 1 and values["half"].dtype == torch.bfloat16
+    assert torch.equal(values["scalar"], torch.tensor(7))
+    assert torch.equal(values["strided"], torch.arange(6.).view(2, 3).t())
 
 
 def record_then_count(config):

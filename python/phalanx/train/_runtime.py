@@ -221,7 +221,10 @@ class Runtime:
                 raise _Reset()
             self.reached += 1
             self.snapshots[self.reached] = snapshot
-            self.cond.notify_all()
+            if self.reached >= self.allowed:
+                # The call's last commit: step() answers. Waking it for the others would
+                # only take the GIL from this loop for nothing.
+                self.cond.notify_all()
             # One commit of credit: the next step runs while its step() call is on its way.
             while self.reached > self.allowed and generation == self.generation:
                 self.cond.wait(0.5)
