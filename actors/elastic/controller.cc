@@ -432,6 +432,7 @@ void Controller::Train() {
       consecutive_failures_ = 0;
       int64_t before = agreed_;
       agreed_ += ran;
+      steps_per_call_ = ran;
       StepAgreed(results);
       if (step_log_) {
         // For benchmarks: when each step was agreed, and by how many ranks.

@@ -276,6 +276,7 @@ class Controller {
   int64_t last_checkpoint_ = 0;
   double last_loss_ = 0;
   double steps_per_second_ = 0;
+  int64_t steps_per_call_ = 0;  // of the last agreed call
   int restarts_ = 0;
   std::map<std::string, int> restarts_by_cause_;  // by fault kind (recovery.h)
   RecoveryTimeline timeline_;

@@ -37,6 +37,7 @@ void Controller::PublishStatus() {
     el->set_data_epoch(data_epoch_);
     el->set_last_checkpoint_step(last_checkpoint_);
     el->set_steps_per_second(steps_per_second_);
+    el->set_steps_per_call(steps_per_call_);
     el->clear_members();
     for (size_t r = 0; r < members_.size(); ++r) {
       auto* m = el->add_members();

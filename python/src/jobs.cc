@@ -112,6 +112,7 @@ void BindStatus(py::module_& m) {
       .def_readonly("restarts", &JobStatus::restarts)
       .def_readonly("last_checkpoint_step", &JobStatus::last_checkpoint_step)
       .def_readonly("steps_per_second", &JobStatus::steps_per_second)
+      .def_readonly("steps_per_call", &JobStatus::steps_per_call)
       .def_readonly("results", &JobStatus::results)
       .def_readonly("controller_actor_id", &JobStatus::controller_actor_id)
       .def_readonly("ranks", &JobStatus::ranks)

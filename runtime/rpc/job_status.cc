@@ -44,6 +44,7 @@ JobStatus ToStatus(const rpc::JobInfo& job) {
   s.restarts = el.restarts();
   s.last_checkpoint_step = el.last_checkpoint_step();
   s.steps_per_second = el.steps_per_second();
+  s.steps_per_call = el.steps_per_call();
   s.results = el.results();
   s.total_steps = el.total_steps();
   s.controller_actor_id = job.controller_actor_id();
@@ -76,6 +77,7 @@ std::string FormatStatus(const JobStatus& s, bool with_events) {
   absl::StrAppendFormat(&out, ", loss %.6g", s.loss);
   if (s.restarts > 0) absl::StrAppendFormat(&out, ", %d respawn(s)", s.restarts);
   if (s.steps_per_second > 0) absl::StrAppendFormat(&out, ", %.1f steps/s", s.steps_per_second);
+  if (s.steps_per_call > 1) absl::StrAppendFormat(&out, " (%d a call)", s.steps_per_call);
   if (!s.message.empty()) absl::StrAppend(&out, "\n  ", s.message);
   absl::StrAppend(&out, "\nRanks:");
   for (const auto& r : s.ranks) {

@@ -16,13 +16,17 @@ TEST_F(ElasticTest, SigkilledRankSurvivorsGoOnAndTheRespawnJoins) {
   JobSpec spec = Spec(3, 1, 3);
   auto baseline = Baseline(spec);
   bool killed = false;
+  std::string several_a_call;  // a status line while calls covered several steps
   JobStatus s = Run(spec, [&](const JobStatus& now) {
     if (!killed && now.step >= 30 && now.world_size == 3) {
       int pid = PidOfRank(now, 1);
       if (pid > 0) killed = ::kill(pid, SIGKILL) == 0;
     }
+    if (now.steps_per_call > 1 && several_a_call.empty()) several_a_call = FormatStatus(now);
   });
   ASSERT_TRUE(killed);
+  // Steps of a few ms: a call covers several (stepCallMs), and the status says how many.
+  EXPECT_NE(several_a_call.find(" a call)"), std::string::npos) << FormatStatus(s);
   ExpectHealed(s, spec, baseline, 3);
   EXPECT_TRUE(HasEvent(s, "rank_died", "SIGNALED(9")) << FormatStatus(s);
   // The survivors formed an epoch of two before the replacement joined (epoch of three).

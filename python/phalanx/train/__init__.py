@@ -489,6 +489,7 @@ class Result:
         self.message = status.message
         self.world_size = status.world_size
         self.steps = status.step
+        self.steps_per_call = status.steps_per_call  # of the last call (ElasticTrainer)
         self.restarts = status.restarts
         self.controller_actor_id = status.controller_actor_id
         results = status.results
