@@ -64,7 +64,7 @@ struct JobStatus {
   int64_t last_checkpoint_step = 0;
   double steps_per_second = 0;
   int64_t steps_per_call = 0;  // of the last agreed call (0: none yet)
-  std::string results;  // rank 0's Query("results") at completion
+  std::string results;         // rank 0's Query("results") at completion
   std::string controller_actor_id;
   std::vector<RankStatus> ranks;
   std::vector<JobCondition> conditions;
