@@ -574,6 +574,26 @@ YAML::Emitter& operator<<(YAML::Emitter& out, Text t) {
   return out << t.s;
 }
 
+// YAML reads a key written on its own ("key: value") only up to 1,024 characters; a longer
+// one must be an explicit key ("? key" then ": value"). yaml-cpp's emitter makes a key of
+// more than 1,024 bytes explicit itself, but counts the bytes before escaping them; past
+// this many bytes the key as printed (a byte escaped as "\x00" takes 4) might be longer.
+constexpr size_t kLongestImplicitKey = 1024;
+constexpr size_t kLongestImplicitKeyBytes = kLongestImplicitKey / 4;
+
+// Free text as a map's key, read back the same however long it is.
+struct KeyText {
+  const std::string& s;
+};
+YAML::Emitter& operator<<(YAML::Emitter& out, KeyText k) {
+  // (Asking again for a key yaml-cpp makes explicit itself leaves every key after it
+  // explicit, in yaml-cpp 0.7.)
+  if (k.s.size() > kLongestImplicitKeyBytes && k.s.size() <= kLongestImplicitKey) {
+    out << YAML::LongKey;
+  }
+  return out << YAML::Key << Text{k.s};
+}
+
 }  // namespace
 
 std::string JobSpecToYaml(const JobSpec& spec) {
@@ -593,7 +613,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "maxReplicas" << YAML::Value << spec.max_replicas;
   if (!spec.resources.empty()) {
     out << YAML::Key << "resources" << YAML::Value << YAML::BeginMap;
-    for (const auto& [k, v] : spec.resources) out << YAML::Key << k << YAML::Value << v;
+    for (const auto& [k, v] : spec.resources) out << KeyText{k} << YAML::Value << v;
     out << YAML::EndMap;
   }
   out << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "numSamples"
@@ -644,7 +664,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "stepCallMs" << YAML::Value << spec.step_call_ms;
   if (!spec.config.empty()) {
     out << YAML::Key << "config" << YAML::Value << YAML::BeginMap;
-    for (const auto& [k, v] : spec.config) out << YAML::Key << Text{k} << YAML::Value << Text{v};
+    for (const auto& [k, v] : spec.config) out << KeyText{k} << YAML::Value << Text{v};
     out << YAML::EndMap;
   }
   out << YAML::EndMap;
