@@ -577,9 +577,10 @@ YAML::Emitter& operator<<(YAML::Emitter& out, Text t) {
 // YAML reads a key written on its own ("key: value") only up to 1,024 characters; a longer
 // one must be an explicit key ("? key" then ": value"). yaml-cpp's emitter makes a key of
 // more than 1,024 bytes explicit itself, but counts the bytes before escaping them; past
-// this many bytes the key as printed (a byte escaped as "\x00" takes 4) might be longer.
+// this many bytes the key as printed (a byte escaped as "\x00" takes 4, and the quotes 2)
+// might be longer.
 constexpr size_t kLongestImplicitKey = 1024;
-constexpr size_t kLongestImplicitKeyBytes = kLongestImplicitKey / 4;
+constexpr size_t kLongestImplicitKeyBytes = (kLongestImplicitKey - 2) / 4;
 
 // Free text as a map's key, read back the same however long it is.
 struct KeyText {
