@@ -5,6 +5,7 @@
 #include "runtime/common/process.h"
 #include "runtime/common/resources.h"
 #include "runtime/common/sha256.h"
+#include "runtime/common/timer.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx {
@@ -97,6 +98,32 @@ TEST(Process, TerminateStopsAChild) {
   EXPECT_TRUE(ProcessAlive(*pid));
   EXPECT_TRUE(TerminateProcess(*pid, absl::Seconds(2)));
   EXPECT_FALSE(ProcessAlive(*pid));
+}
+
+// A callback added while the queue's thread sleeps (1 s on an empty queue, or until a later
+// deadline) runs at its own time, and callbacks run in deadline order.
+TEST(TimerQueue, RunsEachCallbackAtItsTimeWhateverTheThreadSleepsFor) {
+  TimerQueue timers;
+  absl::Mutex mu;
+  std::vector<std::pair<int, absl::Duration>> ran;
+  absl::Time start = absl::Now();
+  auto record = [&](int which) {
+    return [&, which] {
+      absl::MutexLock lock(&mu);
+      ran.emplace_back(which, absl::Now() - start);
+    };
+  };
+  absl::SleepFor(absl::Milliseconds(50));  // the thread now sleeps on an empty queue
+  timers.RunAfter(absl::Milliseconds(900), record(2));
+  timers.RunAfter(absl::Milliseconds(50), record(1));  // due before the thread wakes
+  absl::MutexLock lock(&mu);
+  ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(
+                                      +[](decltype(ran)* r) { return r->size() == 2; }, &ran),
+                                  absl::Seconds(5)));
+  EXPECT_EQ(ran[0].first, 1);
+  EXPECT_LT(ran[0].second, absl::Milliseconds(500));
+  EXPECT_EQ(ran[1].first, 2);
+  EXPECT_GE(ran[1].second, absl::Milliseconds(900));
 }
 
 }  // namespace
