@@ -103,7 +103,6 @@ TEST(Process, TerminateStopsAChild) {
 // A callback added while the queue's thread sleeps (1 s on an empty queue, or until a later
 // deadline) runs at its own time, and callbacks run in deadline order.
 TEST(TimerQueue, RunsEachCallbackAtItsTimeWhateverTheThreadSleepsFor) {
-  TimerQueue timers;
   absl::Mutex mu;
   std::vector<std::pair<int, absl::Duration>> ran;
   absl::Time start = absl::Now();
@@ -113,6 +112,7 @@ TEST(TimerQueue, RunsEachCallbackAtItsTimeWhateverTheThreadSleepsFor) {
       ran.emplace_back(which, absl::Now() - start);
     };
   };
+  TimerQueue timers;  // after what its callbacks use: its thread stops before they go
   absl::SleepFor(absl::Milliseconds(50));  // the thread now sleeps on an empty queue
   timers.RunAfter(absl::Milliseconds(900), record(2));
   timers.RunAfter(absl::Milliseconds(50), record(1));  // due before the thread wakes
