@@ -17,7 +17,6 @@ TimerQueue::~TimerQueue() {
 void TimerQueue::RunAfter(absl::Duration delay, std::function<void()> callback) {
   absl::MutexLock lock(&mu_);
   queue_.emplace(absl::Now() + delay, std::move(callback));
-  ++added_;  // wakes the loop: this one may be due before the time it sleeps until
 }
 
 void TimerQueue::Loop() {
@@ -29,9 +28,10 @@ void TimerQueue::Loop() {
         absl::Time now = absl::Now();
         if (!queue_.empty() && queue_.begin()->first <= now) break;
         absl::Time wake = queue_.empty() ? now + absl::Seconds(1) : queue_.begin()->first;
-        uint64_t seen = added_;
-        auto woken = [this, seen]()
-                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || added_ != seen; };
+        // A callback added meanwhile that is due before `wake` wakes the loop.
+        auto woken = [this, wake]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stopping_ || (!queue_.empty() && queue_.begin()->first < wake);
+        };
         mu_.AwaitWithDeadline(absl::Condition(&woken), wake);
       }
       if (stopping_) return;

@@ -2,7 +2,6 @@
 // Thread-safe. Destroying it drops the callbacks that have not run.
 #pragma once
 
-#include <cstdint>
 #include <functional>
 #include <map>
 #include <thread>
@@ -26,7 +25,6 @@ class TimerQueue {
   absl::Mutex mu_;
   std::multimap<absl::Time, std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t added_ ABSL_GUARDED_BY(mu_) = 0;  // callbacks added so far
   std::thread thread_;
 };
 
