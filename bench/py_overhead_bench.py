@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """py_overhead_bench: what elasticity costs a Python (torch) job when nothing fails. The same
-loop — DDP of Linear(64, 256) → ReLU → Linear(256, 1), SGD, a batch of 32 random rows per rank,
-its gradients averaged over phalanx's collective group (the communication hook
-phalanx.train.prepare_model installs), steps padded to 10 ms and to 100 ms — runs twice in the
-same run, with the same ranks:
+loop — Linear(64, 256) → ReLU → Linear(256, 1), data parallel (its gradients averaged over
+phalanx's collective group by phalanx.train.DataParallel, what phalanx.train.prepare_model
+returns on CPU), SGD, a batch of 32 random rows per rank, steps padded to 10 ms and to 100 ms —
+runs twice in the same run, with the same ranks:
   plain       each rank a process of its own, the group formed once, then the bare loop
   controller  phalanx.train.ElasticTrainer: the job's controller drives every step, and each
               step ends with state.commit() (the snapshot of model and optimizer)
@@ -18,7 +18,6 @@ plain loop's, minus 1; goals: <= 0.03 at 10 ms, <= 0.01 at 100 ms)
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,15 +38,20 @@ def make_model():
                                torch.nn.Linear(256, 1))
 
 
-def one_step(model, opt, gen, step_s, t0):
-    """The step both sides run: forward, backward (the gradients are averaged here), update,
-    then the padding to step_s."""
+def compute_step(model, opt, gen):
+    """The step's work: forward, backward (the gradients are averaged here), update."""
     import torch
     x = torch.randn(32, 64, generator=gen)
     loss = torch.nn.functional.mse_loss(model(x), x.sum(dim=1, keepdim=True))
     opt.zero_grad()
     loss.backward()
     opt.step()
+    return loss
+
+
+def one_step(model, opt, gen, step_s, t0):
+    """The step both sides run: its work, then the padding to step_s."""
+    loss = compute_step(model, opt, gen)
     time.sleep(max(0.0, step_s - (time.time() - t0)))
     return loss
 
@@ -76,17 +80,11 @@ def controller_loop(config):
 def plain_rank(args):
     """One rank of the plain loop (started by main)."""
     import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
     from phalanx.collective import CollectiveGroup
     group = CollectiveGroup(args.group, address=args.address, token=args.token, timeout=60)
     group.reconfigure(1, args.rank, args.world)
-    # DDP needs a torch process group to build; the gradients go through phalanx's group, as
-    # prepare_model sets it up.
-    store = dist.TCPStore("127.0.0.1", args.port, args.world, args.rank == 0)
-    dist.init_process_group("gloo", store=store, rank=args.rank, world_size=args.world)
-    model = DistributedDataParallel(make_model())
-    model.register_comm_hook(group, train._allreduce_hook)
+    # The gradients go through phalanx's group, as prepare_model sets it up.
+    model = train.DataParallel(make_model(), group)
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(1000 + args.rank)
     times = []
@@ -97,24 +95,16 @@ def plain_rank(args):
     if args.rank == 0:
         print(f"plain_ms_per_step "
               f"{(times[-1] - times[WARMUP]) / (len(times) - 1 - WARMUP) * 1000:.4f}", flush=True)
-    dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def plain_ms(ranks, step_ms, steps, address, token, tmp):
-    port = free_port()
     procs = []
     for r in range(ranks):
         log = open(os.path.join(tmp, f"plain-{step_ms}-{r}.log"), "w")
         procs.append((subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--rank", str(r), "--world", str(ranks),
              "--group", f"pyoverhead-{step_ms}", "--address", address, "--token", token,
-             "--port", str(port), "--step-ms", str(step_ms), "--steps", str(steps)],
+             "--step-ms", str(step_ms), "--steps", str(steps)],
             stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1")),
             log))
     deadline = time.time() + RUN_TIMEOUT_S
@@ -160,7 +150,6 @@ def main():
     p.add_argument("--group")
     p.add_argument("--address")
     p.add_argument("--token")
-    p.add_argument("--port", type=int)
     p.add_argument("--step-ms", type=int)
     p.add_argument("--steps", type=int)
     args = p.parse_args()
@@ -172,8 +161,8 @@ def main():
     if min(args.steps_10ms, args.steps_100ms) < WARMUP + 10:
         sys.exit(f"--steps-10ms and --steps-100ms must be >= {WARMUP + 10}")
 
-    print(f"# py_overhead_bench: {args.ranks} ranks, a torch MLP under DDP (gradients over "
-          f"phalanx's group), the plain loop and the same loop under phalanx.train, "
+    print(f"# py_overhead_bench: {args.ranks} ranks, a torch MLP, data parallel (gradients "
+          f"over phalanx's group), the plain loop and the same loop under phalanx.train, "
           f"{os.cpu_count()} cores", flush=True)
     phalanx.init(num_cpus=args.ranks + 2)
     import _phalanx

@@ -5,13 +5,15 @@ kill -9 of one of its 4 ranks, against torchrun's elastic restart of the same mo
 
     /usr/bin/python3 bench/py_recovery_bench.py [--runs 3]
 
-Both sides: 4 workers on this machine, DDP of Linear(64, 256) → ReLU → Linear(256, 1) with
-SGD, a batch of 32 random rows per rank, steps padded to 66 ms; rank 1 is SIGKILLed at a random
+Both sides: 4 workers on this machine, Linear(64, 256) → ReLU → Linear(256, 1) data parallel
+(DDP over Gloo for torchrun, what phalanx.train.prepare_model gives for Phalanx) with SGD, a
+batch of 32 random rows per rank, steps padded to 66 ms; rank 1 is SIGKILLed at a random
 point of the step after the 55th (each side watches its ranks' per-step log, so the kill lands
 in that step). The peer runs at its best documented settings: torchrun --monitor_interval=0.1.
 
 Phalanx, per run:
-  survivors' next step  kill → the first step the 3 survivors complete
+  survivors' next step  kill → the first step the 3 survivors complete (its update applied,
+                        before its padding: where torchrun's side logs its steps)
   full strength         kill → the first step completed with 4 ranks again (the replacement
                         has started, imported torch, joined and received the state)
   steps lost            read from the state: every rank counts, in its phalanx.train.State, the
@@ -40,7 +42,7 @@ import time
 import _phalanx
 import phalanx
 from phalanx import train
-from py_overhead_bench import make_model, one_step
+from py_overhead_bench import compute_step, make_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANKS = 4
@@ -54,7 +56,9 @@ PEER_TIMEOUT_S = 900
 def train_loop(config):
     """The peer's loop (bench/peers/train_elastic.py) under phalanx.train — the model and the
     step are py_overhead_bench's — with a line per step in config["log"]: pid rank
-    updates_before unix_ms world_size."""
+    updates_before unix_ms world_size computed_unix_ms (unix_ms: the step's end, just before
+    its commit; computed_unix_ms: its update applied, before the padding, where the peer logs
+    its steps)."""
     import torch
     model = train.prepare_model(make_model())
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
@@ -65,13 +69,16 @@ def train_loop(config):
     log = os.open(config["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         while state.updates < config["steps"]:
+            t0 = time.time()
             # The gradients are averaged over the job's ranks in its backward().
-            loss = one_step(model, opt, gen, config["step_s"], time.time())
+            loss = compute_step(model, opt, gen)
+            computed = time.time()
+            time.sleep(max(0.0, config["step_s"] - (computed - t0)))
             before = state.updates
             state.updates = before + 1
             # One short write to an O_APPEND file: the ranks' lines never interleave.
             os.write(log, f"{os.getpid()} {ctx.rank} {before} {time.time() * 1000:.1f} "
-                          f"{ctx.world_size}\n".encode())
+                          f"{ctx.world_size} {computed * 1000:.1f}\n".encode())
             state.commit()
             train.report({"loss": loss.item()})
     finally:
@@ -83,8 +90,9 @@ def read_log(path):
     with open(path) as f:
         for line in f:
             if line.endswith("\n"):
-                pid, rank, before, ms, world = line.split()
-                rows.append((int(pid), int(rank), int(before), float(ms), int(world)))
+                pid, rank, before, ms, world, computed = line.split()
+                rows.append((int(pid), int(rank), int(before), float(ms), int(world),
+                             float(computed)))
     return rows
 
 
@@ -124,7 +132,7 @@ def one_run(run, dir_path, rng, imports):
     rows = read_log(log)
     # Committed before the kill: the updates every one of the 4 ranks had logged by then.
     per_rank = {}
-    for pid, rank, before, ms, world in rows:
+    for pid, rank, before, ms, world, _ in rows:
         if ms <= kill_ms and world == RANKS:
             per_rank[pid] = max(per_rank.get(pid, -1), before + 1)
     committed = min(per_rank.values()) if len(per_rank) >= RANKS else 0
@@ -134,15 +142,19 @@ def one_run(run, dir_path, rng, imports):
         print(f"run {run}: no step with fewer ranks after the kill ({status.state})", flush=True)
         return None
     back4 = next((r for r in after if r[4] == RANKS and r[3] > first3[3]), None)
+    # Each side's step counts from the time its update is applied, before its padding: the
+    # peer (bench/peers/train_elastic.py) logs its steps there.
     out = {
-        "recovery_s": (first3[3] - kill_ms) / 1000,
-        "full_s": (back4[3] - kill_ms) / 1000 if back4 else None,
+        "recovery_s": (first3[5] - kill_ms) / 1000,
+        "padded_s": (first3[3] - kill_ms) / 1000,
+        "full_s": (back4[5] - kill_ms) / 1000 if back4 else None,
         "lost": committed - first3[2],
         "committed": committed,
         "state": status.state,
     }
     print(f"run {run}: killed after {committed} committed steps (aimed at {KILL_AFTER}); "
-          f"survivors' next step after {out['recovery_s']:.3f} s (world {first3[4]}), full "
+          f"survivors' next step after {out['recovery_s']:.3f} s (world {first3[4]}; its "
+          f"padding ended after {out['padded_s']:.3f} s), full "
           f"strength after {out['full_s'] if out['full_s'] is None else round(out['full_s'], 3)}"
           f" s; their state held {first3[2]} updates: committed steps lost {out['lost']}; "
           f"job {status.state}", flush=True)
@@ -221,11 +233,13 @@ def main():
     if not outs:
         sys.exit("no Phalanx run completed")
     rec = statistics.median(o["recovery_s"] for o in outs)
+    padded = statistics.median(o["padded_s"] for o in outs)
     fulls = [o["full_s"] for o in outs if o["full_s"] is not None]
     full = statistics.median(fulls) if fulls else -1.0
     lost = max(o["lost"] for o in outs)
     exact = sum(o["committed"] == KILL_AFTER for o in outs)
-    print(f"phalanx: survivors' next step median {rec:.3f} s, full strength median {full:.3f} s "
+    print(f"phalanx: survivors' next step median {rec:.3f} s (its padding ended after "
+          f"{padded:.3f} s), full strength median {full:.3f} s "
           f"(n={len(outs)}); committed steps lost, read from the ranks' state: at most {lost}; "
           f"killed in the aimed step in {exact} of {len(outs)}", flush=True)
     ratio = rec / theirs if theirs > 0 else 0

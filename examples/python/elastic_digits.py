@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """elastic_digits: an elastic data-parallel torch classifier on scikit-learn's bundled digits
-(nothing is downloaded), DDP over Gloo, 3 workers (min 1, max 4).
+(nothing is downloaded), its gradients averaged over phalanx's collective group, 3 workers
+(min 1, max 4).
 
     python3 examples/python/elastic_digits.py                  # a local cluster for the run
     python3 examples/python/elastic_digits.py --address auto   # the cluster of `phalanx start`
@@ -43,7 +44,7 @@ def train_loop(config):
     torch.manual_seed(0)
     x, y, x_test, y_test = (torch.from_numpy(a) for a in load_data())
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
-    model = train.prepare_model(model)   # DDP over this epoch's group
+    model = train.prepare_model(model)   # data parallel over this epoch's ranks
     optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
     state = train.State(model=model, optimizer=optimizer, epoch=0, step=0,
                         seen=np.zeros(len(x)), exactly_once=[])

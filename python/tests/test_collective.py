@@ -72,6 +72,48 @@ class Member:
             self.group.allreduce(torch.zeros(4, 4).t())
         return out
 
+    def data_parallel(self):
+        """phalanx.train.DataParallel on a model that starts different on every rank: what
+        it holds after the wrap, its averaged gradients, no_sync, and a second wrap."""
+        import torch
+        from phalanx.train import DataParallel
+        r = self.group.rank
+        torch.manual_seed(100 + r)
+        model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.BatchNorm1d(7),
+                                    torch.nn.Linear(7, 1))
+        model[1].running_mean.fill_(float(r))
+        model[1].num_batches_tracked.fill_(10 + r)
+        counting = _Counting(self.group)
+        dp = DataParallel(model, counting, bucket_bytes=64)  # several buckets
+        out = {"state": [t.detach().flatten().tolist() for t in model.state_dict().values()],
+               "keys": list(dp.state_dict())[:2], "buckets": len(dp._buckets)}
+        plain = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.BatchNorm1d(7),
+                                    torch.nn.Linear(7, 1))
+        plain.load_state_dict(model.state_dict())
+        x = torch.randn(4, 5, generator=torch.Generator().manual_seed(r))
+
+        def grads(m):
+            return torch.cat([p.grad.flatten() for p in m.parameters()])
+
+        plain(x).sum().backward()
+        local = grads(plain).clone()
+        self.group.allreduce(local_avg := local.clone(), "avg")
+        dp(x).sum().backward()
+        out["averaged"] = torch.allclose(grads(model), local_avg, atol=1e-6)
+        out["collectives"] = counting.allreduces
+        model.zero_grad()
+        with dp.no_sync():
+            dp(x).sum().backward()
+        out["no_sync_local"] = torch.allclose(grads(model), local, atol=1e-6)
+        out["no_sync_collectives"] = counting.allreduces
+        again = _Counting(self.group)
+        dp2 = DataParallel(model, again)
+        model.zero_grad()
+        dp2(x).sum().backward()
+        out["rewrap"] = (counting.allreduces, again.allreduces,
+                         torch.allclose(grads(model), local_avg, atol=1e-6))
+        return out
+
     def allreduce_forever(self):
         a = np.ones(1 << 16)
         try:
@@ -79,6 +121,22 @@ class Member:
                 self.group.allreduce(a)
         except phalanx.CollectiveError as e:
             return str(e)
+
+
+class _Counting:
+    """A CollectiveGroup that counts its allreduce calls."""
+
+    def __init__(self, group):
+        self.group = group
+        self.allreduces = 0
+        self.world_size = group.world_size
+
+    def allreduce(self, tensor, op="sum"):
+        self.allreduces += 1
+        return self.group.allreduce(tensor, op)
+
+    def broadcast(self, tensor, root=0):
+        return self.group.broadcast(tensor, root)
 
 
 def make(n, name):
@@ -120,6 +178,22 @@ def test_reconfigure_by_epoch(cluster):
     assert got == [(0, 2, 2), (1, 2, 2)]
     out = phalanx.get([m.numpy_ops.remote() for m in members[:2]], timeout=60)
     assert out[0]["sum_float64"][0] == [2 * i + 1 for i in range(6)]
+
+
+def test_data_parallel_starts_from_rank_0_and_averages_gradients(cluster):
+    members = make(3, "data-parallel")
+    outs = phalanx.get([m.data_parallel.remote() for m in members], timeout=120)
+    for r, out in enumerate(outs):
+        # Rank 0's parameters and buffers everywhere (its running_mean 0, its count 10).
+        assert out["state"] == outs[0]["state"], r
+        assert out["state"][4] == [0.0] * 7 and out["state"][6] == [10], out["state"]
+        assert out["keys"] == ["module.0.weight", "module.0.bias"]  # DDP's keys
+        assert out["buckets"] > 1
+        assert out["averaged"], r
+        assert out["collectives"] == out["buckets"]  # one per bucket per backward()
+        assert out["no_sync_local"] and out["no_sync_collectives"] == out["buckets"], out
+        # The second wrap's hooks replaced the first's: only the new group is used.
+        assert out["rewrap"] == (out["buckets"], 1, True), out
 
 
 def test_a_dead_peer_fails_the_others_at_once(cluster):

@@ -3,7 +3,7 @@
     from phalanx import train
 
     def train_loop(config):
-        model = train.prepare_model(Net())          # DDP over this epoch's process group
+        model = train.prepare_model(Net())          # data parallel over this epoch's ranks
         opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
         state = train.State(model=model, optimizer=opt, epoch=0)
         state.restore()                             # the newest committed state, if any
@@ -107,41 +107,50 @@ def allreduce(tensor, op="sum"):
     return RUNTIME.collective_group().allreduce(tensor, op)
 
 
-def _allreduce_hook(group, bucket):
-    """DDP communication hook: average the gradient bucket over phalanx's group."""
-    import torch
-    buffer = bucket.buffer()
-    future = torch.futures.Future()
-    try:
-        group.allreduce(buffer, "avg")
-        future.set_result(buffer)
-    except Exception as e:  # noqa: BLE001 - backward() raises it
-        future.set_exception(e)
-    return future
-
-
 def prepare_model(model, *, backend=None):
-    """Wraps ``model`` in DistributedDataParallel over this epoch's process group (Gloo on
-    CPU; NCCL with ``backend="nccl"`` and the model on the GPU). Call it inside
-    ``train_loop``: after a resize the loop runs again and gets a DDP of the new group.
+    """Makes ``model`` data parallel over this epoch's ranks. Call it inside ``train_loop``:
+    after a membership change the loop runs again and wraps the model for the new group.
 
-    On CPU the gradients are averaged through phalanx's collective group (a DDP
-    communication hook) rather than torch's Gloo group: when a peer dies, backward() fails at
-    once instead of waiting for torch's timeout."""
+    On CPU (the default) it returns ``DataParallel(model)``: rank 0's parameters and buffers
+    are copied to every rank, and each ``backward()`` averages the gradients through phalanx's
+    collective group. No torch.distributed process group is formed (forming it took 40-60 ms
+    of every membership change); call ``torch_process_group()`` for torch.distributed calls
+    of your own. When a peer dies, ``backward()`` fails at once rather than after a timeout.
+
+    With ``backend="nccl"`` and CUDA there it returns DistributedDataParallel of the model on
+    the GPU, over this epoch's torch NCCL process group."""
     import torch
-    from torch.nn.parallel import DistributedDataParallel
-    torch_process_group(backend)
-    if backend == "nccl" and torch.cuda.is_available():
+    if backend not in (None, "gloo", "nccl"):
+        raise ValueError(f"backend={backend!r}: give None or 'gloo' (CPU: gradients through "
+                         f"phalanx's group) or 'nccl' (the model on the GPU, DDP over NCCL)")
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise RuntimeError("prepare_model(backend=\"nccl\"): CUDA is not available on "
+                               "this rank; leave backend out to train on the CPU")
+        from torch.nn.parallel import DistributedDataParallel
+        torch_process_group(backend)
         device = torch.cuda.current_device()
         return DistributedDataParallel(model.to(device), device_ids=[device])
-    ddp = DistributedDataParallel(model)
-    ddp.register_comm_hook(RUNTIME.collective_group(), _allreduce_hook)
-    return ddp
+    from ._data_parallel import DataParallel
+    return DataParallel(model, RUNTIME.collective_group())
 
 
 def _unwrap(obj):
-    return getattr(obj, "module", obj) if type(obj).__name__ == "DistributedDataParallel" \
-        else obj
+    """The model inside DistributedDataParallel or DataParallel (their state_dict keys start
+    with "module."; a State's snapshot holds the model's own)."""
+    dp = sys.modules.get(f"{__name__}._data_parallel")
+    if type(obj).__name__ == "DistributedDataParallel" or (
+            dp is not None and isinstance(obj, dp.DataParallel)):
+        return obj.module
+    return obj
+
+
+def __getattr__(name):
+    # DataParallel's module imports torch: loaded on first use, not with phalanx.train.
+    if name == "DataParallel":
+        from ._data_parallel import DataParallel
+        return DataParallel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class State:

@@ -65,12 +65,13 @@ class Runtime:
         self.restore_from = b""   # what restore() loads
         self.progress = {}        # ElasticSampler: data epoch -> samples consumed (all ranks)
         self.last_report = {}
-        # torch.distributed, formed per epoch on first use.
+        # torch.distributed, formed per epoch on first use (torch_process_group(), or
+        # prepare_model(backend="nccl")).
         self.pg_lock = threading.Lock()
         self.pg_epoch = None
         self.store = None
-        # phalanx's own collective group of this epoch (DDP's gradients go through it: a dead
-        # peer fails it at once, and the controller can abort it).
+        # phalanx's own collective group of this epoch (prepare_model's gradients go through
+        # it: a dead peer fails it at once, and the controller can abort it).
         self.group = None
         self.local = threading.local()
 
