@@ -107,7 +107,7 @@ def one_run(run, dir_path, rng, imports):
         prestart_imports=imports, verbose=False)
     job_id = trainer.submit()
     deadline = time.time() + RUN_TIMEOUT_S
-    kill_ms, seen = None, 0
+    kill_ms = None
     rows = []
     while time.time() < deadline:
         if kill_ms is None and os.path.exists(log):
