@@ -104,6 +104,7 @@ absl::Status GcsNodeManager::Register(rpc::NodeInfo node) {
     write = SaveLocked(
         node, first_time ? rpc::ResourceEvent::NODE_ADDED : rpc::ResourceEvent::RESOURCES_CHANGED);
     deadline_[node.node_id()] = absl::Now() + options_.node_timeout;
+    heard_[node.node_id()] = absl::Now();
   }
   if (auto s = write.WaitOrUndo(&mu_); !s.ok()) return s;
   spdlog::info("node {} {} at {} with {}", ShortId(node.node_id()),
@@ -135,6 +136,7 @@ absl::Status GcsNodeManager::Heartbeat(const rpc::HeartbeatRequest& request, boo
       return absl::OkStatus();
     }
     deadline_[request.node_id()] = absl::Now() + options_.node_timeout;
+    heard_[request.node_id()] = absl::Now();
     if (request.has_available() && !google::protobuf::util::MessageDifferencer::Equals(
                                        request.available(), node->available())) {
       rpc::NodeInfo updated = *node;
@@ -176,6 +178,7 @@ PendingWrite GcsNodeManager::MarkDeadLocked(const std::string& node_id, const st
   updated.set_end_time_ms(NowMs());
   updated.clear_available();
   deadline_.erase(node_id);
+  heard_.erase(node_id);
   PendingWrite write = SaveLocked(updated, rpc::ResourceEvent::NODE_REMOVED);
   *dead = updated;
   return write;
@@ -248,8 +251,13 @@ void GcsNodeManager::CheckHeartbeats() {
 std::vector<rpc::NodeInfo> GcsNodeManager::GetAll(bool alive_only) const {
   absl::MutexLock lock(&mu_);
   std::vector<rpc::NodeInfo> out;
+  absl::Time now = absl::Now();
   for (const auto& [id, node] : nodes_.entries()) {
-    if (!alive_only || node.state() == rpc::NODE_ALIVE) out.push_back(node);
+    if (alive_only && node.state() != rpc::NODE_ALIVE) continue;
+    out.push_back(node);
+    auto h = heard_.find(id);
+    out.back().set_heartbeat_age_ms(
+        h == heard_.end() ? -1 : std::max<int64_t>(0, absl::ToInt64Milliseconds(now - h->second)));
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
     return std::make_tuple(a.start_time_ms(), a.node_id()) <

@@ -84,6 +84,9 @@ class GcsNodeManager {
   Table<rpc::NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
   // In memory only: a heartbeat is not worth a Redis write.
   absl::flat_hash_map<std::string, absl::Time> deadline_ ABSL_GUARDED_BY(mu_);
+  // When this GCS last heard each node (registration or heartbeat; none after a restart until
+  // the node's next heartbeat): NodeInfo.heartbeat_age_ms.
+  absl::flat_hash_map<std::string, absl::Time> heard_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void(const std::vector<rpc::NodeInfo>&)>> dead_listeners_
       ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void(const rpc::NodeInfo&)>> registered_listeners_ ABSL_GUARDED_BY(mu_);

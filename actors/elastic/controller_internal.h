@@ -49,6 +49,12 @@ struct Timeouts {
   // its own, not the step's: a live rank answers in milliseconds even mid-collective). A rank
   // that does not answer within it is taken for stopped or deadlocked and restarted.
   absl::Duration hang_ping = absl::Milliseconds(500);
+  // The liveness probe (spec hang.silentSeconds): a call is probed with a Ping to every rank
+  // once it has run probe_factor times the last call's time, and at least probe_after; while
+  // a rank has not answered, the GCS's view of its node is read every probe_check.
+  double probe_factor = 10;
+  absl::Duration probe_after = absl::Seconds(1);
+  absl::Duration probe_check = absl::Milliseconds(100);
   // Fetching a step's answer once it is ready.
   absl::Duration step_result = absl::Seconds(30);
   // Every rank forming an epoch (Reconfigure), and newcomers receiving the state (SyncState).
@@ -245,6 +251,17 @@ class Controller {
   // compute while the others wait in a collective) and restart them; unblock the rest.
   // Returns the ranks killed.
   std::vector<size_t> HandleHang(const std::vector<ObjectRef<Metrics>>& refs);
+  // How long a call of `count` steps runs before it is probed (kTimeouts.probe_*).
+  absl::Duration ProbeAfter(int64_t count) const;
+  // The ranks of a call still out that have not answered `probe` (Pings sent at `probed`) for
+  // hang.silentSeconds, and whose node's heartbeat reached the GCS after they had been silent
+  // that long: frozen processes on live hosts (a host cut off stops its heartbeats too, and
+  // is left to the node timeout).
+  std::vector<size_t> FrozenRanks(const std::vector<ObjectRef<Metrics>>& refs,
+                                  const std::vector<ObjectRef<std::vector<int64_t>>>& probe,
+                                  absl::Time probed);
+  // Kills rank r as hung (an event saying `what`, its recovery opened at the step's start).
+  void KillHung(size_t r, const std::string& what);
 
   void CheckpointIfDue();
   // Whether a checkpoint is taken once `step` steps are agreed.

@@ -336,6 +336,10 @@ absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root) {
                       "a number of seconds", ToDouble, &spec.controller_lease_s);
         !s.ok())
       return s;
+    if (auto s = Read(h, "silentSeconds", "hang.silentSeconds", "a number of seconds", ToDouble,
+                      &spec.hang_silent_s);
+        !s.ok())
+      return s;
   }
   if (auto s = Read(root, "stepCallMs", "stepCallMs", "a number of milliseconds", ToDouble,
                     &spec.step_call_ms);
@@ -504,6 +508,10 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                "give seconds > 0 and below hang.timeoutSeconds (a hung controller must be "
                "replaced within the hang timeout), or leave it out");
   }
+  if (!(spec.hang_silent_s >= 0)) {
+    return Bad("hang.silentSeconds", std::to_string(spec.hang_silent_s),
+               "give seconds >= 0 (0: only the hang timeout finds hung ranks)");
+  }
   if (!(spec.step_call_ms >= 0)) {
     return Bad("stepCallMs", std::to_string(spec.step_call_ms),
                "give milliseconds >= 0 (0: one step per call)");
@@ -659,6 +667,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   if (spec.controller_lease_s > 0) {
     out << YAML::Key << "controllerLeaseSeconds" << YAML::Value << spec.controller_lease_s;
   }
+  out << YAML::Key << "silentSeconds" << YAML::Value << spec.hang_silent_s;
   out << YAML::EndMap;
   out << YAML::Key << "placementStrategy" << YAML::Value << spec.placement_strategy;
   out << YAML::Key << "scaleOutDebounceSeconds" << YAML::Value << spec.scale_out_debounce_s;

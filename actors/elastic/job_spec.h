@@ -25,7 +25,8 @@
 //   failPolicy: {belowMinTimeoutSeconds: 60}
 //   checkpoint: {dir: /tmp/ckpt, intervalSteps: 50}
 //   straggler: {check: true, factor: 2.0}   # network check at start and each membership change
-//   hang: {timeoutSeconds: 120, controllerLeaseSeconds: 10}   # no step for this long: restart
+//   hang: {timeoutSeconds: 120, controllerLeaseSeconds: 10, silentSeconds: 1}
+//                                          # no step for this long, or silent on a live host
 //                                        # the stuck rank; a controller silent for the lease
 //                                        # is replaced (default: half the timeout, ≤ 10 s)
 //   scaleOutDebounceSeconds: 2
@@ -95,6 +96,12 @@ struct JobSpec {
   // stops (SIGSTOP, deadlock, cut off) is killed and started again once it runs out, and the
   // new one adopts the live ranks. 0: half the hang timeout, at most 10 s.
   double controller_lease_s = 0;
+  // A rank that has not answered the controller's probe (a Ping, answered on a lane of its own
+  // in milliseconds by any live process) for this long while its node's heartbeats still reach
+  // the GCS is frozen (SIGSTOP, a kernel hang) and restarted as hung, without waiting for
+  // hang_timeout_s. A step is probed once it has run 10 times its usual time, and at least
+  // 1 s (kTimeouts.probe_after). 0: only the hang timeout finds hung ranks.
+  double hang_silent_s = 1;
   int64_t num_samples = 0;
   int64_t global_batch = 0;
   int64_t seed = 0;

@@ -1,5 +1,7 @@
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_format.h"
 #include "actors/elastic/controller_internal.h"
 #include "actors/elastic/job_keys.h"
 #include "actors/elastic/trainer_host.h"
@@ -33,7 +35,14 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
   // their answers only briefly), or the hang timeout.
   absl::Time hang_at = absl::Now() + absl::Seconds(spec_.hang_timeout_s);
   absl::Time death_grace = absl::InfiniteFuture();
+  // The liveness probe: Pings sent once the call ran long (hang.silentSeconds).
+  absl::Time probe_at =
+      spec_.hang_silent_s > 0 ? absl::Now() + ProbeAfter(count) : absl::InfiniteFuture();
+  std::vector<ObjectRef<std::vector<int64_t>>> probe;
+  absl::Time probed = absl::InfinitePast();
+  absl::Time check_at = absl::InfiniteFuture();
   bool all_ready = false;
+  bool frozen_killed = false;
   while (absl::Now() < std::min(hang_at, death_grace)) {
     auto waited = Wait(refs, static_cast<int>(refs.size()), kTimeouts.step_wait_slice);
     if (waited.not_ready.empty()) {
@@ -41,6 +50,34 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
       break;
     }
     std::set<std::string> dead = DeadMembers();
+    absl::Time now = absl::Now();
+    if (dead.empty() && probe.empty() && now >= probe_at) {
+      for (auto& m : members_) probe.push_back(m.trainer().Ping());
+      probed = now;
+      check_at = now + absl::Seconds(spec_.hang_silent_s);
+    } else if (dead.empty() && !probe.empty() && now >= check_at) {
+      check_at = now + kTimeouts.probe_check;
+      bool answered = true;
+      for (size_t r = 0; r < refs.size(); ++r) answered &= refs[r].Ready() || probe[r].Ready();
+      if (answered) {  // every rank is alive: a slow call; probe it again later
+        probe.clear();
+        probe_at = now + ProbeAfter(count);
+        continue;
+      }
+      std::vector<size_t> frozen = FrozenRanks(refs, probe, probed);
+      for (size_t r : frozen) {
+        KillHung(r, absl::StrFormat("rank %d does not answer (silent for %.1f s while its node is "
+                                    "up, %.1f s into the call); restarting it",
+                                    r, absl::ToDoubleSeconds(absl::Now() - probed),
+                                    absl::ToDoubleSeconds(absl::Now() - step_started_)));
+        lost->push_back(r);
+      }
+      if (!frozen.empty()) {
+        for (auto& m : members_) m.trainer().Abort();
+        frozen_killed = true;
+        break;
+      }
+    }
     if (dead.empty()) continue;
     if (death_grace == absl::InfiniteFuture())
       death_grace = absl::Now() + kTimeouts.aborted_step_grace;
@@ -51,7 +88,9 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
     if (survivors_answered) break;
   }
   // The ranks killed for hanging count as lost: the survivors go on without them at once.
-  if (!all_ready && death_grace == absl::InfiniteFuture()) *lost = HandleHang(refs);
+  if (!all_ready && !frozen_killed && death_grace == absl::InfiniteFuture()) {
+    *lost = HandleHang(refs);
+  }
   bool all_ok = true;
   bool done = false;
   double loss = 0;
@@ -140,19 +179,50 @@ std::vector<size_t> Controller::HandleHang(const std::vector<ObjectRef<Metrics>>
     bool silent = phase[r] < 0;
     bool computing_alone = phase[r] == kComputing && someone_waits;
     if (refs[r].Ready() || !(silent || computing_alone)) continue;
-    std::string what =
-        absl::StrCat("rank ", r, " made no progress for ", spec_.hang_timeout_s, " s (",
-                     silent ? "does not answer" : "stuck computing", "); restarting it");
-    Event("hang", what);
-    // Its last progress: the step's start.
-    OpenRecovery(members_[r].actor_id, fault_kind::kHang, what, step_started_,
-                 static_cast<int>(members_.size()));
-    hung_.insert(members_[r].actor_id);
-    Kill(members_[r].handle).IgnoreError();
+    KillHung(r, absl::StrCat("rank ", r, " made no progress for ", spec_.hang_timeout_s, " s (",
+                             silent ? "does not answer" : "stuck computing", "); restarting it"));
     killed.push_back(r);
   }
   for (auto& m : members_) m.trainer().Abort();
   return killed;
+}
+
+void Controller::KillHung(size_t r, const std::string& what) {
+  Event("hang", what);
+  // Its last progress: the step's start.
+  OpenRecovery(members_[r].actor_id, fault_kind::kHang, what, step_started_,
+               static_cast<int>(members_.size()));
+  hung_.insert(members_[r].actor_id);
+  Kill(members_[r].handle).IgnoreError();
+}
+
+absl::Duration Controller::ProbeAfter(int64_t count) const {
+  double step_ms = 0;
+  for (const auto& t : step_times_) step_ms = std::max(step_ms, t.step_ms());
+  return std::max(kTimeouts.probe_after,
+                  absl::Milliseconds(kTimeouts.probe_factor * step_ms * count));
+}
+
+std::vector<size_t> Controller::FrozenRanks(
+    const std::vector<ObjectRef<Metrics>>& refs,
+    const std::vector<ObjectRef<std::vector<int64_t>>>& probe, absl::Time probed) {
+  auto nodes = gcs_->GetAllNodes(true);
+  if (!nodes.ok()) return {};
+  // A node's last heartbeat, as the GCS heard it.
+  absl::flat_hash_map<std::string, absl::Time> heard;
+  absl::Time now = absl::Now();
+  for (const auto& n : *nodes) {
+    if (n.heartbeat_age_ms() >= 0)
+      heard[n.node_id()] = now - absl::Milliseconds(n.heartbeat_age_ms());
+  }
+  absl::Time silent_since = probed + absl::Seconds(spec_.hang_silent_s);
+  std::vector<size_t> frozen;
+  for (size_t r = 0; r < refs.size(); ++r) {
+    if (refs[r].Ready() || probe[r].Ready()) continue;
+    auto h = heard.find(members_[r].node_id);
+    if (h != heard.end() && h->second >= silent_since) frozen.push_back(r);
+  }
+  return frozen;
 }
 
 void Controller::StepAgreed(const std::vector<Metrics>& results) {

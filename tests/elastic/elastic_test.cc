@@ -297,6 +297,7 @@ TEST_F(ElasticTest, AStoppedRankIsFoundByTheHangTimeoutAndRestarted) {
   AddNode("node-a", 4);
   JobSpec spec = Spec(3, 1, 3);
   spec.hang_timeout_s = 2;
+  spec.hang_silent_s = 0;  // no liveness probe: the timeout alone
   auto baseline = Baseline(spec);
   bool stopped = false;
   JobStatus s = Run(spec, [&](const JobStatus& now) {
@@ -312,6 +313,34 @@ TEST_F(ElasticTest, AStoppedRankIsFoundByTheHangTimeoutAndRestarted) {
   ASSERT_EQ(s.recoveries.size(), 1u) << FormatStatus(s);
   EXPECT_EQ(s.recoveries[0].kind, "hang");
   EXPECT_GE(s.recoveries[0].detected_ms - s.recoveries[0].fault_ms, 2000) << FormatStatus(s);
+  EXPECT_GT(s.recoveries[0].full_strength_ms, 0) << FormatStatus(s);
+}
+
+// The liveness probe (hang.silentSeconds): a stopped rank does not answer its Ping while its
+// node still heartbeats, so it is found long before the hang timeout.
+TEST_F(ElasticTest, AStoppedRankIsFoundByItsSilenceLongBeforeTheHangTimeout) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  spec.hang_timeout_s = 60;
+  spec.hang_silent_s = 1;
+  auto baseline = Baseline(spec);
+  bool stopped = false;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (!stopped && now.step >= 20 && now.world_size == 3) {
+      int pid = PidOfRank(now, 1);
+      if (pid > 0) stopped = ::kill(pid, SIGSTOP) == 0;
+    }
+  });
+  ASSERT_TRUE(stopped);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "hang", "while its node is up")) << FormatStatus(s);
+  ASSERT_EQ(s.recoveries.size(), 1u) << FormatStatus(s);
+  EXPECT_EQ(s.recoveries[0].kind, "hang");
+  // Found by the probe, not by the 60 s timeout: at least hang.silentSeconds after the step's
+  // start, and well inside the timeout.
+  int64_t detected = s.recoveries[0].detected_ms - s.recoveries[0].fault_ms;
+  EXPECT_GE(detected, 1000) << FormatStatus(s);
+  EXPECT_LT(detected, 30000) << FormatStatus(s);
   EXPECT_GT(s.recoveries[0].full_strength_ms, 0) << FormatStatus(s);
 }
 
@@ -405,6 +434,18 @@ TEST_F(ElasticTest, MalformedSpecsAreRefusedBeforeAnythingStarts) {
   auto again = ParseJobSpec(JobSpecToYaml(*warm));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->preimports, warm->preimports);
+  // hang.silentSeconds: seconds >= 0, kept through the YAML round trip.
+  const std::string job =
+      "name: x\ntrainer: T\nreplicas: 1\ndata: {numSamples: 10, globalBatch: 4}\nsteps: 5\n";
+  auto negative = ParseJobSpec(job + "hang: {timeoutSeconds: 30, silentSeconds: -1}\n");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("hang.silentSeconds"), std::string::npos)
+      << negative.status();
+  auto silent = ParseJobSpec(job + "hang: {timeoutSeconds: 30, silentSeconds: 2.5}\n");
+  ASSERT_TRUE(silent.ok()) << silent.status();
+  auto silent_again = ParseJobSpec(JobSpecToYaml(*silent));
+  ASSERT_TRUE(silent_again.ok()) << silent_again.status();
+  EXPECT_EQ(silent_again->hang_silent_s, 2.5);
   // Nothing ran: no job was recorded.
   EXPECT_TRUE(client_->ListJobs()->empty());
 }

@@ -360,10 +360,13 @@ class FailureConfig:
     faultTolerantPolicy (first match wins, then the defaults: OOM → respawnLarger with twice
     the memory, node died → reschedule, exited → restart), e.g.
     ``[{"event": "oom", "action": "respawnLarger", "memoryGrowth": 2}]``; how long the job may
-    stay below its minimum, when a silent step is a hang, and the straggler check."""
+    stay below its minimum, when a step without progress is a hang (``hang_timeout_s``), when a
+    rank that does not answer while its node is up is frozen (``hang_silent_s``; 0: never), and
+    the straggler check."""
 
     def __init__(self, max_failures=10, window_s=3600, policies=None, below_min_timeout_s=60,
-                 hang_timeout_s=300, straggler_check=False, straggler_factor=2.0):
+                 hang_timeout_s=300, straggler_check=False, straggler_factor=2.0,
+                 hang_silent_s=1):
         if not isinstance(max_failures, int) or max_failures < -1:
             raise ValueError(f"max_failures={max_failures!r}: give a whole number >= 0, or -1 "
                              f"for no limit")
@@ -372,6 +375,7 @@ class FailureConfig:
         self.policies = list(policies or [])
         self.below_min_timeout_s = below_min_timeout_s
         self.hang_timeout_s = hang_timeout_s
+        self.hang_silent_s = hang_silent_s
         self.straggler_check = straggler_check
         self.straggler_factor = straggler_factor
 
@@ -665,7 +669,7 @@ class ElasticTrainer:
             "restartLimit": f.restart_limit,
             "restartTimeLimit": f.window_s,
             "failPolicy": {"belowMinTimeoutSeconds": f.below_min_timeout_s},
-            "hang": {"timeoutSeconds": f.hang_timeout_s},
+            "hang": {"timeoutSeconds": f.hang_timeout_s, "silentSeconds": f.hang_silent_s},
             "straggler": {"check": f.straggler_check, "factor": f.straggler_factor},
             "config": {"pyfn": fn_key},
             "stepCallMs": self.step_call_ms,
