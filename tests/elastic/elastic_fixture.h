@@ -172,6 +172,30 @@ class ElasticTest : public testing::ClusterTest {
     return a.ok() ? a->pid() : -1;
   }
 
+  // Runs `spec` (after its fault-free baseline), SIGSTOPs rank 1 once the job is at step 20
+  // with 3 ranks, and checks that the job healed and that its one recovery is the hang (not
+  // the kill that ended it), closed at full strength. Returns the final status, and in
+  // `*detected_ms` how long after the stuck step's start the hang was found.
+  JobStatus RunWithRank1Stopped(const JobSpec& spec, int64_t* detected_ms) {
+    auto baseline = Baseline(spec);
+    bool stopped = false;
+    JobStatus s = Run(spec, [&](const JobStatus& now) {
+      if (!stopped && now.step >= 20 && now.world_size == 3) {
+        int pid = PidOfRank(now, 1);
+        if (pid > 0) stopped = ::kill(pid, SIGSTOP) == 0;
+      }
+    });
+    *detected_ms = -1;
+    EXPECT_TRUE(stopped);
+    ExpectHealed(s, spec, baseline, 3);
+    EXPECT_EQ(s.recoveries.size(), 1u) << FormatStatus(s);
+    if (s.recoveries.size() != 1) return s;
+    EXPECT_EQ(s.recoveries[0].kind, "hang");
+    EXPECT_GT(s.recoveries[0].full_strength_ms, 0) << FormatStatus(s);
+    *detected_ms = s.recoveries[0].detected_ms - s.recoveries[0].fault_ms;
+    return s;
+  }
+
   std::map<std::string, testing::ChildProcess> nodes_;
   testing::TempDir dir_;
 };

@@ -298,22 +298,10 @@ TEST_F(ElasticTest, AStoppedRankIsFoundByTheHangTimeoutAndRestarted) {
   JobSpec spec = Spec(3, 1, 3);
   spec.hang_timeout_s = 2;
   spec.hang_silent_s = 0;  // no liveness probe: the timeout alone
-  auto baseline = Baseline(spec);
-  bool stopped = false;
-  JobStatus s = Run(spec, [&](const JobStatus& now) {
-    if (!stopped && now.step >= 20 && now.world_size == 3) {
-      int pid = PidOfRank(now, 1);
-      if (pid > 0) stopped = ::kill(pid, SIGSTOP) == 0;
-    }
-  });
-  ASSERT_TRUE(stopped);
-  ExpectHealed(s, spec, baseline, 3);
-  EXPECT_TRUE(HasEvent(s, "hang", "does not answer")) << FormatStatus(s);
-  // Its fault is the hang (not the kill that ended it), timed from the stuck step's start.
-  ASSERT_EQ(s.recoveries.size(), 1u) << FormatStatus(s);
-  EXPECT_EQ(s.recoveries[0].kind, "hang");
-  EXPECT_GE(s.recoveries[0].detected_ms - s.recoveries[0].fault_ms, 2000) << FormatStatus(s);
-  EXPECT_GT(s.recoveries[0].full_strength_ms, 0) << FormatStatus(s);
+  int64_t detected_ms;
+  JobStatus s = RunWithRank1Stopped(spec, &detected_ms);
+  EXPECT_TRUE(HasEvent(s, "hang", "made no progress for 2 s (does not answer)")) << FormatStatus(s);
+  EXPECT_GE(detected_ms, 2000) << FormatStatus(s);
 }
 
 // The liveness probe (hang.silentSeconds): a stopped rank does not answer its Ping while its
@@ -323,25 +311,13 @@ TEST_F(ElasticTest, AStoppedRankIsFoundByItsSilenceLongBeforeTheHangTimeout) {
   JobSpec spec = Spec(3, 1, 3);
   spec.hang_timeout_s = 60;
   spec.hang_silent_s = 1;
-  auto baseline = Baseline(spec);
-  bool stopped = false;
-  JobStatus s = Run(spec, [&](const JobStatus& now) {
-    if (!stopped && now.step >= 20 && now.world_size == 3) {
-      int pid = PidOfRank(now, 1);
-      if (pid > 0) stopped = ::kill(pid, SIGSTOP) == 0;
-    }
-  });
-  ASSERT_TRUE(stopped);
-  ExpectHealed(s, spec, baseline, 3);
+  int64_t detected_ms;
+  JobStatus s = RunWithRank1Stopped(spec, &detected_ms);
   EXPECT_TRUE(HasEvent(s, "hang", "while its node is up")) << FormatStatus(s);
-  ASSERT_EQ(s.recoveries.size(), 1u) << FormatStatus(s);
-  EXPECT_EQ(s.recoveries[0].kind, "hang");
   // Found by the probe, not by the 60 s timeout: at least hang.silentSeconds after the step's
   // start, and well inside the timeout.
-  int64_t detected = s.recoveries[0].detected_ms - s.recoveries[0].fault_ms;
-  EXPECT_GE(detected, 1000) << FormatStatus(s);
-  EXPECT_LT(detected, 30000) << FormatStatus(s);
-  EXPECT_GT(s.recoveries[0].full_strength_ms, 0) << FormatStatus(s);
+  EXPECT_GE(detected_ms, 1000) << FormatStatus(s);
+  EXPECT_LT(detected_ms, 30000) << FormatStatus(s);
 }
 
 TEST_F(ElasticTest, ScaleRequestsAreGraceful) {
