@@ -209,7 +209,7 @@ def job_config(hosts, tag):
 def run_baseline(cluster, hosts, args):
     steps = int(args.baseline_s * 1000 / args.step_ms)
     run = ElasticRun(cluster, hosts.dir, tag="baseline", steps=steps, step_ms=args.step_ms,
-                     hang_s=args.hang_s, policies=policies(),
+                     hang_s=args.hang_s, silent_s=args.silent_s, policies=policies(),
                      config=job_config(hosts, "baseline"))
     run.submit()
     rc = run.wait_done(timeout=args.baseline_s * 4 + 120)
@@ -232,6 +232,9 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--step-ms", type=int, default=25)
     p.add_argument("--hang-s", type=float, default=5, help="the spec's hang.timeoutSeconds")
+    p.add_argument("--silent-s", type=float, default=None,
+                   help="the spec's hang.silentSeconds (default: the spec's, 1 s; 0: no "
+                        "liveness probe, hung ranks are found by the hang timeout alone)")
     p.add_argument("--hold-s", type=float, default=8, help="how long a SIGSTOP lasts")
     p.add_argument("--repair-after-s", type=float, default=10,
                    help="when a killed node manager is started again or a link is put back")
@@ -258,7 +261,8 @@ def main():
                 raise RuntimeError("the cluster did not reach 3 alive nodes")
             log(f"cluster: 3 hosts, node timeout {args.node_timeout_ms} ms, heartbeats every "
                 f"{args.heartbeat_ms} ms; steps of {args.step_ms} ms, hang timeout "
-                f"{args.hang_s} s")
+                f"{args.hang_s} s, silent ranks after "
+                f"{1 if args.silent_s is None else args.silent_s} s (0: no probe)")
             rate, base_err = run_baseline(cluster, hosts, args)
             log(f"baseline: {rate:.2f} committed steps/s at {WORLD} ranks, fault-free "
                 f"(weights off by {base_err:.1e})")
@@ -282,7 +286,8 @@ def soak(cluster, hosts, args, rng, rate):
     steps_total = int(rate * (args.soak_s + args.tail_s)) + 200
     config = job_config(hosts, "soak")
     run = ElasticRun(cluster, hosts.dir, tag="soak", steps=steps_total, step_ms=args.step_ms,
-                     hang_s=args.hang_s, policies=policies(), restart_limit=1000,
+                     hang_s=args.hang_s, silent_s=args.silent_s, policies=policies(),
+                     restart_limit=1000,
                      config=config)
     run.submit()
     if run.wait_world(WORLD, timeout=60) is None:

@@ -83,10 +83,12 @@ class StepTail:
 
 def spec_yaml(code_path, step_log, name="regression", steps=600, step_ms=40, replicas=3,
               min_replicas=2, max_replicas=3, cpu=2, memory="512Mi", hang_s=10,
-              debounce_s=1, restart_limit=20, policies=None, config=None):
+              debounce_s=1, restart_limit=20, policies=None, config=None, silent_s=None):
     cfg = {"stepMs": str(step_ms), "controllerStepLog": step_log, "trackSamples": "0"}
     cfg.update(config or {})
     cfg_yaml = ", ".join(f"{k}: {json.dumps(str(v))}" for k, v in cfg.items())
+    # hang.silentSeconds: the spec's default (1 s) unless given.
+    silent = "" if silent_s is None else f", silentSeconds: {silent_s}"
     policies = policies or textwrap.dedent("""\
         - event: oom
           action: respawnLarger
@@ -110,7 +112,7 @@ def spec_yaml(code_path, step_log, name="regression", steps=600, step_ms=40, rep
         """) + textwrap.indent(policies, "  ") + textwrap.dedent(f"""\
         restartLimit: {restart_limit}
         restartTimeLimit: 3600
-        hang: {{timeoutSeconds: {hang_s}}}
+        hang: {{timeoutSeconds: {hang_s}{silent}}}
         scaleOutDebounceSeconds: {debounce_s}
         config: {{{cfg_yaml}}}
         """)
