@@ -14,6 +14,7 @@ import sys
 import time
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -40,7 +41,10 @@ def main():
     try:
         driver.set_page_load_timeout(a.timeout)
         driver.set_script_timeout(a.timeout)
-        wait = WebDriverWait(driver, a.timeout)
+        # The page re-renders its tables at every poll: an element found a moment ago may be
+        # gone by the time it is read, and the wait looks again (within its bound).
+        wait = WebDriverWait(driver, a.timeout,
+                             ignored_exceptions=(StaleElementReferenceException,))
 
         # Not signed in: the login page. A wrong token first.
         driver.get(a.url + "/")
@@ -61,9 +65,8 @@ def main():
         seen["nodes"] = [r.text for r in driver.find_elements(By.CSS_SELECTOR, "tr.node-row")]
 
         # Open the job from the jobs table.
-        link = wait.until(lambda d: d.find_element(
-            By.CSS_SELECTOR, f'a.job-link[data-job-id="{a.job_id}"]'))
-        link.click()
+        wait.until(lambda d: d.find_element(
+            By.CSS_SELECTOR, f'a.job-link[data-job-id="{a.job_id}"]').click() or True)
         wait.until(lambda d: d.find_element(By.ID, "job-detail").is_displayed())
         wait.until(lambda d: d.execute_script(
             "const c = Chart.getChart('world-chart');"
