@@ -138,6 +138,10 @@ class _Counting:
     def broadcast(self, tensor, root=0):
         return self.group.broadcast(tensor, root)
 
+    @property
+    def epoch(self):
+        return self.group.epoch
+
 
 def make(n, name):
     members = [Member.remote(name) for _ in range(n)]

@@ -39,6 +39,7 @@ class DataParallel(torch.nn.Module):
                                  f"backend=\"nccl\")")
         self.module = module
         self._group = group
+        self._epoch = group.epoch  # the epoch it was wrapped for
         self._sync = True
         self._queued = False
         _broadcast_state(module, group)
@@ -72,6 +73,12 @@ class DataParallel(torch.nn.Module):
 
     def _average(self):
         self._queued = False
+        if self._group.epoch != self._epoch:
+            # The group moved on (a membership change): this wrapper's loop is an old one
+            # finishing its step, and must not take part in the new epoch's collectives.
+            raise RuntimeError(f"the group moved on to epoch {self._group.epoch}; this model "
+                               f"was wrapped for epoch {self._epoch}: wrap it again "
+                               f"(prepare_model) in the new epoch")
         for params, flat in self._buckets:
             offset = 0
             for p in params:

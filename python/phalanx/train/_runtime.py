@@ -53,6 +53,7 @@ class Runtime:
         self.thread = None
         self.generation = 0       # bumped per loop start; an older loop resets at commit()
         self.loop_epoch = None
+        self.loop_group = (0, 1)  # (rank, world) of the loop's epoch
         self.allowed = 0          # commits the loop may make (the controller's steps)
         self.reached = 0          # commits it made
         self.finished = False
@@ -180,6 +181,7 @@ class Runtime:
             self.error = None
             self.need_restart = False
             self.loop_epoch = epoch
+            self.loop_group = (self.rank, self.world)
             generation = self.generation
             self.thread = threading.Thread(target=self._run, args=(generation,),
                                            name=f"train-loop-{generation}", daemon=True)
@@ -235,13 +237,22 @@ class Runtime:
     # ---- collectives ------------------------------------------------------------------
 
     def collective_group(self):
-        """phalanx's collective group of this epoch (formed on first use per epoch)."""
+        """phalanx's collective group of the running loop's epoch (formed on its first use).
+
+        A loop of an earlier generation (still finishing its step while the next one waits
+        to start) is stopped here: it must never form, or take part in, the next epoch's
+        collectives, where it would be paired with the new loops' collectives."""
         from ..collective import CollectiveGroup
+        generation = getattr(self.local, "generation", None)
         with self.pg_lock:
+            with self.cond:
+                if generation is not None and generation != self.generation:
+                    raise _Reset()
+                epoch, (rank, world) = self.loop_epoch, self.loop_group
             if self.group is None:
                 self.group = CollectiveGroup(f"{self.job_id}-train", timeout=60)
-            if self.group.epoch != self.epoch:
-                self.group.reconfigure(self.epoch, self.rank, self.world)
+            if epoch is not None and self.group.epoch != epoch:
+                self.group.reconfigure(epoch, rank, world)
             return self.group
 
     # ---- torch.distributed ------------------------------------------------------------
