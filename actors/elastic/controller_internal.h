@@ -242,6 +242,8 @@ class Controller {
   // pace the last call measured (its slowest rank's step time in step_times_), at least 1 and
   // at most kMaxStepsPerCall, never past the last step or a step a checkpoint is due at.
   int64_t StepsPerCall(int64_t first) const;
+  // The slowest rank's step time in the last agreed call (step_times_); 0: none agreed yet.
+  double LastStepMs() const;
   // Whether a call from step `next` may be sent before the call before it is answered:
   // nothing waits for the boundary between them (joiners, requests, resources, a checkpoint,
   // the end).

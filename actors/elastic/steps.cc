@@ -134,8 +134,7 @@ int64_t Controller::StepsPerCall(int64_t first) const {
   int64_t n = 1;
   // A call stays well inside the hang timeout, which bounds it as it bounds a step.
   double span_ms = std::min(spec_.step_call_ms, spec_.hang_timeout_s * 1000 / 10);
-  double step_ms = 0;  // 0: no call agreed yet
-  for (const auto& t : step_times_) step_ms = std::max(step_ms, t.step_ms());
+  double step_ms = LastStepMs();
   if (span_ms > 0 && step_ms > 0) {
     n = std::clamp(static_cast<int64_t>(span_ms / step_ms), int64_t{1}, kMaxStepsPerCall);
   }
@@ -196,11 +195,15 @@ void Controller::KillHung(size_t r, const std::string& what) {
   Kill(members_[r].handle).IgnoreError();
 }
 
-absl::Duration Controller::ProbeAfter(int64_t count) const {
+double Controller::LastStepMs() const {
   double step_ms = 0;
   for (const auto& t : step_times_) step_ms = std::max(step_ms, t.step_ms());
+  return step_ms;
+}
+
+absl::Duration Controller::ProbeAfter(int64_t count) const {
   return std::max(kTimeouts.probe_after,
-                  absl::Milliseconds(kTimeouts.probe_factor * step_ms * count));
+                  absl::Milliseconds(kTimeouts.probe_factor * LastStepMs() * count));
 }
 
 std::vector<size_t> Controller::FrozenRanks(
