@@ -20,6 +20,9 @@ struct GcsServerOptions {
   RedisOptions redis;
   bool in_memory_store = false;  // unit tests only: nothing survives a restart
   std::string token;             // every RPC must carry it
+  // A node silent this long is declared dead. One silent for a quarter of it has its node
+  // manager's port knocked on, and is declared dead at once if its host refuses the
+  // connection (gcs/node_manager.h).
   absl::Duration node_timeout = absl::Seconds(3);
   absl::Duration restart_grace = absl::Seconds(10);
   absl::Duration health_check_period = absl::Milliseconds(100);

@@ -179,6 +179,7 @@ PendingWrite GcsNodeManager::MarkDeadLocked(const std::string& node_id, const st
   updated.clear_available();
   deadline_.erase(node_id);
   heard_.erase(node_id);
+  knocked_.erase(node_id);
   PendingWrite write = SaveLocked(updated, rpc::ResourceEvent::NODE_REMOVED);
   *dead = updated;
   return write;
@@ -245,6 +246,50 @@ void GcsNodeManager::CheckHeartbeats() {
   // (one scan of the actor table, one round of scheduling), not one per node.
   MarkAllDead(expired,
               absl::StrCat("missed heartbeats for ", absl::FormatDuration(options_.node_timeout)))
+      .IgnoreError();  // logged per node
+}
+
+void GcsNodeManager::KnockOnSilentNodes() {
+  if (options_.knock_after <= absl::ZeroDuration()) return;
+  std::vector<std::string> ids, addresses;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Time now = absl::Now();
+    for (const auto& [id, deadline] : deadline_) {
+      // The deadline is node_timeout after the last heartbeat (moved on by GCS stalls, and
+      // past the restart grace after a reload): the silence is measured the same way.
+      absl::Time last_heard = deadline - options_.node_timeout;
+      if (now - last_heard < options_.knock_after) continue;
+      // Once per knock_after while the silence lasts.
+      auto k = knocked_.find(id);
+      if (k != knocked_.end() && k->second > last_heard && now - k->second < options_.knock_after) {
+        continue;
+      }
+      const rpc::NodeInfo* node = nodes_.Find(id);
+      if (node == nullptr) continue;
+      knocked_[id] = now;
+      ids.push_back(id);
+      addresses.push_back(node->address());
+    }
+  }
+  if (ids.empty()) return;
+  std::vector<Knock> answers = KnockTcp(addresses, options_.knock_timeout);
+  std::vector<std::string> gone;
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (answers[i] != Knock::kRefused) continue;
+      // A heartbeat that came in during the knock speaks louder than it.
+      auto d = deadline_.find(ids[i]), k = knocked_.find(ids[i]);
+      if (d == deadline_.end() || k == knocked_.end()) continue;
+      if (d->second - options_.node_timeout > k->second) continue;
+      gone.push_back(ids[i]);
+    }
+  }
+  if (gone.empty()) return;
+  MarkAllDead(gone,
+              "its node manager is gone: it stopped heartbeating and its host refuses "
+              "connections to its port")
       .IgnoreError();  // logged per node
 }
 

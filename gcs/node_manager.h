@@ -1,7 +1,11 @@
 // GcsNodeManager: the node table. Nodes register with their resources and heartbeat; a node
 // whose heartbeats stop for `node_timeout` is declared DEAD (and published), and the
-// listeners (the actor manager, placement) hear of it. After a GCS restart every node loaded
-// as ALIVE gets `restart_grace` to heartbeat again before it is declared dead. Thread-safe.
+// listeners (the actor manager, placement) hear of it. A node silent for `knock_after` has
+// its node manager's port knocked on: when its host answers that nothing listens there any
+// more, its node manager is gone and the node is declared dead at once, not at the timeout
+// (a cut-off host, or a stopped node manager whose kernel still accepts, is left to the
+// timeout). After a GCS restart every node loaded as ALIVE gets `restart_grace` to heartbeat
+// again before it is declared dead. Thread-safe.
 #pragma once
 
 #include <functional>
@@ -24,6 +28,11 @@ class GcsNodeManager {
   struct Options {
     absl::Duration node_timeout = absl::Seconds(3);
     absl::Duration restart_grace = absl::Seconds(10);
+    // How long a node is silent before its port is knocked on (and again, while it stays
+    // silent, at this interval); 0: never. The GCS uses a quarter of node_timeout.
+    absl::Duration knock_after = absl::ZeroDuration();
+    // How long a knock waits for the handshake of a node's host.
+    absl::Duration knock_timeout = absl::Milliseconds(200);
   };
 
   GcsNodeManager(Store* store, GcsPublisher* publisher, Options options);
@@ -50,6 +59,11 @@ class GcsNodeManager {
   // out together and the dead listeners hear of them in one call. Called by the health
   // checker.
   void CheckHeartbeats();
+
+  // Knocks on the node manager port of each node silent for knock_after, all at once (a TCP
+  // handshake, nothing sent; it blocks up to knock_timeout), and declares dead those whose
+  // host refused it. Called by the GCS's knock loop; a no-op when knock_after is 0.
+  void KnockOnSilentNodes();
 
   // This process was stalled for `how_long` (starved of CPU, stopped, swapped out): the
   // heartbeats of that time may still wait in its queue, and the stall is not the nodes'
@@ -87,6 +101,8 @@ class GcsNodeManager {
   // When this GCS last heard each node (registration or heartbeat; none after a restart until
   // the node's next heartbeat): NodeInfo.heartbeat_age_ms.
   absl::flat_hash_map<std::string, absl::Time> heard_ ABSL_GUARDED_BY(mu_);
+  // When each silent node was last knocked on.
+  absl::flat_hash_map<std::string, absl::Time> knocked_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void(const std::vector<rpc::NodeInfo>&)>> dead_listeners_
       ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void(const rpc::NodeInfo&)>> registered_listeners_ ABSL_GUARDED_BY(mu_);

@@ -1,10 +1,7 @@
 #include "runtime/common/node_lease.h"
 
 #include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -12,6 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/common/system.h"
 
 namespace phalanx {
 namespace {
@@ -82,38 +80,7 @@ absl::Duration NodeLease::Age() const {
 absl::Duration NodeLease::timeout() const { return absl::Nanoseconds(page_->timeout_ns.load()); }
 
 bool HostAnswers(const std::string& host_port, absl::Duration timeout) {
-  size_t colon = host_port.rfind(':');
-  if (colon == std::string::npos) return false;
-  std::string host = host_port.substr(0, colon), port = host_port.substr(colon + 1);
-  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
-    return false;
-  }
-  bool answered = false;
-  int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    int rc = ::connect(fd, found->ai_addr, found->ai_addrlen);
-    if (rc == 0) {
-      answered = true;
-    } else if (errno == ECONNREFUSED) {
-      answered = true;
-    } else if (errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) == 1) {
-        int err = 0;
-        socklen_t len = sizeof(err);
-        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        answered = err == 0 || err == ECONNREFUSED;
-      }
-    }
-    ::close(fd);
-  }
-  freeaddrinfo(found);
-  return answered;
+  return KnockTcp({host_port}, timeout).front() != Knock::kSilent;
 }
 
 }  // namespace phalanx

@@ -3,7 +3,9 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -166,6 +168,79 @@ std::string FormatBytes(double bytes) {
   }
   if (unit == 0) return absl::StrFormat("%.0f B", bytes);
   return absl::StrFormat("%.1f %s", bytes, kUnits[unit]);
+}
+
+namespace {
+
+// A nonblocking socket whose connect to `host_port` is under way (or already ended: *now).
+int StartConnect(const std::string& host_port, Knock* now) {
+  *now = Knock::kSilent;
+  size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos) return -1;
+  std::string host = host_port.substr(0, colon), port = host_port.substr(colon + 1);
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) return -1;
+  int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    // Closed with a reset: no TIME_WAIT here, and nothing for the other side to read.
+    linger reset{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+    if (::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+      *now = Knock::kAccepted;
+    } else if (errno == ECONNREFUSED) {
+      *now = Knock::kRefused;
+    } else if (errno != EINPROGRESS) {
+      *now = Knock::kSilent;
+    } else {
+      freeaddrinfo(found);
+      return fd;  // under way
+    }
+    ::close(fd);
+  }
+  freeaddrinfo(found);
+  return -1;
+}
+
+}  // namespace
+
+std::vector<Knock> KnockTcp(const std::vector<std::string>& host_ports, absl::Duration timeout) {
+  std::vector<Knock> out(host_ports.size(), Knock::kSilent);
+  std::vector<pollfd> pending;
+  std::vector<size_t> index;
+  for (size_t i = 0; i < host_ports.size(); ++i) {
+    int fd = StartConnect(host_ports[i], &out[i]);
+    if (fd < 0) continue;
+    pending.push_back({fd, POLLOUT, 0});
+    index.push_back(i);
+  }
+  absl::Time deadline = absl::Now() + timeout;
+  size_t open = pending.size();
+  while (open > 0) {
+    int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (left <= 0) break;
+    int ready = ::poll(pending.data(), pending.size(), static_cast<int>(left));
+    if (ready < 0 && errno != EINTR) break;
+    for (size_t j = 0; ready > 0 && j < pending.size(); ++j) {
+      if (pending[j].fd < 0 || pending[j].revents == 0) continue;
+      int err = 0;
+      socklen_t len = sizeof(err);
+      ::getsockopt(pending[j].fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      out[index[j]] = err == 0              ? Knock::kAccepted
+                      : err == ECONNREFUSED ? Knock::kRefused
+                                            : Knock::kSilent;
+      ::close(pending[j].fd);
+      pending[j].fd = -1;  // poll skips it from now on
+      --open;
+    }
+  }
+  for (const auto& p : pending) {
+    if (p.fd >= 0) ::close(p.fd);
+  }
+  return out;
 }
 
 }  // namespace phalanx

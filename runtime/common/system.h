@@ -3,6 +3,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "absl/time/time.h"
 
 namespace phalanx {
 
@@ -35,6 +38,18 @@ int64_t UsedMemoryBytes();
 int FreePort();
 // True if something listens on `port` (binding 0.0.0.0:port fails with EADDRINUSE).
 bool PortInUse(int port);
+
+// What a TCP handshake with a host:port found.
+enum class Knock {
+  kAccepted,  // something listens there (a stopped process's port still accepts, in its kernel)
+  kRefused,   // the host answered with a reset: nothing listens on that port
+  kSilent,    // no answer in time (a host that is down or cut off), or an address that is bad
+};
+
+// Knocks on each of `host_ports` ("host:port", "[v6]:port") at once: a TCP handshake, closed
+// with a reset, nothing sent. Waits at most `timeout` for all of them together; the answers
+// are in the order of `host_ports`. Names are resolved first (that wait is not bounded).
+std::vector<Knock> KnockTcp(const std::vector<std::string>& host_ports, absl::Duration timeout);
 
 // The directory of the running executable (from /proc/self/exe).
 std::string ExecutableDir();

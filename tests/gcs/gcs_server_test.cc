@@ -154,6 +154,27 @@ TEST(GcsServer, KillNineAndRestartKeepsEveryTableAndLiveNodes) {
   EXPECT_TRUE(saw_snapshot);
 }
 
+TEST(GcsServer, AKilledNodeManagerIsDeclaredDeadWhenItsPortIsRefusedNotAtTheTimeout) {
+  RedisServer redis;
+  // A timeout longer than the wait below: only the knock can find it in time.
+  GcsProcess gcs(redis, {/*node_timeout_ms=*/20000, /*restart_grace_ms=*/20000});
+  auto node = testing::StartNode(gcs, "node-killed");
+  auto client = Connect(gcs);
+  ASSERT_TRUE(
+      WaitFor([&] { return FindNode(*client, "node-killed").has_value(); }, absl::Seconds(10)));
+  node.Kill(SIGKILL);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto n = FindNode(*client, "node-killed");
+        return n && n->state() == rpc::NODE_DEAD;
+      },
+      absl::Seconds(15)))
+      << "a killed node manager was not found before the node timeout";
+  EXPECT_NE(FindNode(*client, "node-killed")->death_reason().find("refuses connections"),
+            std::string::npos)
+      << FindNode(*client, "node-killed")->death_reason();
+}
+
 TEST(GcsServer, AStoppedNodeIsDeclaredDeadWithinTheTimeoutAndComesBackAsANewNode) {
   RedisServer redis;
   GcsProcess gcs(redis, {/*node_timeout_ms=*/1000, /*restart_grace_ms=*/10000});

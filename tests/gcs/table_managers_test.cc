@@ -1,4 +1,10 @@
 // The table managers over the in-memory store (the Redis store has its own test).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
 #include "gcs/actor_manager.h"
 #include "gcs/kv_manager.h"
 #include "gcs/node_client_pool.h"
@@ -6,6 +12,7 @@
 #include "gcs/record_table.h"
 #include "gtest/gtest.h"
 #include "placement/resource_scheduler.h"
+#include "runtime/common/system.h"
 
 namespace phalanx::gcs {
 namespace {
@@ -61,6 +68,97 @@ TEST_F(NodeManagerTest, RegisterHeartbeatAndDieOfSilence) {
   hb.set_node_id("never-registered");
   ASSERT_TRUE(nodes.Heartbeat(hb, &unknown, &declared_dead).ok());
   EXPECT_TRUE(unknown);
+}
+
+// A TCP port on 127.0.0.1 that accepts connections (in its kernel) while it lives.
+class Listener {
+ public:
+  explicit Listener(int backlog = 16) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), len), 0);
+    EXPECT_EQ(::listen(fd_, backlog), 0);
+    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port_ = ntohs(a.sin_port);
+  }
+  ~Listener() { ::close(fd_); }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+TEST_F(NodeManagerTest, ASilentNodeWhosePortIsRefusedIsDeadAtOnceAndOneThatAcceptsWaits) {
+  GcsNodeManager::Options o;
+  o.node_timeout = absl::Seconds(60);
+  o.knock_after = absl::Milliseconds(100);
+  GcsNodeManager nodes(store_.get(), &publisher_, o);
+  std::vector<std::string> dead;
+  nodes.AddDeadListener([&](const std::vector<rpc::NodeInfo>& batch) {
+    for (const auto& n : batch) dead.push_back(n.node_id());
+  });
+  Listener stopped;  // a stopped node manager: its kernel still completes handshakes
+  rpc::NodeInfo accepts = Node("accepts");
+  accepts.set_address(stopped.address());
+  ASSERT_TRUE(nodes.Register(accepts).ok());
+  ASSERT_TRUE(nodes.Register(Node("gone")).ok());        // 127.0.0.1:1: nothing listens
+  ASSERT_TRUE(nodes.Register(Node("heartbeats")).ok());  // the same address, but it talks
+  rpc::NodeInfo bad = Node("bad-address");
+  bad.set_address("no-port-here");
+  ASSERT_TRUE(nodes.Register(bad).ok());
+
+  // Not silent long enough: nobody is knocked on yet.
+  nodes.KnockOnSilentNodes();
+  EXPECT_TRUE(dead.empty());
+
+  absl::Time until = absl::Now() + absl::Milliseconds(400);
+  while (absl::Now() < until) {
+    bool unknown, declared_dead;
+    rpc::HeartbeatRequest hb;
+    hb.set_node_id("heartbeats");
+    ASSERT_TRUE(nodes.Heartbeat(hb, &unknown, &declared_dead).ok());
+    nodes.KnockOnSilentNodes();
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(dead, std::vector<std::string>{"gone"});
+  EXPECT_NE(nodes.Get("gone")->death_reason().find("refuses connections"), std::string::npos)
+      << nodes.Get("gone")->death_reason();
+  EXPECT_EQ(nodes.Get("accepts")->state(), rpc::NODE_ALIVE);
+  EXPECT_EQ(nodes.Get("heartbeats")->state(), rpc::NODE_ALIVE);
+  EXPECT_EQ(nodes.Get("bad-address")->state(), rpc::NODE_ALIVE);
+
+  // Off, nothing is knocked on.
+  GcsNodeManager::Options off = o;
+  off.knock_after = absl::ZeroDuration();
+  GcsPublisher publisher2("inc2");
+  std::unique_ptr<Store> store2 = NewInMemoryStore();
+  GcsNodeManager quiet(store2.get(), &publisher2, off);
+  ASSERT_TRUE(quiet.Register(Node("gone")).ok());
+  absl::SleepFor(absl::Milliseconds(150));
+  quiet.KnockOnSilentNodes();
+  EXPECT_EQ(quiet.Get("gone")->state(), rpc::NODE_ALIVE);
+}
+
+TEST(KnockTcp, TellsAcceptedFromRefusedFromSilent) {
+  Listener open;
+  // A port whose queue of connections nobody accepted is full: the kernel drops new
+  // handshakes, as a cut-off host's never answer.
+  Listener full(/*backlog=*/0);
+  int knocks = 0;
+  while (KnockTcp({full.address()}, absl::Milliseconds(50)).front() == Knock::kAccepted) {
+    ASSERT_LT(++knocks, 64) << "the kernel keeps accepting on a port with backlog 0";
+  }
+  auto answers = KnockTcp({open.address(), "127.0.0.1:1", full.address(), "nonsense"},
+                          absl::Milliseconds(200));
+  ASSERT_EQ(answers.size(), 4u);
+  EXPECT_EQ(answers[0], Knock::kAccepted);
+  EXPECT_EQ(answers[1], Knock::kRefused);
+  EXPECT_EQ(answers[2], Knock::kSilent);
+  EXPECT_EQ(answers[3], Knock::kSilent);
 }
 
 TEST_F(NodeManagerTest, ReloadGivesLiveNodesAGracePeriod) {
