@@ -51,9 +51,10 @@ struct Timeouts {
   absl::Duration hang_ping = absl::Milliseconds(500);
   // The liveness probe (spec hang.silentSeconds): a call is probed with a Ping to every rank
   // once it has run probe_factor times the last call's time, and at least probe_after; while
-  // a rank has not answered, the GCS's view of its node is read every probe_check.
+  // a rank has not answered, the GCS's view of its node is read every probe_check. A probe
+  // costs one Ping per rank, so it may start early; the silence it waits for is the bound.
   double probe_factor = 10;
-  absl::Duration probe_after = absl::Seconds(1);
+  absl::Duration probe_after = absl::Milliseconds(500);
   absl::Duration probe_check = absl::Milliseconds(100);
   // Fetching a step's answer once it is ready.
   absl::Duration step_result = absl::Seconds(30);

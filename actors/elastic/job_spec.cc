@@ -193,7 +193,10 @@ absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
 
 double JobSpec::ControllerLeaseSeconds() const {
   if (controller_lease_s > 0) return controller_lease_s;
-  return std::min(hang_timeout_s / 2, 10.0);
+  double lease = std::min(hang_timeout_s / 2, 10.0);
+  // A controller is one more process to watch for silence: give it twice a rank's.
+  if (hang_silent_s > 0) lease = std::min(lease, std::max(1.0, 2 * hang_silent_s));
+  return lease;
 }
 
 int64_t JobSpec::TotalSteps() const {

@@ -28,7 +28,8 @@
 //   hang: {timeoutSeconds: 120, controllerLeaseSeconds: 10, silentSeconds: 1}
 //                                          # no step for this long, or silent on a live host
 //                                        # the stuck rank; a controller silent for the lease
-//                                        # is replaced (default: half the timeout, ≤ 10 s)
+//                                        # is replaced (default: half the timeout, ≤ 10 s,
+//                                        # ≤ 2 × silentSeconds when that is on: 2 s)
 //   scaleOutDebounceSeconds: 2
 //   stepCallMs: 50                       # each call to a rank covers this much training
 //                                        # (several short steps; 0: one step per call)
@@ -94,13 +95,14 @@ struct JobSpec {
   double hang_timeout_s = 300;
   // The controller renews a lease through the GCS at least this often; a controller that
   // stops (SIGSTOP, deadlock, cut off) is killed and started again once it runs out, and the
-  // new one adopts the live ranks. 0: half the hang timeout, at most 10 s.
+  // new one adopts the live ranks. 0: half the hang timeout, at most 10 s, and at most
+  // twice hang_silent_s (but not under 1 s) while the liveness probe is on: 2 s by default.
   double controller_lease_s = 0;
   // A rank that has not answered the controller's probe (a Ping, answered on a lane of its own
   // in milliseconds by any live process) for this long while its node's heartbeats still reach
   // the GCS is frozen (SIGSTOP, a kernel hang) and restarted as hung, without waiting for
   // hang_timeout_s. A call is probed once it has run 10 times the last call's time, and at
-  // least 1 s (kTimeouts.probe_*). 0: only the hang timeout finds hung ranks.
+  // least 0.5 s (kTimeouts.probe_*). 0: only the hang timeout finds hung ranks.
   double hang_silent_s = 1;
   int64_t num_samples = 0;
   int64_t global_batch = 0;
