@@ -281,6 +281,56 @@ def test_a_replacement_rank_takes_a_prestarted_worker_with_torch_imported(cluste
             f"rank process {pid} started {float(started) - killed_at:.2f} s after the kill"
 
 
+def dist_sums(config):
+    """Each step all-reduces rank + 1 through train.torch_process_group() and counts the
+    sums that are not those of the loop's world (1 + 2 + ... + world)."""
+    import torch
+    import torch.distributed as dist
+    state = train.State(step=0, wrong=0, checked=0)
+    state.restore()
+    ctx = train.get_context()
+    group = train.torch_process_group()
+    assert group is train.torch_process_group()  # one group per epoch
+    while state.step < config["steps"]:
+        t = torch.tensor([float(ctx.get_world_rank() + 1)])
+        dist.all_reduce(t)
+        w = ctx.get_world_size()
+        state.checked += 1
+        state.wrong += int(t.item() != w * (w + 1) / 2)
+        time.sleep(0.02)
+        state.step += 1
+        train.report({"wrong": state.wrong, "checked": state.checked, "world": w})
+        state.commit()
+
+
+def test_torch_distributed_calls_of_your_own_get_the_loops_group_after_a_sigkill(cluster):
+    """train.torch_process_group(): a torch.distributed group of the running loop's epoch,
+    formed again after a rank is SIGKILLed; every all_reduce sums over that epoch's ranks."""
+    trainer = train.ElasticTrainer(
+        dist_sums, train_loop_config={"steps": 150},
+        scaling_config=train.ScalingConfig(num_workers=(1, 3),
+                                           resources_per_worker={"CPU": 0.5}),
+        run_config=train.RunConfig(name="dist",
+                                   failure_config=train.FailureConfig(max_failures=3)),
+        verbose=False)
+    job_id = trainer.submit()
+    seen = {}
+    threading.Thread(target=sigkill_at_step(40, lambda r: (r.ranks[1]["actor_id"],
+                                                           "PythonTrainer"), seen),
+                     args=(job_id,), daemon=True).start()
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        r = train.job_status(job_id)
+        if r.state in ("SUCCEEDED", "FAILED", "STOPPED"):
+            break
+        time.sleep(0.2)
+    assert r.state == "SUCCEEDED", (r.state, r.message, r.events)
+    assert "status" in seen, "the rank was never killed"
+    assert r.metrics["wrong"] == 0 and r.metrics["checked"] == 150, r.metrics
+    assert [e["kind"] for e in r.events].count("rank_died") == 1, r.events
+    assert any("(recovery)" in e["message"] for e in r.events), r.events
+
+
 def test_bad_configs_are_refused(cluster):
     with pytest.raises(ValueError, match="num_workers"):
         train.ScalingConfig(num_workers=(3, 1))

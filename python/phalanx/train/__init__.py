@@ -78,8 +78,10 @@ class TrainContext:
 
 
 def get_context():
-    """Rank, world size and group epoch of this worker (in ``train_loop``)."""
-    return TrainContext(RUNTIME.rank, RUNTIME.world, RUNTIME.epoch, RUNTIME.job_id)
+    """Rank, world size and group epoch of this worker (in ``train_loop``: those of the
+    membership the running loop started with)."""
+    epoch, rank, world = RUNTIME.loop_membership()
+    return TrainContext(rank, world, epoch, RUNTIME.job_id)
 
 
 def report(metrics):

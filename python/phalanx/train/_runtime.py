@@ -236,6 +236,19 @@ class Runtime:
 
     # ---- collectives ------------------------------------------------------------------
 
+    def loop_membership(self):
+        """(epoch, rank, world) of the running loop, as they were when it started: the
+        Runtime's own may already be the next epoch's. Outside a loop, the latest. A loop of
+        an earlier generation (still finishing its step while the next one waits to start)
+        is stopped here (_Reset): what it would do next belongs to the next epoch."""
+        generation = getattr(self.local, "generation", None)
+        with self.cond:
+            if generation is not None and generation != self.generation:
+                raise _Reset()
+            if self.loop_epoch is None:
+                return self.epoch, self.rank, self.world
+            return (self.loop_epoch,) + tuple(self.loop_group)
+
     def collective_group(self):
         """phalanx's collective group of the running loop's epoch (formed on its first use).
 
@@ -243,12 +256,8 @@ class Runtime:
         to start) is stopped here: it must never form, or take part in, the next epoch's
         collectives, where it would be paired with the new loops' collectives."""
         from ..collective import CollectiveGroup
-        generation = getattr(self.local, "generation", None)
         with self.pg_lock:
-            with self.cond:
-                if generation is not None and generation != self.generation:
-                    raise _Reset()
-                epoch, (rank, world) = self.loop_epoch, self.loop_group
+            epoch, rank, world = self.loop_membership()
             if self.group is None:
                 self.group = CollectiveGroup(f"{self.job_id}-train", timeout=60)
             if epoch is not None and self.group.epoch != epoch:
@@ -259,19 +268,20 @@ class Runtime:
 
 
     def torch_process_group(self, backend=None):
-        """Forms (once per epoch) the torch.distributed process group of this epoch: Gloo on
-        CPU, NCCL when asked and CUDA is there. Its store lives in rank 0's process; its
-        address goes through the GCS KV."""
+        """Forms (once per epoch) the torch.distributed process group of the running loop's
+        epoch: Gloo on CPU, NCCL when asked and CUDA is there. Its store lives in rank 0's
+        process; its address goes through the GCS KV. A loop of an earlier generation is
+        stopped here, as in collective_group()."""
         import torch.distributed as dist
         with self.pg_lock:
-            if self.pg_epoch == self.epoch and dist.is_initialized():
+            epoch, rank, world = self.loop_membership()
+            if self.pg_epoch == epoch and dist.is_initialized():
                 return dist.group.WORLD
             if dist.is_initialized():
                 try:
                     dist.destroy_process_group()
                 except Exception:  # noqa: BLE001 - a broken group may not destroy cleanly
                     pass
-            rank, world, epoch = self.rank, self.world, self.epoch
             host = _node_host()
             if host in ("127.0.0.1", "localhost"):
                 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
