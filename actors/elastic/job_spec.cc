@@ -194,8 +194,9 @@ absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
 double JobSpec::ControllerLeaseSeconds() const {
   if (controller_lease_s > 0) return controller_lease_s;
   double lease = std::min(hang_timeout_s / 2, 10.0);
-  // A controller is one more process to watch for silence: give it twice a rank's.
-  if (hang_silent_s > 0) lease = std::min(lease, std::max(1.0, 2 * hang_silent_s));
+  // A stopped controller is then found about when a stopped rank is: a rank is probed from
+  // 0.5 s into a call and found after silentSeconds more, 1.5 s with the defaults.
+  if (hang_silent_s > 0) lease = std::min(lease, std::max(1.0, 1.5 * hang_silent_s));
   return lease;
 }
 

@@ -29,7 +29,7 @@
 //                                          # no step for this long, or silent on a live host
 //                                        # the stuck rank; a controller silent for the lease
 //                                        # is replaced (default: half the timeout, ≤ 10 s,
-//                                        # ≤ 2 × silentSeconds when that is on: 2 s)
+//                                        # ≤ 1.5 × silentSeconds when that is on: 1.5 s)
 //   scaleOutDebounceSeconds: 2
 //   stepCallMs: 50                       # each call to a rank covers this much training
 //                                        # (several short steps; 0: one step per call)
@@ -96,7 +96,8 @@ struct JobSpec {
   // The controller renews a lease through the GCS at least this often; a controller that
   // stops (SIGSTOP, deadlock, cut off) is killed and started again once it runs out, and the
   // new one adopts the live ranks. 0: half the hang timeout, at most 10 s, and at most
-  // twice hang_silent_s (but not under 1 s) while the liveness probe is on: 2 s by default.
+  // 1.5 × hang_silent_s (but not under 1 s) while the liveness probe is on: 1.5 s by
+  // default, about when a stopped rank is found.
   double controller_lease_s = 0;
   // A rank that has not answered the controller's probe (a Ping, answered on a lane of its own
   // in milliseconds by any live process) for this long while its node's heartbeats still reach

@@ -298,17 +298,17 @@ TEST(JobSpecTest, StepCallMsDefaultsRoundTripsAndABadOneNamesTheField) {
   }
 }
 
-TEST(JobSpecTest, TheControllerLeaseDefaultsToTwiceTheSilenceWhileTheProbeIsOn) {
+TEST(JobSpecTest, TheControllerLeaseDefaultsToOneAndAHalfSilencesWhileTheProbeIsOn) {
   const std::string base = "name: j\ntrainer: T\nsteps: 1\ndata: {numSamples: 4, globalBatch: 2}\n";
   struct Case {
     const char* hang;
     double lease_s;
   } cases[] = {
-      {"", 2},                                                       // 300 s timeout, 1 s silence
+      {"", 1.5},                                                     // 300 s timeout, 1 s silence
       {"hang: {silentSeconds: 0}\n", 10},                            // probe off: ≤ 10 s
       {"hang: {timeoutSeconds: 8, silentSeconds: 0}\n", 4},          // half the timeout
-      {"hang: {timeoutSeconds: 3}\n", 1.5},                          // half, below 2 × silence
-      {"hang: {silentSeconds: 3}\n", 6},                             // twice the silence
+      {"hang: {timeoutSeconds: 2}\n", 1},                            // half the timeout
+      {"hang: {silentSeconds: 3}\n", 4.5},                           // 1.5 × the silence
       {"hang: {silentSeconds: 0.2}\n", 1},                           // but not under 1 s
       {"hang: {silentSeconds: 1, controllerLeaseSeconds: 7}\n", 7},  // as set
   };
