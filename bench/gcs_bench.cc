@@ -117,12 +117,15 @@ int Main(int argc, char** argv) {
   // Node ids are unique per measurement: the nodes of an earlier one stop heartbeating, are
   // declared dead, and a dead node id cannot register again.
   std::atomic<int> measurement{0};
-  Op node_write = [&measurement](gcs::GcsClient& c, int t, int64_t i) {
+  // Their address is the GCS's own: a port that accepts, as a live node manager's does (the
+  // GCS knocks on the port of a node that is silent for a while, and one that refuses is
+  // declared dead).
+  Op node_write = [&measurement, address](gcs::GcsClient& c, int t, int64_t i) {
     std::string id = absl::StrCat("bench-node-", measurement.load(), "-", t, "-", i % 100);
     if (i < 100) {
       rpc::NodeInfo n;
       n.set_node_id(id);
-      n.set_address("127.0.0.1:1");
+      n.set_address(address);
       (*n.mutable_total()->mutable_amounts())["CPU"] = 8;
       if (!c.RegisterNode(n).ok()) return false;
     }
