@@ -34,7 +34,12 @@ def run(config, memory=GiB, chaos=None, storage_path=None):
     job_id = trainer.submit()
     if chaos:
         threading.Thread(target=chaos, args=(job_id,), daemon=True).start()
-    deadline = time.time() + 240
+    return wait_for_end(job_id, 240)
+
+
+def wait_for_end(job_id, timeout_s):
+    """The job's status once it ended, or once timeout_s passed."""
+    deadline = time.time() + timeout_s
     while True:
         result = train.job_status(job_id)
         if result.state in ("SUCCEEDED", "FAILED", "STOPPED") or time.time() > deadline:
@@ -265,11 +270,7 @@ def test_a_replacement_rank_takes_a_prestarted_worker_with_torch_imported(cluste
         assert r.state not in ("SUCCEEDED", "FAILED"), (r.state, r.message)
         time.sleep(0.05)
     assert first, "the job never ran 3 ranks"
-    while time.time() < deadline:
-        r = train.job_status(job_id)
-        if r.state in ("SUCCEEDED", "FAILED", "STOPPED"):
-            break
-        time.sleep(0.2)
+    r = wait_for_end(job_id, max(0.0, deadline - time.time()))
     assert r.state == "SUCCEEDED", (r.state, r.message, r.events)
     new = {int(p) for p in os.listdir(tmp_path)} - first
     assert new, f"no replacement rank ran ({r.events})"
@@ -318,12 +319,7 @@ def test_torch_distributed_calls_of_your_own_get_the_loops_group_after_a_sigkill
     threading.Thread(target=sigkill_at_step(40, lambda r: (r.ranks[1]["actor_id"],
                                                            "PythonTrainer"), seen),
                      args=(job_id,), daemon=True).start()
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        r = train.job_status(job_id)
-        if r.state in ("SUCCEEDED", "FAILED", "STOPPED"):
-            break
-        time.sleep(0.2)
+    r = wait_for_end(job_id, 120)
     assert r.state == "SUCCEEDED", (r.state, r.message, r.events)
     assert "status" in seen, "the rank was never killed"
     assert r.metrics["wrong"] == 0 and r.metrics["checked"] == 150, r.metrics

@@ -237,8 +237,9 @@ class Runtime:
     # ---- collectives ------------------------------------------------------------------
 
     def loop_membership(self):
-        """(epoch, rank, world) of the running loop, as they were when it started: the
-        Runtime's own may already be the next epoch's. Outside a loop, the latest. A loop of
+        """(epoch, rank, world) of the running (or last) loop, as they were when it started:
+        the Runtime's own may already be the next epoch's. Before any loop, the latest the
+        controller sent. A loop of
         an earlier generation (still finishing its step while the next one waits to start)
         is stopped here (_Reset): what it would do next belongs to the next epoch."""
         generation = getattr(self.local, "generation", None)
