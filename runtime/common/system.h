@@ -49,7 +49,8 @@ enum class Knock {
 // Knocks on each of `host_ports` ("host:port", "[v6]:port") at once: a TCP handshake, closed
 // with a reset, nothing sent. Waits at most `timeout` for all of them together; the answers
 // are in the order of `host_ports`. Names are resolved first, within the resolver's own
-// bounds (resolv.conf's timeout and attempts); cluster addresses are IPs, which need none.
+// bounds (resolv.conf's timeout and attempts); node addresses are IPs by default, which
+// need none.
 std::vector<Knock> KnockTcp(const std::vector<std::string>& host_ports, absl::Duration timeout);
 
 // The directory of the running executable (from /proc/self/exe).
