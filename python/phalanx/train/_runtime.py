@@ -239,9 +239,9 @@ class Runtime:
     def loop_membership(self):
         """(epoch, rank, world) of the running (or last) loop, as they were when it started:
         the Runtime's own may already be the next epoch's. Before any loop, the latest the
-        controller sent. A loop of
-        an earlier generation (still finishing its step while the next one waits to start)
-        is stopped here (_Reset): what it would do next belongs to the next epoch."""
+        controller sent. A loop of an earlier generation (still finishing its step while the
+        next one waits to start) is stopped here (_Reset): what it would do next belongs to
+        the next epoch."""
         generation = getattr(self.local, "generation", None)
         with self.cond:
             if generation is not None and generation != self.generation:
@@ -261,7 +261,7 @@ class Runtime:
             epoch, rank, world = self.loop_membership()
             if self.group is None:
                 self.group = CollectiveGroup(f"{self.job_id}-train", timeout=60)
-            if epoch is not None and self.group.epoch != epoch:
+            if self.group.epoch != epoch:
                 self.group.reconfigure(epoch, rank, world)
             return self.group
 
