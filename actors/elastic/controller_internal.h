@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -53,9 +54,14 @@ struct Timeouts {
   // once it has run probe_factor times the last call's time, and at least probe_after; while
   // a rank has not answered, the GCS's view of its node is read every probe_check. A probe
   // costs one Ping per rank, so it may start early; the silence it waits for is the bound.
-  double probe_factor = 10;
-  absl::Duration probe_after = absl::Milliseconds(500);
+  double probe_factor = 4;
+  absl::Duration probe_after = absl::Milliseconds(100);
   absl::Duration probe_check = absl::Milliseconds(100);
+  // A rank silent for hang.silentSeconds: its node manager's port is knocked on (a TCP
+  // handshake, once per node and probe) and waited for this long. A host that answers is up
+  // and reachable, so the rank is frozen; one that does not is left to its heartbeats and the
+  // node timeout.
+  absl::Duration probe_knock = absl::Milliseconds(100);
   // Fetching a step's answer once it is ready.
   absl::Duration step_result = absl::Seconds(30);
   // Every rank forming an epoch (Reconfigure), and newcomers receiving the state (SyncState).
@@ -256,13 +262,20 @@ class Controller {
   std::vector<size_t> HandleHang(const std::vector<ObjectRef<Metrics>>& refs);
   // How long a call of `count` steps runs before it is probed (kTimeouts.probe_*).
   absl::Duration ProbeAfter(int64_t count) const;
+  // A rank of a call that is taken for frozen, and what showed that its host is up.
+  struct Frozen {
+    size_t rank;
+    const char* proof;
+  };
   // The ranks of a call still out that have not answered `probe` (Pings sent at `probed`) for
-  // hang.silentSeconds, and whose node's heartbeat reached the GCS after they had been silent
-  // that long: frozen processes on live hosts (a host cut off stops its heartbeats too, and
-  // is left to the node timeout).
-  std::vector<size_t> FrozenRanks(const std::vector<ObjectRef<Metrics>>& refs,
+  // hang.silentSeconds while their host is up and reachable: its node manager's port answers
+  // a knock now (kTimeouts.probe_knock; each node once per probe, `knocked` holds those
+  // knocked on), or the GCS heard its node's heartbeat after that silence. Frozen processes
+  // on live hosts: a host cut off answers no knock and stops its heartbeats, and is left to
+  // the node timeout.
+  std::vector<Frozen> FrozenRanks(const std::vector<ObjectRef<Metrics>>& refs,
                                   const std::vector<ObjectRef<std::vector<int64_t>>>& probe,
-                                  absl::Time probed);
+                                  absl::Time probed, absl::flat_hash_set<std::string>* knocked);
   // Kills rank r as hung (an event saying `what`, its recovery opened at the step's start).
   void KillHung(size_t r, const std::string& what);
 

@@ -5,6 +5,7 @@
 #include "actors/elastic/controller_internal.h"
 #include "actors/elastic/job_keys.h"
 #include "actors/elastic/trainer_host.h"
+#include "runtime/common/system.h"
 
 namespace phalanx::elastic {
 
@@ -40,6 +41,7 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
       spec_.hang_silent_s > 0 ? absl::Now() + ProbeAfter(count) : absl::InfiniteFuture();
   std::vector<ObjectRef<std::vector<int64_t>>> probe;
   absl::Time probed = absl::InfinitePast();
+  absl::flat_hash_set<std::string> knocked;  // nodes knocked on in this probe
   absl::Time check_at = absl::InfiniteFuture();
   bool all_ready = false;
   bool frozen_killed = false;
@@ -54,6 +56,7 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
     if (dead.empty() && probe.empty() && now >= probe_at) {
       for (auto& m : members_) probe.push_back(m.trainer().Ping());
       probed = now;
+      knocked.clear();
       check_at = now + absl::Seconds(spec_.hang_silent_s);
     } else if (dead.empty() && !probe.empty() && now >= check_at) {
       check_at = now + kTimeouts.probe_check;
@@ -64,13 +67,14 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
         probe_at = now + ProbeAfter(count);
         continue;
       }
-      std::vector<size_t> frozen = FrozenRanks(refs, probe, probed);
-      for (size_t r : frozen) {
-        KillHung(r, absl::StrFormat("rank %d does not answer (silent for %.1f s while its node is "
-                                    "up, %.1f s into the call); restarting it",
-                                    r, absl::ToDoubleSeconds(absl::Now() - probed),
-                                    absl::ToDoubleSeconds(absl::Now() - step_started_)));
-        lost->push_back(r);
+      std::vector<Frozen> frozen = FrozenRanks(refs, probe, probed, &knocked);
+      for (const Frozen& f : frozen) {
+        KillHung(f.rank,
+                 absl::StrFormat("rank %d does not answer (silent for %.1f s while its "
+                                 "host is up: %s; %.1f s into the call); restarting it",
+                                 f.rank, absl::ToDoubleSeconds(absl::Now() - probed), f.proof,
+                                 absl::ToDoubleSeconds(absl::Now() - step_started_)));
+        lost->push_back(f.rank);
       }
       if (!frozen.empty()) {
         for (auto& m : members_) m.trainer().Abort();
@@ -206,24 +210,54 @@ absl::Duration Controller::ProbeAfter(int64_t count) const {
                   absl::Milliseconds(kTimeouts.probe_factor * LastStepMs() * count));
 }
 
-std::vector<size_t> Controller::FrozenRanks(
+std::vector<Controller::Frozen> Controller::FrozenRanks(
     const std::vector<ObjectRef<Metrics>>& refs,
-    const std::vector<ObjectRef<std::vector<int64_t>>>& probe, absl::Time probed) {
+    const std::vector<ObjectRef<std::vector<int64_t>>>& probe, absl::Time probed,
+    absl::flat_hash_set<std::string>* knocked) {
   auto nodes = gcs_->GetAllNodes(true);
   if (!nodes.ok()) return {};
-  // A node's last heartbeat, as the GCS heard it.
+  // A node's last heartbeat, as the GCS heard it, and its node manager's address.
   absl::flat_hash_map<std::string, absl::Time> heard;
+  absl::flat_hash_map<std::string, std::string> address;
   absl::Time now = absl::Now();
   for (const auto& n : *nodes) {
     if (n.heartbeat_age_ms() >= 0)
       heard[n.node_id()] = now - absl::Milliseconds(n.heartbeat_age_ms());
+    if (!n.address().empty()) address[n.node_id()] = n.address();
+  }
+  std::vector<size_t> silent;
+  for (size_t r = 0; r < refs.size(); ++r) {
+    if (!refs[r].Ready() && !probe[r].Ready()) silent.push_back(r);
+  }
+  // Their nodes not knocked on yet in this probe, all at once. A handshake answered now comes
+  // from a host that is up and reachable after the rank's silence began; it needs no wait
+  // for the node's next heartbeat.
+  std::vector<std::string> to_knock;
+  for (size_t r : silent) {
+    const std::string& node = members_[r].node_id;
+    auto a = address.find(node);
+    if (a == address.end() || !knocked->insert(node).second) continue;
+    if (std::find(to_knock.begin(), to_knock.end(), a->second) == to_knock.end())
+      to_knock.push_back(a->second);
+  }
+  absl::flat_hash_set<std::string> answered;
+  if (!to_knock.empty()) {
+    std::vector<Knock> answers = KnockTcp(to_knock, kTimeouts.probe_knock);
+    for (size_t i = 0; i < to_knock.size(); ++i) {
+      if (answers[i] == Knock::kAccepted) answered.insert(to_knock[i]);
+    }
   }
   absl::Time silent_since = probed + absl::Seconds(spec_.hang_silent_s);
-  std::vector<size_t> frozen;
-  for (size_t r = 0; r < refs.size(); ++r) {
-    if (refs[r].Ready() || probe[r].Ready()) continue;
-    auto h = heard.find(members_[r].node_id);
-    if (h != heard.end() && h->second >= silent_since) frozen.push_back(r);
+  std::vector<Frozen> frozen;
+  for (size_t r : silent) {
+    const std::string& node = members_[r].node_id;
+    auto a = address.find(node);
+    auto h = heard.find(node);
+    if (a != address.end() && answered.contains(a->second)) {
+      frozen.push_back({r, "its node manager's port answers"});
+    } else if (h != heard.end() && h->second >= silent_since) {
+      frozen.push_back({r, "its node still heartbeats"});
+    }
   }
   return frozen;
 }

@@ -305,7 +305,8 @@ TEST_F(ElasticTest, AStoppedRankIsFoundByTheHangTimeoutAndRestarted) {
 }
 
 // The liveness probe (hang.silentSeconds): a stopped rank does not answer its Ping while its
-// node still heartbeats, so it is found long before the hang timeout.
+// host answers a knock on its node manager's port, so it is found long before the hang
+// timeout, without waiting for the node's next heartbeat.
 TEST_F(ElasticTest, AStoppedRankIsFoundByItsSilenceLongBeforeTheHangTimeout) {
   AddNode("node-a", 4);
   JobSpec spec = Spec(3, 1, 3);
@@ -313,7 +314,8 @@ TEST_F(ElasticTest, AStoppedRankIsFoundByItsSilenceLongBeforeTheHangTimeout) {
   spec.hang_silent_s = 1;
   int64_t detected_ms;
   JobStatus s = RunWithRank1Stopped(spec, &detected_ms);
-  EXPECT_TRUE(HasEvent(s, "hang", "while its node is up")) << FormatStatus(s);
+  EXPECT_TRUE(HasEvent(s, "hang", "while its host is up: its node manager's port answers"))
+      << FormatStatus(s);
   // Found by the probe, not by the 60 s timeout: at least hang.silentSeconds after the step's
   // start, and well inside the timeout.
   EXPECT_GE(detected_ms, 1000) << FormatStatus(s);

@@ -363,7 +363,7 @@ class FailureConfig:
     the memory, node died → reschedule, exited → restart), e.g.
     ``[{"event": "oom", "action": "respawnLarger", "memoryGrowth": 2}]``; how long the job may
     stay below its minimum, when a step without progress is a hang (``hang_timeout_s``), when a
-    rank that does not answer while its node is up is frozen (``hang_silent_s``; 0: never), and
+    rank that does not answer while its host is up is frozen (``hang_silent_s``; 0: never), and
     the straggler check."""
 
     def __init__(self, max_failures=10, window_s=3600, policies=None, below_min_timeout_s=60,
