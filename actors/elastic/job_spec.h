@@ -100,10 +100,11 @@ struct JobSpec {
   // default, about when a stopped rank is found.
   double controller_lease_s = 0;
   // A rank that has not answered the controller's probe (a Ping, answered on a lane of its own
-  // in milliseconds by any live process) for this long while its node's heartbeats still reach
-  // the GCS is frozen (SIGSTOP, a kernel hang) and restarted as hung, without waiting for
-  // hang_timeout_s. A call is probed once it has run 10 times the last call's time, and at
-  // least 0.5 s (kTimeouts.probe_*). 0: only the hang timeout finds hung ranks.
+  // in milliseconds by any live process) for this long while its host is up (its node
+  // manager's port answers a knock, or its node's heartbeats still reach the GCS) is frozen
+  // (SIGSTOP, a kernel hang) and restarted as hung, without waiting for hang_timeout_s. A call
+  // is probed once it has run 4 times the last call's time, and at least 0.1 s
+  // (kTimeouts.probe_*). 0: only the hang timeout finds hung ranks.
   double hang_silent_s = 1;
   int64_t num_samples = 0;
   int64_t global_batch = 0;
