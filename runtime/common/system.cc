@@ -224,8 +224,10 @@ std::vector<Knock> KnockTcp(const std::vector<std::string>& host_ports, absl::Du
     if (left <= 0) break;
     int ready = ::poll(pending.data(), pending.size(), static_cast<int>(left));
     if (ready < 0 && errno != EINTR) break;
+    // The scan stops once it has seen the `ready` sockets poll reported.
     for (size_t j = 0; ready > 0 && j < pending.size(); ++j) {
       if (pending[j].fd < 0 || pending[j].revents == 0) continue;
+      --ready;
       int err = 0;
       socklen_t len = sizeof(err);
       ::getsockopt(pending[j].fd, SOL_SOCKET, SO_ERROR, &err, &len);
