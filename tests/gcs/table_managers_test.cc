@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <functional>
+
 #include "absl/strings/str_cat.h"
 #include "gcs/actor_manager.h"
 #include "gcs/kv_manager.h"
@@ -30,6 +32,22 @@ class NodeManagerTest : public ::testing::Test {
   std::unique_ptr<Store> store_ = NewInMemoryStore();
   GcsPublisher publisher_{"inc"};
   GcsNodeManager::Options options_{absl::Milliseconds(200), absl::Milliseconds(500)};
+
+  // Heartbeats node `id` every 20 ms for `how_long`, each beat taken as from a live node, and
+  // calls `check` (the health checker's part) after each.
+  static void HeartbeatFor(GcsNodeManager& nodes, const std::string& id, absl::Duration how_long,
+                           const std::function<void()>& check) {
+    absl::Time until = absl::Now() + how_long;
+    while (absl::Now() < until) {
+      bool unknown, declared_dead;
+      rpc::HeartbeatRequest hb;
+      hb.set_node_id(id);
+      ASSERT_TRUE(nodes.Heartbeat(hb, &unknown, &declared_dead).ok());
+      EXPECT_FALSE(unknown || declared_dead);
+      check();
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
 };
 
 TEST_F(NodeManagerTest, RegisterHeartbeatAndDieOfSilence) {
@@ -43,16 +61,8 @@ TEST_F(NodeManagerTest, RegisterHeartbeatAndDieOfSilence) {
   EXPECT_EQ(nodes.GetAll(true).size(), 2u);
   EXPECT_EQ(nodes.Get("a")->available().amounts().at("CPU"), 4);
 
-  absl::Time until = absl::Now() + absl::Milliseconds(500);
-  while (absl::Now() < until) {
-    bool unknown, declared_dead;
-    rpc::HeartbeatRequest hb;
-    hb.set_node_id("a");
-    ASSERT_TRUE(nodes.Heartbeat(hb, &unknown, &declared_dead).ok());
-    EXPECT_FALSE(unknown || declared_dead);
-    nodes.CheckHeartbeats();
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      HeartbeatFor(nodes, "a", absl::Milliseconds(500), [&] { nodes.CheckHeartbeats(); }));
   EXPECT_EQ(dead, std::vector<std::string>{"b"});
   EXPECT_EQ(nodes.Get("b")->state(), rpc::NODE_DEAD);
   EXPECT_NE(nodes.Get("b")->death_reason().find("missed heartbeats"), std::string::npos);
@@ -115,15 +125,8 @@ TEST_F(NodeManagerTest, ASilentNodeWhosePortIsRefusedIsDeadAtOnceAndOneThatAccep
   nodes.KnockOnSilentNodes();
   EXPECT_TRUE(dead.empty());
 
-  absl::Time until = absl::Now() + absl::Milliseconds(400);
-  while (absl::Now() < until) {
-    bool unknown, declared_dead;
-    rpc::HeartbeatRequest hb;
-    hb.set_node_id("heartbeats");
-    ASSERT_TRUE(nodes.Heartbeat(hb, &unknown, &declared_dead).ok());
-    nodes.KnockOnSilentNodes();
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_NO_FATAL_FAILURE(HeartbeatFor(nodes, "heartbeats", absl::Milliseconds(400),
+                                       [&] { nodes.KnockOnSilentNodes(); }));
   EXPECT_EQ(dead, std::vector<std::string>{"gone"});
   EXPECT_NE(nodes.Get("gone")->death_reason().find("refuses connections"), std::string::npos)
       << nodes.Get("gone")->death_reason();
