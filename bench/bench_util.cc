@@ -87,8 +87,9 @@ double Percentile(std::vector<double> values, double p) {
   return values[std::min(i, values.size() - 1)];
 }
 
-EchoServer::EchoServer() : port_(FreePort()) {
-  process_ = testing::ChildProcess({testing::BinDir() + "/bench_echo_server", absl::StrCat(port_)});
+EchoServer::EchoServer(EchoApi api) : api_(api), port_(FreePort()) {
+  process_ = testing::ChildProcess(
+      {testing::BinDir() + "/bench_echo_server", absl::StrCat(port_), api_name()});
   auto stub = EchoService::NewStub(EchoChannel(address()));
   for (int i = 0; i < 500; ++i) {
     grpc::ClientContext ctx;
@@ -100,6 +101,18 @@ EchoServer::EchoServer() : port_(FreePort()) {
 }
 
 std::string EchoServer::address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+const char* EchoServer::api_name() const {
+  switch (api_) {
+    case EchoApi::kSync:
+      return "sync";
+    case EchoApi::kCallback:
+      return "callback";
+    case EchoApi::kHandoff:
+      return "handoff";
+  }
+  return "sync";
+}
 
 double MeasureEcho(const std::string& address, int clients, double seconds) {
   std::atomic<bool> stop{false};
@@ -124,6 +137,13 @@ double MeasureEcho(const std::string& address, int clients, double seconds) {
   stop = true;
   for (auto& t : threads) t.join();
   return static_cast<double>(done) / absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+EchoRates MeasureEchoFloor(const EchoFloor& floor, int clients, double seconds) {
+  EchoRates rates;
+  rates.sync = MeasureEcho(floor.sync.address(), clients, seconds);
+  rates.callback = MeasureEcho(floor.callback.address(), clients, seconds);
+  return rates;
 }
 
 std::vector<double> EchoLatenciesUs(const std::string& address, int n) {

@@ -37,20 +37,44 @@ double Percentile(std::vector<double> values, double p);
 // Private (unshared) resident bytes of `pid` (USS, from /proc/PID/smaps_rollup); -1 if gone.
 int64_t PrivateBytes(pid_t pid);
 
+// Which of gRPC's server APIs a bench_echo_server serves with (echo_server_main.cc): the
+// synchronous one, the callback one, or the callback one with each reply finished from a
+// second thread (what a hand-off to a writer thread costs, with nothing written).
+enum class EchoApi { kSync, kCallback, kHandoff };
+
 // A raw gRPC unary echo server in a child process (the floor for RPC benchmarks): started on
 // a free loopback port (bench_echo_server), SIGKILLed on destruction.
 class EchoServer {
  public:
-  EchoServer();
+  explicit EchoServer(EchoApi api = EchoApi::kSync);
   std::string address() const;
+  // "sync", "callback" or "handoff".
+  const char* api_name() const;
 
  private:
+  EchoApi api_;
   int port_ = 0;
   testing::ChildProcess process_;
 };
 
+// The floor at its best: gRPC's sync and callback echo servers, both started, each measured
+// with the same client threads; the faster is the floor.
+struct EchoFloor {
+  EchoServer sync{EchoApi::kSync};
+  EchoServer callback{EchoApi::kCallback};
+};
+struct EchoRates {
+  double sync = 0;
+  double callback = 0;
+  double best() const { return sync > callback ? sync : callback; }
+  const char* best_api() const { return sync > callback ? "sync" : "callback"; }
+};
+
 // Echo calls per second from `clients` threads (one channel each), blocking unary calls.
 double MeasureEcho(const std::string& address, int clients, double seconds);
+
+// MeasureEcho on each of the floor's servers, in turn.
+EchoRates MeasureEchoFloor(const EchoFloor& floor, int clients, double seconds);
 
 // Round-trip latencies (microseconds) of `n` blocking echo calls from one client.
 std::vector<double> EchoLatenciesUs(const std::string& address, int n);
