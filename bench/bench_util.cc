@@ -87,9 +87,15 @@ double Percentile(std::vector<double> values, double p) {
   return values[std::min(i, values.size() - 1)];
 }
 
-EchoServer::EchoServer(EchoApi api) : api_(api), port_(FreePort()) {
-  process_ = testing::ChildProcess(
-      {testing::BinDir() + "/bench_echo_server", absl::StrCat(port_), api_name()});
+EchoServer::EchoServer(EchoApi api, int redis_port, const std::string& redis_password)
+    : api_(api), port_(FreePort()) {
+  std::vector<std::string> argv = {testing::BinDir() + "/bench_echo_server", absl::StrCat(port_),
+                                   api_name()};
+  if (api == EchoApi::kPersist) {
+    argv.push_back(absl::StrCat(redis_port));
+    argv.push_back(redis_password);
+  }
+  process_ = testing::ChildProcess(argv);
   auto stub = EchoService::NewStub(EchoChannel(address()));
   for (int i = 0; i < 500; ++i) {
     grpc::ClientContext ctx;
@@ -110,6 +116,8 @@ const char* EchoServer::api_name() const {
       return "callback";
     case EchoApi::kHandoff:
       return "handoff";
+    case EchoApi::kPersist:
+      return "persist";
   }
   return "sync";
 }

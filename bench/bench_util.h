@@ -39,16 +39,19 @@ int64_t PrivateBytes(pid_t pid);
 
 // Which of gRPC's server APIs a bench_echo_server serves with (echo_server_main.cc): the
 // synchronous one, the callback one, or the callback one with each reply finished from a
-// second thread (what a hand-off to a writer thread costs, with nothing written).
-enum class EchoApi { kSync, kCallback, kHandoff };
+// second thread (what a hand-off to a writer thread costs, with nothing written), or that
+// thread first writing each call to Redis (what acknowledging after persisting costs).
+enum class EchoApi { kSync, kCallback, kHandoff, kPersist };
 
 // A raw gRPC unary echo server in a child process (the floor for RPC benchmarks): started on
 // a free loopback port (bench_echo_server), SIGKILLed on destruction.
 class EchoServer {
  public:
-  explicit EchoServer(EchoApi api = EchoApi::kSync);
+  // `redis_port` and `redis_password`: kPersist's Redis, on 127.0.0.1.
+  explicit EchoServer(EchoApi api = EchoApi::kSync, int redis_port = 0,
+                      const std::string& redis_password = "");
   std::string address() const;
-  // "sync", "callback" or "handoff".
+  // "sync", "callback", "handoff" or "persist".
   const char* api_name() const;
 
  private:

@@ -2,24 +2,32 @@
 // Redis, AOF everysec as `phalanx start --head` runs it) at 1 and 16 concurrent clients, with
 // redis-benchmark SET/GET against the same Redis in the same run as the peer.
 //
-//   build/bin/gcs_bench [seconds per measurement, default 3] [--sentinel]
+//   build/bin/gcs_bench [seconds per measurement, default 3] [--rounds N] [--sentinel]
 //
 // --sentinel: over a primary, one replica and 3 sentinels (the GCS with --redis-sentinel,
 // each batch of writes waiting for the replica's acknowledgement), redis-benchmark against
 // the primary.
 //
 // The RPC floor is a raw gRPC unary echo, over gRPC's sync and its callback API; the faster
-// at 16 clients is the floor. A third echo finishes each reply from a second thread: what a
-// write acknowledged once another thread has it costs, with nothing written.
+// at 16 clients is the floor. Two more echoes bound what the GCS's writes can reach: one
+// finishes each reply from a second thread (what a write acknowledged once another thread
+// has it costs, with nothing written), and one has that thread write each call to the same
+// Redis first (HSET, pipelined in batches: acknowledged after persisting, without the GCS).
+//
+// At 16 clients the floor, the two bounding echoes and the GCS's writes are measured in
+// turn, --rounds times (default 3), and each ratio is the median of the rounds' ratios.
 //
 // Last line: RESULT gcs_writes_per_s=<16 clients> grpc_echo_per_s=<the floor, 16 clients>
-// grpc_echo_api=<sync|callback> echo_ratio=<writes / floor> handoff_ratio=<2nd-thread echo /
-// floor> redis_set_per_s=<16 clients> ratio=<writes / SET>
+// callback_fastest=<rounds where the callback echo was the floor>/<rounds>
+// echo_ratio=<writes / floor> handoff_ratio=<2nd-thread echo / floor>
+// persist_ratio=<persisting echo / floor> redis_set_per_s=<16 clients> ratio=<writes / SET>
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <memory>
 #include <regex>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -80,9 +88,12 @@ double RedisBenchmark(int port, const std::string& password, int clients, int re
 int Main(int argc, char** argv) {
   double seconds = 3.0;
   bool sentinel = false;
+  int rounds = 3;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--sentinel") {
       sentinel = true;
+    } else if (std::string(argv[i]) == "--rounds" && i + 1 < argc) {
+      rounds = std::max(1, std::atoi(argv[++i]));
     } else {
       seconds = std::atof(argv[i]);
     }
@@ -145,39 +156,33 @@ int Main(int argc, char** argv) {
               seconds, address.c_str(), redis_port,
               sentinel ? "; Sentinel: a replica, WAIT 1 per batch of writes" : "");
   std::printf("%-8s %-24s %14s\n", "clients", "operation", "ops/s");
-  double gcs_writes_16 = 0;
-  bench::EchoRates echo_16;
-  double handoff_16 = 0;
-  {
-    // The floor: a raw gRPC unary echo between two processes, same client threads, over
-    // gRPC's sync and callback APIs; the faster is the floor.
-    bench::EchoFloor floor;
-    for (int clients : {1, 16}) {
-      bench::EchoRates rates = bench::MeasureEchoFloor(floor, clients, seconds);
-      std::printf("%-8d %-24s %14.0f\n", clients, "raw gRPC echo, sync", rates.sync);
-      std::printf("%-8d %-24s %14.0f\n", clients, "raw gRPC echo, callback", rates.callback);
-      if (clients == 16) echo_16 = rates;
-    }
-    // The bound of an acknowledgement after persist: the callback echo, each reply finished
-    // from a second thread (as a GCS write is, by its store's writer), nothing written.
-    bench::EchoServer handoff(bench::EchoApi::kHandoff);
-    handoff_16 = bench::MeasureEcho(handoff.address(), 16, seconds);
-    std::printf("%-8d %-24s %14.0f\n", 16, "echo, 2nd-thread reply", handoff_16);
-  }
-  for (int clients : {1, 16}) {
-    // Fill every key the readers ask for (each client's 1000 actors), so that no read
-    // measured is a NotFound.
-    {
-      auto fill_client = *gcs::GcsClient::Connect({address, gcs->token()});
-      for (int t = 0; t < clients; ++t) {
-        for (int64_t i = 0; i < 1000; ++i) {
-          if (!actor_write(*fill_client, t, i)) {
-            std::fprintf(stderr, "gcs_bench: filling the actor table failed\n");
-            return 1;
-          }
-        }
+  // Fill every key the readers ask for (each client's 1000 actors), so that no read
+  // measured is a NotFound.
+  auto fill = [&](int clients) {
+    auto fill_client = *gcs::GcsClient::Connect({address, gcs->token()});
+    for (int t = 0; t < clients; ++t) {
+      for (int64_t i = 0; i < 1000; ++i) {
+        if (!actor_write(*fill_client, t, i)) return false;
       }
     }
+    return true;
+  };
+  // The floor: a raw gRPC unary echo between two processes, same client threads, over
+  // gRPC's sync and callback APIs; the faster is the floor. The bounds of an acknowledgement
+  // after persist: the callback echo, each reply finished from a second thread (as a GCS
+  // write is, by its store's writer), with nothing written; and with that thread writing
+  // each call to the same Redis first.
+  bench::EchoFloor floor;
+  bench::EchoServer handoff(bench::EchoApi::kHandoff);
+  bench::EchoServer persist(bench::EchoApi::kPersist, redis_port, redis_password);
+  for (int clients : {1, 16}) {
+    if (!fill(clients)) {
+      std::fprintf(stderr, "gcs_bench: filling the actor table failed\n");
+      return 1;
+    }
+    bench::EchoRates rates = bench::MeasureEchoFloor(floor, clients, seconds);
+    std::printf("%-8d %-24s %14.0f\n", clients, "raw gRPC echo, sync", rates.sync);
+    std::printf("%-8d %-24s %14.0f\n", clients, "raw gRPC echo, callback", rates.callback);
     double aw = Measure(address, gcs->token(), clients, seconds, actor_write);
     double ar = Measure(address, gcs->token(), clients, seconds, actor_read);
     ++measurement;
@@ -185,8 +190,35 @@ int Main(int argc, char** argv) {
     std::printf("%-8d %-24s %14.0f\n", clients, "GCS actor write", aw);
     std::printf("%-8d %-24s %14.0f\n", clients, "GCS actor read", ar);
     std::printf("%-8d %-24s %14.0f\n", clients, "GCS node write", nw);
-    if (clients == 16) gcs_writes_16 = aw;
   }
+  // The ratios: single measurements here move by ±20% from one to the next, so the floor,
+  // the two bounds and the GCS's writes are measured in turn, `rounds` times, and each
+  // ratio is the median of its rounds' ratios.
+  std::printf(
+      "# 16 clients, %d rounds in turn: echo sync, echo callback, 2nd-thread reply, "
+      "persisted reply, GCS actor write\n",
+      rounds);
+  std::vector<double> echo_ratios, handoff_ratios, persist_ratios, writes, floors;
+  int callback_best = 0;
+  for (int r = 0; r < rounds; ++r) {
+    bench::EchoRates rates = bench::MeasureEchoFloor(floor, 16, seconds);
+    double h = bench::MeasureEcho(handoff.address(), 16, seconds);
+    double p = bench::MeasureEcho(persist.address(), 16, seconds);
+    double w = Measure(address, gcs->token(), 16, seconds, actor_write);
+    double best = rates.best();
+    callback_best += rates.callback > rates.sync;
+    std::printf(
+        "round %d: %.0f %.0f %.0f %.0f %.0f  echo_ratio %.3f handoff_ratio %.3f "
+        "persist_ratio %.3f\n",
+        r + 1, rates.sync, rates.callback, h, p, w, w / best, h / best, p / best);
+    floors.push_back(best);
+    writes.push_back(w);
+    echo_ratios.push_back(w / best);
+    handoff_ratios.push_back(h / best);
+    persist_ratios.push_back(p / best);
+  }
+  double gcs_writes_16 = bench::Percentile(writes, 0.5);
+  double echo_best = bench::Percentile(floors, 0.5);
   double redis_set_16 = 0;
   for (int clients : {1, 16}) {
     int requests = clients == 1 ? 50000 : 200000;
@@ -196,12 +228,11 @@ int Main(int argc, char** argv) {
     std::printf("%-8d %-24s %14.0f\n", clients, "redis-benchmark GET", get);
     if (clients == 16) redis_set_16 = set;
   }
-  double echo_best = echo_16.best();
   std::printf(
-      "RESULT gcs_writes_per_s=%.0f grpc_echo_per_s=%.0f grpc_echo_api=%s echo_ratio=%.3f "
-      "handoff_ratio=%.3f redis_set_per_s=%.0f ratio=%.3f\n",
-      gcs_writes_16, echo_best, echo_16.best_api(), echo_best > 0 ? gcs_writes_16 / echo_best : 0,
-      echo_best > 0 ? handoff_16 / echo_best : 0, redis_set_16,
+      "RESULT gcs_writes_per_s=%.0f grpc_echo_per_s=%.0f callback_fastest=%d/%d echo_ratio=%.3f "
+      "handoff_ratio=%.3f persist_ratio=%.3f redis_set_per_s=%.0f ratio=%.3f\n",
+      gcs_writes_16, echo_best, callback_best, rounds, bench::Percentile(echo_ratios, 0.5),
+      bench::Percentile(handoff_ratios, 0.5), bench::Percentile(persist_ratios, 0.5), redis_set_16,
       redis_set_16 > 0 ? gcs_writes_16 / redis_set_16 : 0);
   return 0;
 }
