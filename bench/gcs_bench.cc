@@ -12,7 +12,8 @@
 // at 16 clients is the floor. Two more echoes bound what the GCS's writes can reach: one
 // finishes each reply from a second thread (what a write acknowledged once another thread
 // has it costs, with nothing written), and one has that thread write each call to the same
-// Redis first (HSET, pipelined in batches: acknowledged after persisting, without the GCS).
+// Redis first (HSET, pipelined in batches: acknowledged after persisting, without the GCS;
+// with --sentinel it writes to the primary and does not wait for the replica).
 //
 // At 16 clients the floor, the two bounding echoes and the GCS's writes are measured in
 // turn, --rounds times (default 3), and each ratio is the median of the rounds' ratios.
