@@ -19,6 +19,7 @@ PACKAGES=(
   python3-pytest libgloo-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libbenchmark-dev libmsgpack-cxx-dev python3-msgpack python3-cloudpickle python3-sklearn
   procps iproute2 psmisc
+  iptables  # tests/multihost: a node manager's port firewalled from one host
   redis-sentinel  # Redis HA (--redis-sentinel); the tests run redis-server --sentinel
   libssl-dev  # TLS: the cluster CA and certificates (runtime/rpc/tls.cc)
   # Observability: the HTTP(S) port (runtime/rpc/http_server.cc), the dashboard's charts

@@ -319,6 +319,31 @@ class Host:
         return "state UP" in _ip("-n", self.name, "link", "show", self.dev).stdout or \
             ",UP" in _ip("-n", self.name, "link", "show", self.dev).stdout
 
+    def block_tcp(self, port, from_ip):
+        """Drops TCP packets from `from_ip` to this host's `port` (an iptables rule in this
+        host's namespace, gone with it): a firewall that lets everything else through."""
+        self._iptables("-I", port, from_ip)
+
+    def unblock_tcp(self, port, from_ip):
+        self._iptables("-D", port, from_ip)
+
+    def _iptables(self, op, port, from_ip):
+        subprocess.run(["ip", "netns", "exec", self.name, "iptables", op, "INPUT", "-p", "tcp",
+                        "-s", from_ip, "--dport", str(port), "-j", "DROP"],
+                       check=True, capture_output=True, text=True, timeout=20)
+
+    def tcp_answers(self, ip, port, timeout=0.5):
+        """Whether a TCP handshake from this host to ip:port completes within `timeout` s."""
+        code = ("import socket, sys\n"
+                "try:\n"
+                "    socket.create_connection((sys.argv[1], int(sys.argv[2])), "
+                "timeout=float(sys.argv[3])).close()\n"
+                "    print('answered')\n"
+                "except OSError as e:\n"
+                "    print('no answer:', e)\n")
+        r = self.run([sys.executable, "-c", code, ip, str(port), str(timeout)], timeout=20)
+        return r.stdout.strip() == "answered"
+
     def pids(self):
         """Every process living on this host (`ip netns pids`)."""
         r = _ip("netns", "pids", self.name, check=False)

@@ -8,6 +8,7 @@ printed, not asserted (speed lives in bench/chaos). Every test stops its cluster
 `phalanx stop` on every host and checks that no process is left."""
 
 import os
+import shutil
 import signal
 import time
 
@@ -117,15 +118,15 @@ def test_link_back_job_grows_back_to_3(cluster, hosts):
     assert run.steps()[-1][2] == 3
 
 
-def test_controller_host_down(cluster, hosts):
-    # The controller goes where the scheduler puts it: resubmit until it is not on the head
-    # (cutting the head cuts the GCS too, another scenario).
+def submit_with_controller_off_head(cluster, hosts, **spec):
+    """(run, (host, pid, actor)) of a job whose controller is not on the head. The controller
+    goes where the scheduler puts it: resubmit until it is not on the head."""
     for attempt in range(8):
-        run = ElasticRun(cluster, hosts.dir, tag=f"job{attempt}", steps=600, step_ms=40)
+        run = ElasticRun(cluster, hosts.dir, tag=f"job{attempt}", steps=600, step_ms=40, **spec)
         run.submit()
         ctl = wait_controller(cluster, run.job_id)
         if ctl[0] != 0:
-            break
+            return run, ctl
         cluster.phalanx(0, "job", "stop", run.job_id, "--grace", "2", timeout=60)
         run.wait_done(timeout=30)
         # The controller asks for no resources, so it goes to the node with the lowest id. A
@@ -133,8 +134,12 @@ def test_controller_host_down(cluster, hosts):
         # the head's is the lowest again (restarting only the other nodes left a head with a
         # very low id the lowest 8 times in a row).
         cluster.restart()
-    else:
-        pytest.fail("the controller landed on the head 8 times in a row")
+    pytest.fail("the controller landed on the head 8 times in a row")
+
+
+def test_controller_host_down(cluster, hosts):
+    # Not on the head: cutting the head cuts the GCS too, another scenario.
+    run, ctl = submit_with_controller_off_head(cluster, hosts)
     run.wait_world(3, timeout=60)
     run.wait_step(FAULT_STEP)
     fault_ms = now_ms()
@@ -191,6 +196,57 @@ def test_sigstop_heals(cluster, hosts, what):
           f"{bool(healed)}")
     check_succeeded(run, rc, a)
     assert healed, f"no step was agreed while the {what} was stopped"
+
+
+def node_manager_port(cluster, host):
+    """The port of `host`'s node manager, from its address in `phalanx status`."""
+    for n in cluster.alive_nodes():
+        ip, port = n["address"].rsplit(":", 1)
+        if ip == host.ip:
+            return int(port)
+    raise AssertionError(f"no alive node on {host}")
+
+
+def test_frozen_rank_found_when_its_node_manager_is_firewalled(cluster, hosts):
+    """A rank SIGSTOPped on a host whose node manager's port the controller's host cannot
+    reach (a firewall drops the handshake; everything else goes through, the GCS's calls and
+    the node's heartbeats too). The controller's knock gets no answer, so what shows the host
+    up is its node's heartbeats, heard by the GCS after the rank fell silent: the rank is
+    found frozen by its silence and replaced, not left to the hang timeout."""
+    if shutil.which("iptables") is None:
+        pytest.skip("needs iptables (scripts/setup.sh installs it)")
+    # A hang timeout far past the test's wait: a heal must come from the silence.
+    run, ctl = submit_with_controller_off_head(cluster, hosts, hang_s=60)
+    run.wait_world(3, timeout=60)
+    rank = next(r for r in cluster_info.ranks(cluster) if r[0] not in (0, ctl[0]))
+    host, ctl_host = hosts[rank[0]], hosts[ctl[0]]
+    port = node_manager_port(cluster, host)
+    host.block_tcp(port, ctl_host.ip)
+    try:
+        # The firewall is there for the controller's host only.
+        assert not ctl_host.tcp_answers(host.ip, port), "the firewall let a handshake through"
+        assert hosts[0].tcp_answers(host.ip, port), "the head cannot reach the node manager"
+        run.wait_step(FAULT_STEP)
+        fault_ms = now_ms()
+        os.kill(rank[1], signal.SIGSTOP)
+        try:
+            healed = run.wait_step_after(fault_ms + 3000, timeout=40)
+        finally:
+            try:
+                os.kill(rank[1], signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # killed once found frozen
+        # A knock from the controller's host still gets no answer: the proof came from the
+        # heartbeats.
+        assert not ctl_host.tcp_answers(host.ip, port), "the firewall let a handshake through"
+    finally:
+        host.unblock_tcp(port, ctl_host.ip)
+    rc = run.wait_done(timeout=120)
+    a = report("SIGSTOP rank, its node manager firewalled", run, fault_ms)
+    status = check_succeeded(run, rc, a)
+    assert healed, "no step was agreed while the rank was stopped"
+    assert "while its host is up: its node still heartbeats" in status, status
+    print(next(line for line in status.split("\n") if "does not answer" in line).strip())
 
 
 def test_stop_leaves_no_process(cluster, hosts):
