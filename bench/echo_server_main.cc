@@ -16,6 +16,7 @@
 
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -95,11 +96,15 @@ class Finisher {
   std::thread thread_;
 };
 
+// How long one read from or write to Redis may take before the calls of its batch fail.
+constexpr timeval kRedisTimeout = {5, 0};
+
 // A connection to Redis on 127.0.0.1:`port`, authenticated; null (and a message) if not.
 redisContext* ConnectRedis(int port, const std::string& password) {
-  redisContext* c = redisConnect("127.0.0.1", port);
-  if (c == nullptr || c->err != 0) {
+  redisContext* c = redisConnectWithTimeout("127.0.0.1", port, kRedisTimeout);
+  if (c == nullptr || c->err != 0 || redisSetTimeout(c, kRedisTimeout) != REDIS_OK) {
     std::fprintf(stderr, "bench_echo_server: cannot reach Redis on port %d\n", port);
+    if (c != nullptr) redisFree(c);
     return nullptr;
   }
   auto* reply = static_cast<redisReply*>(redisCommand(c, "AUTH %s", password.c_str()));
