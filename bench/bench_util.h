@@ -70,7 +70,6 @@ struct EchoRates {
   double sync = 0;
   double callback = 0;
   double best() const { return sync > callback ? sync : callback; }
-  const char* best_api() const { return sync > callback ? "sync" : "callback"; }
 };
 
 // Echo calls per second from `clients` threads (one channel each), blocking unary calls.

@@ -22,7 +22,6 @@
 // callback_fastest=<rounds where the callback echo was the floor>/<rounds>
 // echo_ratio=<writes / floor> handoff_ratio=<2nd-thread echo / floor>
 // persist_ratio=<persisting echo / floor> redis_set_per_s=<16 clients> ratio=<writes / SET>
-#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -93,8 +92,12 @@ int Main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--sentinel") {
       sentinel = true;
-    } else if (std::string(argv[i]) == "--rounds" && i + 1 < argc) {
-      rounds = std::max(1, std::atoi(argv[++i]));
+    } else if (std::string(argv[i]) == "--rounds") {
+      if (i + 1 == argc || std::atoi(argv[i + 1]) < 1) {
+        std::fprintf(stderr, "gcs_bench: --rounds takes a number of rounds, 1 or more\n");
+        return 2;
+      }
+      rounds = std::atoi(argv[++i]);
     } else {
       seconds = std::atof(argv[i]);
     }
