@@ -2,7 +2,8 @@
 tests/multihost/netns.py), started with the real CLI on each as on three machines, and an
 elastic regression job with one rank per host (replicas 3, min 2, max 3) hit by host-level
 faults: a host's link cut (and restored), the controller's host cut, SIGSTOP of each
-component. Every case must end SUCCEEDED with the known weights and no committed step lost
+component, and SIGSTOP of a rank whose node manager's port is firewalled from the
+controller's host. Every case must end SUCCEEDED with the known weights and no committed step lost
 (the agreed step in the controller's step log never goes backwards). Time-to-heal figures are
 printed, not asserted (speed lives in bench/chaos). Every test stops its cluster with
 `phalanx stop` on every host and checks that no process is left."""
