@@ -184,14 +184,17 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "gcs_bench: filling the actor table failed\n");
       return 1;
     }
-    bench::EchoRates rates = bench::MeasureEchoFloor(floor, clients, seconds);
-    std::printf("%-8d %-24s %14.0f\n", clients, "raw gRPC echo, sync", rates.sync);
-    std::printf("%-8d %-24s %14.0f\n", clients, "raw gRPC echo, callback", rates.callback);
-    double aw = Measure(address, gcs->token(), clients, seconds, actor_write);
+    // At 16 clients the echoes and the actor writes are measured in the rounds below.
+    if (clients == 1) {
+      bench::EchoRates rates = bench::MeasureEchoFloor(floor, clients, seconds);
+      std::printf("%-8d %-24s %14.0f\n", clients, "raw gRPC echo, sync", rates.sync);
+      std::printf("%-8d %-24s %14.0f\n", clients, "raw gRPC echo, callback", rates.callback);
+      double aw = Measure(address, gcs->token(), clients, seconds, actor_write);
+      std::printf("%-8d %-24s %14.0f\n", clients, "GCS actor write", aw);
+    }
     double ar = Measure(address, gcs->token(), clients, seconds, actor_read);
     ++measurement;
     double nw = Measure(address, gcs->token(), clients, seconds, node_write);
-    std::printf("%-8d %-24s %14.0f\n", clients, "GCS actor write", aw);
     std::printf("%-8d %-24s %14.0f\n", clients, "GCS actor read", ar);
     std::printf("%-8d %-24s %14.0f\n", clients, "GCS node write", nw);
   }
