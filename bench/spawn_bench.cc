@@ -4,9 +4,11 @@
 // program (the default), the other starts a process of the program for each worker
 // (`--fork-server false`, the peer: exec, dynamic linking and static initialization each
 // time). The same burst of creations goes to each in turn, rounds alternating, the clock
-// running from the first creation until every actor answered a call. Then the PSS of idle
-// workers of each kind and of the fork server (PSS counts a shared page once across the
-// processes that share it, where RSS counts it in each).
+// running from the first creation until every actor answered a call. Each round also gives
+// the share of the machine's cores busy meanwhile (/proc/stat): near 100%, the burst is bound
+// by CPU; well under, by a wait. Then the PSS of idle workers of each kind and of the fork
+// server (PSS counts a shared page once across the processes that share it, where RSS counts
+// it in each).
 //
 //   build/bin/spawn_bench [burst, default 200] [rounds, default 2] [fork|exec|both, default both]
 //
@@ -21,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "actors/api.h"
@@ -76,8 +79,23 @@ int64_t CpuTicks(pid_t pid) {
   return user + system;
 }
 
+// The machine's CPU time so far, from the first line of /proc/stat: {busy, total} in clock
+// ticks over all cores (idle and iowait are not busy); {0, 0} if unreadable.
+std::pair<int64_t, int64_t> MachineTicks() {
+  auto stat = ReadFile("/proc/stat");
+  long long v[8] = {};
+  if (!stat.ok() || std::sscanf(stat->c_str(), "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0],
+                                &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) != 8) {
+    return {0, 0};
+  }
+  int64_t total = 0;
+  for (long long x : v) total += x;
+  return {total - v[3] - v[4], total};
+}
+
 struct Burst {
   double per_s = 0;
+  double busy = 0;  // the fraction of the machine's cores busy while it ran
   std::vector<int> pids;
 };
 
@@ -85,6 +103,7 @@ struct Burst {
 // answered a call; then kills them and waits until their processes are gone.
 Burst RunBurst(const std::string& resource, int n, bool keep) {
   absl::Time start = absl::Now();
+  auto [busy_before, total_before] = MachineTicks();
   std::vector<ActorHandle<Idle>> actors;
   for (int i = 0; i < n; ++i) {
     auto a = Actor<Idle>().SetResources({{resource, 1}}).Remote(i);
@@ -95,6 +114,11 @@ Burst RunBurst(const std::string& resource, int n, bool keep) {
   auto pids = Get(refs, absl::Seconds(120));
   Burst burst;
   burst.per_s = pids.ok() ? n / absl::ToDoubleSeconds(absl::Now() - start) : 0;
+  auto [busy_after, total_after] = MachineTicks();
+  if (total_after > total_before) {
+    burst.busy = static_cast<double>(busy_after - busy_before) /
+                 static_cast<double>(total_after - total_before);
+  }
   if (pids.ok()) burst.pids = *pids;
   if (keep) return burst;
   for (const auto& a : actors) Kill(a).IgnoreError();
@@ -142,8 +166,10 @@ int Main(int argc, char** argv) {
     absl::SleepFor(absl::Seconds(1));
     fork_rates.push_back(f.per_s);
     exec_rates.push_back(e.per_s);
-    std::printf("round %d: fork server %.0f creations/s, a process each %.0f creations/s\n", r + 1,
-                f.per_s, e.per_s);
+    std::printf(
+        "round %d: fork server %.0f creations/s (cores %.0f%% busy), a process each %.0f "
+        "creations/s (%.0f%% busy)\n",
+        r + 1, f.per_s, 100 * f.busy, e.per_s, 100 * e.busy);
   }
 
   // Idle workers: a burst of each kind kept, and the fork server.
