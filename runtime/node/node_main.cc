@@ -52,8 +52,12 @@ int main(int argc, char** argv) {
   int64_t debug_prepare_delay_ms = 0;
   app.add_option("--debug-prepare-delay-ms", debug_prepare_delay_ms,
                  "test hook: delay answering each bundle PREPARE");
+  int64_t debug_record_delay_ms = 0;
+  app.add_option("--debug-record-delay-ms", debug_record_delay_ms,
+                 "test hook: record each started worker this much later");
   CLI11_PARSE(app, argc, argv);
   options.debug_prepare_delay = absl::Milliseconds(debug_prepare_delay_ms);
+  options.debug_record_delay = absl::Milliseconds(debug_record_delay_ms);
 
   phalanx::BlockTerminationSignals();
   phalanx::InitLogging("node", log_file);

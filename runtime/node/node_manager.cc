@@ -108,6 +108,7 @@ class NodeManagerImpl final : public NodeManager {
     pool.memory_enforcement = options_.memory_enforcement;
     pool.fork_server = options_.fork_server;
     pool.sample_period = options_.memory_sample_period;
+    pool.debug_record_delay = options_.debug_record_delay;
     pool_ = std::make_unique<WorkerPool>(
         pool, [this](const WorkerRecord& w, const rpc::DeathCause& cause) {
           metrics_.Ended(w, cause);

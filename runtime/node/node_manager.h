@@ -39,6 +39,8 @@ struct NodeManagerOptions {
   bool fork_server = true;  // C++ workers forked from a server per program (see WorkerPool)
   // Test hook: each bundle PREPARE waits this long (to kill a node mid-commit).
   absl::Duration debug_prepare_delay = absl::ZeroDuration();
+  // Test hook: the worker pool records each worker it started this much later.
+  absl::Duration debug_record_delay = absl::ZeroDuration();
   // Fence (kill every worker) after this long without evidence of being part of the cluster.
   // Zero: the GCS's node timeout, told at registration (the only value that is safe).
   absl::Duration fence_timeout = absl::ZeroDuration();

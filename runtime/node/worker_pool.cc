@@ -221,16 +221,19 @@ void WorkerPool::TopUpLocked(const rpc::ActorInfo& actor) {
 
 absl::StatusOr<Assignment> WorkerPool::WaitForAssignment(pid_t pid, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
+  // Not in workers_ while a spawn is in flight: probably not recorded yet (it called in
+  // before its spawn had its pid), so wait for the record.
   auto has_news = [this, pid]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> bool {
     auto it = workers_.find(pid);
-    return stopping_ || it == workers_.end() || it->second.assignment.has_value();
+    if (it == workers_.end()) return stopping_ || spawning_ == 0;
+    return stopping_ || it->second.assignment.has_value();
   };
   mu_.AwaitWithTimeout(absl::Condition(&has_news), timeout);
   auto it = workers_.find(pid);
-  if (stopping_ || it == workers_.end()) {
+  if (stopping_ || (it == workers_.end() && spawning_ == 0)) {
     return absl::UnavailableError("this node no longer keeps that worker");
   }
-  if (!it->second.assignment.has_value()) {
+  if (it == workers_.end() || !it->second.assignment.has_value()) {
     return absl::DeadlineExceededError("no actor yet");
   }
   return *it->second.assignment;
@@ -303,6 +306,10 @@ absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int atte
            : absl::StrCat(options_.log_dir, "/worker-", ShortId(actor.actor_id()), "-", attempt,
                           ".log");
   spawn.die_with_parent = true;
+  {
+    absl::MutexLock lock(&mu_);
+    ++spawning_;
+  }
   absl::StatusOr<pid_t> pid = absl::UnavailableError("not forked");
   if (fork_servers_ && actor.language() != "python" && Poolable(actor)) {
     // What every worker of this node shares is the server's; the rest the fork sets.
@@ -316,7 +323,14 @@ absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int atte
     }
   }
   if (!pid.ok()) pid = Spawn(spawn);
-  if (!pid.ok()) return pid.status();
+  if (!pid.ok()) {
+    absl::MutexLock lock(&mu_);
+    --spawning_;
+    return pid.status();
+  }
+  if (options_.debug_record_delay > absl::ZeroDuration()) {
+    absl::SleepFor(options_.debug_record_delay);
+  }
 
   WorkerRecord record;
   record.actor_id = idle ? "" : actor.actor_id();
@@ -329,6 +343,7 @@ absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int atte
   if (idle) {
     absl::MutexLock lock(&mu_);
     workers_[*pid] = record;
+    --spawning_;
     return *pid;
   }
   auto limit = actor.resources().amounts().find("memory");
@@ -356,6 +371,7 @@ absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int atte
                    : "");
   absl::MutexLock lock(&mu_);
   workers_[*pid] = record;
+  --spawning_;
   return *pid;
 }
 
@@ -377,6 +393,14 @@ bool WorkerPool::Kill(const std::string& actor_id, int attempt, const rpc::Death
 void WorkerPool::MarkReady(const std::string& actor_id, int attempt, const std::string& address,
                            const std::string& error) {
   absl::MutexLock lock(&mu_);
+  auto recorded = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (stopping_ || spawning_ == 0) return true;
+    for (const auto& [pid, w] : workers_) {
+      if (w.actor_id == actor_id && w.attempt == attempt) return true;
+    }
+    return false;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&recorded), kUnrecordedWorkerWait);
   for (auto& [pid, w] : workers_) {
     if (w.actor_id == actor_id && w.attempt == attempt) {
       w.address = address;

@@ -48,7 +48,15 @@ struct WorkerPoolOptions {
   // instead of starting a process of the program for each: a burst of creations then pays
   // a fork each, not an exec, dynamic linking and static initialization.
   bool fork_server = true;
+  // Test hook: how long the pool waits between starting a worker and recording it, to widen
+  // the window in which a worker's first calls reach the node before its record.
+  absl::Duration debug_record_delay = absl::ZeroDuration();
 };
+
+// How long a worker's call that finds no record of it waits for the spawn in flight that
+// started it to record it (the fork server's answer and the worker's cgroup come between
+// the worker's start and its record).
+inline constexpr absl::Duration kUnrecordedWorkerWait = absl::Seconds(5);
 
 // What a prestarted worker is given when an actor is placed on it.
 struct Assignment {
@@ -90,13 +98,15 @@ class WorkerPool {
   absl::StatusOr<pid_t> Start(const rpc::ActorInfo& actor, int attempt);
 
   // A prestarted worker (`pid`) waits here for an actor; DeadlineExceeded after `timeout`
-  // (it asks again), Unavailable when the pool stops or does not know it.
+  // (it asks again), Unavailable when the pool stops or does not know it. A worker that calls
+  // before its spawn recorded it waits for the record.
   absl::StatusOr<Assignment> WaitForAssignment(pid_t pid, absl::Duration timeout);
 
   // SIGKILLs the worker of `actor_id` (attempt -1: any) and remembers `cause` for its exit.
   bool Kill(const std::string& actor_id, int attempt, const rpc::DeathCause& cause);
 
-  // Records the address (ready) or the constructor's error of a worker.
+  // Records the address (ready) or the constructor's error of a worker; one that reports
+  // before its spawn recorded it waits for the record (at most kUnrecordedWorkerWait).
   void MarkReady(const std::string& actor_id, int attempt, const std::string& address,
                  const std::string& error);
 
@@ -124,6 +134,9 @@ class WorkerPool {
   mutable absl::Mutex mu_;
   std::map<pid_t, WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Spawns between starting a worker and recording it in workers_: a worker runs, and may
+  // call the node, before its spawn has its pid and records it.
+  int spawning_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_node_kill_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
   // Spawn requests, served by spawn_thread_.

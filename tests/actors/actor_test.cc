@@ -2,10 +2,13 @@
 // SIGKILL and real memory limits.
 #include <signal.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "actors/api.h"
 #include "gcs/gcs_client.h"
 #include "gtest/gtest.h"
+#include "runtime/common/files.h"
 #include "runtime/common/process.h"
 #include "runtime/common/system.h"
 #include "runtime/common/worker_env.h"
@@ -206,6 +209,44 @@ TEST_F(ActorTest, WorkersAreForkedFromTheProgramsForkServerAndTheNodeReapsThem) 
   node_.KillAndWait();
   for (pid_t pid : all) {
     EXPECT_TRUE(testing::WaitFor([&] { return !ProcessAlive(pid); }, absl::Seconds(5))) << pid;
+  }
+}
+
+TEST_F(ActorTest, WorkersThatCallTheNodeBeforeItRecordedThemAreServed) {
+  // A forked worker starts in about 3 ms of CPU and calls its node at once, while the node may
+  // not have recorded it yet (a busy node's spawn thread waits for a core). This node records
+  // each worker 300 ms late, so every worker calls in first.
+  testing::NodeOptions options;
+  options.num_cpus = 8;
+  options.resources_json = R"({"late": 8})";
+  options.debug_record_delay_ms = 300;
+  more_nodes_.push_back(testing::StartNode(*gcs_, "node-late", options));
+  pid_t node = more_nodes_.back().pid();
+
+  // A worker started for its actor reports ready before its record: the node waits for the
+  // record, so the actor is ALIVE with its worker's pid.
+  auto first = Actor<Counter>().SetResources({{"late", 1}}).Remote(0);
+  ASSERT_TRUE(first.ok());
+  int pid = *Get(first->Task(&Counter::Pid).Remote(), absl::Seconds(20));
+  EXPECT_EQ(Info(first->id()).pid(), pid);
+
+  // The program's two prestarted workers ask for an actor before their records: they wait
+  // for one, rather than hearing that the node does not keep them and exiting.
+  std::string program = *ReadFile("/proc/self/comm");
+  program = std::string(absl::StripTrailingAsciiWhitespace(program));
+  ASSERT_TRUE(testing::WaitFor([&] { return testing::ChildrenNamed(node, program).size() == 3; },
+                               absl::Seconds(20)));
+  absl::SleepFor(absl::Seconds(1));  // they have called in, and their records are made
+  EXPECT_EQ(testing::ChildrenNamed(node, program).size(), 3u);
+  for (const std::string& name : ListDir(gcs_->dir() + "/logs")) {
+    if (!absl::StartsWith(name, "worker-")) continue;
+    auto log = ReadFile(absl::StrCat(gcs_->dir(), "/logs/", name));
+    EXPECT_EQ(log->find("does not know this worker"), std::string::npos) << name << ": " << *log;
+  }
+  for (int i = 1; i <= 2; ++i) {
+    auto next = Actor<Counter>().SetResources({{"late", 1}}).Remote(i);
+    ASSERT_TRUE(next.ok());
+    EXPECT_EQ(*Get(next->Task(&Counter::Add).Remote(1), absl::Seconds(20)), i + 1);
   }
 }
 
