@@ -241,6 +241,7 @@ TEST_F(ActorTest, WorkersThatCallTheNodeBeforeItRecordedThemAreServed) {
   for (const std::string& name : ListDir(gcs_->dir() + "/logs")) {
     if (!absl::StartsWith(name, "worker-")) continue;
     auto log = ReadFile(absl::StrCat(gcs_->dir(), "/logs/", name));
+    ASSERT_TRUE(log.ok()) << log.status();
     EXPECT_EQ(log->find("does not know this worker"), std::string::npos) << name << ": " << *log;
   }
   for (int i = 1; i <= 2; ++i) {
