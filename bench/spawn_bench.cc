@@ -21,7 +21,6 @@
 // median of the rounds) fork_worker_pss_mib=… exec_worker_pss_mib=… fork_server_pss_mib=…
 // fork_cpu_ms=… fork_cpu_ms_outside_workers=… ceiling_per_s=… (the cores ÷ the CPU outside
 // the workers; medians of the fork bursts)
-#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -97,15 +96,11 @@ double TicksToMs(int64_t ticks) {
 // worker's whole start; threads that already ended are not counted.
 double ThreadsMs(pid_t pid) {
   std::string dir = absl::StrCat("/proc/", pid, "/task");
-  DIR* tasks = ::opendir(dir.c_str());
-  if (tasks == nullptr) return 0;
   int64_t ns = 0;
-  while (dirent* e = ::readdir(tasks)) {
-    if (e->d_name[0] == '.') continue;
-    auto schedstat = ReadFile(absl::StrCat(dir, "/", e->d_name, "/schedstat"));
+  for (const std::string& thread : ListDir(dir)) {
+    auto schedstat = ReadFile(absl::StrCat(dir, "/", thread, "/schedstat"));
     if (schedstat.ok()) ns += std::atoll(schedstat->c_str());
   }
-  ::closedir(tasks);
   return static_cast<double>(ns) / 1e6;
 }
 
@@ -313,8 +308,7 @@ int Main(int argc, char** argv) {
   absl::Time idle_start = absl::Now();
   absl::SleepFor(absl::Seconds(3));
   for (int pid : idle) cpu_after += CpuTicks(pid);
-  double idle_ms_per_s = 1000.0 * static_cast<double>(cpu_after - cpu_before) /
-                         static_cast<double>(::sysconf(_SC_CLK_TCK)) /
+  double idle_ms_per_s = TicksToMs(cpu_after - cpu_before) /
                          absl::ToDoubleSeconds(absl::Now() - idle_start) /
                          static_cast<double>(std::max<size_t>(idle.size(), 1));
   std::printf("idle workers (%zu): %.3f ms of CPU per second each\n", idle.size(), idle_ms_per_s);
