@@ -147,7 +147,7 @@ int Main(int argc, char** argv) {
       n.set_node_id(id);
       n.set_address(address);
       (*n.mutable_total()->mutable_amounts())["CPU"] = 8;
-      if (!c.RegisterNode(n).ok()) return false;
+      if (!c.RegisterNode(n, {}).ok()) return false;
     }
     rpc::HeartbeatRequest hb;
     hb.set_node_id(id);

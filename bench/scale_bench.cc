@@ -109,7 +109,7 @@ class Nodes {
       info.set_hostname(absl::StrCat("sim-", i));
       (*info.mutable_total()->mutable_amounts())["CPU"] = 64;
       (*info.mutable_total()->mutable_amounts())["memory"] = 32.0 * (1ll << 30);
-      auto r = clients_[t]->RegisterNode(info);
+      auto r = clients_[t]->RegisterNode(info, {});
       if (!r.ok()) failures_++;
       // Spread the first beats over a period, as real nodes start at different times.
       nodes_[i]->next_beat =

@@ -169,9 +169,11 @@ class GcsClientImpl final : public GcsClient {
     return Call(&Stub::GetClusterInfo, rpc::GetClusterInfoRequest(), timeout);
   }
 
-  absl::StatusOr<rpc::RegisterNodeReply> RegisterNode(const rpc::NodeInfo& node) override {
+  absl::StatusOr<rpc::RegisterNodeReply> RegisterNode(
+      const rpc::NodeInfo& node, const std::vector<rpc::HeldBundle>& held) override {
     rpc::RegisterNodeRequest request;
     *request.mutable_node() = node;
+    request.mutable_held_bundles()->Add(held.begin(), held.end());
     return Call(&Stub::RegisterNode, request);
   }
 

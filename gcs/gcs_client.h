@@ -55,7 +55,10 @@ class GcsClient {
   virtual absl::StatusOr<std::string> IssueCertificate(const std::string& public_key_pem,
                                                        const std::vector<std::string>& names) = 0;
 
-  virtual absl::StatusOr<rpc::RegisterNodeReply> RegisterNode(const rpc::NodeInfo& node) = 0;
+  // `held`: the placement-group bundles the node holds; the GCS cancels those it does not hold
+  // on that node.
+  virtual absl::StatusOr<rpc::RegisterNodeReply> RegisterNode(
+      const rpc::NodeInfo& node, const std::vector<rpc::HeldBundle>& held) = 0;
   virtual absl::StatusOr<rpc::HeartbeatReply> Heartbeat(const rpc::HeartbeatRequest& request) = 0;
   virtual absl::Status UnregisterNode(const std::string& node_id, const std::string& reason) = 0;
   virtual absl::StatusOr<std::vector<rpc::NodeInfo>> GetAllNodes(bool alive_only = false) = 0;

@@ -110,6 +110,9 @@ class GcsServiceImpl final : public GcsServiceHandlers {
   grpc::Status RegisterNode(grpc::ServerContext*, const rpc::RegisterNodeRequest* request,
                             rpc::RegisterNodeReply* reply) override {
     if (auto s = nodes_->Register(request->node()); !s.ok()) return rpc::ToGrpc(s);
+    placement_groups_->ReconcileNode(
+        request->node().node_id(), request->node().address(),
+        {request->held_bundles().begin(), request->held_bundles().end()});
     reply->set_incarnation(publisher_->incarnation());
     reply->set_cluster_id(cluster_id_);
     reply->set_node_timeout_ms(absl::ToInt64Milliseconds(node_timeout_));

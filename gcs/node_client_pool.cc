@@ -107,14 +107,9 @@ void NodeClientPool::KillActor(const std::string& address, const rpc::KillActorR
       address, request, std::move(done), [](auto* a, auto... args) { a->KillActor(args...); });
 }
 
-void NodeClientPool::PrepareBundle(const std::string& address, const rpc::BundleRequest& request,
+void NodeClientPool::ReserveBundle(const std::string& address, const rpc::BundleRequest& request,
                                    Done done) {
-  QueueBundleOp(address, rpc::BundleOp::PREPARE, request, std::move(done));
-}
-
-void NodeClientPool::CommitBundle(const std::string& address, const rpc::BundleRequest& request,
-                                  Done done) {
-  QueueBundleOp(address, rpc::BundleOp::COMMIT, request, std::move(done));
+  QueueBundleOp(address, rpc::BundleOp::RESERVE, request, std::move(done));
 }
 
 void NodeClientPool::CancelBundle(const std::string& address, const rpc::BundleRequest& request,

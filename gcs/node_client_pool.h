@@ -36,11 +36,10 @@ class NodeClientPool {
 
   // Placement-group bundles, applied by each node in the order asked. One UpdateBundles call
   // is in flight per node at a time; what is asked meanwhile waits and goes in the next, so a
-  // burst of groups costs each node a few calls, not one per bundle and phase. A call that
+  // burst of groups costs each node a few calls, not one per bundle. A call that
   // fails fails the operations waiting behind it with its error, so that each is answered
   // within the pool's timeout.
-  void PrepareBundle(const std::string& address, const rpc::BundleRequest& request, Done done);
-  void CommitBundle(const std::string& address, const rpc::BundleRequest& request, Done done);
+  void ReserveBundle(const std::string& address, const rpc::BundleRequest& request, Done done);
   void CancelBundle(const std::string& address, const rpc::BundleRequest& request, Done done);
 
  private:

@@ -173,7 +173,7 @@ void GcsPlacementGroupManager::ScheduleLocked(
     queue_.pop_front();
     const rpc::PlacementGroupInfo* found = groups_.Find(id);
     if (found == nullptr || found->state() == rpc::PG_REMOVED ||
-        found->state() == rpc::PG_CREATED || committing_.count(id)) {
+        found->state() == rpc::PG_CREATED || reserving_.count(id)) {
       continue;
     }
     rpc::PlacementGroupInfo pg = *found;
@@ -198,7 +198,7 @@ void GcsPlacementGroupManager::ScheduleLocked(
         pg.mutable_bundles(i)->set_node_id(plan.nodes[i]);  // planned; recorded on commit
       }
     }
-    committing_[id] = next_round_++;
+    reserving_[id] = next_round_++;
     starts->emplace_back(pg, indices);
   }
   queue_ = std::move(waiting);
@@ -209,7 +209,7 @@ void GcsPlacementGroupManager::Run(
   std::vector<std::string> touched;
   for (auto& [pg, indices] : starts) {
     for (int i : indices) touched.push_back(pg.bundles(i).node_id());
-    TwoPhaseCommit(std::move(pg), std::move(indices));
+    ReserveRound(std::move(pg), std::move(indices));
   }
   for (const auto& node_id : touched) {
     if (auto available = scheduler_->Available(node_id)) {
@@ -218,119 +218,69 @@ void GcsPlacementGroupManager::Run(
   }
 }
 
-void GcsPlacementGroupManager::TwoPhaseCommit(rpc::PlacementGroupInfo pg,
-                                              std::vector<int> indices) {
+void GcsPlacementGroupManager::ReserveRound(rpc::PlacementGroupInfo pg, std::vector<int> indices) {
   int64_t round;
   {
     absl::MutexLock lock(&mu_);
-    round = committing_[pg.placement_group_id()];
+    round = reserving_[pg.placement_group_id()];
   }
   struct State {
     rpc::PlacementGroupInfo pg;
     std::vector<int> indices;
     int64_t round;
     absl::Mutex mu;
-    int replies = 0;
-    std::vector<std::string> prepared;  // addresses that prepared
-    absl::Status failure;
+    int replies ABSL_GUARDED_BY(mu) = 0;
+    absl::Status failure ABSL_GUARDED_BY(mu);
   };
   auto state = std::make_shared<State>();
   state->pg = std::move(pg);
   state->indices = std::move(indices);
   state->round = round;
-  auto request_for = [state](int i) {
+  auto on_reserved = [this, state](absl::Status s) {
+    absl::Status outcome;
+    {
+      absl::MutexLock lock(&state->mu);
+      if (!s.ok() && state->failure.ok()) state->failure = s;
+      if (++state->replies < static_cast<int>(state->indices.size())) return;
+      outcome = state->failure;
+    }
+    std::vector<std::string> nodes;
+    for (int i : state->indices) nodes.push_back(state->pg.bundles(i).node_id());
+    FinishRound(state->pg.placement_group_id(), state->round, state->indices, outcome, nodes);
+  };
+  for (int i : state->indices) {
+    const std::string& node_id = state->pg.bundles(i).node_id();
+    std::string address = AddressOf(node_id);
+    if (address.empty()) {
+      on_reserved(absl::UnavailableError(absl::StrCat("node ", ShortId(node_id), " is gone")));
+      continue;
+    }
     rpc::BundleRequest r;
     r.set_placement_group_id(state->pg.placement_group_id());
     r.set_bundle_index(i);
     *r.mutable_resources() = state->pg.bundles(i).resources();
-    return r;
-  };
-  auto finish = [this, state](absl::Status outcome) {
-    std::vector<std::string> nodes;
-    for (int i : state->indices) nodes.push_back(state->pg.bundles(i).node_id());
-    FinishCommit(state->pg.placement_group_id(), state->round, state->indices, outcome, nodes);
-  };
-  auto cancel_all = [this, state, request_for]() {
-    for (int i : state->indices) {
-      std::string address = AddressOf(state->pg.bundles(i).node_id());
-      if (!address.empty()) node_clients_->CancelBundle(address, request_for(i), nullptr);
-    }
-  };
-  // Phase 2: commit everywhere; any failure rolls everything back.
-  auto commit = [this, state, request_for, finish, cancel_all]() {
-    auto commits = std::make_shared<std::atomic<int>>(0);
-    auto failed = std::make_shared<absl::Status>();
-    auto failed_mu = std::make_shared<absl::Mutex>();
-    for (int i : state->indices) {
-      std::string address = AddressOf(state->pg.bundles(i).node_id());
-      node_clients_->CommitBundle(
-          address, request_for(i),
-          [state, commits, failed, failed_mu, finish, cancel_all](absl::Status s) {
-            if (!s.ok()) {
-              absl::MutexLock lock(failed_mu.get());
-              if (failed->ok()) *failed = s;
-            }
-            if (commits->fetch_add(1) + 1 < static_cast<int>(state->indices.size())) return;
-            absl::Status outcome;
-            {
-              absl::MutexLock lock(failed_mu.get());
-              outcome = *failed;
-            }
-            if (!outcome.ok()) cancel_all();
-            finish(outcome);
-          });
-    }
-  };
-  // Phase 1: prepare on every node involved.
-  for (int i : state->indices) {
-    std::string node_id = state->pg.bundles(i).node_id();
-    std::string address = AddressOf(node_id);
-    auto on_prepared = [state, address, commit, finish, cancel_all](absl::Status s) {
-      bool last;
-      absl::Status outcome;
-      {
-        absl::MutexLock lock(&state->mu);
-        if (!s.ok() && state->failure.ok()) state->failure = s;
-        ++state->replies;
-        last = state->replies == static_cast<int>(state->indices.size());
-        outcome = state->failure;
-      }
-      if (!last) return;
-      if (outcome.ok()) {
-        commit();
-      } else {
-        cancel_all();
-        finish(outcome);
-      }
-    };
-    if (address.empty()) {
-      on_prepared(absl::UnavailableError(absl::StrCat("node ", ShortId(node_id), " is gone")));
-      continue;
-    }
-    node_clients_->PrepareBundle(address, request_for(i), on_prepared);
+    node_clients_->ReserveBundle(address, r, on_reserved);
   }
 }
 
-void GcsPlacementGroupManager::FinishCommit(const std::string& pg_id, int64_t round,
-                                            const std::vector<int>& indices, absl::Status outcome,
-                                            const std::vector<std::string>& nodes) {
+void GcsPlacementGroupManager::FinishRound(const std::string& pg_id, int64_t round,
+                                           const std::vector<int>& indices, absl::Status outcome,
+                                           const std::vector<std::string>& nodes) {
+  // Read before taking mu_: the node table is not read under it.
+  std::vector<std::string> addresses;
+  for (const auto& node_id : nodes) addresses.push_back(AddressOf(node_id));
   bool created = false, retry = false;
-  std::vector<std::string> cancel_nodes;
   {
     absl::MutexLock lock(&mu_);
-    auto it = committing_.find(pg_id);
-    if (it == committing_.end() || it->second != round) return;
-    committing_.erase(it);
+    auto it = reserving_.find(pg_id);
+    if (it == reserving_.end() || it->second != round) return;
+    reserving_.erase(it);
     const rpc::PlacementGroupInfo* found = groups_.Find(pg_id);
     if (found == nullptr) return;
     rpc::PlacementGroupInfo pg = *found;
-    if (pg.state() == rpc::PG_REMOVED) {
-      // Removed while committing: what was reserved goes back.
-      scheduler_->ReleaseBundles(pg_id, indices);
-      if (outcome.ok()) cancel_nodes = nodes;
-    } else if (outcome.ok() && std::all_of(indices.begin(), indices.end(), [&](int i) {
-                 return scheduler_->BundleReserved(pg_id, i);
-               })) {
+    bool still_reserved = std::all_of(indices.begin(), indices.end(),
+                                      [&](int i) { return scheduler_->BundleReserved(pg_id, i); });
+    if (pg.state() != rpc::PG_REMOVED && outcome.ok() && still_reserved) {
       for (size_t k = 0; k < indices.size(); ++k) {
         pg.mutable_bundles(indices[k])->set_node_id(nodes[k]);
       }
@@ -340,28 +290,26 @@ void GcsPlacementGroupManager::FinishCommit(const std::string& pg_id, int64_t ro
       created = true;
       spdlog::info("{} created ({} bundles, {})", Describe(pg), pg.bundles_size(), pg.strategy());
     } else {
-      // Rolled back: nothing stays reserved; try again shortly.
-      scheduler_->ReleaseBundles(pg_id, indices);
-      if (outcome.ok()) {
-        outcome = absl::UnavailableError("a node of the plan died before the commit finished");
-        cancel_nodes = nodes;
+      // Every node of the round gives back what it may hold (a node that refused, or did not
+      // answer, may hold it too). Sent before the group can be tried again, so that no cancel
+      // overtakes the next round's reservation of the same bundle on the same node.
+      for (size_t k = 0; k < indices.size(); ++k) {
+        if (!addresses[k].empty()) SendCancel(pg_id, indices[k], nodes[k], addresses[k], 1);
       }
-      pg.set_pending_reason(
-          absl::StrCat("two-phase commit rolled back (", outcome.message(), "); retrying"));
-      for (int i : indices) pg.mutable_bundles(i)->clear_node_id();
-      SaveLocked(pg);
-      queue_.push_front(pg_id);
-      retry = true;
-      spdlog::warn("{}: {}", Describe(pg), pg.pending_reason());
+      scheduler_->ReleaseBundles(pg_id, indices);
+      if (pg.state() != rpc::PG_REMOVED) {
+        if (outcome.ok()) {
+          outcome = absl::UnavailableError("a node of the plan died before the round finished");
+        }
+        pg.set_pending_reason(
+            absl::StrCat("reservation rolled back (", outcome.message(), "); retrying"));
+        for (int i : indices) pg.mutable_bundles(i)->clear_node_id();
+        SaveLocked(pg);
+        queue_.push_front(pg_id);
+        retry = true;
+        spdlog::warn("{}: {}", Describe(pg), pg.pending_reason());
+      }
     }
-  }
-  for (size_t k = 0; k < cancel_nodes.size(); ++k) {
-    std::string address = AddressOf(cancel_nodes[k]);
-    if (address.empty()) continue;
-    rpc::BundleRequest r;
-    r.set_placement_group_id(pg_id);
-    r.set_bundle_index(indices[k]);
-    node_clients_->CancelBundle(address, r, nullptr);
   }
   for (const auto& node_id : nodes) {
     if (auto available = scheduler_->Available(node_id)) {
@@ -369,7 +317,54 @@ void GcsPlacementGroupManager::FinishCommit(const std::string& pg_id, int64_t ro
     }
   }
   if (created) actors_->ScheduleNow();
-  if (retry) timers_.RunAfter(absl::Milliseconds(300), [this] { ScheduleNow(); });
+  if (retry) timers_.RunAfter(kRetryAfterRollback, [this] { ScheduleNow(); });
+}
+
+void GcsPlacementGroupManager::SendCancel(const std::string& pg_id, int index,
+                                          const std::string& node_id, const std::string& address,
+                                          int attempt) {
+  rpc::BundleRequest r;
+  r.set_placement_group_id(pg_id);
+  r.set_bundle_index(index);
+  node_clients_->CancelBundle(address, r, [this, pg_id, index, node_id, attempt](absl::Status s) {
+    // Cancelled: the GCS is shutting down. Otherwise the node did not answer in time.
+    if (s.ok() || absl::IsCancelled(s) || attempt >= kCancelAttempts) {
+      if (!s.ok() && !absl::IsCancelled(s)) {
+        spdlog::warn(
+            "bundle {} of placement group {} may still be held by node {}: {} cancels "
+            "failed ({}); it is cancelled when the node registers again",
+            index, ShortId(pg_id), ShortId(node_id), attempt, s);
+      }
+      return;
+    }
+    timers_.RunAfter(kCancelRetryDelay, [this, pg_id, index, node_id, attempt] {
+      std::string now_at = AddressOf(node_id);
+      if (now_at.empty()) return;  // the node is gone, and its ledger with it
+      absl::MutexLock lock(&mu_);
+      // Reserved there again meanwhile: the node should hold it.
+      if (scheduler_->BundleNode(pg_id, index) == node_id) return;
+      SendCancel(pg_id, index, node_id, now_at, attempt + 1);
+    });
+  });
+}
+
+void GcsPlacementGroupManager::ReconcileNode(const std::string& node_id, const std::string& address,
+                                             const std::vector<rpc::HeldBundle>& held) {
+  int dropped = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const rpc::HeldBundle& b : held) {
+      if (scheduler_->BundleNode(b.placement_group_id(), b.bundle_index()) == node_id) continue;
+      SendCancel(b.placement_group_id(), b.bundle_index(), node_id, address, 1);
+      ++dropped;
+    }
+  }
+  if (dropped > 0) {
+    spdlog::warn(
+        "node {} held {} placement-group bundle(s) that the GCS does not place there "
+        "(left by a reservation round cut short); cancelled them",
+        ShortId(node_id), dropped);
+  }
 }
 
 absl::Status GcsPlacementGroupManager::Remove(const std::string& pg_id) {
@@ -398,12 +393,10 @@ absl::Status GcsPlacementGroupManager::Remove(const std::string& pg_id) {
   actors_->KillGroup(pg_id);
   scheduler_->ReleaseBundles(pg_id);
   for (const auto& [node_id, index] : placed) {
-    std::string address = AddressOf(node_id);
-    if (address.empty()) continue;
-    rpc::BundleRequest r;
-    r.set_placement_group_id(pg_id);
-    r.set_bundle_index(index);
-    node_clients_->CancelBundle(address, r, nullptr);
+    // No lock needed to order it: a removed group is never reserved again.
+    if (std::string address = AddressOf(node_id); !address.empty()) {
+      SendCancel(pg_id, index, node_id, address, 1);
+    }
     if (auto available = scheduler_->Available(node_id)) {
       nodes_->UpdateAvailable(node_id, rpc::ToProto(*available)).IgnoreError();
     }
@@ -442,8 +435,8 @@ absl::Status GcsPlacementGroupManager::ReleaseBundle(const std::string& pg_id, i
     if (!found.ok()) return found.status();
     const rpc::PlacementGroupInfo& current = **found;
     if (current.bundles(index).released()) return absl::OkStatus();
-    if (committing_.count(pg_id)) {
-      // Its two-phase commit would place (or record) the bundle again: ask after it.
+    if (reserving_.count(pg_id)) {
+      // Its reservation round would place (or record) the bundle again: ask after it.
       return absl::UnavailableError(absl::StrCat(
           Describe(current), " is being placed; release bundle ", index, " once it is"));
     }
@@ -464,10 +457,7 @@ absl::Status GcsPlacementGroupManager::ReleaseBundle(const std::string& pg_id, i
   if (!node_id.empty()) {
     scheduler_->ReleaseBundles(pg_id, {index});
     if (std::string address = AddressOf(node_id); !address.empty()) {
-      rpc::BundleRequest r;
-      r.set_placement_group_id(pg_id);
-      r.set_bundle_index(index);
-      node_clients_->CancelBundle(address, r, nullptr);
+      SendCancel(pg_id, index, node_id, address, 1);  // a released bundle is never placed again
     }
     if (auto available = scheduler_->Available(node_id)) {
       nodes_->UpdateAvailable(node_id, rpc::ToProto(*available)).IgnoreError();

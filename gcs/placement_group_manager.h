@@ -5,9 +5,13 @@
 //      └──────────────┴──────────────────────────────────────┴──► REMOVED
 //
 // Placing a group: the scheduler plans nodes for its bundles and reserves them in the GCS's
-// view; then every node involved is asked to prepare its bundles, and only when all prepared
-// are they committed (two-phase commit). Any failure cancels every prepared bundle and gives
-// the reservations back, and the group waits to be tried again. A node's death sends the
+// view; then every node involved is asked, in one round, to reserve its bundles. When all did,
+// the group is CREATED; if any refused or did not answer, every node of the round is told to
+// cancel, the reservations go back, and the group waits to be tried again. One round is safe
+// because nothing is placed in a bundle before its group is CREATED (Ray's prepare phase
+// exists for raylets that use a bundle on their own); what a crash leaves held on a node is
+// cancelled when the node registers again (ReconcileNode), and a cancel the node did not
+// answer is sent again. A node's death sends the
 // bundles that lived there (only those) back to be placed, ahead of groups still pending.
 // Removing a group kills its actors and frees everything; releasing one bundle does the same
 // for that bundle alone. Thread-safe.
@@ -23,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "gcs/actor_manager.h"
 #include "gcs/node_client_pool.h"
 #include "gcs/node_manager.h"
@@ -36,6 +41,14 @@ namespace phalanx::gcs {
 
 class GcsPlacementGroupManager {
  public:
+  // A group whose round was rolled back is tried again after this.
+  static constexpr absl::Duration kRetryAfterRollback = absl::Milliseconds(300);
+  // A cancel that a node did not answer (within the node client's timeout) is sent again after
+  // this, at most kCancelAttempts times in all; after that, the bundle is cancelled when the
+  // node registers again.
+  static constexpr absl::Duration kCancelRetryDelay = absl::Seconds(1);
+  static constexpr int kCancelAttempts = 5;
+
   GcsPlacementGroupManager(Store* store, GcsPublisher* publisher, GcsNodeManager* nodes,
                            NodeClientPool* node_clients, placement::ResourceScheduler* scheduler,
                            GcsActorManager* actors);
@@ -61,6 +74,11 @@ class GcsPlacementGroupManager {
   absl::Status CheckActorBundle(const std::string& pg_id, int bundle_index,
                                 const Resources& request) const;
 
+  // A node (re-)registered holding `held`: each bundle the scheduler does not hold on that node
+  // (left by a round that a GCS crash cut short) is cancelled there.
+  void ReconcileNode(const std::string& node_id, const std::string& address,
+                     const std::vector<rpc::HeldBundle>& held);
+
   // Bundles whose node died (from the scheduler): placed again first.
   void OnBundlesLost(const std::vector<std::pair<std::string, int>>& lost);
   // Resources appeared (a node joined, something was freed): try the waiting groups.
@@ -73,10 +91,16 @@ class GcsPlacementGroupManager {
   PendingWrite LastWriteLocked(const std::string& pg_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked(std::vector<std::pair<rpc::PlacementGroupInfo, std::vector<int>>>* starts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs the two-phase commit of `indices` of `pg` (already reserved in the scheduler).
-  void TwoPhaseCommit(rpc::PlacementGroupInfo pg, std::vector<int> indices);
-  void FinishCommit(const std::string& pg_id, int64_t round, const std::vector<int>& indices,
-                    absl::Status outcome, const std::vector<std::string>& nodes_prepared);
+  // Asks the nodes to reserve `indices` of `pg` (already reserved in the scheduler), one round.
+  void ReserveRound(rpc::PlacementGroupInfo pg, std::vector<int> indices);
+  void FinishRound(const std::string& pg_id, int64_t round, const std::vector<int>& indices,
+                   absl::Status outcome, const std::vector<std::string>& nodes);
+  // Tells the node at `address` to give bundle `index` of `pg_id` back. One the node does not
+  // answer is sent again kCancelRetryDelay later, at most kCancelAttempts times in all, unless
+  // the bundle is reserved on that node again meanwhile. A caller that could race a new round
+  // for the same bundle holds mu_, so that the cancel is queued before that round's reserve.
+  void SendCancel(const std::string& pg_id, int index, const std::string& node_id,
+                  const std::string& address, int attempt);
   // The group `pg_id`, once it is known to exist, not to be removed, and to have a bundle
   // `index` (or `index` is -1, any bundle, and `any_ok`); else NotFound, FailedPrecondition
   // or InvalidArgument. Each message starts with `who` ("actor: ", or empty) and, for a
@@ -98,8 +122,8 @@ class GcsPlacementGroupManager {
   Table<rpc::PlacementGroupInfo> groups_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, PendingWrite> last_write_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);  // waiting to be placed, FIFO
-  // Groups whose two-phase commit is in flight → its round number (stale replies lose).
-  std::map<std::string, int64_t> committing_ ABSL_GUARDED_BY(mu_);
+  // Groups whose reservation round is in flight → its round number (stale replies lose).
+  std::map<std::string, int64_t> reserving_ ABSL_GUARDED_BY(mu_);
   int64_t next_round_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

@@ -167,6 +167,14 @@ bool ResourceScheduler::BundleReserved(const std::string& pg_id, int index) cons
   return group != bundles_.end() && group->second.count(index) > 0;
 }
 
+std::string ResourceScheduler::BundleNode(const std::string& pg_id, int index) const {
+  absl::MutexLock lock(&mu_);
+  auto group = bundles_.find(pg_id);
+  if (group == bundles_.end()) return "";
+  auto bundle = group->second.find(index);
+  return bundle == group->second.end() ? "" : bundle->second.node_id;
+}
+
 std::optional<Resources> ResourceScheduler::Available(const std::string& node_id) const {
   absl::MutexLock lock(&mu_);
   const NodeResources* node = view_.Get(node_id);

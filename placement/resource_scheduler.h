@@ -62,6 +62,8 @@ class ResourceScheduler {
   // Gives the bundles back to their nodes (indices empty: all of the group).
   void ReleaseBundles(const std::string& pg_id, const std::vector<int>& indices = {});
   bool BundleReserved(const std::string& pg_id, int index) const;
+  // The node bundle `index` of the group is reserved on; empty when it is not reserved.
+  std::string BundleNode(const std::string& pg_id, int index) const;
 
   std::optional<Resources> Available(const std::string& node_id) const;
   std::optional<Resources> BundleAvailable(const std::string& pg_id, int index) const;

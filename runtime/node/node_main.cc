@@ -49,14 +49,14 @@ int main(int argc, char** argv) {
   app.add_option("--fork-server", options.fork_server,
                  "fork C++ workers from a fork server per program (true) or start a process "
                  "of the program for each (false)");
-  int64_t debug_prepare_delay_ms = 0;
-  app.add_option("--debug-prepare-delay-ms", debug_prepare_delay_ms,
-                 "test hook: delay answering each bundle PREPARE");
+  int64_t debug_reserve_delay_ms = 0;
+  app.add_option("--debug-reserve-delay-ms", debug_reserve_delay_ms,
+                 "test hook: delay answering each bundle RESERVE");
   int64_t debug_record_delay_ms = 0;
   app.add_option("--debug-record-delay-ms", debug_record_delay_ms,
                  "test hook: record each started worker this much later");
   CLI11_PARSE(app, argc, argv);
-  options.debug_prepare_delay = absl::Milliseconds(debug_prepare_delay_ms);
+  options.debug_reserve_delay = absl::Milliseconds(debug_reserve_delay_ms);
   options.debug_record_delay = absl::Milliseconds(debug_record_delay_ms);
 
   phalanx::BlockTerminationSignals();

@@ -29,6 +29,12 @@ namespace {
 
 using rpc::ToProto;
 
+// A bundle RESERVE is refused once its call has less than this left (the GCS gives each call
+// 10 s). A GCS that gave up on a call cancels what it asked, in a later call that can be
+// applied first; a reserve applied after that cancel would hold the bundle for good. The
+// margin covers the time the cancel takes to be sent and to arrive.
+constexpr absl::Duration kReserveDeadlineMargin = absl::Seconds(2);
+
 class NodeManagerImpl;
 
 class NodeServiceImpl final : public rpc::NodeManagerService::Service {
@@ -258,36 +264,30 @@ class NodeManagerImpl final : public NodeManager {
     }
   }
 
-  // Bundle ledger: what placement groups reserved on this node (prepared or committed).
-  absl::Status PrepareBundle(const rpc::BundleRequest& request) {
-    if (options_.debug_prepare_delay > absl::ZeroDuration()) {
-      absl::SleepFor(options_.debug_prepare_delay);
+  // Bundle ledger: what placement groups reserved on this node.
+  // `deadline`: the call's (InfiniteFuture when it has none).
+  absl::Status ReserveBundle(const rpc::BundleRequest& request, absl::Time deadline) {
+    if (options_.debug_reserve_delay > absl::ZeroDuration()) {
+      absl::SleepFor(options_.debug_reserve_delay);
     }
     absl::MutexLock lock(&mu_);
-    ExpireBundlesLocked();
+    if (absl::Now() > deadline - kReserveDeadlineMargin) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("node ", ShortId(node_id_), " reached bundle ", request.bundle_index(),
+                       " of placement group ", request.placement_group_id(),
+                       " too late: the GCS gives up on the call and cancels it"));
+    }
     auto key = std::make_pair(request.placement_group_id(), request.bundle_index());
-    if (bundles_.count(key)) return absl::OkStatus();  // prepared already: idempotent
+    if (bundles_.count(key)) return absl::OkStatus();  // held already: idempotent
     Resources free = options_.resources;
-    for (const auto& [k, b] : bundles_) free -= rpc::FromProto(b.resources);
+    for (const auto& [k, held] : bundles_) free -= rpc::FromProto(held);
     Resources need = rpc::FromProto(request.resources());
     if (!free.Contains(need)) {
       return absl::ResourceExhaustedError(absl::StrCat("node ", ShortId(node_id_),
                                                        " cannot reserve ", need.ToString(),
                                                        " (free ", free.ToString(), ")"));
     }
-    bundles_[key] = Bundle{request.resources(), false, absl::Now()};
-    return absl::OkStatus();
-  }
-
-  absl::Status CommitBundle(const rpc::BundleRequest& request) {
-    absl::MutexLock lock(&mu_);
-    auto it = bundles_.find({request.placement_group_id(), request.bundle_index()});
-    if (it == bundles_.end()) {
-      return absl::NotFoundError(absl::StrCat("bundle ", request.bundle_index(),
-                                              " of placement group ", request.placement_group_id(),
-                                              " was not prepared here (or expired)"));
-    }
-    it->second.committed = true;
+    bundles_[key] = request.resources();
     return absl::OkStatus();
   }
 
@@ -296,14 +296,16 @@ class NodeManagerImpl final : public NodeManager {
     bundles_.erase({request.placement_group_id(), request.bundle_index()});
   }
 
-  void ExpireBundlesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (auto it = bundles_.begin(); it != bundles_.end();) {
-      if (!it->second.committed && absl::Now() - it->second.prepared_at > absl::Seconds(30)) {
-        it = bundles_.erase(it);
-      } else {
-        ++it;
-      }
+  // What the ledger holds, as reported when registering.
+  std::vector<rpc::HeldBundle> HeldBundles() {
+    absl::MutexLock lock(&mu_);
+    std::vector<rpc::HeldBundle> out;
+    for (const auto& [key, held] : bundles_) {
+      rpc::HeldBundle& b = out.emplace_back();
+      b.set_placement_group_id(key.first);
+      b.set_bundle_index(key.second);
     }
+    return out;
   }
 
   void FillStats(rpc::GetNodeStatsReply* reply) {
@@ -312,14 +314,12 @@ class NodeManagerImpl final : public NodeManager {
     Resources free = options_.resources;
     {
       absl::MutexLock lock(&mu_);
-      ExpireBundlesLocked();
-      for (const auto& [key, b] : bundles_) {
-        free -= rpc::FromProto(b.resources);
+      for (const auto& [key, held] : bundles_) {
+        free -= rpc::FromProto(held);
         auto* out = reply->add_bundles();
         out->set_placement_group_id(key.first);
         out->set_bundle_index(key.second);
-        *out->mutable_resources() = b.resources;
-        out->set_committed(b.committed);
+        *out->mutable_resources() = held;
       }
     }
     *reply->mutable_available() = ToProto(free);
@@ -417,7 +417,7 @@ class NodeManagerImpl final : public NodeManager {
 
   absl::Status Register() {
     int64_t sent = NodeLease::NowNs();
-    auto reply = gcs_->RegisterNode(Info());
+    auto reply = gcs_->RegisterNode(Info(), HeldBundles());
     if (!reply.ok()) return reply.status();
     incarnation_ = reply->incarnation();
     if (options_.fence_timeout <= absl::ZeroDuration() && reply->node_timeout_ms() > 0) {
@@ -529,12 +529,8 @@ class NodeManagerImpl final : public NodeManager {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<rpc::ReportActorStateRequest> reports_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, int>, rpc::ActorInfo> specs_ ABSL_GUARDED_BY(mu_);
-  struct Bundle {
-    rpc::ResourceSet resources;
-    bool committed = false;
-    absl::Time prepared_at;
-  };
-  std::map<std::pair<std::string, int>, Bundle> bundles_ ABSL_GUARDED_BY(mu_);
+  // (placement group id, bundle index) → the resources it holds.
+  std::map<std::pair<std::string, int>, rpc::ResourceSet> bundles_ ABSL_GUARDED_BY(mu_);
 };
 
 grpc::Status NodeServiceImpl::GetNodeStats(grpc::ServerContext*, const rpc::GetNodeStatsRequest*,
@@ -585,17 +581,17 @@ grpc::Status NodeServiceImpl::ListWorkers(grpc::ServerContext*, const rpc::ListW
   return grpc::Status::OK;
 }
 
-grpc::Status NodeServiceImpl::UpdateBundles(grpc::ServerContext*,
+grpc::Status NodeServiceImpl::UpdateBundles(grpc::ServerContext* context,
                                             const rpc::UpdateBundlesRequest* request,
                                             rpc::UpdateBundlesReply* reply) {
+  absl::Time deadline = context->deadline() == std::chrono::system_clock::time_point::max()
+                            ? absl::InfiniteFuture()
+                            : absl::FromChrono(context->deadline());
   for (const rpc::BundleOp& op : request->ops()) {
     absl::Status s;
     switch (op.kind()) {
-      case rpc::BundleOp::PREPARE:
-        s = node_->PrepareBundle(op.bundle());
-        break;
-      case rpc::BundleOp::COMMIT:
-        s = node_->CommitBundle(op.bundle());
+      case rpc::BundleOp::RESERVE:
+        s = node_->ReserveBundle(op.bundle(), deadline);
         break;
       case rpc::BundleOp::CANCEL:
         node_->CancelBundle(op.bundle());

@@ -37,8 +37,8 @@ struct NodeManagerOptions {
   std::string memory_enforcement = "auto";  // auto | cgroup | rss
   absl::Duration memory_sample_period = absl::Milliseconds(50);
   bool fork_server = true;  // C++ workers forked from a server per program (see WorkerPool)
-  // Test hook: each bundle PREPARE waits this long (to kill a node mid-commit).
-  absl::Duration debug_prepare_delay = absl::ZeroDuration();
+  // Test hook: each bundle RESERVE waits this long (to kill a node or the GCS mid-round).
+  absl::Duration debug_reserve_delay = absl::ZeroDuration();
   // Test hook: the worker pool records each worker it started this much later.
   absl::Duration debug_record_delay = absl::ZeroDuration();
   // Fence (kill every worker) after this long without evidence of being part of the cluster.

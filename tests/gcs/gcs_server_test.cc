@@ -244,7 +244,7 @@ TEST(NodeClientPool, ShutdownCancelsTheCallsInFlightAndWaitsForTheirCallbacks) {
   absl::Mutex mu;
   std::vector<absl::Status> results;
   for (int i = 0; i < 3; ++i) {
-    pool.PrepareBundle(address, rpc::BundleRequest(), [&](absl::Status s) {
+    pool.ReserveBundle(address, rpc::BundleRequest(), [&](absl::Status s) {
       absl::MutexLock lock(&mu);
       results.push_back(s);
     });
@@ -267,7 +267,7 @@ TEST(NodeClientPool, ShutdownCancelsTheCallsInFlightAndWaitsForTheirCallbacks) {
   EXPECT_LT(took, NodeClientPool::kShutdownTimeout);
 
   absl::Status after;
-  pool.PrepareBundle(address, rpc::BundleRequest(), [&](absl::Status s) { after = s; });
+  pool.ReserveBundle(address, rpc::BundleRequest(), [&](absl::Status s) { after = s; });
   EXPECT_TRUE(absl::IsCancelled(after)) << after;
   server->Shutdown(std::chrono::system_clock::now());
   queue->Shutdown();

@@ -5,6 +5,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_join.h"
 #include "actors/api.h"
 #include "gcs/gcs_client.h"
 #include "gtest/gtest.h"
@@ -32,10 +33,10 @@ class PlacementTest : public testing::ClusterTest {
     for (auto& [id, n] : nodes_) n.Terminate();
   }
 
-  void AddNode(const std::string& id, double cpus, int prepare_delay_ms = 0) {
+  void AddNode(const std::string& id, double cpus, int reserve_delay_ms = 0) {
     testing::NodeOptions options;
     options.num_cpus = cpus;
-    options.debug_prepare_delay_ms = prepare_delay_ms;
+    options.debug_reserve_delay_ms = reserve_delay_ms;
     nodes_[id] = testing::StartNode(*gcs_, id, options);
   }
 
@@ -143,12 +144,12 @@ TEST_F(PlacementTest, StrictSpreadWaitsForAThirdNode) {
             (std::set<std::string>{"node-a", "node-b", "node-c"}));
 }
 
-TEST_F(PlacementTest, KilledNodeBetweenPrepareAndCommitRollsBackEverything) {
+TEST_F(PlacementTest, KilledNodeDuringTheReservationRoundRollsBackEverything) {
   AddNode("node-a", 2);
-  AddNode("node-b", 2, /*prepare_delay_ms=*/1500);  // answers prepares slowly
+  AddNode("node-b", 2, /*reserve_delay_ms=*/1500);  // answers reservations slowly
   auto pg = CreatePlacementGroup(Cpus(2, 1), PlacementStrategy::kStrictSpread);
   ASSERT_TRUE(pg.ok());
-  // node-a has prepared by now; node-b is still preparing when it dies.
+  // node-a has reserved by now; node-b is still reserving when it dies.
   ASSERT_TRUE(
       testing::WaitFor([&] { return NodeStats("node-a").bundles_size() == 1; }, absl::Seconds(5)));
   nodes_["node-b"].KillAndWait();
@@ -164,7 +165,6 @@ TEST_F(PlacementTest, KilledNodeBetweenPrepareAndCommitRollsBackEverything) {
   auto n = Nodes(*pg);
   EXPECT_EQ(std::set<std::string>(n.begin(), n.end()), (std::set<std::string>{"node-a", "node-c"}));
   EXPECT_EQ(NodeStats("node-a").bundles_size(), 1);
-  EXPECT_TRUE(NodeStats("node-a").bundles(0).committed());
   ASSERT_TRUE(testing::WaitFor([&] { return AvailableCpu("node-a") == 1; }, absl::Seconds(5)));
 }
 
@@ -348,20 +348,94 @@ TEST_F(PlacementTest, ABurstOfGroupsLeavesEachNodesLedgerAsTheGcsSeesIt) {
     std::set<std::pair<std::string, int>> held;
     for (const char* node : {"node-a", "node-b"}) {
       rpc::GetNodeStatsReply stats = NodeStats(node);
-      for (const auto& b : stats.bundles()) {
-        if (b.committed()) held.emplace(b.placement_group_id(), b.bundle_index());
-      }
+      for (const auto& b : stats.bundles()) held.emplace(b.placement_group_id(), b.bundle_index());
     }
     return held;
   };
   // Cancels of removed groups are sent after their removal is answered: wait for them.
   EXPECT_TRUE(testing::WaitFor([&] { return ledgers() == expected; }, absl::Seconds(10)));
   for (const char* node : {"node-a", "node-b"}) {
-    EXPECT_EQ(NodeStats(node).bundles_size(), kClients) << node;  // none merely prepared
+    EXPECT_EQ(NodeStats(node).bundles_size(), kClients) << node;
     EXPECT_TRUE(testing::WaitFor([&] { return AvailableCpu(node) == 8 - kClients * 0.5; },
                                  absl::Seconds(10)))
         << node;
   }
+}
+
+// A GCS that dies in the middle of a reservation round leaves a bundle held on a node that no
+// group owns there. The node reports what it holds when it registers with the restarted GCS,
+// which cancels what it does not place there and keeps the rest.
+TEST_F(PlacementTest, ABundleThatACrashLeftHeldIsCancelledWhenItsNodeRegistersAgain) {
+  AddNode("node-a", 2);
+  AddNode("node-b", 2);
+  auto pg = CreatePlacementGroup(Cpus(2, 1), PlacementStrategy::kStrictSpread);
+  ASSERT_TRUE(pg.ok() && pg->Wait(absl::Seconds(10)).ok());
+  // What the GCS's RESERVE of a round cut short leaves on node-a: a bundle of a group it never
+  // recorded there.
+  std::string address;
+  auto nodes = client_->GetAllNodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  for (const auto& n : *nodes) {
+    if (n.node_id() == "node-a") address = n.address();
+  }
+  auto stub = rpc::NodeManagerService::NewStub(rpc::MakeChannel(address));
+  grpc::ClientContext ctx;
+  rpc::PrepareContext(&ctx, gcs_->token(), absl::Seconds(5));
+  rpc::UpdateBundlesRequest request;
+  rpc::BundleOp* op = request.add_ops();
+  op->set_kind(rpc::BundleOp::RESERVE);
+  op->mutable_bundle()->set_placement_group_id("left-by-a-crash");
+  (*op->mutable_bundle()->mutable_resources()->mutable_amounts())["CPU"] = 1;
+  rpc::UpdateBundlesReply reply;
+  ASSERT_TRUE(stub->UpdateBundles(&ctx, request, &reply).ok());
+  ASSERT_EQ(reply.results(0).code(), 0) << reply.results(0).message();
+  ASSERT_EQ(NodeStats("node-a").bundles_size(), 2);
+  EXPECT_EQ(rpc::FromProto(NodeStats("node-a").available()).Get("CPU"), 0);
+
+  gcs_->Kill9();
+  gcs_->Restart();
+  // node-a registers with the new GCS, which cancels the bundle it does not place there.
+  auto held = [&](const std::string& node) {
+    std::set<std::string> out;
+    rpc::GetNodeStatsReply stats = NodeStats(node);
+    for (const auto& b : stats.bundles()) {
+      out.insert(absl::StrCat(b.placement_group_id(), "/", b.bundle_index()));
+    }
+    return out;
+  };
+  std::vector<std::string> homes = Nodes(*pg);
+  int on_a = static_cast<int>(std::find(homes.begin(), homes.end(), "node-a") - homes.begin());
+  std::set<std::string> expected_a = {absl::StrCat(pg->id(), "/", on_a)};
+  EXPECT_TRUE(testing::WaitFor([&] { return held("node-a") == expected_a; }, absl::Seconds(10)))
+      << absl::StrJoin(held("node-a"), ", ");
+  EXPECT_EQ(rpc::FromProto(NodeStats("node-a").available()).Get("CPU"), 1);
+  // The group the GCS recorded keeps its bundles, on both nodes.
+  EXPECT_EQ(Info(*pg).state(), rpc::PG_CREATED);
+  EXPECT_EQ(held("node-b").size(), 1u);
+  EXPECT_EQ(Nodes(*pg), homes);
+}
+
+// A node that reaches a reservation after the GCS gave up on its call refuses it rather than
+// hold it: the GCS cancels what it gave up on, in a later call that the node may apply first.
+TEST_F(PlacementTest, AReservationReachedAfterTheGcsGaveUpIsRefused) {
+  AddNode("node-a", 2);
+  AddNode("node-b", 2, /*reserve_delay_ms=*/11000);  // past the GCS's 10 s per call
+  auto pg = CreatePlacementGroup(Cpus(2, 1), PlacementStrategy::kStrictSpread);
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  absl::Time asked = absl::Now();
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return Info(*pg).pending_reason().find("rolled back") != std::string::npos; },
+      absl::Seconds(15)));
+  EXPECT_NE(Info(*pg).state(), rpc::PG_CREATED);
+  // node-b reaches the first reservation 11 s after it was asked, and refuses it; the next
+  // round's is still waiting meanwhile.
+  absl::SleepFor(asked + absl::Milliseconds(11500) - absl::Now());
+  EXPECT_EQ(NodeStats("node-b").bundles_size(), 0);
+  // node-a's part of the round in flight goes back when that round ends (node-b refuses it,
+  // or the GCS gives up on it after 10 s).
+  ASSERT_TRUE(client_->RemovePlacementGroup(pg->id()).ok());
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return NodeStats("node-a").bundles_size() == 0; }, absl::Seconds(15)));
 }
 
 TEST_F(PlacementTest, ReleasingABundleKillsItsActorsAndGivesItsResourcesBackForGood) {
