@@ -195,7 +195,7 @@ void GcsPlacementGroupManager::ScheduleLocked(
     for (int i = 0; i < pg.bundles_size(); ++i) {
       if (fixed[i].empty()) {
         indices.push_back(i);
-        pg.mutable_bundles(i)->set_node_id(plan.nodes[i]);  // planned; recorded on commit
+        pg.mutable_bundles(i)->set_node_id(plan.nodes[i]);  // planned; recorded once reserved
       }
     }
     reserving_[id] = next_round_++;
