@@ -11,8 +11,8 @@
 // because nothing is placed in a bundle before its group is CREATED (Ray's prepare phase
 // exists for raylets that use a bundle on their own); what a crash leaves held on a node is
 // cancelled when the node registers again (ReconcileNode), and a cancel the node did not
-// answer is sent again. A node's death sends the
-// bundles that lived there (only those) back to be placed, ahead of groups still pending.
+// answer is sent again. A node's death sends the bundles that lived there (only those) back
+// to be placed, ahead of groups still pending.
 // Removing a group kills its actors and frees everything; releasing one bundle does the same
 // for that bundle alone. Thread-safe.
 #pragma once
