@@ -229,6 +229,7 @@ void GcsPlacementGroupManager::ReserveRound(rpc::PlacementGroupInfo pg, std::vec
     std::vector<int> indices;
     int64_t round;
     absl::Mutex mu;
+    std::vector<std::string> addresses;  // where each bundle's reserve goes (empty: node gone)
     int replies ABSL_GUARDED_BY(mu) = 0;
     absl::Status failure ABSL_GUARDED_BY(mu);
   };
@@ -236,6 +237,8 @@ void GcsPlacementGroupManager::ReserveRound(rpc::PlacementGroupInfo pg, std::vec
   state->pg = std::move(pg);
   state->indices = std::move(indices);
   state->round = round;
+  for (int i : state->indices)
+    state->addresses.push_back(AddressOf(state->pg.bundles(i).node_id()));
   auto on_reserved = [this, state](absl::Status s) {
     absl::Status outcome;
     {
@@ -246,13 +249,15 @@ void GcsPlacementGroupManager::ReserveRound(rpc::PlacementGroupInfo pg, std::vec
     }
     std::vector<std::string> nodes;
     for (int i : state->indices) nodes.push_back(state->pg.bundles(i).node_id());
-    FinishRound(state->pg.placement_group_id(), state->round, state->indices, outcome, nodes);
+    FinishRound(state->pg.placement_group_id(), state->round, state->indices, outcome, nodes,
+                state->addresses);
   };
-  for (int i : state->indices) {
-    const std::string& node_id = state->pg.bundles(i).node_id();
-    std::string address = AddressOf(node_id);
+  for (size_t k = 0; k < state->indices.size(); ++k) {
+    int i = state->indices[k];
+    const std::string& address = state->addresses[k];
     if (address.empty()) {
-      on_reserved(absl::UnavailableError(absl::StrCat("node ", ShortId(node_id), " is gone")));
+      on_reserved(absl::UnavailableError(
+          absl::StrCat("node ", ShortId(state->pg.bundles(i).node_id()), " is gone")));
       continue;
     }
     rpc::BundleRequest r;
@@ -265,10 +270,8 @@ void GcsPlacementGroupManager::ReserveRound(rpc::PlacementGroupInfo pg, std::vec
 
 void GcsPlacementGroupManager::FinishRound(const std::string& pg_id, int64_t round,
                                            const std::vector<int>& indices, absl::Status outcome,
-                                           const std::vector<std::string>& nodes) {
-  // Read before taking mu_: the node table is not read under it.
-  std::vector<std::string> addresses;
-  for (const auto& node_id : nodes) addresses.push_back(AddressOf(node_id));
+                                           const std::vector<std::string>& nodes,
+                                           const std::vector<std::string>& addresses) {
   bool created = false, retry = false;
   {
     absl::MutexLock lock(&mu_);
@@ -278,8 +281,9 @@ void GcsPlacementGroupManager::FinishRound(const std::string& pg_id, int64_t rou
     const rpc::PlacementGroupInfo* found = groups_.Find(pg_id);
     if (found == nullptr) return;
     rpc::PlacementGroupInfo pg = *found;
-    bool still_reserved = std::all_of(indices.begin(), indices.end(),
-                                      [&](int i) { return scheduler_->BundleReserved(pg_id, i); });
+    bool still_reserved = std::all_of(indices.begin(), indices.end(), [&](int i) {
+      return !scheduler_->BundleNode(pg_id, i).empty();
+    });
     if (pg.state() != rpc::PG_REMOVED && outcome.ok() && still_reserved) {
       for (size_t k = 0; k < indices.size(); ++k) {
         pg.mutable_bundles(indices[k])->set_node_id(nodes[k]);

@@ -93,8 +93,11 @@ class GcsPlacementGroupManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks the nodes to reserve `indices` of `pg` (already reserved in the scheduler), one round.
   void ReserveRound(rpc::PlacementGroupInfo pg, std::vector<int> indices);
+  // `nodes` and `addresses`: where each of `indices` was asked (an address is empty where the
+  // node was gone); a round that failed is cancelled there.
   void FinishRound(const std::string& pg_id, int64_t round, const std::vector<int>& indices,
-                   absl::Status outcome, const std::vector<std::string>& nodes);
+                   absl::Status outcome, const std::vector<std::string>& nodes,
+                   const std::vector<std::string>& addresses);
   // Tells the node at `address` to give bundle `index` of `pg_id` back. One the node does not
   // answer is sent again kCancelRetryDelay later, at most kCancelAttempts times in all, unless
   // the bundle is reserved on that node again meanwhile. A caller that could race a new round

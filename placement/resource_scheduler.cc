@@ -161,12 +161,6 @@ void ResourceScheduler::ReleaseBundles(const std::string& pg_id, const std::vect
   if (group->second.empty()) bundles_.erase(group);
 }
 
-bool ResourceScheduler::BundleReserved(const std::string& pg_id, int index) const {
-  absl::MutexLock lock(&mu_);
-  auto group = bundles_.find(pg_id);
-  return group != bundles_.end() && group->second.count(index) > 0;
-}
-
 std::string ResourceScheduler::BundleNode(const std::string& pg_id, int index) const {
   absl::MutexLock lock(&mu_);
   auto group = bundles_.find(pg_id);

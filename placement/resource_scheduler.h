@@ -61,7 +61,6 @@ class ResourceScheduler {
                        const Resources& resources);
   // Gives the bundles back to their nodes (indices empty: all of the group).
   void ReleaseBundles(const std::string& pg_id, const std::vector<int>& indices = {});
-  bool BundleReserved(const std::string& pg_id, int index) const;
   // The node bundle `index` of the group is reserved on; empty when it is not reserved.
   std::string BundleNode(const std::string& pg_id, int index) const;
 
