@@ -54,15 +54,19 @@ class PlacementTest : public testing::ClusterTest {
     return -1;
   }
 
+  // The node manager's address, as the GCS has it (empty if unknown).
+  std::string Address(const std::string& node_id) {
+    auto nodes = client_->GetAllNodes();
+    if (!nodes.ok()) return "";
+    for (const auto& n : *nodes) {
+      if (n.node_id() == node_id) return n.address();
+    }
+    return "";
+  }
+
   // The node manager's own ledger of reserved bundles.
   rpc::GetNodeStatsReply NodeStats(const std::string& node_id) {
-    std::string address;
-    auto nodes = client_->GetAllNodes();
-    if (!nodes.ok()) return {};
-    for (const auto& n : *nodes) {
-      if (n.node_id() == node_id) address = n.address();
-    }
-    auto stub = rpc::NodeManagerService::NewStub(rpc::MakeChannel(address));
+    auto stub = rpc::NodeManagerService::NewStub(rpc::MakeChannel(Address(node_id)));
     grpc::ClientContext ctx;
     rpc::PrepareContext(&ctx, gcs_->token(), absl::Seconds(5));
     rpc::GetNodeStatsReply reply;
@@ -372,12 +376,8 @@ TEST_F(PlacementTest, ABundleThatACrashLeftHeldIsCancelledWhenItsNodeRegistersAg
   ASSERT_TRUE(pg.ok() && pg->Wait(absl::Seconds(10)).ok());
   // What the GCS's RESERVE of a round cut short leaves on node-a: a bundle of a group it never
   // recorded there.
-  std::string address;
-  auto nodes = client_->GetAllNodes();
-  ASSERT_TRUE(nodes.ok()) << nodes.status();
-  for (const auto& n : *nodes) {
-    if (n.node_id() == "node-a") address = n.address();
-  }
+  std::string address = Address("node-a");
+  ASSERT_FALSE(address.empty());
   auto stub = rpc::NodeManagerService::NewStub(rpc::MakeChannel(address));
   grpc::ClientContext ctx;
   rpc::PrepareContext(&ctx, gcs_->token(), absl::Seconds(5));

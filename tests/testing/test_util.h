@@ -163,10 +163,10 @@ struct NodeOptions {
   std::string resources_json = "{}";
   int heartbeat_ms = 100;
   double memory_usage_threshold = 0.95;
-  int debug_reserve_delay_ms = 0;
-  int debug_record_delay_ms = 0;  // --debug-record-delay-ms
-  int metrics_port = -1;          // --metrics-port (0: any free one)
-  bool fork_server = true;        // --fork-server
+  int debug_reserve_delay_ms = 0;  // --debug-reserve-delay-ms
+  int debug_record_delay_ms = 0;   // --debug-record-delay-ms
+  int metrics_port = -1;           // --metrics-port (0: any free one)
+  bool fork_server = true;         // --fork-server
 };
 ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
                        const NodeOptions& options,
