@@ -114,7 +114,7 @@ class GcsClient {
   virtual absl::Status JobLogs(const std::string& job_id, int64_t offset, bool follow,
                                const std::function<bool(const rpc::JobLogsChunk&)>& on_chunk) = 0;
 
-  // Creates a placement group (validated, stored PENDING, reserved by two-phase commit).
+  // Creates a placement group (validated, stored PENDING, reserved on its nodes in one round).
   // With `wait_ready` > 0, the same call then waits for it as WaitPlacementGroupReady does
   // and returns its record then (CREATED, or still PENDING when the wait ran out).
   virtual absl::StatusOr<rpc::PlacementGroupInfo> CreatePlacementGroup(
