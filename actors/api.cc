@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_join.h"
 #include "actors/internal/task_pool.h"
+#include "runtime/common/mutex_check.h"
 #include "runtime/common/session.h"
 #include "runtime/rpc/describe.h"
 #include "runtime/rpc/tls.h"
@@ -120,6 +121,7 @@ absl::StatusOr<Language> ParseLanguage(absl::string_view name, absl::string_view
 }
 
 absl::Status Init(const InitOptions& options) {
+  ConfigureMutexDeadlockCheck();  // before any thread, and before a fork server forks
   if (worker::InWorkerMode()) std::exit(worker::RunWorker());
   auto cluster = rpc::FindCluster(options.address, options.token);
   if (!cluster.ok()) return cluster.status();

@@ -24,6 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "echo.grpc.pb.h"
+#include "runtime/common/mutex_check.h"
 
 namespace {
 
@@ -141,6 +142,8 @@ class CallbackEcho final : public EchoService::CallbackService {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The same as Phalanx's servers run with: the floor at its best.
+  phalanx::ConfigureMutexDeadlockCheck();
   std::string api = argc > 2 ? argv[2] : "sync";
   bool persist = api == "persist";
   if (argc < 2 || (persist && argc < 5) ||

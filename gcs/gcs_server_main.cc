@@ -13,12 +13,14 @@
 #include "gcs/gcs_server.h"
 #include "runtime/common/files.h"
 #include "runtime/common/logging.h"
+#include "runtime/common/mutex_check.h"
 #include "runtime/common/session.h"
 #include "runtime/common/signals.h"
 #include "runtime/rpc/rpc.h"
 #include "runtime/rpc/tls.h"
 
 int main(int argc, char** argv) {
+  phalanx::ConfigureMutexDeadlockCheck();
   CLI::App app{"phalanx-gcs: the Phalanx control plane"};
   phalanx::gcs::GcsServerOptions options;
   std::string redis_address = "127.0.0.1:6379";

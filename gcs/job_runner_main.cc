@@ -26,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "gcs/gcs_client.h"
 #include "runtime/common/files.h"
+#include "runtime/common/mutex_check.h"
 #include "runtime/common/process.h"
 #include "runtime/common/system.h"
 #include "runtime/rpc/tls.h"
@@ -68,6 +69,7 @@ void Report(const std::string& address, const std::string& token,
 }  // namespace
 
 int main(int argc, char** argv) {
+  phalanx::ConfigureMutexDeadlockCheck();
   CLI::App app{"phalanx-job-runner: supervises one job's driver"};
   std::string job_id, job_dir, session_dir;
   std::vector<std::string> command;

@@ -13,6 +13,7 @@
 #include "actors/elastic/controller.h"
 #include "python/src/bindings.h"
 #include "python/src/py_trainer.h"
+#include "runtime/common/mutex_check.h"
 
 namespace {
 
@@ -38,6 +39,7 @@ std::string BinDir() {
 
 PYBIND11_MODULE(_phalanx, m) {
   namespace python = phalanx::python;
+  phalanx::ConfigureMutexDeadlockCheck();  // at import, before the module starts any thread
   m.doc() = "the native half of the phalanx package";
   // The C++ actor classes this module hosts in a Python worker.
   phalanx::elastic::RegisterController();

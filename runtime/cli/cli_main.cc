@@ -4,8 +4,10 @@
 
 #include "CLI/CLI.hpp"
 #include "runtime/cli/commands.h"
+#include "runtime/common/mutex_check.h"
 
 int main(int argc, char** argv) {
+  phalanx::ConfigureMutexDeadlockCheck();
   using namespace phalanx::cli;
   CLI::App app{"phalanx: an actor runtime for elastic, fault-tolerant distributed training"};
   app.require_subcommand(1);

@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "runtime/common/files.h"
 #include "runtime/common/logging.h"
+#include "runtime/common/mutex_check.h"
 #include "runtime/common/signals.h"
 #include "runtime/common/system.h"
 #include "runtime/node/node_manager.h"
@@ -17,6 +18,7 @@
 constexpr absl::Duration kRejoinRetry = absl::Seconds(1);
 
 int main(int argc, char** argv) {
+  phalanx::ConfigureMutexDeadlockCheck();
   CLI::App app{"phalanx-node: the Phalanx node manager"};
   phalanx::node::NodeManagerOptions options;
   std::string token_file, log_file, resources_json = "{}";

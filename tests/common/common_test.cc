@@ -1,7 +1,9 @@
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #include "gtest/gtest.h"
 #include "runtime/common/files.h"
+#include "runtime/common/mutex_check.h"
 #include "runtime/common/process.h"
 #include "runtime/common/resources.h"
 #include "runtime/common/sha256.h"
@@ -124,6 +126,55 @@ TEST(TimerQueue, RunsEachCallbackAtItsTimeWhateverTheThreadSleepsFor) {
   EXPECT_LT(ran[0].second, absl::Milliseconds(500));
   EXPECT_EQ(ran[1].first, 2);
   EXPECT_GE(ran[1].second, absl::Milliseconds(900));
+}
+
+// Takes two locks in one order, then in the other: a cycle in the lock-order graph, a deadlock
+// waiting for two threads to run it at once.
+void TakeTwoLocksInBothOrders() {
+  absl::Mutex a, b;
+  {
+    absl::MutexLock first(&a);
+    absl::MutexLock second(&b);
+  }
+  {
+    absl::MutexLock first(&b);
+    absl::MutexLock second(&a);
+  }
+}
+
+// Each case in a child process of its own, so that this one keeps the check it was started
+// with (scripts/test.sh: abort).
+TEST(MutexDeadlockCheck, AbortFromTheEnvironmentAbortsOnALockOrderCycle) {
+  EXPECT_DEATH(
+      {
+        ::setenv(kMutexDeadlockCheckEnv, "abort", 1);
+        ConfigureMutexDeadlockCheck();
+        TakeTwoLocksInBothOrders();
+      },
+      "Potential Mutex deadlock");
+}
+
+TEST(MutexDeadlockCheck, OffByDefault) {
+  EXPECT_EXIT(
+      {
+        ::unsetenv(kMutexDeadlockCheckEnv);
+        ConfigureMutexDeadlockCheck();
+        TakeTwoLocksInBothOrders();
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(MutexDeadlockCheck, AnUnknownValueIsNamedAndLeavesTheCheckOff) {
+  EXPECT_EXIT(
+      {
+        ::setenv(kMutexDeadlockCheckEnv, "sometimes", 1);
+        ConfigureMutexDeadlockCheck();
+        TakeTwoLocksInBothOrders();
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0),
+      "PHALANX_MUTEX_DEADLOCK_CHECK=sometimes is not one of off, report, abort");
 }
 
 }  // namespace
