@@ -1,4 +1,4 @@
-// Abseil's run-time lock-order (deadlock) check, set once per process. Thread-safe.
+// Abseil's run-time lock-order (deadlock) check, set once per process.
 #pragma once
 
 namespace phalanx {
@@ -13,7 +13,9 @@ inline constexpr char kMutexDeadlockCheckEnv[] = "PHALANX_MUTEX_DEADLOCK_CHECK";
 // as Debian's libabsl is: there every Lock records itself in one process-wide graph under one
 // spin lock, gRPC's own locks included (gRPC's mutexes are absl::Mutex). Phalanx is built as a
 // release, so the check is off unless asked for. Call it first in main, before any thread
-// starts; an unknown value is reported on stderr and taken as "off".
+// starts (a lock taken before the check is turned on and released after would be missing from
+// its record); calling it again with the variable unchanged, as phalanx::Init does, changes
+// nothing. An unknown value is reported on stderr and taken as "off".
 void ConfigureMutexDeadlockCheck();
 
 }  // namespace phalanx
