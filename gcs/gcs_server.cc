@@ -96,7 +96,7 @@ class GcsServerImpl final : public GcsServer {
     nodes_.AddRegisteredListener([this](const rpc::NodeInfo& node) {
       scheduler_.AddNode(node.node_id(), rpc::FromProto(node.total()),
                          {node.labels().begin(), node.labels().end()});
-      actors_.OnNodeRegistered(node);
+      actors_.OnNodeRegistered(node);  // sets the node's availability from the scheduler's
       placement_groups_.ScheduleNow();
       UpdateScrapeTargets();
     });
@@ -135,6 +135,8 @@ class GcsServerImpl final : public GcsServer {
     if (auto s = placement_groups_.Load(); !s.ok()) return s;
     if (auto s = actors_.Load(); !s.ok()) return s;
     if (auto s = jobs_.Load(); !s.ok()) return s;
+    // Availability is not stored (it is derived): computed again from what was loaded.
+    for (const auto& node : nodes_.GetAll(/*alive_only=*/true)) PublishAvailable(node.node_id());
     std::optional<rpc::KeyAndCert> ca;
     if (!options_.tls_dir.empty()) {
       auto cert = ReadFile(absl::StrCat(options_.tls_dir, "/", rpc::kCaCertFile));
@@ -235,6 +237,13 @@ class GcsServerImpl final : public GcsServer {
     if (!started.ok()) return started.status();
     dashboard_ = std::move(*started);
     return absl::OkStatus();
+  }
+
+  // Sets the node's available resources to what the scheduler leaves free on it.
+  void PublishAvailable(const std::string& node_id) {
+    if (auto available = scheduler_.Available(node_id)) {
+      nodes_.UpdateAvailable(node_id, rpc::ToProto(*available)).IgnoreError();
+    }
   }
 
   void UpdateScrapeTargets() {

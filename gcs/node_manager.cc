@@ -1,7 +1,5 @@
 #include "gcs/node_manager.h"
 
-#include <google/protobuf/util/message_differencer.h>
-
 #include <algorithm>
 #include <tuple>
 
@@ -59,23 +57,54 @@ absl::Status GcsNodeManager::Load() {
   return absl::OkStatus();
 }
 
-PendingWrite GcsNodeManager::SaveLocked(const rpc::NodeInfo& node, rpc::ResourceEvent::Kind kind) {
-  rpc::PubMessage changed;
-  changed.set_channel(rpc::NODE);
-  changed.set_key(node.node_id());
-  *changed.mutable_node() = node;
-  rpc::PubMessage resources;
-  resources.set_channel(rpc::RESOURCES);
-  resources.set_key(node.node_id());
-  auto* event = resources.mutable_resource();
+namespace {
+
+void MakeNodeMessages(const rpc::NodeInfo& node, rpc::ResourceEvent::Kind kind,
+                      rpc::PubMessage* changed, rpc::PubMessage* resources) {
+  changed->set_channel(rpc::NODE);
+  changed->set_key(node.node_id());
+  *changed->mutable_node() = node;
+  resources->set_channel(rpc::RESOURCES);
+  resources->set_key(node.node_id());
+  auto* event = resources->mutable_resource();
   event->set_kind(kind);
   event->set_node_id(node.node_id());
   *event->mutable_total() = node.total();
   *event->mutable_available() = node.available();
-  return nodes_.Put(node.node_id(), node, [this, changed, resources] {
+}
+
+// Whether `a` and `b` name the same amounts. Cheaper than MessageDifferencer, which walks
+// them by reflection: availability is compared on every placement, and is often unchanged
+// (a placement group's round updates the same nodes twice).
+bool SameAmounts(const rpc::ResourceSet& a, const rpc::ResourceSet& b) {
+  if (a.amounts_size() != b.amounts_size()) return false;
+  for (const auto& [name, amount] : a.amounts()) {
+    auto it = b.amounts().find(name);
+    if (it == b.amounts().end() || it->second != amount) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+PendingWrite GcsNodeManager::SaveLocked(const rpc::NodeInfo& node, rpc::ResourceEvent::Kind kind) {
+  rpc::PubMessage changed, resources;
+  MakeNodeMessages(node, kind, &changed, &resources);
+  PendingWrite write = nodes_.Put(node.node_id(), node, [this, changed, resources] {
     publisher_->Publish(changed);
     publisher_->Publish(resources);
   });
+  last_write_[node.node_id()] = write;
+  return write;
+}
+
+void GcsNodeManager::PublishLocked(const rpc::NodeInfo& node, rpc::ResourceEvent::Kind kind) {
+  rpc::PubMessage changed, resources;
+  MakeNodeMessages(node, kind, &changed, &resources);
+  // Under the table's lock, as the snapshot providers hold it: no subscriber's snapshot can
+  // fall between this change and its publication.
+  publisher_->Publish(std::move(changed));
+  publisher_->Publish(std::move(resources));
 }
 
 absl::Status GcsNodeManager::Register(rpc::NodeInfo node) {
@@ -137,8 +166,7 @@ absl::Status GcsNodeManager::Heartbeat(const rpc::HeartbeatRequest& request, boo
     }
     deadline_[request.node_id()] = absl::Now() + options_.node_timeout;
     heard_[request.node_id()] = absl::Now();
-    if (request.has_available() && !google::protobuf::util::MessageDifferencer::Equals(
-                                       request.available(), node->available())) {
+    if (request.has_available() && !SameAmounts(request.available(), node->available())) {
       rpc::NodeInfo updated = *node;
       *updated.mutable_available() = request.available();
       write = SaveLocked(updated, rpc::ResourceEvent::RESOURCES_CHANGED);
@@ -149,22 +177,26 @@ absl::Status GcsNodeManager::Heartbeat(const rpc::HeartbeatRequest& request, boo
 
 absl::Status GcsNodeManager::UpdateAvailable(const std::string& node_id,
                                              const rpc::ResourceSet& available) {
-  PendingWrite write;
   {
     absl::MutexLock lock(&mu_);
     const rpc::NodeInfo* node = nodes_.Find(node_id);
     if (node == nullptr || node->state() != rpc::NODE_ALIVE) {
       return absl::NotFoundError(absl::StrCat("node ", node_id, " is not alive"));
     }
-    if (google::protobuf::util::MessageDifferencer::Equals(available, node->available())) {
-      return absl::OkStatus();
-    }
+    if (SameAmounts(available, node->available())) return absl::OkStatus();
     rpc::NodeInfo updated = *node;
     *updated.mutable_available() = available;
-    write = SaveLocked(updated, rpc::ResourceEvent::RESOURCES_CHANGED);
+    auto last = last_write_.find(node_id);
+    if (last == last_write_.end() || last->second.Done()) {
+      // Every earlier state of the node is published (a write's publication runs before it
+      // is done).
+      nodes_.SetInMemory(node_id, std::move(updated));
+      PublishLocked(*nodes_.Find(node_id), rpc::ResourceEvent::RESOURCES_CHANGED);
+    } else {
+      SaveLocked(updated, rpc::ResourceEvent::RESOURCES_CHANGED);
+    }
   }
-  // Availability is derived from the actor and placement-group tables (a restarted GCS
-  // recomputes it), so nobody waits for this write.
+  // Nobody waits for a write that carries only availability: it is derived state.
   return absl::OkStatus();
 }
 

@@ -77,14 +77,22 @@ class GcsNodeManager {
   // re-registers after a GCS restart).
   void AddRegisteredListener(std::function<void(const rpc::NodeInfo&)> listener);
 
-  // Updates a node's available resources (from the scheduler); publishes a RESOURCES_CHANGED
-  // event when they changed. Does not wait for the store.
+  // Updates a node's available resources (from the scheduler); publishes the node and a
+  // RESOURCES_CHANGED event when they changed. Availability is derived from the actor and
+  // placement-group tables, which a restarted GCS loads and computes it from again, so it
+  // is kept in memory and published at once, not written to the store: a write would cost
+  // more than the placement it follows (two per placement group and per actor). When a
+  // write of the node's record is still in flight, the change goes out with a write of its
+  // own instead, so that it is never published before the state that write carries.
   absl::Status UpdateAvailable(const std::string& node_id, const rpc::ResourceSet& available);
 
  private:
   // Writes `node`'s record; once persisted, it is published on the NODE channel and as a
   // `kind` event on the RESOURCES channel.
   PendingWrite SaveLocked(const rpc::NodeInfo& node, rpc::ResourceEvent::Kind kind)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `node` on the NODE channel and as a `kind` event on the RESOURCES channel.
+  void PublishLocked(const rpc::NodeInfo& node, rpc::ResourceEvent::Kind kind)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PendingWrite MarkDeadLocked(const std::string& node_id, const std::string& reason,
                               rpc::NodeInfo* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -103,6 +111,9 @@ class GcsNodeManager {
   absl::flat_hash_map<std::string, absl::Time> heard_ ABSL_GUARDED_BY(mu_);
   // When each silent node was last knocked on.
   absl::flat_hash_map<std::string, absl::Time> knocked_ ABSL_GUARDED_BY(mu_);
+  // Each node's latest write of its record (UpdateAvailable publishes without one only once
+  // it is done).
+  absl::flat_hash_map<std::string, PendingWrite> last_write_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void(const std::vector<rpc::NodeInfo>&)>> dead_listeners_
       ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void(const rpc::NodeInfo&)>> registered_listeners_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,6 @@
 // Table<Message>: a write-through cache of one GCS table. Every entry lives in memory; every
-// change is written to the Store in the order made. Not thread-safe: the owning manager
+// change is written to the Store in the order made, except a derived field that the owner
+// sets in memory alone (SetInMemory). Not thread-safe: the owning manager
 // holds its lock around every call, and waits for durability (PendingWrite::Wait) after
 // releasing it, before it replies or acts on the change.
 //
@@ -8,6 +9,7 @@
 // it was unless a later write changed the key since.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -32,6 +34,12 @@ class PendingWrite {
       : future_(std::move(f)), undo_(std::move(undo)) {}
   // Blocks until the write is durable; returns its status. A default PendingWrite is OK.
   absl::Status Wait() const { return future_.valid() ? future_.get() : absl::OkStatus(); }
+  // Whether the store has answered (a default PendingWrite has). Once it has, the write's
+  // `on_persisted` has run.
+  bool Done() const {
+    return !future_.valid() ||
+           future_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
   // After Wait() failed, with the table's owner's lock held: puts the entry back as it was
   // before this write, unless a later write changed it since.
   void Undo() const {
@@ -91,16 +99,29 @@ class Table {
   // the order of writes) once the store has it, before Wait() returns.
   PendingWrite Put(const std::string& key, const Message& value,
                    std::function<void()> on_persisted = nullptr) {
-    PendingWrite write =
-        Write(key, value.SerializeAsString(), /*put=*/true, std::move(on_persisted));
-    entries_[key] = value;
-    return write;
+    auto [it, inserted] = entries_.try_emplace(key);
+    std::optional<Message> before;
+    if (!inserted) {
+      // The undo's copy of the entry: moved out, unless `value` is the entry itself.
+      before = &it->second == &value ? value : std::move(it->second);
+    }
+    it->second = value;
+    return Write(key, value.SerializeAsString(), /*put=*/true, std::move(before),
+                 std::move(on_persisted));
   }
 
+  // Changes the entry in memory only, not in the store: for a field derived from other
+  // tables, which a restarted GCS computes again (a node's available resources). The next
+  // Put of the key writes it with the rest. Call it only when no write of the key is in
+  // flight: a failed write's undo would put back the entry from before it.
+  void SetInMemory(const std::string& key, Message value) { entries_[key] = std::move(value); }
   PendingWrite Erase(const std::string& key, std::function<void()> on_persisted = nullptr) {
-    PendingWrite write = Write(key, "", /*put=*/false, std::move(on_persisted));
-    entries_.erase(key);
-    return write;
+    std::optional<Message> before;
+    if (auto it = entries_.find(key); it != entries_.end()) {
+      before = std::move(it->second);
+      entries_.erase(it);
+    }
+    return Write(key, "", /*put=*/false, std::move(before), std::move(on_persisted));
   }
 
   const absl::flat_hash_map<std::string, Message>& entries() const { return entries_; }
@@ -108,14 +129,13 @@ class Table {
   const std::string& name() const { return name_; }
 
  private:
-  // Issues the write, and returns it with an undo that restores the entry as it is now.
+  // Issues the write, and returns it with an undo that restores the entry to `before` (as it
+  // was before the write; none: absent).
   PendingWrite Write(const std::string& key, std::string bytes, bool put,
-                     std::function<void()> on_persisted) {
+                     std::optional<Message> before, std::function<void()> on_persisted) {
     uint64_t version = ++versions_[key];
-    std::optional<Message> before;
-    if (auto it = entries_.find(key); it != entries_.end()) before = it->second;
     auto promise = std::make_shared<std::promise<absl::Status>>();
-    PendingWrite pending(promise->get_future().share(), [this, key, version, before] {
+    auto undo = [this, key, version, before = std::move(before)] {
       auto v = versions_.find(key);
       if (v == versions_.end() || v->second != version) return;  // changed again since
       if (before) {
@@ -123,7 +143,8 @@ class Table {
       } else {
         entries_.erase(key);
       }
-    });
+    };
+    PendingWrite pending(promise->get_future().share(), std::move(undo));
     Store::Done done = [promise, on_persisted = std::move(on_persisted)](absl::Status s) {
       if (s.ok() && on_persisted) on_persisted();
       promise->set_value(s);

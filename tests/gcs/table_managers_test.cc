@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <functional>
+#include <map>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gcs/actor_manager.h"
@@ -15,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "placement/resource_scheduler.h"
 #include "runtime/common/system.h"
+#include "tests/testing/test_util.h"
 
 namespace phalanx::gcs {
 namespace {
@@ -200,6 +203,136 @@ TEST_F(NodeManagerTest, BadRegistrationsAreRefused) {
   rpc::NodeInfo no_address = Node("x");
   no_address.clear_address();
   EXPECT_TRUE(absl::IsInvalidArgument(nodes.Register(no_address)));
+}
+
+// Holds every write until Release(): a Redis that has not answered yet. Writes then complete
+// in the order issued, as the Redis store's do. Counts the writes per table.
+class HeldStore : public Store {
+ public:
+  void Put(const std::string& table, const std::string& key, std::string value,
+           Done done) override {
+    Issue(
+        table, [=, this] { return inner_->PutSync(table, key, value); }, std::move(done));
+  }
+  void Delete(const std::string& table, const std::string& key, Done done) override {
+    Issue(
+        table, [=, this] { return inner_->DeleteSync(table, key); }, std::move(done));
+  }
+  absl::StatusOr<std::optional<std::string>> Get(const std::string& table,
+                                                 const std::string& key) override {
+    return inner_->Get(table, key);
+  }
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> GetAll(
+      const std::string& table) override {
+    return inner_->GetAll(table);
+  }
+  absl::StatusOr<std::vector<std::string>> ListTables(const std::string& prefix) override {
+    return inner_->ListTables(prefix);
+  }
+  void Hold(bool hold) {
+    absl::MutexLock lock(&mu_);
+    hold_ = hold;
+  }
+  // Completes the writes held so far, in order.
+  void Release() {
+    std::vector<std::pair<std::function<absl::Status()>, Done>> held;
+    {
+      absl::MutexLock lock(&mu_);
+      held.swap(held_);
+    }
+    for (auto& [apply, done] : held) done(apply());
+  }
+  int Writes(const std::string& table) {
+    absl::MutexLock lock(&mu_);
+    return writes_[table];
+  }
+
+ private:
+  void Issue(const std::string& table, std::function<absl::Status()> apply, Done done) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++writes_[table];
+      if (hold_) {
+        held_.emplace_back(std::move(apply), std::move(done));
+        return;
+      }
+    }
+    done(apply());
+  }
+
+  std::unique_ptr<Store> inner_ = NewInMemoryStore();
+  absl::Mutex mu_;
+  bool hold_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::pair<std::function<absl::Status()>, Done>> held_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> writes_ ABSL_GUARDED_BY(mu_);
+};
+
+// The (CPU available, kind) of each RESOURCES event a subscriber has been sent so far.
+std::vector<std::pair<double, rpc::ResourceEvent::Kind>> ResourceEvents(
+    GcsPublisher::Subscriber& sub) {
+  std::vector<std::pair<double, rpc::ResourceEvent::Kind>> out;
+  while (auto m = sub.Next(absl::Milliseconds(50))) {
+    if (!m->has_resource()) continue;
+    out.emplace_back(m->resource().available().amounts().at("CPU"), m->resource().kind());
+  }
+  return out;
+}
+
+rpc::ResourceSet Cpus(double n) {
+  rpc::ResourceSet r;
+  (*r.mutable_amounts())["CPU"] = n;
+  return r;
+}
+
+// A node's available resources are derived state (a restarted GCS computes them from the
+// actor and placement-group tables): a change is published at once and kept in memory, not
+// written. But never ahead of a write of the node still in flight: then the change goes out
+// with a write of its own, published after it, in order.
+TEST_F(NodeManagerTest, AvailabilityIsPublishedWithoutAWriteButNeverAheadOfOne) {
+  HeldStore store;
+  GcsNodeManager nodes(&store, &publisher_, options_);
+  rpc::SubscribeRequest request;
+  request.add_channels(rpc::RESOURCES);
+  auto sub = publisher_.Subscribe(request);
+  ASSERT_TRUE(nodes.Register(Node("a")).ok());
+  EXPECT_EQ(store.Writes("nodes"), 1);
+  using Kind = rpc::ResourceEvent;
+  EXPECT_EQ(ResourceEvents(*sub),
+            (std::vector<std::pair<double, Kind::Kind>>{{4, Kind::NODE_ADDED}}));
+
+  ASSERT_TRUE(nodes.UpdateAvailable("a", Cpus(3)).ok());
+  EXPECT_EQ(store.Writes("nodes"), 1) << "availability alone is not written";
+  EXPECT_EQ(nodes.Get("a")->available().amounts().at("CPU"), 3);
+  EXPECT_EQ(ResourceEvents(*sub),
+            (std::vector<std::pair<double, Kind::Kind>>{{3, Kind::RESOURCES_CHANGED}}));
+  ASSERT_TRUE(nodes.UpdateAvailable("a", Cpus(3)).ok());
+  EXPECT_TRUE(ResourceEvents(*sub).empty()) << "no change, nothing published";
+
+  // A write of the node's record (here a heartbeat that reports its resources) waits on the
+  // store; a change of availability meanwhile is written after it, and published after it.
+  store.Hold(true);
+  std::thread heartbeat([&] {
+    bool unknown, declared_dead;
+    rpc::HeartbeatRequest hb;
+    hb.set_node_id("a");
+    *hb.mutable_available() = Cpus(2);
+    EXPECT_TRUE(nodes.Heartbeat(hb, &unknown, &declared_dead).ok());
+  });
+  ASSERT_TRUE(testing::WaitFor([&] { return store.Writes("nodes") == 2; }, absl::Seconds(5)));
+  ASSERT_TRUE(nodes.UpdateAvailable("a", Cpus(1)).ok());
+  EXPECT_EQ(store.Writes("nodes"), 3);
+  EXPECT_TRUE(ResourceEvents(*sub).empty()) << "published before the write ahead of it";
+  store.Release();
+  heartbeat.join();
+  EXPECT_EQ(ResourceEvents(*sub), (std::vector<std::pair<double, Kind::Kind>>{
+                                      {2, Kind::RESOURCES_CHANGED}, {1, Kind::RESOURCES_CHANGED}}));
+  // Once the writes are done, a change is published at once again.
+  store.Hold(false);
+  ASSERT_TRUE(nodes.UpdateAvailable("a", Cpus(4)).ok());
+  EXPECT_EQ(store.Writes("nodes"), 3);
+  EXPECT_EQ(ResourceEvents(*sub),
+            (std::vector<std::pair<double, Kind::Kind>>{{4, Kind::RESOURCES_CHANGED}}));
+  publisher_.Unsubscribe(sub);
 }
 
 TEST(KvManager, PutGetDeleteList) {

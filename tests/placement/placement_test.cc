@@ -415,6 +415,49 @@ TEST_F(PlacementTest, ABundleThatACrashLeftHeldIsCancelledWhenItsNodeRegistersAg
   EXPECT_EQ(Nodes(*pg), homes);
 }
 
+// A node's available resources are not stored (they are derived): a restarted GCS computes
+// them from the groups and actors it loads, before any node is heard from again, and again
+// when each node registers anew with all its resources free.
+TEST_F(PlacementTest, TheGcsKnowsWhatIsFreeOnEachNodeAfterARestart) {
+  AddNode("node-a", 2);
+  AddNode("node-b", 2);
+  auto pg = CreatePlacementGroup(Cpus(2, 1), PlacementStrategy::kStrictSpread);
+  ASSERT_TRUE(pg.ok() && pg->Wait(absl::Seconds(10)).ok());
+  auto counter = Actor<Counter>().SetResource("CPU", 0.5).Remote(0);
+  ASSERT_TRUE(counter.ok());
+  ASSERT_TRUE(Get(counter->Task(&Counter::Value).Remote(), absl::Seconds(30)).ok());
+  std::string actor_node = client_->GetActor(counter->id())->node_id();
+  std::map<std::string, double> expected = {{"node-a", 1}, {"node-b", 1}};
+  expected[actor_node] -= 0.5;
+  auto as_expected = [&] {
+    return AvailableCpu("node-a") == expected["node-a"] &&
+           AvailableCpu("node-b") == expected["node-b"];
+  };
+  ASSERT_TRUE(testing::WaitFor(as_expected, absl::Seconds(10)));
+
+  // The nodes stopped, so that what the new GCS says comes from what it loaded alone (they
+  // have its restart grace, 10 s, to heartbeat again).
+  for (auto& [id, node] : nodes_) ASSERT_EQ(::kill(node.pid(), SIGSTOP), 0);
+  gcs_->Kill9();
+  gcs_->Restart();
+  double a = AvailableCpu("node-a"), b = AvailableCpu("node-b");
+  for (auto& [id, node] : nodes_) ::kill(node.pid(), SIGCONT);
+  EXPECT_EQ(a, expected["node-a"]);
+  EXPECT_EQ(b, expected["node-b"]);
+  // Each node heartbeats, hears of the new incarnation and registers again at once.
+  auto heard_from_both = [&] {
+    auto nodes = client_->GetAllNodes();
+    if (!nodes.ok()) return false;
+    int heard = 0;
+    for (const auto& n : *nodes) heard += n.heartbeat_age_ms() >= 0;
+    return heard == 2;
+  };
+  ASSERT_TRUE(testing::WaitFor(heard_from_both, absl::Seconds(15)));
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(AvailableCpu("node-a"), expected["node-a"]);
+  EXPECT_EQ(AvailableCpu("node-b"), expected["node-b"]);
+}
+
 // A node that reaches a reservation after the GCS gave up on its call refuses it rather than
 // hold it: the GCS cancels what it gave up on, in a later call that the node may apply first.
 TEST_F(PlacementTest, AReservationReachedAfterTheGcsGaveUpIsRefused) {
