@@ -80,8 +80,9 @@ class GcsNodeManager {
   // Updates a node's available resources (from the scheduler); publishes the node and a
   // RESOURCES_CHANGED event when they changed. Availability is derived from the actor and
   // placement-group tables, which a restarted GCS loads and computes it from again, so it
-  // is kept in memory and published at once, not written to the store: a write would cost
-  // more than the placement it follows (two per placement group and per actor). When a
+  // is kept in memory and published at once, not written to the store: a write of each node
+  // a placement or a release touches outnumbered the writes of the groups and actors
+  // themselves (four against three for a group created and removed). When a
   // write of the node's record is still in flight, the change goes out with a write of its
   // own instead, so that it is never published before the state that write carries.
   absl::Status UpdateAvailable(const std::string& node_id, const rpc::ResourceSet& available);
