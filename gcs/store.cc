@@ -85,32 +85,18 @@ std::unique_ptr<Store> NewInMemoryStore() { return std::make_unique<InMemoryStor
 
 namespace {
 
-class TimedStore final : public Store {
+class TimedStore final : public ForwardingStore {
  public:
   TimedStore(std::unique_ptr<Store> inner, StoreMetrics* metrics)
-      : inner_(std::move(inner)), metrics_(metrics) {}
+      : ForwardingStore(std::move(inner)), metrics_(metrics) {}
 
   void Put(const std::string& table, const std::string& key, std::string value,
            Done done) override {
-    inner_->Put(table, key, std::move(value), Timed(std::move(done)));
+    inner()->Put(table, key, std::move(value), Timed(std::move(done)));
   }
   void Delete(const std::string& table, const std::string& key, Done done) override {
-    inner_->Delete(table, key, Timed(std::move(done)));
+    inner()->Delete(table, key, Timed(std::move(done)));
   }
-  absl::StatusOr<std::optional<std::string>> Get(const std::string& table,
-                                                 const std::string& key) override {
-    return inner_->Get(table, key);
-  }
-  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> GetAll(
-      const std::string& table) override {
-    return inner_->GetAll(table);
-  }
-  absl::StatusOr<std::vector<std::string>> ListTables(const std::string& prefix) override {
-    return inner_->ListTables(prefix);
-  }
-  int64_t FailedWrites() const override { return inner_->FailedWrites(); }
-  int64_t QueuedWrites() override { return inner_->QueuedWrites(); }
-  void Close(absl::Duration timeout) override { inner_->Close(timeout); }
 
  private:
   Done Timed(Done done) {
@@ -121,7 +107,6 @@ class TimedStore final : public Store {
     };
   }
 
-  std::unique_ptr<Store> inner_;
   StoreMetrics* const metrics_;
 };
 

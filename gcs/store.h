@@ -54,6 +54,40 @@ class Store {
   absl::Status DeleteSync(const std::string& table, const std::string& key);
 };
 
+// Passes every call to `inner`: the base of a store that changes some of them (the timed
+// store below times the writes; a test's store holds them back).
+class ForwardingStore : public Store {
+ public:
+  explicit ForwardingStore(std::unique_ptr<Store> inner) : inner_(std::move(inner)) {}
+  void Put(const std::string& table, const std::string& key, std::string value,
+           Done done) override {
+    inner_->Put(table, key, std::move(value), std::move(done));
+  }
+  void Delete(const std::string& table, const std::string& key, Done done) override {
+    inner_->Delete(table, key, std::move(done));
+  }
+  absl::StatusOr<std::optional<std::string>> Get(const std::string& table,
+                                                 const std::string& key) override {
+    return inner_->Get(table, key);
+  }
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> GetAll(
+      const std::string& table) override {
+    return inner_->GetAll(table);
+  }
+  absl::StatusOr<std::vector<std::string>> ListTables(const std::string& prefix) override {
+    return inner_->ListTables(prefix);
+  }
+  int64_t FailedWrites() const override { return inner_->FailedWrites(); }
+  int64_t QueuedWrites() override { return inner_->QueuedWrites(); }
+  void Close(absl::Duration timeout) override { inner_->Close(timeout); }
+
+ protected:
+  Store* inner() const { return inner_.get(); }
+
+ private:
+  std::unique_ptr<Store> inner_;
+};
+
 // Keeps everything in process memory; writes complete at once, on the caller's thread.
 std::unique_ptr<Store> NewInMemoryStore();
 

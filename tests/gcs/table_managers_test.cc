@@ -207,27 +207,17 @@ TEST_F(NodeManagerTest, BadRegistrationsAreRefused) {
 
 // Holds every write until Release(): a Redis that has not answered yet. Writes then complete
 // in the order issued, as the Redis store's do. Counts the writes per table.
-class HeldStore : public Store {
+class HeldStore : public ForwardingStore {
  public:
+  HeldStore() : ForwardingStore(NewInMemoryStore()) {}
   void Put(const std::string& table, const std::string& key, std::string value,
            Done done) override {
     Issue(
-        table, [=, this] { return inner_->PutSync(table, key, value); }, std::move(done));
+        table, [=, this] { return inner()->PutSync(table, key, value); }, std::move(done));
   }
   void Delete(const std::string& table, const std::string& key, Done done) override {
     Issue(
-        table, [=, this] { return inner_->DeleteSync(table, key); }, std::move(done));
-  }
-  absl::StatusOr<std::optional<std::string>> Get(const std::string& table,
-                                                 const std::string& key) override {
-    return inner_->Get(table, key);
-  }
-  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> GetAll(
-      const std::string& table) override {
-    return inner_->GetAll(table);
-  }
-  absl::StatusOr<std::vector<std::string>> ListTables(const std::string& prefix) override {
-    return inner_->ListTables(prefix);
+        table, [=, this] { return inner()->DeleteSync(table, key); }, std::move(done));
   }
   void Hold(bool hold) {
     absl::MutexLock lock(&mu_);
@@ -260,7 +250,6 @@ class HeldStore : public Store {
     done(apply());
   }
 
-  std::unique_ptr<Store> inner_ = NewInMemoryStore();
   absl::Mutex mu_;
   bool hold_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::pair<std::function<absl::Status()>, Done>> held_ ABSL_GUARDED_BY(mu_);
