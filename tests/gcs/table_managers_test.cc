@@ -8,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "gcs/actor_manager.h"
 #include "gcs/kv_manager.h"
@@ -307,12 +308,15 @@ TEST_F(NodeManagerTest, AvailabilityIsPublishedWithoutAWriteButNeverAheadOfOne) 
     *hb.mutable_available() = Cpus(2);
     EXPECT_TRUE(nodes.Heartbeat(hb, &unknown, &declared_dead).ok());
   });
+  absl::Cleanup joined = [&] {  // also when an assertion below ends the test
+    store.Release();
+    heartbeat.join();
+  };
   ASSERT_TRUE(testing::WaitFor([&] { return store.Writes("nodes") == 2; }, absl::Seconds(5)));
   ASSERT_TRUE(nodes.UpdateAvailable("a", Cpus(1)).ok());
   EXPECT_EQ(store.Writes("nodes"), 3);
   EXPECT_TRUE(ResourceEvents(*sub).empty()) << "published before the write ahead of it";
-  store.Release();
-  heartbeat.join();
+  std::move(joined).Invoke();
   EXPECT_EQ(ResourceEvents(*sub), (std::vector<std::pair<double, Kind::Kind>>{
                                       {2, Kind::RESOURCES_CHANGED}, {1, Kind::RESOURCES_CHANGED}}));
   // Once the writes are done, a change is published at once again.

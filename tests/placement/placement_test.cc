@@ -5,6 +5,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_join.h"
 #include "actors/api.h"
 #include "gcs/gcs_client.h"
@@ -437,11 +438,15 @@ TEST_F(PlacementTest, TheGcsKnowsWhatIsFreeOnEachNodeAfterARestart) {
 
   // The nodes stopped, so that what the new GCS says comes from what it loaded alone (they
   // have its restart grace, 10 s, to heartbeat again).
+  auto resume = [&] {
+    for (auto& [id, node] : nodes_) ::kill(node.pid(), SIGCONT);
+  };
+  absl::Cleanup resumed = resume;  // also when an assertion below ends the test
   for (auto& [id, node] : nodes_) ASSERT_EQ(::kill(node.pid(), SIGSTOP), 0);
   gcs_->Kill9();
   gcs_->Restart();
   double a = AvailableCpu("node-a"), b = AvailableCpu("node-b");
-  for (auto& [id, node] : nodes_) ::kill(node.pid(), SIGCONT);
+  resume();
   EXPECT_EQ(a, expected["node-a"]);
   EXPECT_EQ(b, expected["node-b"]);
   // Each node heartbeats, hears of the new incarnation and registers again at once.
