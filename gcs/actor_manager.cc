@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "gcs/availability.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/system.h"
@@ -458,9 +459,7 @@ absl::Status GcsActorManager::Apply(Effects effects) {
       std::unique(effects.availability_changed.begin(), effects.availability_changed.end()),
       effects.availability_changed.end());
   for (const auto& node_id : effects.availability_changed) {
-    auto available = scheduler_->Available(node_id);
-    if (!available) continue;
-    nodes_->UpdateAvailable(node_id, rpc::ToProto(*available)).IgnoreError();
+    SyncAvailable(*scheduler_, nodes_, node_id);
   }
   if (effects.freed && on_freed_) on_freed_();
   return persisted;

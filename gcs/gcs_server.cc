@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "gcs/actor_manager.h"
+#include "gcs/availability.h"
 #include "gcs/dashboard.h"
 #include "gcs/gcs_service.h"
 #include "gcs/job_history.h"
@@ -136,7 +137,9 @@ class GcsServerImpl final : public GcsServer {
     if (auto s = actors_.Load(); !s.ok()) return s;
     if (auto s = jobs_.Load(); !s.ok()) return s;
     // Availability is not stored (it is derived): computed again from what was loaded.
-    for (const auto& node : nodes_.GetAll(/*alive_only=*/true)) PublishAvailable(node.node_id());
+    for (const auto& node : nodes_.GetAll(/*alive_only=*/true)) {
+      SyncAvailable(scheduler_, &nodes_, node.node_id());
+    }
     std::optional<rpc::KeyAndCert> ca;
     if (!options_.tls_dir.empty()) {
       auto cert = ReadFile(absl::StrCat(options_.tls_dir, "/", rpc::kCaCertFile));
@@ -237,13 +240,6 @@ class GcsServerImpl final : public GcsServer {
     if (!started.ok()) return started.status();
     dashboard_ = std::move(*started);
     return absl::OkStatus();
-  }
-
-  // Sets the node's available resources to what the scheduler leaves free on it.
-  void PublishAvailable(const std::string& node_id) {
-    if (auto available = scheduler_.Available(node_id)) {
-      nodes_.UpdateAvailable(node_id, rpc::ToProto(*available)).IgnoreError();
-    }
   }
 
   void UpdateScrapeTargets() {

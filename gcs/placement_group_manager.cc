@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
+#include "gcs/availability.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/system.h"
@@ -212,9 +213,7 @@ void GcsPlacementGroupManager::Run(
     ReserveRound(std::move(pg), std::move(indices));
   }
   for (const auto& node_id : touched) {
-    if (auto available = scheduler_->Available(node_id)) {
-      nodes_->UpdateAvailable(node_id, rpc::ToProto(*available)).IgnoreError();
-    }
+    SyncAvailable(*scheduler_, nodes_, node_id);
   }
 }
 
@@ -316,9 +315,7 @@ void GcsPlacementGroupManager::FinishRound(const std::string& pg_id, int64_t rou
     }
   }
   for (const auto& node_id : nodes) {
-    if (auto available = scheduler_->Available(node_id)) {
-      nodes_->UpdateAvailable(node_id, rpc::ToProto(*available)).IgnoreError();
-    }
+    SyncAvailable(*scheduler_, nodes_, node_id);
   }
   if (created) actors_->ScheduleNow();
   if (retry) timers_.RunAfter(kRetryAfterRollback, [this] { ScheduleNow(); });
@@ -401,9 +398,7 @@ absl::Status GcsPlacementGroupManager::Remove(const std::string& pg_id) {
     if (std::string address = AddressOf(node_id); !address.empty()) {
       SendCancel(pg_id, index, node_id, address, 1);
     }
-    if (auto available = scheduler_->Available(node_id)) {
-      nodes_->UpdateAvailable(node_id, rpc::ToProto(*available)).IgnoreError();
-    }
+    SyncAvailable(*scheduler_, nodes_, node_id);
   }
   spdlog::info("placement group {} removed", ShortId(pg_id));
   actors_->ScheduleNow();
@@ -463,9 +458,7 @@ absl::Status GcsPlacementGroupManager::ReleaseBundle(const std::string& pg_id, i
     if (std::string address = AddressOf(node_id); !address.empty()) {
       SendCancel(pg_id, index, node_id, address, 1);  // a released bundle is never placed again
     }
-    if (auto available = scheduler_->Available(node_id)) {
-      nodes_->UpdateAvailable(node_id, rpc::ToProto(*available)).IgnoreError();
-    }
+    SyncAvailable(*scheduler_, nodes_, node_id);
   }
   spdlog::info("placement group {}: bundle {} released", ShortId(pg_id), index);
   actors_->ScheduleNow();
