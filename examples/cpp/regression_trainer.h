@@ -5,6 +5,11 @@
 // Config (the job spec's `config`):
 //   dims (8), lr (0.5)             model size and step size
 //   stepMs (0)                     extra time per step (stands in for real compute)
+//   stepPad ("before")             where that time goes: "before" sleeps stepMs before the
+//                                  step's compute; "after" pads the step to stepMs after its
+//                                  update is applied (and logged), as torchrun's peer trainer
+//                                  (bench/peers/train_elastic.py) does, so that a benchmark
+//                                  reading the updateLog times both sides at the same point
 //   trackSamples (true)            keep, in the state, how often each sample was used
 //   oomAtStep / exitAtStep (-1)    test hooks: at that step, rank `faultRank` (0) allocates
 //   exitCode (3), faultRank (0)    past its memory limit, or exits with exitCode — once per
@@ -54,6 +59,15 @@ class RegressionTrainer : public elastic::Trainer {
     dims_ = static_cast<int>(get("dims", 8));
     lr_ = get("lr", 0.5);
     step_ms_ = static_cast<int>(get("stepMs", 0));
+    if (auto pad = ctx.config.find("stepPad"); pad != ctx.config.end()) {
+      if (pad->second != "before" && pad->second != "after") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config.stepPad: \"", pad->second,
+            "\" is not a padding: use \"before\" (sleep stepMs before the compute) or \"after\" "
+            "(pad the step to stepMs after its update)"));
+      }
+      pad_after_ = pad->second == "after";
+    }
     track_ = get("trackSamples", 1) != 0;
     oom_at_ = static_cast<int64_t>(get("oomAtStep", -1));
     exit_at_ = static_cast<int64_t>(get("exitAtStep", -1));
@@ -97,8 +111,9 @@ class RegressionTrainer : public elastic::Trainer {
   }
 
   absl::StatusOr<elastic::StepResult> Step(const elastic::StepInput& in) override {
+    absl::Time start = absl::Now();
     MaybeFault(in);
-    if (step_ms_ > 0) usleep(static_cast<useconds_t>(step_ms_) * 1000);
+    if (step_ms_ > 0 && !pad_after_) usleep(static_cast<useconds_t>(step_ms_) * 1000);
     // Local sums over this rank's samples: gradient, loss, and (for the checks) visits.
     std::vector<double> sums(dims_ + 1, 0.0);
     std::vector<int32_t> seen(track_ ? num_samples_ : 0, 0);
@@ -130,6 +145,9 @@ class RegressionTrainer : public elastic::Trainer {
       std::string line = absl::StrCat(::getpid(), " ", in.step, " ", updates_ - 1, " ",
                                       absl::ToUnixMillis(absl::Now()), " ", in.world_size, "\n");
       (void)!::write(update_log_, line.data(), line.size());
+    }
+    if (step_ms_ > 0 && pad_after_) {
+      absl::SleepFor(start + absl::Milliseconds(step_ms_) - absl::Now());  // none if past it
     }
     return elastic::StepResult{sums[dims_] * scale, {}};
   }
@@ -215,6 +233,7 @@ class RegressionTrainer : public elastic::Trainer {
   int dims_ = 8;
   double lr_ = 0.5;
   int step_ms_ = 0;
+  bool pad_after_ = false;  // stepPad: "after"
   bool track_ = true;
   int64_t oom_at_ = -1, exit_at_ = -1;
   int exit_code_ = 3;

@@ -4,6 +4,8 @@
 #include "actors/elastic/trainer_host.h"
 
 #include <cstdlib>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <stdexcept>
 
@@ -31,8 +33,9 @@ class TrainerHostTest : public ::testing::Test {
     unsetenv("PHALANX_TOKEN");
   }
 
-  static std::string SpecYaml() {
+  static std::string SpecYaml(std::map<std::string, std::string> config = {}) {
     JobSpec spec;
+    spec.config = std::move(config);
     spec.name = "host";
     spec.trainer = "RegressionTrainer";
     spec.num_samples = 64;
@@ -105,6 +108,49 @@ TEST_F(TrainerHostTest, ACallOfSeveralStepsKeepsOnlyTheStateAtItsEnd) {
   // The controller agreed the second call, not the third: the rollback finds its end.
   EXPECT_EQ(host.Reconfigure("host-group", 2, 0, 1, 7), 7);
   EXPECT_EQ(Ledger(), "7 7 7");
+}
+
+// RegressionTrainer's stepPad: "before" sleeps stepMs before the step's update, "after" pads
+// the step to stepMs after it (where torchrun's peer trainer logs its steps, so that
+// recovery_bench times both sides at the same point); anything else is refused by name.
+TEST_F(TrainerHostTest, AStepPaddedAfterAppliesItsUpdateBeforeThePadding) {
+  constexpr int kPadMs = 600;  // long against a stall of the test, so the order is certain
+  testing::TempDir dir;
+  // The time the step's update was applied, from the trainer's updateLog (its 4th field).
+  auto update_ms = [](const std::string& log) {
+    std::ifstream in(log);
+    int64_t pid, step, before, ms = -1;
+    in >> pid >> step >> before >> ms;
+    return ms;
+  };
+  for (std::string pad : {"before", "after"}) {
+    SCOPED_TRACE(pad);
+    std::string log = absl::StrCat(dir.path(), "/", pad, ".log");
+    TrainerHostBase padded{std::make_unique<examples::RegressionTrainer>()};
+    ASSERT_TRUE(padded.Setup(
+        "job-" + pad,
+        SpecYaml({{"stepMs", absl::StrCat(kPadMs)}, {"stepPad", pad}, {"updateLog", log}})));
+    ASSERT_EQ(padded.Reconfigure(absl::StrCat("pad-", pad), 1, 0, 1, 0), 0);
+    int64_t start = absl::ToUnixMillis(absl::Now());
+    padded.Step(0, 0, 1, 1);
+    int64_t end = absl::ToUnixMillis(absl::Now());
+    EXPECT_GE(end - start, kPadMs);  // padded either way
+    int64_t applied = update_ms(log);
+    ASSERT_GT(applied, 0);
+    if (pad == "before") {
+      EXPECT_GE(applied - start, kPadMs);
+    } else {
+      EXPECT_LT(applied - start, kPadMs);
+    }
+  }
+  TrainerHostBase bad{std::make_unique<examples::RegressionTrainer>()};
+  try {
+    bad.Setup("job-bad", SpecYaml({{"stepPad", "middle"}}));
+    ADD_FAILURE() << "stepPad: middle was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("config.stepPad: \"middle\""), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
