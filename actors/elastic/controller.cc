@@ -384,14 +384,22 @@ void Controller::Train() {
         }
       }
       if (members_.empty()) continue;
-      RestartFromCheckpoint(had_members_);
+      // If rank 0 dies loading it, the epoch below fails without it and the next rank 0 loads.
+      RestartFromCheckpoint(had_members_ ? "every rank was lost" : "");
       need_epoch = true;
     }
     // With a step out ahead, the boundary waits for the next one (MayRunAhead sent it only
     // because nothing waited; what came since is taken once it is answered).
     Change change = ahead_.empty() ? Boundary() : Change::kNone;
     if (change == Change::kFormed) need_epoch = false;
-    if (change == Change::kFailed) need_epoch = true;
+    if (change == Change::kFailed) {
+      // A member may have died as the epoch formed: the next try goes without those the GCS
+      // calls dead (else each try waits out the group's timeout for them again).
+      std::vector<size_t> all(members_.size());
+      std::iota(all.begin(), all.end(), 0);
+      RemoveDead(all, /*only_confirmed=*/true);
+      need_epoch = true;
+    }
     if (static_cast<int>(members_.size()) < spec_.min_replicas) {
       Condition("Restarting", "BelowMinReplicas",
                 absl::StrCat(members_.size(), " ranks < minReplicas ", spec_.min_replicas,

@@ -283,9 +283,11 @@ class Controller {
   // Whether a checkpoint is taken once `step` steps are agreed.
   bool CheckpointDueAt(int64_t step) const;
 
-  // No rank holds the state (the start, or every rank was lost): rank 0 loads the last
-  // checkpoint, if any, and the others get it when the epoch forms.
-  void RestartFromCheckpoint(bool lost_everything);
+  // No rank holds the state (the start, or every rank holding it was lost): rank 0 loads the
+  // last checkpoint, if any, and the others get it when the epoch forms. `lost` says what was
+  // lost, for the event ("" at the start). False if rank 0 died or hung before it answered:
+  // nothing changed, and the next epoch's rank 0 tries again.
+  bool RestartFromCheckpoint(const std::string& lost);
 
   // ---- state ------------------------------------------------------------------------------
 

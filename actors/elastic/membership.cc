@@ -136,6 +136,7 @@ bool Controller::FormEpoch(const std::string& why) {
   }
   bool ok = true;
   bool behind = false;
+  int holders = 0;  // ranks that hold the agreed state
   for (int r = 0; r < world; ++r) {
     auto held = Get(refs[r], kTimeouts.reconfigure);
     if (!held.ok()) {
@@ -143,7 +144,19 @@ bool Controller::FormEpoch(const std::string& why) {
       ok = false;
     } else if (*held != agreed_) {
       behind = true;
+    } else {
+      ++holders;
     }
+  }
+  if (ok && holders == 0 && agreed_ > 0) {
+    // Every rank that held the agreed state died after newcomers had joined (all told to end
+    // at once while their replacements came, or the last holder lost as an epoch formed):
+    // the state is only in the last checkpoint or dying gasp, as when every rank is lost.
+    // Rank 0 loads it; the epoch is formed again around it (once: rank 0 then holds it).
+    if (!RestartFromCheckpoint(absl::StrCat("every rank holding step ", agreed_, " was lost"))) {
+      return false;
+    }
+    return FormEpoch(why);
   }
   if (ok && behind) {
     // Newcomers (or a whole set restarting from a checkpoint) get rank 0's state.

@@ -5,6 +5,7 @@
 #include "actors/elastic/controller_internal.h"
 #include "actors/elastic/job_keys.h"
 #include "actors/elastic/trainer_host.h"
+#include "runtime/common/logging.h"
 #include "runtime/common/system.h"
 
 namespace phalanx::elastic {
@@ -315,13 +316,20 @@ void Controller::CheckpointIfDue() {
   recorder_.RecordCheckpoint({agreed_, path});
 }
 
-// No rank holds the state (the start, or every rank was lost): rank 0 loads the last
-// checkpoint, if any, and the others get it when the epoch forms.
-void Controller::RestartFromCheckpoint(bool lost_everything) {
+// No rank holds the state (the start, or every rank holding it was lost): rank 0 loads the
+// last checkpoint, if any, and the others get it when the epoch forms.
+bool Controller::RestartFromCheckpoint(const std::string& lost) {
   auto pointer = ReadCheckpointPointer(*gcs_, job_id_);
   int64_t step = 0;
   if (pointer) {
     auto loaded = Get(members_[0].trainer().LoadCheckpoint(pointer->path), kTimeouts.checkpoint);
+    if (!loaded.ok() && !worker::IsTaskError(loaded.status())) {
+      // Rank 0 died or hung on the way: the checkpoint is not to blame. It is kept for the
+      // next rank 0 to load.
+      spdlog::warn("job {}: rank 0 did not load {}: {}", job_id_, pointer->path,
+                   loaded.status().message());
+      return false;
+    }
     if (loaded.ok() && *loaded >= 0) {
       step = *loaded;
     } else {
@@ -332,12 +340,13 @@ void Controller::RestartFromCheckpoint(bool lost_everything) {
       gcs_->KvDelete(keys::kNamespace, keys::Checkpoint(job_id_)).status().IgnoreError();
     }
   }
-  if (lost_everything || step > 0) {
+  if (!lost.empty() || step > 0) {
     Event("restart_from_checkpoint",
-          absl::StrCat(lost_everything ? "every rank was lost: " : "", "starting from step ", step,
+          absl::StrCat(lost.empty() ? "" : absl::StrCat(lost, ": "), "starting from step ", step,
                        step > 0 ? " (checkpoint)" : " (no checkpoint)"));
   }
   agreed_ = step;
+  return true;
 }
 
 }  // namespace phalanx::elastic

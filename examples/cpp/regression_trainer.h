@@ -17,6 +17,11 @@
 //   oomTrigger ("")                a path prefix: the rank that finds <oomTrigger>.<rank> at the
 //                                  start of a step removes it and allocates past its memory
 //                                  limit (faults on demand, for soaks; unused when empty)
+//   exitTrigger ("")               a path prefix: the rank that finds <exitTrigger>.<rank>
+//                                  (its rank in the last step it ran) when its state is loaded
+//                                  (rolled back as an epoch forms, synced, or a checkpoint)
+//                                  removes it and exits with exitCode: a rank lost while an
+//                                  epoch forms, on demand
 //   oomHoldAtBytes / oomHoldMs     the OOM hook pauses once it holds that much (so that the
 //                                  node's memory warning comes before the kill)
 //   setupFailMarker ("")           a test hook: the first rank to start while this file is
@@ -79,6 +84,8 @@ class RegressionTrainer : public elastic::Trainer {
     marker_ = marker == ctx.config.end() ? "" : marker->second;
     auto trigger = ctx.config.find("oomTrigger");
     oom_trigger_ = trigger == ctx.config.end() ? "" : trigger->second;
+    auto exit_trigger = ctx.config.find("exitTrigger");
+    exit_trigger_ = exit_trigger == ctx.config.end() ? "" : exit_trigger->second;
     if (auto log = ctx.config.find("updateLog"); log != ctx.config.end() && update_log_ < 0) {
       update_log_ = ::open(log->second.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     }
@@ -112,6 +119,7 @@ class RegressionTrainer : public elastic::Trainer {
 
   absl::StatusOr<elastic::StepResult> Step(const elastic::StepInput& in) override {
     absl::Time start = absl::Now();
+    last_rank_ = in.rank;
     MaybeFault(in);
     if (step_ms_ > 0 && !pad_after_) usleep(static_cast<useconds_t>(step_ms_) * 1000);
     // Local sums over this rank's samples: gradient, loss, and (for the checks) visits.
@@ -163,6 +171,10 @@ class RegressionTrainer : public elastic::Trainer {
   }
 
   absl::Status LoadState(const std::string& state) override {
+    if (!exit_trigger_.empty() && last_rank_ >= 0 &&
+        ::unlink(absl::StrCat(exit_trigger_, ".", last_rank_).c_str()) == 0) {
+      std::exit(exit_code_);  // removing the trigger claimed it: one exit per trigger
+    }
     size_t w = sizeof(double) * weights_.size(), v = sizeof(int32_t) * visits_.size();
     size_t want = w + v + sizeof(updates_);
     if (state.size() != want) {
@@ -242,6 +254,8 @@ class RegressionTrainer : public elastic::Trainer {
   int fault_rank_ = 0;
   std::string marker_;
   std::string oom_trigger_;
+  std::string exit_trigger_;
+  int last_rank_ = -1;  // the rank of the last step run (exitTrigger)
   int64_t seed_ = 0;
   int64_t num_samples_ = 0;
   std::vector<double> weights_;

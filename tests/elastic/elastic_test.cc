@@ -276,6 +276,33 @@ TEST_F(ElasticTest, ANodeJoiningGrowsTheJobTowardMax) {
   EXPECT_TRUE(HasEvent(s, "scaling_out")) << FormatStatus(s);
 }
 
+// The last rank holding the agreed state dies as the epoch that admits a newcomer forms (it
+// exits while its state is rolled back): only the newcomer is left, holding nothing. The job
+// goes on from its last checkpoint, as when every rank is lost, instead of failing to form the
+// group five times (a CI run met this when every rank was told to end at once and one death
+// reached the controller after the replacements had joined).
+TEST_F(ElasticTest, TheLastHolderDyingAsANewcomerJoinsRestartsFromTheCheckpoint) {
+  AddNode("node-a", 1);
+  JobSpec spec = Spec(1, 1, 2);
+  spec.checkpoint_dir = dir_.path() + "/ckpt";
+  spec.checkpoint_interval = 10;
+  std::string trigger = dir_.path() + "/exit";
+  spec.config["exitTrigger"] = trigger;
+  auto baseline = Baseline(spec);
+  bool added = false;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (added || now.last_checkpoint_step < 20 || now.world_size != 1) return;
+    // Rank 0 exits the next time its state is loaded: as the epoch with the newcomer forms.
+    EXPECT_TRUE(WriteFile(trigger + ".0", "").ok());
+    AddNode("node-b", 1);
+    added = true;
+  });
+  ASSERT_TRUE(added);
+  EXPECT_FALSE(PathExists(trigger + ".0")) << "rank 0 never loaded its state again";
+  ExpectHealed(s, spec, baseline, 2);
+  EXPECT_TRUE(HasEvent(s, "restart_from_checkpoint", "every rank holding step")) << FormatStatus(s);
+}
+
 TEST_F(ElasticTest, AStragglerFoundByTheNetworkCheckIsReplaced) {
   AddNode("node-a", 4);
   AddNode("node-slow", 1, {{"PHALANX_NETCHECK_DELAY_MS", "300"}});
