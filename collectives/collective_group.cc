@@ -3,8 +3,10 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -132,7 +134,13 @@ class GroupImpl final : public CollectiveGroup {
   absl::Status Reconfigure(int64_t epoch, int rank, int world_size,
                            absl::Duration timeout) override {
     if (timeout == absl::ZeroDuration()) timeout = options_.timeout;
-    return Submit([=, this] { return ReconfigureNow(epoch, rank, world_size, timeout); }).Wait();
+    // An Abort from here on (not one before this call) ends the formation's waits.
+    int64_t aborts = aborts_.load();
+    return Submit([=, this] {
+             return ReconfigureNow(epoch, rank, world_size, timeout,
+                                   [this, aborts] { return aborts_.load() != aborts; });
+           })
+        .Wait();
   }
 
   Work AllreduceAsync(void* data, size_t count, DType dtype, ReduceOp op,
@@ -191,6 +199,7 @@ class GroupImpl final : public CollectiveGroup {
   absl::StatusOr<NetworkCheckReport> NetworkCheck(const NetworkCheckOptions& options) override;
 
   void Abort(const std::string& reason) override {
+    aborts_.fetch_add(1);  // an epoch forming now stops waiting for its members
     absl::MutexLock lock(&backend_mu_);
     if (live_backend_ == nullptr) return;
     spdlog::warn("collective group '{}': aborting the call in flight ({})", options_.name, reason);
@@ -292,7 +301,8 @@ class GroupImpl final : public CollectiveGroup {
     return absl::StrCat(options_.name, "/e", epoch, "/");
   }
 
-  absl::Status ReconfigureNow(int64_t epoch, int rank, int world_size, absl::Duration timeout) {
+  absl::Status ReconfigureNow(int64_t epoch, int rank, int world_size, absl::Duration timeout,
+                              std::function<bool()> aborted) {
     std::string who = absl::StrCat("collective group '", options_.name, "': epoch ", epoch,
                                    " (rank ", rank, " of ", world_size, ")");
     if (world_size < 1 || rank < 0 || rank >= world_size) {
@@ -319,7 +329,7 @@ class GroupImpl final : public CollectiveGroup {
     }
     if (auto s = group_store.Set(absl::StrCat("epochs/", epoch), ""); !s.ok()) return s;
 
-    KvStore store(gcs_.get(), EpochPrefix(epoch));
+    KvStore store(gcs_.get(), EpochPrefix(epoch), std::move(aborted));
     // Which old rank each member was (NCCL shrinks when the epoch only lost members).
     std::vector<int> kept;
     if (options_.backend == Backend::kNccl) {
@@ -407,6 +417,8 @@ class GroupImpl final : public CollectiveGroup {
   absl::Status failure_;
   absl::Mutex backend_mu_;
   CommBackend* live_backend_ ABSL_GUARDED_BY(backend_mu_) = nullptr;
+  // Aborts so far: a Reconfigure's rendezvous gives up when one comes after it started.
+  std::atomic<int64_t> aborts_{0};
 
   mutable absl::Mutex mu_;
   // current_ as other threads see it (rank(), world_size(), epoch()): the op thread publishes

@@ -201,7 +201,9 @@ class CollectiveGroup {
   // peer that vanished without closing its connections; NCCL: ncclCommAbort — and leaves the
   // group failed until the next Reconfigure. Peers blocked on this member fail too (its
   // connections are shut down). For a controller that knows a peer is gone before the
-  // transport does: abort every survivor, then Reconfigure them.
+  // transport does: abort every survivor, then Reconfigure them. A Reconfigure in progress
+  // (called before this Abort) stops waiting for its members' rendezvous keys at once and
+  // fails (Aborted), where it would wait out its timeout for a member that is gone.
   virtual void Abort(const std::string& reason) = 0;
 
   // Runs the network check on every member (all must call it); see NetworkCheckOptions.

@@ -26,6 +26,10 @@ absl::StatusOr<std::string> KvStore::Get(const std::string& key, absl::Duration 
                                                       "' did not appear within ",
                                                       absl::FormatDuration(timeout)));
     }
+    if (cancelled_ && cancelled_()) {
+      return absl::AbortedError(absl::StrCat("rendezvous: stopped waiting for '", prefix_ + key,
+                                             "': the group was aborted while it formed"));
+    }
     absl::SleepFor(pause);
     pause = std::min(pause * 2, absl::Milliseconds(2));
   }

@@ -2,6 +2,7 @@
 // prefix (group name and epoch). Gets wait (polling) until the key appears. Thread-safe.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,10 +17,14 @@ inline constexpr char kKvNamespace[] = "collective";
 
 class KvStore {
  public:
-  KvStore(gcs::GcsClient* gcs, std::string prefix) : gcs_(gcs), prefix_(std::move(prefix)) {}
+  // `cancelled`, when given, is asked at each poll of a Get: once it says true, the Get gives
+  // up (Aborted). A group aborted while it forms so stops waiting for a member that is gone.
+  KvStore(gcs::GcsClient* gcs, std::string prefix, std::function<bool()> cancelled = nullptr)
+      : gcs_(gcs), prefix_(std::move(prefix)), cancelled_(std::move(cancelled)) {}
 
   absl::Status Set(const std::string& key, const std::string& value);
-  // Waits until `key` exists (or `timeout`: DeadlineExceeded naming the key).
+  // Waits until `key` exists (or `timeout`: DeadlineExceeded naming the key; or cancelled:
+  // Aborted naming it).
   absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout);
   // nullopt when absent.
   absl::StatusOr<std::optional<std::string>> TryGet(const std::string& key);
@@ -33,6 +38,7 @@ class KvStore {
  private:
   gcs::GcsClient* const gcs_;
   const std::string prefix_;
+  const std::function<bool()> cancelled_;
 };
 
 }  // namespace phalanx::collective

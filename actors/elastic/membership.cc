@@ -134,19 +134,49 @@ bool Controller::FormEpoch(const std::string& why) {
   for (int r = 0; r < world; ++r) {
     refs.push_back(members_[r].trainer().Reconfigure(GroupName(), epoch, r, world, agreed_));
   }
+  // Until every rank answered. A member that dies meanwhile (or was dead already, its death
+  // not yet known when it was counted in), or fails to reconfigure, would leave the others
+  // waiting in the rendezvous for the group's timeout (up to a minute): once its death is
+  // published or its call failed, the epoch cannot form, and those still waiting are told to
+  // abort.
+  absl::Time deadline = absl::Now() + kTimeouts.reconfigure;
+  bool aborted = false;
+  while (!aborted && absl::Now() < deadline) {
+    if (Wait(refs, world, kTimeouts.step_wait_slice).not_ready.empty()) break;
+    std::set<std::string> dead = DeadMembers();
+    for (int r = 0; r < world; ++r) {
+      aborted |= dead.count(members_[r].actor_id) > 0 ||
+                 (refs[r].Ready() && !Get(refs[r], absl::ZeroDuration()).ok());
+    }
+    if (!aborted) continue;
+    for (int r = 0; r < world; ++r) {
+      if (!refs[r].Ready()) members_[r].trainer().Abort();
+    }
+  }
   bool ok = true;
   bool behind = false;
   int holders = 0;  // ranks that hold the agreed state
+  std::vector<std::string> failures;
   for (int r = 0; r < world; ++r) {
-    auto held = Get(refs[r], kTimeouts.reconfigure);
+    auto held = Get(refs[r], std::max(deadline - absl::Now(), absl::ZeroDuration()));
     if (!held.ok()) {
       spdlog::warn("job {}: rank {} failed to form epoch {}: {}", job_id_, r, epoch, held.status());
+      std::string why_not(held.status().message());
+      failures.push_back(absl::StrCat("rank ", r, ": ", why_not.substr(0, why_not.find('\n'))));
       ok = false;
     } else if (*held != agreed_) {
       behind = true;
     } else {
       ++holders;
     }
+  }
+  if (!failures.empty()) {
+    constexpr size_t kNamed = 3;  // the event names this many ranks' errors
+    size_t more = failures.size() > kNamed ? failures.size() - kNamed : 0;
+    failures.resize(failures.size() - more);
+    Event("epoch_failed", absl::StrCat("epoch ", epoch, " (world size ", world,
+                                       ") did not form: ", absl::StrJoin(failures, "; "),
+                                       more > 0 ? absl::StrCat("; and ", more, " more") : ""));
   }
   if (ok && holders == 0 && agreed_ > 0) {
     // Every rank that held the agreed state died after newcomers had joined (all told to end

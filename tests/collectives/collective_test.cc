@@ -177,6 +177,41 @@ TEST_F(CollectiveTest, AbortEndsACallBlockedOnAStoppedPeerAtOnce) {
   }
 }
 
+// A member whose peer never comes (it died before the rendezvous): an Abort from another
+// thread ends its Reconfigure at once, where it would wait out the group's timeout. An Abort
+// that came before the Reconfigure was called does not end it: the epoch forms.
+TEST_F(CollectiveTest, AbortEndsAReconfigureWaitingForAMemberThatIsGone) {
+  GroupOptions options;
+  options.name = "abort-forming";
+  options.gcs_address = gcs_->address();
+  options.token = gcs_->token();
+  options.timeout = absl::Seconds(30);
+  auto waiting = CollectiveGroup::Create(options);
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  absl::Status formed;
+  absl::Time aborted_at;
+  std::thread member([&] { formed = (*waiting)->Reconfigure(1, 0, 2); });
+  absl::SleepFor(absl::Milliseconds(300));  // it waits for rank 1's keys
+  aborted_at = absl::Now();
+  (*waiting)->Abort("rank 1 is gone");
+  member.join();
+  double ms = absl::ToDoubleMilliseconds(absl::Now() - aborted_at);
+  std::printf("Reconfigure ended %.1f ms after Abort() (group timeout 30 s)\n", ms);
+  EXPECT_TRUE(absl::IsAborted(formed)) << formed;
+  EXPECT_NE(formed.message().find("aborted while it formed"), std::string::npos) << formed;
+  EXPECT_LT(ms, 5000) << "the rendezvous waited for its timeout, not for the Abort";
+
+  // The next epoch forms with both members although this one was aborted before it.
+  auto other = CollectiveGroup::Create(options);
+  ASSERT_TRUE(other.ok()) << other.status();
+  (*waiting)->Abort("an old abort");
+  absl::Status second;
+  std::thread joiner([&] { second = (*other)->Reconfigure(2, 1, 2); });
+  EXPECT_TRUE((*waiting)->Reconfigure(2, 0, 2).ok());
+  joiner.join();
+  EXPECT_TRUE(second.ok()) << second;
+}
+
 // Connections to a mesh endpoint's port from strangers (one that closes at once, one that
 // sends garbage, one that speaks the protocol but proves the wrong token) are refused, and
 // the mesh forms with the real member that connects after them.

@@ -303,6 +303,41 @@ TEST_F(ElasticTest, TheLastHolderDyingAsANewcomerJoinsRestartsFromTheCheckpoint)
   EXPECT_TRUE(HasEvent(s, "restart_from_checkpoint", "every rank holding step")) << FormatStatus(s);
 }
 
+// A member dies while the epoch that includes it forms (here it was stopped when the epoch
+// began, so it never reached the rendezvous): once its death is published, the members
+// waiting in the rendezvous are told to abort, instead of waiting out the group's timeout (a
+// minute at this hang timeout), and the next epoch forms without it.
+TEST_F(ElasticTest, AMemberDyingAsTheEpochFormsEndsTheOthersRendezvousAtOnce) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  spec.hang_timeout_s = 60;  // the group's timeout is min(60 s, the hang timeout)
+  auto baseline = Baseline(spec);
+  bool done = false;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (done || now.step < 30 || now.world_size != 3) return;
+    done = true;
+    int stopped = PidOfRank(now, 1), killed = PidOfRank(now, 2);
+    ASSERT_GT(stopped, 0);
+    ASSERT_GT(killed, 0);
+    // Rank 1 stops, then rank 2 dies: the step fails, and the next epoch forms with rank 1 in
+    // it, never answering; the others wait for it in the rendezvous. Then rank 1 dies too.
+    ::kill(stopped, SIGSTOP);
+    ::kill(killed, SIGKILL);
+    std::string marker = absl::StrCat("elastic-", now.job_id, "/epochs/", now.epoch + 1);
+    bool forming = testing::WaitFor(
+        [&] {
+          auto v = client_->KvGet("collective", marker);
+          return v.ok() && v->has_value();
+        },
+        absl::Seconds(30));
+    ::kill(stopped, SIGKILL);
+    EXPECT_TRUE(forming) << "epoch " << now.epoch + 1 << " never began to form";
+  });
+  ASSERT_TRUE(done);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "epoch_failed", "aborted while it formed")) << FormatStatus(s);
+}
+
 TEST_F(ElasticTest, AStragglerFoundByTheNetworkCheckIsReplaced) {
   AddNode("node-a", 4);
   AddNode("node-slow", 1, {{"PHALANX_NETCHECK_DELAY_MS", "300"}});
