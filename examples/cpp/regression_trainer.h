@@ -18,10 +18,10 @@
 //                                  start of a step removes it and allocates past its memory
 //                                  limit (faults on demand, for soaks; unused when empty)
 //   exitTrigger ("")               a path prefix: the rank that finds <exitTrigger>.<rank>
-//                                  (its rank in the last step it ran) when its state is loaded
-//                                  (rolled back as an epoch forms, synced, or a checkpoint)
-//                                  removes it and exits with exitCode: a rank lost while an
-//                                  epoch forms, on demand
+//                                  (its rank in the last step it ran), or <exitTrigger>.any,
+//                                  when its state is loaded (rolled back as an epoch forms,
+//                                  synced, or a checkpoint) removes it and exits with
+//                                  exitCode: a rank lost while an epoch forms, on demand
 //   oomHoldAtBytes / oomHoldMs     the OOM hook pauses once it holds that much (so that the
 //                                  node's memory warning comes before the kill)
 //   setupFailMarker ("")           a test hook: the first rank to start while this file is
@@ -171,8 +171,9 @@ class RegressionTrainer : public elastic::Trainer {
   }
 
   absl::Status LoadState(const std::string& state) override {
-    if (!exit_trigger_.empty() && last_rank_ >= 0 &&
-        ::unlink(absl::StrCat(exit_trigger_, ".", last_rank_).c_str()) == 0) {
+    if (!exit_trigger_.empty() &&
+        ((last_rank_ >= 0 && ::unlink(absl::StrCat(exit_trigger_, ".", last_rank_).c_str()) == 0) ||
+         ::unlink(absl::StrCat(exit_trigger_, ".any").c_str()) == 0)) {
       std::exit(exit_code_);  // removing the trigger claimed it: one exit per trigger
     }
     size_t w = sizeof(double) * weights_.size(), v = sizeof(int32_t) * visits_.size();

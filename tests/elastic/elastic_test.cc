@@ -303,6 +303,43 @@ TEST_F(ElasticTest, TheLastHolderDyingAsANewcomerJoinsRestartsFromTheCheckpoint)
   EXPECT_TRUE(HasEvent(s, "restart_from_checkpoint", "every rank holding step")) << FormatStatus(s);
 }
 
+// Every rank is lost, and the new rank 0 dies while it loads the checkpoint: the checkpoint
+// is not to blame, so it is kept (not reported unreadable and forgotten, which would start
+// the job over from step 0), and the next rank 0 loads it.
+TEST_F(ElasticTest, ARank0DyingWhileItLoadsTheCheckpointLeavesItForTheNext) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(2, 1, 2);
+  spec.checkpoint_dir = dir_.path() + "/ckpt";
+  spec.checkpoint_interval = 10;
+  std::string trigger = dir_.path() + "/exit";
+  spec.config["exitTrigger"] = trigger;
+  auto baseline = Baseline(spec);
+  int64_t checkpointed = -1;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (checkpointed >= 0 || now.last_checkpoint_step < 20 || now.world_size != 2) return;
+    checkpointed = now.last_checkpoint_step;
+    for (int r = 0; r < 2; ++r) ::kill(PidOfRank(now, r), SIGKILL);
+    // No rank is left to load a state but the replacements, and the first to load one is the
+    // new rank 0, loading the checkpoint: it exits there.
+    EXPECT_TRUE(WriteFile(trigger + ".any", "").ok());
+  });
+  ASSERT_GE(checkpointed, 20);
+  EXPECT_FALSE(PathExists(trigger + ".any")) << "no rank loaded a state after the kill";
+  ExpectHealed(s, spec, baseline, 2);
+  EXPECT_FALSE(HasEvent(s, "checkpoint_unreadable")) << FormatStatus(s);
+  int64_t resumed = -1;
+  for (const auto& e : s.events) {
+    size_t at = e.message.find("starting from step ");
+    if (e.kind == "restart_from_checkpoint" && at != std::string::npos) {
+      resumed = std::max<int64_t>(resumed, std::atoll(e.message.c_str() + at + 19));
+    }
+  }
+  // From the checkpoint (the state it holds may be a call older than the step it was taken
+  // at: rank 0 saves its committed state), not from step 0.
+  EXPECT_GT(resumed, 0) << FormatStatus(s);
+  EXPECT_LE(resumed, checkpointed) << FormatStatus(s);
+}
+
 // A member dies while the epoch that includes it forms (here it was stopped when the epoch
 // began, so it never reached the rendezvous): once its death is published, the members
 // waiting in the rendezvous are told to abort, instead of waiting out the group's timeout (a
