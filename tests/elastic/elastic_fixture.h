@@ -154,6 +154,16 @@ class ElasticTest : public testing::ClusterTest {
     EXPECT_EQ(hi, spec.data_epochs) << "a sample was used more than once in a pass";
   }
 
+  // Checkpoints every 10 steps into <test dir>/ckpt, and RegressionTrainer's exitTrigger (a
+  // rank exits when it next loads a state once <prefix>.<rank> or <prefix>.any exists): returns
+  // the prefix.
+  std::string CheckpointsAndExitTrigger(JobSpec* spec) {
+    spec->checkpoint_dir = dir_.path() + "/ckpt";
+    spec->checkpoint_interval = 10;
+    spec->config["exitTrigger"] = dir_.path() + "/exit";
+    return spec->config["exitTrigger"];
+  }
+
   // `event` → `action` with a dying gasp, into <test dir>/ckpt; no periodic checkpoints (so
   // that any checkpoint there is a gasp).
   void DumpOn(JobSpec* spec, const std::string& event, Action action) {

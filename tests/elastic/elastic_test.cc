@@ -284,10 +284,7 @@ TEST_F(ElasticTest, ANodeJoiningGrowsTheJobTowardMax) {
 TEST_F(ElasticTest, TheLastHolderDyingAsANewcomerJoinsRestartsFromTheCheckpoint) {
   AddNode("node-a", 1);
   JobSpec spec = Spec(1, 1, 2);
-  spec.checkpoint_dir = dir_.path() + "/ckpt";
-  spec.checkpoint_interval = 10;
-  std::string trigger = dir_.path() + "/exit";
-  spec.config["exitTrigger"] = trigger;
+  std::string trigger = CheckpointsAndExitTrigger(&spec);
   auto baseline = Baseline(spec);
   bool added = false;
   JobStatus s = Run(spec, [&](const JobStatus& now) {
@@ -309,10 +306,7 @@ TEST_F(ElasticTest, TheLastHolderDyingAsANewcomerJoinsRestartsFromTheCheckpoint)
 TEST_F(ElasticTest, ARank0DyingWhileItLoadsTheCheckpointLeavesItForTheNext) {
   AddNode("node-a", 4);
   JobSpec spec = Spec(2, 1, 2);
-  spec.checkpoint_dir = dir_.path() + "/ckpt";
-  spec.checkpoint_interval = 10;
-  std::string trigger = dir_.path() + "/exit";
-  spec.config["exitTrigger"] = trigger;
+  std::string trigger = CheckpointsAndExitTrigger(&spec);
   auto baseline = Baseline(spec);
   int64_t checkpointed = -1;
   JobStatus s = Run(spec, [&](const JobStatus& now) {
