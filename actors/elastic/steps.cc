@@ -307,13 +307,18 @@ bool Controller::CheckpointDueAt(int64_t step) const {
 void Controller::CheckpointIfDue() {
   if (!CheckpointDueAt(agreed_)) return;
   std::string path = absl::StrCat(spec_.checkpoint_dir, "/", spec_.name, "-step", agreed_, ".ckpt");
-  auto saved = Get(members_[0].trainer().SaveCheckpoint(path), kTimeouts.checkpoint);
+  auto saved = Get(members_[0].trainer().SaveCheckpoint(path, agreed_), kTimeouts.checkpoint);
   if (!saved.ok()) {
     Event("checkpoint_failed", std::string(saved.status().message()));
     return;
   }
-  last_checkpoint_ = agreed_;
-  recorder_.RecordCheckpoint({agreed_, path});
+  // The step the file holds, which the job's status and a restart report.
+  if (*saved != agreed_) {
+    spdlog::warn("job {}: {} holds step {}, not {} (rank 0 no longer held it)", job_id_, path,
+                 *saved, agreed_);
+  }
+  last_checkpoint_ = *saved;
+  recorder_.RecordCheckpoint({*saved, path});
 }
 
 // No rank holds the state (the start, or every rank holding it was lost): rank 0 loads the

@@ -261,15 +261,16 @@ int64_t TrainerHostBase::SyncState(int root) {
   return committed_step_;
 }
 
-bool TrainerHostBase::SaveCheckpoint(std::string path) {
+int64_t TrainerHostBase::SaveCheckpoint(std::string path, int64_t agreed) {
   absl::MutexLock lock(&mu_);
+  Commit(agreed);
   std::string content = absl::StrCat(committed_step_, "\n", *committed_);
   auto dir = path.substr(0, path.rfind('/'));
   if (auto s = MakeDirs(dir); !s.ok()) throw std::runtime_error(std::string(s.message()));
   if (auto s = WriteFile(path, content, 0644); !s.ok()) {
     throw std::runtime_error(std::string(s.message()));
   }
-  return true;
+  return committed_step_;
 }
 
 int64_t TrainerHostBase::LoadCheckpoint(std::string path) {

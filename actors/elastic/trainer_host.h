@@ -40,7 +40,12 @@ class TrainerHostBase {
   int64_t Reconfigure(std::string group, int64_t epoch, int rank, int world, int64_t agreed);
   // Every member calls it: `root` broadcasts its committed state; returns the steps it holds.
   int64_t SyncState(int root);
-  bool SaveCheckpoint(std::string path);
+  // Writes the state of `agreed` steps to `path` and answers that step count. The controller
+  // checkpoints a step every rank finished, so it is committed here first: the calls sent
+  // ahead carried an older agreed step, and the committed state would lag it by them. A rank
+  // that no longer holds that step's state (a trainer-driven loop that ran fewer steps) writes
+  // its committed state, and the answer says which step that is.
+  int64_t SaveCheckpoint(std::string path, int64_t agreed);
   // Loads a checkpoint; returns its step count (-1: none at `path`).
   int64_t LoadCheckpoint(std::string path);
   // {straggler ranks…} then -1 then {faulty ranks…}.

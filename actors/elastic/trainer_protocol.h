@@ -73,8 +73,9 @@ class TrainerClient {
   ObjectRef<int64_t> SyncState(int root) const {
     return Call<int64_t>(trainer_method::kSyncState, root);
   }
-  ObjectRef<bool> SaveCheckpoint(const std::string& path) const {
-    return Call<bool>(trainer_method::kSaveCheckpoint, path);
+  // Answers the step count the checkpoint holds: `agreed`, unless the rank no longer holds it.
+  ObjectRef<int64_t> SaveCheckpoint(const std::string& path, int64_t agreed) const {
+    return Call<int64_t>(trainer_method::kSaveCheckpoint, path, agreed);
   }
   // Answers the checkpoint's step count (-1: none at `path`).
   ObjectRef<int64_t> LoadCheckpoint(const std::string& path) const {

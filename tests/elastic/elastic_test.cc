@@ -328,10 +328,9 @@ TEST_F(ElasticTest, ARank0DyingWhileItLoadsTheCheckpointLeavesItForTheNext) {
       resumed = std::max<int64_t>(resumed, std::atoll(e.message.c_str() + at + 19));
     }
   }
-  // From the checkpoint (the state it holds may be a call older than the step it was taken
-  // at: rank 0 saves its committed state), not from step 0.
-  EXPECT_GT(resumed, 0) << FormatStatus(s);
-  EXPECT_LE(resumed, checkpointed) << FormatStatus(s);
+  // From the checkpoint, which holds at least the step the status said (a newer one may have
+  // been taken before the kills landed), not from step 0.
+  EXPECT_GE(resumed, checkpointed) << FormatStatus(s);
 }
 
 // A member dies while the epoch that includes it forms (here it was stopped when the epoch

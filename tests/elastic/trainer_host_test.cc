@@ -1,6 +1,7 @@
 // The rank's side of the step protocol (TrainerHostBase), called directly: a step sent ahead
 // runs in its turn and commits only what it carries; one that no longer fits is refused
-// without touching the state; a rollback finds the agreed step among those held.
+// without touching the state; a rollback finds the agreed step among those held; a
+// checkpoint holds the step it is taken at.
 #include "actors/elastic/trainer_host.h"
 
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include "actors/elastic/trainer_protocol.h"
 #include "examples/cpp/regression_trainer.h"
 #include "gtest/gtest.h"
+#include "runtime/common/files.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx::elastic {
@@ -108,6 +110,29 @@ TEST_F(TrainerHostTest, ACallOfSeveralStepsKeepsOnlyTheStateAtItsEnd) {
   // The controller agreed the second call, not the third: the rollback finds its end.
   EXPECT_EQ(host.Reconfigure("host-group", 2, 0, 1, 7), 7);
   EXPECT_EQ(Ledger(), "7 7 7");
+}
+
+// The controller checkpoints a step every rank finished, while rank 0 may already run the
+// call sent ahead, which carried an older agreed step: the checkpoint holds the step it is
+// taken at (committed then), not the older one, and loads back as that step.
+TEST_F(TrainerHostTest, ACheckpointHoldsTheAgreedStepNotTheOneTheCallsCarried) {
+  ASSERT_NO_FATAL_FAILURE(StartHost());
+  testing::TempDir dir;
+  host.Step(0, 0, 1, 2);
+  host.Step(2, 0, 1, 2);  // sent ahead when 0 steps were agreed
+  EXPECT_EQ(Ledger(), "4 0 4");
+
+  // The controller agreed the first call (2 steps) and checkpoints it.
+  std::string path = dir.path() + "/ckpt/at2.ckpt";
+  EXPECT_EQ(host.SaveCheckpoint(path, 2), 2);
+  EXPECT_EQ(Ledger(), "4 2 4");  // committed there; the call ahead's state is still held
+  auto written = ReadFile(path);
+  ASSERT_TRUE(written.ok());
+  EXPECT_EQ(written->substr(0, written->find('\n')), "2");
+
+  // Loaded back: 2 steps, with 2 updates applied (not 0, nor the 4 run since).
+  EXPECT_EQ(host.LoadCheckpoint(path), 2);
+  EXPECT_EQ(Ledger(), "2 2 2");
 }
 
 // RegressionTrainer's stepPad: "before" sleeps stepMs before the step's update, "after" pads
