@@ -15,6 +15,8 @@
 
 namespace phalanx::collective {
 
+class AbortSignal;  // tcp_transport.h
+
 class CommBackend {
  public:
   virtual ~CommBackend() = default;
@@ -52,6 +54,10 @@ struct ConnectOptions {
   // The cluster token. Every mesh connection proves it (an HMAC bound to the epoch's keys
   // and both ends), so a stranger that reaches a member's port is never taken for a peer.
   std::string secret;
+  // Raised by CollectiveGroup::Abort while the epoch forms: the TCP waits of the formation
+  // (connects and accepts between machines) end at once. The backend keeps it as its own
+  // abort signal. Null: the backend makes its own.
+  std::shared_ptr<AbortSignal> abort;
 };
 
 // How many times the members try to form a Gloo mesh before the epoch fails (each try within

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "collectives/backend.h"
+#include "collectives/tcp_transport.h"
 #include "gcs/gcs_client.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/session.h"
@@ -201,6 +202,7 @@ class GroupImpl final : public CollectiveGroup {
   void Abort(const std::string& reason) override {
     aborts_.fetch_add(1);  // an epoch forming now stops waiting for its members
     absl::MutexLock lock(&backend_mu_);
+    if (forming_) forming_->Raise();  // and its connections between machines
     if (live_backend_ == nullptr) return;
     spdlog::warn("collective group '{}': aborting the call in flight ({})", options_.name, reason);
     live_backend_->Abort();
@@ -329,7 +331,7 @@ class GroupImpl final : public CollectiveGroup {
     }
     if (auto s = group_store.Set(absl::StrCat("epochs/", epoch), ""); !s.ok()) return s;
 
-    KvStore store(gcs_.get(), EpochPrefix(epoch), std::move(aborted));
+    KvStore store(gcs_.get(), EpochPrefix(epoch), aborted);
     // Which old rank each member was (NCCL shrinks when the epoch only lost members).
     std::vector<int> kept;
     if (options_.backend == Backend::kNccl) {
@@ -359,9 +361,21 @@ class GroupImpl final : public CollectiveGroup {
       if (!shrinkable) kept.clear();
     }
 
-    ConnectOptions connect{rank,          world_size,           options_.host,
-                           timeout,       options_.cuda_device, options_.cuda_stream,
-                           options_.token};
+    ConnectOptions connect{rank,
+                           world_size,
+                           options_.host,
+                           timeout,
+                           options_.cuda_device,
+                           options_.cuda_stream,
+                           options_.token,
+                           std::make_shared<AbortSignal>()};
+    // The formation's TCP waits end on an Abort too: from now on through forming_, and one
+    // that came since the Reconfigure call (counted by `aborted`) raises it here.
+    {
+      absl::MutexLock lock(&backend_mu_);
+      forming_ = connect.abort;
+    }
+    if (aborted()) connect.abort->Raise();
     const char* shm_env = std::getenv("PHALANX_COLLECTIVE_SHM");
     bool use_shm = options_.shared_memory && !(shm_env && std::string(shm_env) == "0");
     absl::StatusOr<std::unique_ptr<CommBackend>> formed =
@@ -372,6 +386,11 @@ class GroupImpl final : public CollectiveGroup {
     {
       absl::MutexLock lock(&backend_mu_);
       live_backend_ = nullptr;
+      forming_ = nullptr;
+    }
+    // Formed while an Abort came: that epoch is not used (its streams were told to end).
+    if (formed.ok() && connect.abort->raised()) {
+      formed = absl::AbortedError("the group was aborted while it formed");
     }
     backend_.reset();
     int64_t previous_epoch = current_.epoch;
@@ -417,6 +436,8 @@ class GroupImpl final : public CollectiveGroup {
   absl::Status failure_;
   absl::Mutex backend_mu_;
   CommBackend* live_backend_ ABSL_GUARDED_BY(backend_mu_) = nullptr;
+  // The abort signal of the epoch forming now (ConnectOptions::abort); null between epochs.
+  std::shared_ptr<AbortSignal> forming_ ABSL_GUARDED_BY(backend_mu_);
   // Aborts so far: a Reconfigure's rendezvous gives up when one comes after it started.
   std::atomic<int64_t> aborts_{0};
 

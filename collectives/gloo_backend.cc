@@ -411,7 +411,7 @@ absl::StatusOr<std::unique_ptr<CommBackend>> ConnectGloo(KvStore* store,
   auto left = [&] { return std::max(deadline - absl::Now(), absl::Milliseconds(1)); };
   std::vector<std::string> failures;
   for (int attempt = 0; attempt < kGlooFormAttempts && absl::Now() < deadline; ++attempt) {
-    KvStore keys(store->gcs(), absl::StrCat(store->prefix(), "gloo/a", attempt, "/"));
+    KvStore keys = store->Child(absl::StrCat("gloo/a", attempt, "/"));
     auto mesh = TryMesh(keys, options, options.timeout / kGlooFormAttempts, deadline);
     std::string verdict = mesh.ok() ? "ok" : std::string(mesh.status().message());
     if (options.world_size > 1) {

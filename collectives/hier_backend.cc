@@ -46,12 +46,14 @@ constexpr size_t kPipelinePiece = 4 << 20;
 
 class HierBackend final : public CommBackend {
  public:
-  HierBackend(int rank, std::vector<int> node_of, std::vector<std::vector<int>> members)
+  HierBackend(int rank, std::vector<int> node_of, std::vector<std::vector<int>> members,
+              std::shared_ptr<AbortSignal> abort)
       : rank_(rank),
         world_(static_cast<int>(node_of.size())),
         node_of_(std::move(node_of)),
         members_(std::move(members)),
-        node_(node_of_[rank]) {
+        node_(node_of_[rank]),
+        abort_(abort ? std::move(abort) : std::make_shared<AbortSignal>()) {
     const auto& mine = members_[node_];
     local_rank_ = static_cast<int>(std::find(mine.begin(), mine.end(), rank) - mine.begin());
   }
@@ -93,7 +95,7 @@ class HierBackend final : public CommBackend {
           std::vector<Transfer> recvs = {{mesh_->fd(prev), gathered.data() + offset[in_block],
                                           offset[in_block + 1] - offset[in_block],
                                           mesh_->name(prev)}};
-          if (auto s = ExchangeAll(sends, recvs, abort_, deadline); !s.ok()) return s;
+          if (auto s = ExchangeAll(sends, recvs, *abort_, deadline); !s.ok()) return s;
         }
       }
       uint8_t* dst = static_cast<uint8_t*>(out);
@@ -129,7 +131,7 @@ class HierBackend final : public CommBackend {
       if (position == 0) {
         std::vector<Transfer> sends = {{mesh_->fd(next), bytes, total, mesh_->name(next)}};
         std::vector<Transfer> none;
-        if (auto s = ExchangeAll(sends, none, abort_, deadline); !s.ok()) return s;
+        if (auto s = ExchangeAll(sends, none, *abort_, deadline); !s.ok()) return s;
       } else {
         for (size_t k = 0; k <= pieces; ++k) {
           std::vector<Transfer> sends, recvs;
@@ -141,7 +143,7 @@ class HierBackend final : public CommBackend {
             auto [p, len] = piece(k);
             recvs.push_back({mesh_->fd(prev), p, len, mesh_->name(prev)});
           }
-          if (auto s = ExchangeAll(sends, recvs, abort_, deadline); !s.ok()) return s;
+          if (auto s = ExchangeAll(sends, recvs, *abort_, deadline); !s.ok()) return s;
         }
       }
     }
@@ -175,7 +177,7 @@ class HierBackend final : public CommBackend {
         sends.push_back({mesh_->fd(k), &out[k], 1, mesh_->name(k)});
         recvs.push_back({mesh_->fd(k), &in[k], 1, mesh_->name(k)});
       }
-      if (auto s = ExchangeAll(sends, recvs, abort_, deadline); !s.ok()) return s;
+      if (auto s = ExchangeAll(sends, recvs, *abort_, deadline); !s.ok()) return s;
     }
     if (local_) return local_->Barrier(Left(deadline));
     return absl::OkStatus();
@@ -197,7 +199,7 @@ class HierBackend final : public CommBackend {
   // its local ones (and its machine's members'); shutting the streams down ends the waits of
   // the other machines' leaders on this one.
   void Abort() override {
-    abort_.Raise();
+    abort_->Raise();
     if (mesh_) mesh_->ShutdownAll();
     if (links_) links_->ShutdownAll();
     if (local_) local_->Abort();
@@ -258,7 +260,7 @@ class HierBackend final : public CommBackend {
         // up until the group has recorded this member's failure first (then it aborts us), so
         // that the other machines name the right first failure.
         if (!local.ok()) {
-          abort_.Raise();
+          abort_->Raise();
           ended_ring = true;
         }
         helper.join();
@@ -304,7 +306,7 @@ class HierBackend final : public CommBackend {
                                           reduced = ready;
                                         }
                                       }}};
-      if (auto s = ExchangeAll(sends, recvs, abort_, deadline); !s.ok()) return s;
+      if (auto s = ExchangeAll(sends, recvs, *abort_, deadline); !s.ok()) return s;
     }
     for (int step = 0; step < n - 1; ++step) {
       int out_seg = (i + 1 - step + n) % n, in_seg = (i - step + n) % n;
@@ -312,7 +314,7 @@ class HierBackend final : public CommBackend {
           {mesh_->fd(next), data + begin(out_seg) * elem, seg_bytes(out_seg), mesh_->name(next)}};
       std::vector<Transfer> recvs = {
           {mesh_->fd(prev), data + begin(in_seg) * elem, seg_bytes(in_seg), mesh_->name(prev)}};
-      if (auto s = ExchangeAll(sends, recvs, abort_, deadline); !s.ok()) return s;
+      if (auto s = ExchangeAll(sends, recvs, *abort_, deadline); !s.ok()) return s;
     }
     return absl::OkStatus();
   }
@@ -323,7 +325,7 @@ class HierBackend final : public CommBackend {
   const std::vector<std::vector<int>> members_;  // node → its ranks, ascending
   const int node_;
   int local_rank_ = 0;
-  AbortSignal abort_;                   // outlives the streams below
+  std::shared_ptr<AbortSignal> abort_;  // outlives the streams below
   std::unique_ptr<CommBackend> local_;  // shared memory; null when alone on the node
   std::unique_ptr<TcpMesh> mesh_;       // leaders only; null with one node
   std::unique_ptr<PeerLinks> links_;    // send/recv across nodes
@@ -362,7 +364,7 @@ absl::StatusOr<std::unique_ptr<CommBackend>> Connector::Connect(
   auto peer_name = [&](int r) {
     return absl::StrCat("peer rank ", r, " (machine ", machine(r), ")");
   };
-  std::unique_ptr<HierBackend> backend(new HierBackend(rank, node_of, members));
+  std::unique_ptr<HierBackend> backend(new HierBackend(rank, node_of, members, options.abort));
   const int node = node_of[rank];
 
   // Send/recv streams: every member listens; the streams open on first use.
@@ -387,11 +389,11 @@ absl::StatusOr<std::unique_ptr<CommBackend>> Connector::Connect(
   }
   backend->links_ =
       std::make_unique<PeerLinks>(rank, *listen_fd, std::move(addresses), names, options.secret,
-                                  store->prefix() + "links", &backend->abort_);
+                                  store->prefix() + "links", backend->abort_.get());
 
   // Shared memory with the members on this node.
   if (members[node].size() > 1) {
-    KvStore local_store(store->gcs(), absl::StrCat(store->prefix(), "node", node, "/"));
+    KvStore local_store = store->Child(absl::StrCat("node", node, "/"));
     ConnectOptions local = options;
     local.rank = backend->local_rank_;
     local.world_size = static_cast<int>(members[node].size());
@@ -411,7 +413,7 @@ absl::StatusOr<std::unique_ptr<CommBackend>> Connector::Connect(
     for (const auto& m : members) leader_names.push_back(peer_name(m[0]));
     auto mesh =
         TcpMesh::Connect(store, "mesh", node, static_cast<int>(members.size()), options.host,
-                         std::move(leader_names), options.secret, &backend->abort_,
+                         std::move(leader_names), options.secret, backend->abort_.get(),
                          std::max(deadline - absl::Now(), absl::Milliseconds(1)));
     if (!mesh.ok()) {
       return absl::Status(mesh.status().code(), absl::StrCat("connecting the machines' leaders: ",

@@ -32,6 +32,9 @@ class KvStore {
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> List(const std::string& sub);
   absl::Status DeletePrefix(const std::string& sub);
 
+  // The keys under prefix + `sub`, with this store's cancel check.
+  KvStore Child(const std::string& sub) const { return KvStore(gcs_, prefix_ + sub, cancelled_); }
+
   const std::string& prefix() const { return prefix_; }
   gcs::GcsClient* gcs() const { return gcs_; }
 

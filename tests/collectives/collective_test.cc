@@ -212,6 +212,41 @@ TEST_F(CollectiveTest, AbortEndsAReconfigureWaitingForAMemberThatIsGone) {
   EXPECT_TRUE(second.ok()) << second;
 }
 
+// The same once the rendezvous is over: a member that published its keys and then went
+// (it never connects) leaves the lowest member of the machines' mesh waiting in accept().
+// An Abort ends that wait at once too, where it would last the group's timeout. Shared
+// memory is off, so each member is a machine of its own and the mesh forms over TCP.
+TEST_F(CollectiveTest, AbortEndsAReconfigureWaitingForAConnectionFromAMemberThatIsGone) {
+  GroupOptions options;
+  options.name = "abort-connecting";
+  options.gcs_address = gcs_->address();
+  options.token = gcs_->token();
+  options.timeout = absl::Seconds(30);
+  options.shared_memory = false;
+  auto waiting = CollectiveGroup::Create(options);
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  // Rank 1's keys, as a member publishes them before it connects.
+  auto gcs = gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
+  ASSERT_TRUE(gcs.ok()) << gcs.status();
+  KvStore epoch(gcs->get(), "abort-connecting/e1/");
+  ASSERT_TRUE(epoch.Set("machine/1", "gone-host").ok());
+  ASSERT_TRUE(epoch.Set("p2p/1", "127.0.0.1:9").ok());
+  absl::Status formed;
+  std::thread member([&] { formed = (*waiting)->Reconfigure(1, 0, 2); });
+  // Rank 0 listens for the mesh once it published its endpoint: then it waits in accept().
+  auto endpoint = epoch.Get("mesh/0", absl::Seconds(20));
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  absl::SleepFor(absl::Milliseconds(200));
+  absl::Time aborted_at = absl::Now();
+  (*waiting)->Abort("rank 1 is gone");
+  member.join();
+  double ms = absl::ToDoubleMilliseconds(absl::Now() - aborted_at);
+  std::printf("Reconfigure ended %.1f ms after Abort() (group timeout 30 s)\n", ms);
+  EXPECT_FALSE(formed.ok());
+  EXPECT_NE(formed.message().find("abort"), std::string::npos) << formed;
+  EXPECT_LT(ms, 5000) << "the accept waited for its timeout, not for the Abort";
+}
+
 // Connections to a mesh endpoint's port from strangers (one that closes at once, one that
 // sends garbage, one that speaks the protocol but proves the wrong token) are refused, and
 // the mesh forms with the real member that connects after them.
