@@ -189,9 +189,11 @@ class Controller {
   // a rank that had not joined yet.
   void HandleDeath(const Member& m, const rpc::ActorInfo& info, int world_before);
 
-  // Opens the recovery timeline of a fault on `actor_id`'s rank (once per rank).
+  // Opens the recovery timeline of a fault on `actor_id`'s rank (once per rank), found at
+  // `detected` (infinite past: when the controller first knew, DetectedAt).
   void OpenRecovery(const std::string& actor_id, const std::string& kind,
-                    const std::string& message, absl::Time fault, int world_before);
+                    const std::string& message, absl::Time fault, int world_before,
+                    absl::Time detected = absl::InfinitePast());
   // When the controller first knew `actor_id` was dead.
   absl::Time DetectedAt(const std::string& actor_id);
   // A step was agreed: the recoveries and the ranks' step times move on.
@@ -211,7 +213,10 @@ class Controller {
   rpc::ActorInfo MakeSureDead(const Member& m, bool answered);
 
   // Finds which members are dead (those in `suspects`, plus any the GCS reports dead),
-  // removes them, and applies the policies.
+  // removes them, and applies the policies. With `only_confirmed` (after an epoch failed to
+  // form), a suspect goes only when the GCS calls it dead, it was killed for hanging, or its
+  // Reconfigure lost the actor (unreachable_, confirmed); otherwise every suspect's death is
+  // confirmed (ConfirmDeaths).
   void RemoveDead(const std::vector<size_t>& suspects, bool only_confirmed);
 
   // Between steps: joiners that are ready, scale requests, growth. Returns false when the
@@ -267,17 +272,33 @@ class Controller {
     size_t rank;
     const char* proof;
   };
-  // The ranks of a call still out that have not answered `probe` (Pings sent at `probed`) for
-  // hang.silentSeconds while their host is up and reachable: its node manager's port answers
+  // The liveness probe (hang.silentSeconds) over a call out to every rank (a step, or a
+  // Reconfigure): a Ping to every rank once the call ran a while (answered on the ranks' ping
+  // lane, whatever the call does), and a look at the silent ranks' hosts.
+  struct LivenessProbe {
+    explicit LivenessProbe(absl::Time first) : at(first) {}
+    absl::Time at;  // when the Pings go (infinite: no probe)
+    std::vector<ObjectRef<std::vector<int64_t>>> pings;
+    absl::Time probed = absl::InfinitePast();  // when they went
+    absl::Time check_at = absl::InfiniteFuture();
+    absl::flat_hash_set<std::string> knocked;  // nodes knocked on in this probe
+  };
+  // Moves `probe` on, given which ranks answered the call; returns the ranks found frozen
+  // (none, most times). Once every rank answered the call or the Ping, it probes again
+  // `again` later.
+  std::vector<Frozen> Probe(LivenessProbe* probe, const std::vector<bool>& answered,
+                            absl::Duration again);
+  // The `silent` ranks (they answered neither the call nor the Pings sent at `probed`), for
+  // hang.silentSeconds, while their host is up and reachable: its node manager's port answers
   // a knock now (kTimeouts.probe_knock; each node once per probe, `knocked` holds those
   // knocked on), or the GCS heard its node's heartbeat after that silence. Frozen processes
   // on live hosts: a host cut off answers no knock and stops its heartbeats, and is left to
   // the node timeout.
-  std::vector<Frozen> FrozenRanks(const std::vector<ObjectRef<Metrics>>& refs,
-                                  const std::vector<ObjectRef<std::vector<int64_t>>>& probe,
-                                  absl::Time probed, absl::flat_hash_set<std::string>* knocked);
-  // Kills rank r as hung (an event saying `what`, its recovery opened at the step's start).
-  void KillHung(size_t r, const std::string& what);
+  std::vector<Frozen> FrozenRanks(const std::vector<size_t>& silent, absl::Time probed,
+                                  absl::flat_hash_set<std::string>* knocked);
+  // Kills rank r as hung (an event saying `what`, its recovery opened at `last_progress`: the
+  // step's start, or the formation's).
+  void KillHung(size_t r, const std::string& what, absl::Time last_progress);
 
   void CheckpointIfDue();
   // Whether a checkpoint is taken once `step` steps are agreed.
@@ -303,6 +324,9 @@ class Controller {
   std::vector<Member> joining_;
   std::vector<Member> retiring_;
   std::set<std::string> hung_;  // actors killed for hanging (their death is a "hang")
+  // Members whose Reconfigure failed in the last epoch formed because the actor died or its
+  // connection broke (RemoveDead confirms their deaths).
+  std::set<std::string> unreachable_;
   std::vector<int> scale_in_ranks_;
   RestartBudget budget_{0, absl::ZeroDuration()};  // set from the spec
   int64_t epoch_ = 0;

@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "actors/elastic/controller_internal.h"
 #include "runtime/common/ids.h"
@@ -61,9 +62,10 @@ void Controller::PublishStatus() {
 }
 
 void Controller::OpenRecovery(const std::string& actor_id, const std::string& kind,
-                              const std::string& message, absl::Time fault, int world_before) {
+                              const std::string& message, absl::Time fault, int world_before,
+                              absl::Time detected) {
   if (!recovery_opened_.emplace(actor_id, kind).second) return;
-  absl::Time detected = DetectedAt(actor_id);
+  if (detected == absl::InfinitePast()) detected = DetectedAt(actor_id);
   timeline_.Open(kind, message, fault, detected, world_before, world_before);
 }
 
@@ -138,15 +140,32 @@ bool Controller::FormEpoch(const std::string& why) {
   // not yet known when it was counted in), or fails to reconfigure, would leave the others
   // waiting in the rendezvous for the group's timeout (up to a minute): once its death is
   // published or its call failed, the epoch cannot form, and those still waiting are told to
-  // abort.
-  absl::Time deadline = absl::Now() + kTimeouts.reconfigure;
+  // abort. A member that froze (SIGSTOP: no death to publish) is found by the liveness probe,
+  // as in a step, and restarted as hung.
+  absl::Time began = absl::Now();
+  absl::Time deadline = began + kTimeouts.reconfigure;
+  LivenessProbe probe(spec_.hang_silent_s > 0 ? began + kTimeouts.probe_after
+                                              : absl::InfiniteFuture());
   bool aborted = false;
   while (!aborted && absl::Now() < deadline) {
     if (Wait(refs, world, kTimeouts.step_wait_slice).not_ready.empty()) break;
     std::set<std::string> dead = DeadMembers();
+    std::vector<bool> answered(world);
     for (int r = 0; r < world; ++r) {
+      answered[r] = refs[r].Ready();
       aborted |= dead.count(members_[r].actor_id) > 0 ||
-                 (refs[r].Ready() && !Get(refs[r], absl::ZeroDuration()).ok());
+                 (answered[r] && !Get(refs[r], absl::ZeroDuration()).ok());
+    }
+    if (!aborted) {
+      for (const Frozen& f : Probe(&probe, answered, kTimeouts.probe_after)) {
+        KillHung(f.rank,
+                 absl::StrFormat("rank %d does not answer (silent for %.1f s while its host is "
+                                 "up: %s) as epoch %d formed; restarting it",
+                                 f.rank, absl::ToDoubleSeconds(absl::Now() - probe.probed), f.proof,
+                                 epoch),
+                 began);
+        aborted = true;
+      }
     }
     if (!aborted) continue;
     for (int r = 0; r < world; ++r) {
@@ -157,8 +176,13 @@ bool Controller::FormEpoch(const std::string& why) {
   bool behind = false;
   int holders = 0;  // ranks that hold the agreed state
   std::vector<std::string> failures;
+  unreachable_.clear();
   for (int r = 0; r < world; ++r) {
     auto held = Get(refs[r], std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    if (!held.ok() && (worker::IsActorDied(held.status()) ||
+                       worker::ErrorKind(held.status()) == worker::error_kind::kActorUnavailable)) {
+      unreachable_.insert(members_[r].actor_id);
+    }
     if (!held.ok()) {
       spdlog::warn("job {}: rank {} failed to form epoch {}: {}", job_id_, r, epoch, held.status());
       std::string why_not(held.status().message());
@@ -535,9 +559,20 @@ void Controller::RemoveDead(const std::vector<size_t>& suspects, bool only_confi
   }
   std::vector<size_t> dead;
   if (only_confirmed) {
+    // Also a rank killed for hanging (its death may not have reached the GCS yet), and one
+    // whose Reconfigure lost its connection, confirmed as after a failed step (a frozen
+    // process: the GCS calls it alive, and each try to form the epoch would fail on it).
+    std::vector<size_t> unreachable;
     for (size_t r : check) {
-      if (ActorState(members_[r].actor_id).state() == rpc::ACTOR_DEAD) dead.push_back(r);
+      const std::string& id = members_[r].actor_id;
+      if (hung_.count(id) > 0 || ActorState(id).state() == rpc::ACTOR_DEAD) {
+        dead.push_back(r);
+      } else if (unreachable_.count(id) > 0) {
+        unreachable.push_back(r);
+      }
     }
+    for (size_t r : ConfirmDeaths(unreachable)) dead.push_back(r);
+    std::sort(dead.begin(), dead.end());
   } else {
     dead = ConfirmDeaths(std::vector<size_t>(check.begin(), check.end()));
   }

@@ -38,12 +38,8 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
   absl::Time hang_at = absl::Now() + absl::Seconds(spec_.hang_timeout_s);
   absl::Time death_grace = absl::InfiniteFuture();
   // The liveness probe: Pings sent once the call ran long (hang.silentSeconds).
-  absl::Time probe_at =
-      spec_.hang_silent_s > 0 ? absl::Now() + ProbeAfter(count) : absl::InfiniteFuture();
-  std::vector<ObjectRef<std::vector<int64_t>>> probe;
-  absl::Time probed = absl::InfinitePast();
-  absl::flat_hash_set<std::string> knocked;  // nodes knocked on in this probe
-  absl::Time check_at = absl::InfiniteFuture();
+  LivenessProbe probe(spec_.hang_silent_s > 0 ? absl::Now() + ProbeAfter(count)
+                                              : absl::InfiniteFuture());
   bool all_ready = false;
   bool frozen_killed = false;
   while (absl::Now() < std::min(hang_at, death_grace)) {
@@ -53,28 +49,17 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
       break;
     }
     std::set<std::string> dead = DeadMembers();
-    absl::Time now = absl::Now();
-    if (dead.empty() && probe.empty() && now >= probe_at) {
-      for (auto& m : members_) probe.push_back(m.trainer().Ping());
-      probed = now;
-      knocked.clear();
-      check_at = now + absl::Seconds(spec_.hang_silent_s);
-    } else if (dead.empty() && !probe.empty() && now >= check_at) {
-      check_at = now + kTimeouts.probe_check;
-      bool answered = true;
-      for (size_t r = 0; r < refs.size(); ++r) answered &= refs[r].Ready() || probe[r].Ready();
-      if (answered) {  // every rank is alive: a slow call; probe it again later
-        probe.clear();
-        probe_at = now + ProbeAfter(count);
-        continue;
-      }
-      std::vector<Frozen> frozen = FrozenRanks(refs, probe, probed, &knocked);
+    if (dead.empty()) {
+      std::vector<bool> answered(refs.size());
+      for (size_t r = 0; r < refs.size(); ++r) answered[r] = refs[r].Ready();
+      std::vector<Frozen> frozen = Probe(&probe, answered, ProbeAfter(count));
       for (const Frozen& f : frozen) {
         KillHung(f.rank,
                  absl::StrFormat("rank %d does not answer (silent for %.1f s while its "
                                  "host is up: %s; %.1f s into the call); restarting it",
-                                 f.rank, absl::ToDoubleSeconds(absl::Now() - probed), f.proof,
-                                 absl::ToDoubleSeconds(absl::Now() - step_started_)));
+                                 f.rank, absl::ToDoubleSeconds(absl::Now() - probe.probed), f.proof,
+                                 absl::ToDoubleSeconds(absl::Now() - step_started_)),
+                 step_started_);
         lost->push_back(f.rank);
       }
       if (!frozen.empty()) {
@@ -82,8 +67,8 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
         frozen_killed = true;
         break;
       }
+      continue;
     }
-    if (dead.empty()) continue;
     if (death_grace == absl::InfiniteFuture())
       death_grace = absl::Now() + kTimeouts.aborted_step_grace;
     bool survivors_answered = true;
@@ -183,19 +168,22 @@ std::vector<size_t> Controller::HandleHang(const std::vector<ObjectRef<Metrics>>
     bool silent = phase[r] < 0;
     bool computing_alone = phase[r] == kComputing && someone_waits;
     if (refs[r].Ready() || !(silent || computing_alone)) continue;
-    KillHung(r, absl::StrCat("rank ", r, " made no progress for ", spec_.hang_timeout_s, " s (",
-                             silent ? "does not answer" : "stuck computing", "); restarting it"));
+    KillHung(r,
+             absl::StrCat("rank ", r, " made no progress for ", spec_.hang_timeout_s, " s (",
+                          silent ? "does not answer" : "stuck computing", "); restarting it"),
+             step_started_);
     killed.push_back(r);
   }
   for (auto& m : members_) m.trainer().Abort();
   return killed;
 }
 
-void Controller::KillHung(size_t r, const std::string& what) {
+void Controller::KillHung(size_t r, const std::string& what, absl::Time last_progress) {
   Event("hang", what);
-  // Its last progress: the step's start.
-  OpenRecovery(members_[r].actor_id, fault_kind::kHang, what, step_started_,
-               static_cast<int>(members_.size()));
+  // Found now (a step failed before, as when a member froze as the epoch after it formed,
+  // is not when this was found).
+  OpenRecovery(members_[r].actor_id, fault_kind::kHang, what, last_progress,
+               static_cast<int>(members_.size()), absl::Now());
   hung_.insert(members_[r].actor_id);
   Kill(members_[r].handle).IgnoreError();
 }
@@ -211,10 +199,35 @@ absl::Duration Controller::ProbeAfter(int64_t count) const {
                   absl::Milliseconds(kTimeouts.probe_factor * LastStepMs() * count));
 }
 
-std::vector<Controller::Frozen> Controller::FrozenRanks(
-    const std::vector<ObjectRef<Metrics>>& refs,
-    const std::vector<ObjectRef<std::vector<int64_t>>>& probe, absl::Time probed,
-    absl::flat_hash_set<std::string>* knocked) {
+std::vector<Controller::Frozen> Controller::Probe(LivenessProbe* probe,
+                                                  const std::vector<bool>& answered,
+                                                  absl::Duration again) {
+  absl::Time now = absl::Now();
+  if (probe->pings.empty()) {
+    if (now < probe->at) return {};
+    for (auto& m : members_) probe->pings.push_back(m.trainer().Ping());
+    probe->probed = now;
+    probe->knocked.clear();
+    probe->check_at = now + absl::Seconds(spec_.hang_silent_s);
+    return {};
+  }
+  if (now < probe->check_at) return {};
+  probe->check_at = now + kTimeouts.probe_check;
+  std::vector<size_t> silent;
+  for (size_t r = 0; r < answered.size() && r < probe->pings.size(); ++r) {
+    if (!answered[r] && !probe->pings[r].Ready()) silent.push_back(r);
+  }
+  if (silent.empty()) {  // every rank is alive: a slow call; probe it again later
+    probe->pings.clear();
+    probe->at = now + again;
+    return {};
+  }
+  return FrozenRanks(silent, probe->probed, &probe->knocked);
+}
+
+std::vector<Controller::Frozen> Controller::FrozenRanks(const std::vector<size_t>& silent,
+                                                        absl::Time probed,
+                                                        absl::flat_hash_set<std::string>* knocked) {
   auto nodes = gcs_->GetAllNodes(true);
   if (!nodes.ok()) return {};
   // A node's last heartbeat, as the GCS heard it, and its node manager's address.
@@ -225,10 +238,6 @@ std::vector<Controller::Frozen> Controller::FrozenRanks(
     if (n.heartbeat_age_ms() >= 0)
       heard[n.node_id()] = now - absl::Milliseconds(n.heartbeat_age_ms());
     if (!n.address().empty()) address[n.node_id()] = n.address();
-  }
-  std::vector<size_t> silent;
-  for (size_t r = 0; r < refs.size(); ++r) {
-    if (!refs[r].Ready() && !probe[r].Ready()) silent.push_back(r);
   }
   // Their nodes not knocked on yet in this probe, all at once. A handshake answered now comes
   // from a host that is up and reachable after the rank's silence began; it needs no wait

@@ -368,6 +368,63 @@ TEST_F(ElasticTest, AMemberDyingAsTheEpochFormsEndsTheOthersRendezvousAtOnce) {
   EXPECT_TRUE(HasEvent(s, "epoch_failed", "aborted while it formed")) << FormatStatus(s);
 }
 
+// A member freezes (SIGSTOP) just as an epoch forms, another rank having died: it never
+// reaches the rendezvous, and no death is published for it. The liveness probe
+// (hang.silentSeconds) watches the formation as it watches a step: silent while its host is
+// up, it is restarted as hung, and the others stop waiting at once, where they waited out the
+// group's timeout (a minute at this hang timeout) and the formation its own bound.
+TEST_F(ElasticTest, AMemberFrozenAsTheEpochFormsIsFoundByItsSilence) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  spec.hang_timeout_s = 60;
+  spec.hang_silent_s = 1;
+  auto baseline = Baseline(spec);
+  bool done = false;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (done || now.step < 30 || now.world_size != 3) return;
+    done = true;
+    int stopped = PidOfRank(now, 1), killed = PidOfRank(now, 2);
+    ASSERT_GT(stopped, 0);
+    ASSERT_GT(killed, 0);
+    ::kill(stopped, SIGSTOP);
+    ::kill(killed, SIGKILL);
+  });
+  ASSERT_TRUE(done);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "hang", "as epoch")) << FormatStatus(s);
+  for (const auto& r : s.recoveries) {
+    if (r.kind != "hang") continue;
+    std::printf("frozen member found %.2f s after the formation began, full strength %.2f s\n",
+                (r.detected_ms - r.fault_ms) / 1000.0, (r.full_strength_ms - r.fault_ms) / 1000.0);
+    EXPECT_LT(r.detected_ms - r.fault_ms, 30000) << FormatStatus(s);
+  }
+}
+
+// The same without the liveness probe (hang.silentSeconds: 0): the frozen member's Reconfigure
+// fails once its connection is found dead (gRPC keepalive, 10-15 s), while the GCS still calls
+// it alive. It is confirmed dead and replaced, as after a failed step, where each try to form
+// the epoch failed on it again until the job failed ("could not be formed five times").
+TEST_F(ElasticTest, AMemberFrozenAsTheEpochFormsWithoutTheProbeGoesOnceItsConnectionBreaks) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  spec.hang_timeout_s = 60;
+  spec.hang_silent_s = 0;
+  auto baseline = Baseline(spec);
+  bool done = false;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (done || now.step < 30 || now.world_size != 3) return;
+    done = true;
+    int stopped = PidOfRank(now, 1), killed = PidOfRank(now, 2);
+    ASSERT_GT(stopped, 0);
+    ASSERT_GT(killed, 0);
+    ::kill(stopped, SIGSTOP);
+    ::kill(killed, SIGKILL);
+  });
+  ASSERT_TRUE(done);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "epoch_failed", "lost the connection")) << FormatStatus(s);
+}
+
 TEST_F(ElasticTest, AStragglerFoundByTheNetworkCheckIsReplaced) {
   AddNode("node-a", 4);
   AddNode("node-slow", 1, {{"PHALANX_NETCHECK_DELAY_MS", "300"}});
