@@ -212,6 +212,16 @@ class Controller {
   // alive, and returns its record once DEAD (or after kTimeouts.death_record).
   rpc::ActorInfo MakeSureDead(const Member& m, bool answered);
 
+  // Waits for every rank's answer to an epoch's call (Reconfigure, SyncState), until
+  // `deadline`; once the epoch cannot form (a member died or failed, or froze: found by the
+  // liveness probe and killed as hung, "<...> `when`"), the ranks still waiting are aborted.
+  void AwaitEpochCalls(const std::vector<ObjectRef<int64_t>>& refs, const std::string& when,
+                       absl::Time deadline);
+  // Rank r's answer in `refs`; a rank whose call lost its actor (died, or the connection broke)
+  // goes into unreachable_.
+  absl::StatusOr<int64_t> EpochAnswer(const std::vector<ObjectRef<int64_t>>& refs, int r,
+                                      absl::Time deadline);
+
   // Finds which members are dead (those in `suspects`, plus any the GCS reports dead),
   // removes them, and applies the policies. With `only_confirmed` (after an epoch failed to
   // form), a suspect goes only when the GCS calls it dead, it was killed for hanging, or its

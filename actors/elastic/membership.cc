@@ -127,28 +127,21 @@ rpc::ActorInfo Controller::ActorState(const std::string& actor_id) {
   return info.ok() ? *info : rpc::ActorInfo();
 }
 
-// Forms epoch `epoch_ + 1` with `members_` (in rank order) and rolls everyone back to the
-// agreed state; newcomers then receive it from rank 0. Returns false if it failed.
-bool Controller::FormEpoch(const std::string& why) {
-  int64_t epoch = ++epoch_;
-  int world = static_cast<int>(members_.size());
-  std::vector<ObjectRef<int64_t>> refs;
-  for (int r = 0; r < world; ++r) {
-    refs.push_back(members_[r].trainer().Reconfigure(GroupName(), epoch, r, world, agreed_));
-  }
-  // Until every rank answered. A member that dies meanwhile (or was dead already, its death
-  // not yet known when it was counted in), or fails to reconfigure, would leave the others
-  // waiting in the rendezvous for the group's timeout (up to a minute): once its death is
-  // published or its call failed, the epoch cannot form, and those still waiting are told to
-  // abort. A member that froze (SIGSTOP: no death to publish) is found by the liveness probe,
-  // as in a step, and restarted as hung.
+// Until every rank answered its call in `refs`. A member that dies meanwhile (or was dead
+// already, its death not yet known when it was counted in), or whose call failed, would leave
+// the others waiting in a collective (the rendezvous, the state's broadcast) for the group's
+// timeout (up to a minute): once its death is published or its call failed, the epoch cannot
+// form, and those still waiting are told to abort. A member that froze (SIGSTOP: no death to
+// publish) is found by the liveness probe, as in a step, and restarted as hung.
+void Controller::AwaitEpochCalls(const std::vector<ObjectRef<int64_t>>& refs,
+                                 const std::string& when, absl::Time deadline) {
   absl::Time began = absl::Now();
-  absl::Time deadline = began + kTimeouts.reconfigure;
+  int world = static_cast<int>(refs.size());
   LivenessProbe probe(spec_.hang_silent_s > 0 ? began + kTimeouts.probe_after
                                               : absl::InfiniteFuture());
   bool aborted = false;
   while (!aborted && absl::Now() < deadline) {
-    if (Wait(refs, world, kTimeouts.step_wait_slice).not_ready.empty()) break;
+    if (Wait(refs, world, kTimeouts.step_wait_slice).not_ready.empty()) return;
     std::set<std::string> dead = DeadMembers();
     std::vector<bool> answered(world);
     for (int r = 0; r < world; ++r) {
@@ -160,9 +153,9 @@ bool Controller::FormEpoch(const std::string& why) {
       for (const Frozen& f : Probe(&probe, answered, kTimeouts.probe_after)) {
         KillHung(f.rank,
                  absl::StrFormat("rank %d does not answer (silent for %.1f s while its host is "
-                                 "up: %s) as epoch %d formed; restarting it",
+                                 "up: %s) %s; restarting it",
                                  f.rank, absl::ToDoubleSeconds(absl::Now() - probe.probed), f.proof,
-                                 epoch),
+                                 when),
                  began);
         aborted = true;
       }
@@ -172,17 +165,36 @@ bool Controller::FormEpoch(const std::string& why) {
       if (!refs[r].Ready()) members_[r].trainer().Abort();
     }
   }
+}
+
+absl::StatusOr<int64_t> Controller::EpochAnswer(const std::vector<ObjectRef<int64_t>>& refs, int r,
+                                                absl::Time deadline) {
+  auto held = Get(refs[r], std::max(deadline - absl::Now(), absl::ZeroDuration()));
+  if (!held.ok() && (worker::IsActorDied(held.status()) ||
+                     worker::ErrorKind(held.status()) == worker::error_kind::kActorUnavailable)) {
+    unreachable_.insert(members_[r].actor_id);
+  }
+  return held;
+}
+
+// Forms epoch `epoch_ + 1` with `members_` (in rank order) and rolls everyone back to the
+// agreed state; newcomers then receive it from rank 0. Returns false if it failed.
+bool Controller::FormEpoch(const std::string& why) {
+  int64_t epoch = ++epoch_;
+  int world = static_cast<int>(members_.size());
+  std::vector<ObjectRef<int64_t>> refs;
+  for (int r = 0; r < world; ++r) {
+    refs.push_back(members_[r].trainer().Reconfigure(GroupName(), epoch, r, world, agreed_));
+  }
+  absl::Time deadline = absl::Now() + kTimeouts.reconfigure;
+  AwaitEpochCalls(refs, absl::StrCat("as epoch ", epoch, " formed"), deadline);
   bool ok = true;
   bool behind = false;
   int holders = 0;  // ranks that hold the agreed state
   std::vector<std::string> failures;
   unreachable_.clear();
   for (int r = 0; r < world; ++r) {
-    auto held = Get(refs[r], std::max(deadline - absl::Now(), absl::ZeroDuration()));
-    if (!held.ok() && (worker::IsActorDied(held.status()) ||
-                       worker::ErrorKind(held.status()) == worker::error_kind::kActorUnavailable)) {
-      unreachable_.insert(members_[r].actor_id);
-    }
+    auto held = EpochAnswer(refs, r, deadline);
     if (!held.ok()) {
       spdlog::warn("job {}: rank {} failed to form epoch {}: {}", job_id_, r, epoch, held.status());
       std::string why_not(held.status().message());
@@ -216,8 +228,10 @@ bool Controller::FormEpoch(const std::string& why) {
     // Newcomers (or a whole set restarting from a checkpoint) get rank 0's state.
     std::vector<ObjectRef<int64_t>> syncs;
     for (int r = 0; r < world; ++r) syncs.push_back(members_[r].trainer().SyncState(0));
+    deadline = absl::Now() + kTimeouts.reconfigure;
+    AwaitEpochCalls(syncs, absl::StrCat("as epoch ", epoch, " sent rank 0's state"), deadline);
     for (int r = 0; r < world; ++r) {
-      auto held = Get(syncs[r], kTimeouts.reconfigure);
+      auto held = EpochAnswer(syncs, r, deadline);
       if (!held.ok() || *held != agreed_) {
         spdlog::warn(
             "job {}: rank {} failed to receive the state: {}", job_id_, r,
