@@ -10,8 +10,12 @@ and hostname. Needs root; where namespaces cannot be made it prints one line and
 
 Phalanx: `phalanx start` on each host (node timeout --node-timeout-ms), an elastic regression
 job (examples/cpp/elastic_regression, one rank per host: replicas 3, min 2, max 3, steps of
-STEP_MS) submitted with `phalanx job submit -f` on host 0. Times come from the controller's
-step log ("step unix_ms world_size" per agreed step).
+STEP_MS) submitted with `phalanx job submit -f` on host 0. Both sides time a step where
+torchrun's worker prints it: when its update is applied, before the step is padded to STEP_MS
+(RegressionTrainer's stepPad: "after"). Phalanx's times come from the ranks' update log (a line
+per applied update: pid, step, updates before it, unix ms, world size); the controller's step
+log ("step unix_ms world_size" per agreed step, one padding later) gives the committed figures,
+also printed, and the steps lost.
 
 torchrun: one agent per host (`python3 -m torch.distributed.run --nnodes 2:3
 --nproc_per_node 1 --rdzv_backend c10d --rdzv_endpoint <host 0>:PORT --monitor_interval 0.1`,
@@ -39,6 +43,7 @@ MASTER_ADDR) is removed.
 
 Last line: RESULT phalanx_resume_s=.. torchrun_resume_s=.. resume_ratio=..
   phalanx_full_s=.. torchrun_full_s=.. full_ratio=.. phalanx_steps_lost=.. torchrun_steps_lost=..
+  phalanx_committed_resume_s=..
 """
 
 import argparse
@@ -57,7 +62,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "multihost"))
 import _netns_bench  # noqa: E402
 import cluster_info  # noqa: E402
 import netns  # noqa: E402
-from jobs import ElasticRun, analyze_steps, now_ms  # noqa: E402
+from jobs import ElasticRun, analyze_steps, now_ms, read_int_rows  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 PEER_SCRIPT = os.path.join(HERE, "peers", "train_elastic.py")
@@ -127,17 +132,30 @@ def first_after(steps, t_ms, world=None, below=None):
     return None
 
 
-def measure(steps_fn, cut_fn, link_up_fn):
+def measure(steps_fn, cut_fn, link_up_fn, applied_fn=None):
     """Steps 2-6 of the docstring for one system: cut, wait for the survivors' step, link up,
-    wait for world size 3. steps_fn() returns [(step, unix_ms, world)] completed so far."""
+    wait for world size 3. steps_fn() returns [(step, unix_ms, world)] completed (committed) so
+    far; applied_fn(), where given, the steps' updates as the ranks applied them, which then
+    time the resume and full strength (the committed ones are kept as committed_*)."""
+    timed_fn = applied_fn or steps_fn
     cut_ms = now_ms()
     cut_fn()
-    resumed = wait_for(lambda: first_after(steps_fn(), cut_ms, below=3), RESUME_BOUND_S)
+    resumed = wait_for(lambda: first_after(timed_fn(), cut_ms, below=3), RESUME_BOUND_S)
     up_ms = now_ms()
     link_up_fn()
-    full = wait_for(lambda: first_after(steps_fn(), up_ms, world=3), FULL_BOUND_S)
+    full = wait_for(lambda: first_after(timed_fn(), up_ms, world=3), FULL_BOUND_S)
     steps = steps_fn()
+    committed = {}
+    if applied_fn is not None:
+        c_resumed = wait_for(lambda: first_after(steps_fn(), cut_ms, below=3), FULL_BOUND_S)
+        c_full = wait_for(lambda: first_after(steps_fn(), up_ms, world=3), FULL_BOUND_S)
+        steps = steps_fn()
+        committed = {
+            "committed_resume_s": (c_resumed[1] - cut_ms) / 1000.0 if c_resumed else None,
+            "committed_full_s": (c_full[1] - cut_ms) / 1000.0 if c_full else None,
+        }
     return {
+        **committed,
         "cut_ms": cut_ms,
         "resume_s": (resumed[1] - cut_ms) / 1000.0 if resumed else None,
         "full_s": (full[1] - cut_ms) / 1000.0 if full else None,
@@ -150,20 +168,27 @@ def measure(steps_fn, cut_fn, link_up_fn):
 
 # -- Phalanx -------------------------------------------------------------------------------
 
+def applied_steps(path):
+    """[(step, unix_ms, world)] of every update the ranks applied (the update log), by time."""
+    return sorted(((r[1], r[3], r[4]) for r in read_int_rows(path, 5)), key=lambda s: s[1])
+
+
 def run_phalanx(hosts, tag, args):
     """One Phalanx measurement on `hosts`; (result dict, the cut host's index)."""
     cluster = netns.Cluster(hosts, num_cpus=2, node_timeout_ms=args.node_timeout_ms)
     try:
         cluster.start()
+        updates = os.path.join(hosts.dir, f"{tag}-updates.log")
         run = ElasticRun(cluster, hosts.dir, tag=tag, steps=PHALANX_STEPS, step_ms=STEP_MS,
-                         hang_s=args.hang_s)
+                         hang_s=args.hang_s, config={"stepPad": "after", "updateLog": updates})
         run.submit()
         if run.wait_world(3, timeout=START_BOUND_S) is None:
             raise RuntimeError(f"phalanx: never reached world size 3:\n{run.output()[-2000:]}")
         ctl = cluster_info.wait_controller(cluster, run.job_id)
         victim = next(i for i in range(1, len(hosts)) if ctl is None or ctl[0] != i)
         run.wait_step(FAULT_STEP, timeout=START_BOUND_S)
-        res = measure(run.steps, hosts[victim].link_down, hosts[victim].link_up)
+        res = measure(run.steps, hosts[victim].link_down, hosts[victim].link_up,
+                      applied_fn=lambda: applied_steps(updates))
         res["controller_host"] = ctl[0] if ctl else None
         cluster.phalanx(0, "job", "stop", run.job_id, "--grace", "2", timeout=60)
         run.wait_done(timeout=STOP_BOUND_S)
@@ -304,17 +329,23 @@ def report(results, args):
         log(f"{label:<36} {show(a):>10} {show(b):>10}{note}")
     resume_txt, resume_r = ratio(med["resume_s"][0], med["resume_s"][1], RESUME_BOUND_S)
     full_txt, full_r = ratio(med["full_s"][0], med["full_s"][1], RESUME_BOUND_S + FULL_BOUND_S)
+    c_resume = median(x.get("committed_resume_s") for x in ph)
+    c_full = median(x.get("committed_full_s") for x in ph)
+    log(f"{'phalanx at the commit (resume, full)':<36} {show(c_resume):>10} {show(c_full):>10}")
     log(f"ratio phalanx/torchrun: resume {resume_txt}, full strength {full_txt}")
-    log("(resume: the cut -> the first step completed after it, at world size 2 (Phalanx: the "
-        "controller's step log; torchrun: rank 0's step lines); full strength: the cut -> the "
-        "first step completed at world size 3, after the link came back up once the survivors "
-        "had resumed; steps lost: how far the completed step went backwards over the run)")
+    log("(resume: the cut -> the first step whose update was applied after it, at world size 2 "
+        "(Phalanx: the ranks' update log; torchrun: rank 0's step lines, printed as its update "
+        "is applied); full strength: the cut -> the first such step at world size 3, after the "
+        "link came back up once the survivors had resumed; at the commit: the controller's step "
+        "log, one step's padding later; steps lost: how far the committed step went backwards "
+        "over the run)")
     f = lambda x: "none" if x is None else f"{x:.3f}"  # noqa: E731
     lost_a, lost_b = med["lost"]
     log(f"RESULT phalanx_resume_s={f(med['resume_s'][0])} "
         f"torchrun_resume_s={f(med['resume_s'][1])} resume_ratio={f(resume_r)} phalanx_full_s={f(med['full_s'][0])} "
         f"torchrun_full_s={f(med['full_s'][1])} full_ratio={f(full_r)} "
-        f"phalanx_steps_lost={f(lost_a)} torchrun_steps_lost={f(lost_b)} runs={len(results)} "
+        f"phalanx_steps_lost={f(lost_a)} torchrun_steps_lost={f(lost_b)} "
+        f"phalanx_committed_resume_s={f(c_resume)} runs={len(results)} "
         f"node_timeout_ms={args.node_timeout_ms} torch_pg_timeout_s={args.pg_timeout_s}")
 
 
@@ -325,7 +356,8 @@ def run_once(i, args):
         ph, victim = run_phalanx(hosts, f"phalanx-{i}", args)
         log(f"  run {i + 1} phalanx  (cut host {victim}, controller on host "
             f"{ph['controller_host']}): resume {show(ph['resume_s'], RESUME_BOUND_S)} s, "
-            f"full strength {show(ph['full_s'])} s (link up -> full {show(ph['up_to_full_s'])} s), "
+            f"full strength {show(ph['full_s'])} s (link up -> full {show(ph['up_to_full_s'])} s); "
+            f"committed: {show(ph['committed_resume_s'])} s and {show(ph['committed_full_s'])} s; "
             f"steps lost {ph['lost']} [{time.time() - t0:.0f} s wall]")
         t0 = time.time()
         tr = run_torchrun(hosts, victim, f"torchrun-{i}", args)
