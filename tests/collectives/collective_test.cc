@@ -31,6 +31,16 @@ class CollectiveTest : public ::testing::Test {
     gcs_ = std::make_unique<testing::GcsProcess>(*redis_);
   }
 
+  // A group of this process on the test's GCS, with a 30 s timeout.
+  GroupOptions InProcessGroup(const std::string& name) {
+    GroupOptions options;
+    options.name = name;
+    options.gcs_address = gcs_->address();
+    options.token = gcs_->token();
+    options.timeout = absl::Seconds(30);
+    return options;
+  }
+
   // Starts one rank; its output goes to a log named after `label`.
   testing::ChildProcess Rank(const std::string& label, const std::string& scenario,
                              const std::string& plan,
@@ -181,11 +191,7 @@ TEST_F(CollectiveTest, AbortEndsACallBlockedOnAStoppedPeerAtOnce) {
 // thread ends its Reconfigure at once, where it would wait out the group's timeout. An Abort
 // that came before the Reconfigure was called does not end it: the epoch forms.
 TEST_F(CollectiveTest, AbortEndsAReconfigureWaitingForAMemberThatIsGone) {
-  GroupOptions options;
-  options.name = "abort-forming";
-  options.gcs_address = gcs_->address();
-  options.token = gcs_->token();
-  options.timeout = absl::Seconds(30);
+  GroupOptions options = InProcessGroup("abort-forming");
   auto waiting = CollectiveGroup::Create(options);
   ASSERT_TRUE(waiting.ok()) << waiting.status();
   absl::Status formed;
@@ -217,11 +223,7 @@ TEST_F(CollectiveTest, AbortEndsAReconfigureWaitingForAMemberThatIsGone) {
 // An Abort ends that wait at once too, where it would last the group's timeout. Shared
 // memory is off, so each member is a machine of its own and the mesh forms over TCP.
 TEST_F(CollectiveTest, AbortEndsAReconfigureWaitingForAConnectionFromAMemberThatIsGone) {
-  GroupOptions options;
-  options.name = "abort-connecting";
-  options.gcs_address = gcs_->address();
-  options.token = gcs_->token();
-  options.timeout = absl::Seconds(30);
+  GroupOptions options = InProcessGroup("abort-connecting");
   options.shared_memory = false;
   auto waiting = CollectiveGroup::Create(options);
   ASSERT_TRUE(waiting.ok()) << waiting.status();

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <functional>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -203,6 +204,32 @@ class ElasticTest : public testing::ClusterTest {
     EXPECT_EQ(s.recoveries[0].kind, "hang");
     EXPECT_GT(s.recoveries[0].full_strength_ms, 0) << FormatStatus(s);
     *detected_ms = s.recoveries[0].detected_ms - s.recoveries[0].fault_ms;
+    return s;
+  }
+
+  // Runs `spec` with a hang timeout of 60 s (so a group timeout of 60 s: min(60 s, the hang
+  // timeout)), after its fault-free baseline, on one node with room for 4 ranks. Once the job
+  // is at step 30 with 3 ranks, rank 1 stops (SIGSTOP), then rank 2 dies (SIGKILL): the step
+  // fails, and the next epoch forms with rank 1 in it, never answering. `then(status, rank 1's
+  // pid)`, if given, is called right after. Checks that the job healed to 3 ranks.
+  JobStatus RunStoppingRank1AsRank2Dies(
+      JobSpec spec, const std::function<void(const JobStatus&, int)>& then = nullptr) {
+    spec.hang_timeout_s = 60;
+    AddNode("node-a", 4);
+    auto baseline = Baseline(spec);
+    bool done = false;
+    JobStatus s = Run(spec, [&](const JobStatus& now) {
+      if (done || now.step < 30 || now.world_size != 3) return;
+      done = true;
+      int stopped = PidOfRank(now, 1), killed = PidOfRank(now, 2);
+      ASSERT_GT(stopped, 0);
+      ASSERT_GT(killed, 0);
+      ::kill(stopped, SIGSTOP);
+      ::kill(killed, SIGKILL);
+      if (then) then(now, stopped);
+    });
+    EXPECT_TRUE(done);
+    ExpectHealed(s, spec, baseline, 3);
     return s;
   }
 

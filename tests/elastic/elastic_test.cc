@@ -338,21 +338,8 @@ TEST_F(ElasticTest, ARank0DyingWhileItLoadsTheCheckpointLeavesItForTheNext) {
 // waiting in the rendezvous are told to abort, instead of waiting out the group's timeout (a
 // minute at this hang timeout), and the next epoch forms without it.
 TEST_F(ElasticTest, AMemberDyingAsTheEpochFormsEndsTheOthersRendezvousAtOnce) {
-  AddNode("node-a", 4);
-  JobSpec spec = Spec(3, 1, 3);
-  spec.hang_timeout_s = 60;  // the group's timeout is min(60 s, the hang timeout)
-  auto baseline = Baseline(spec);
-  bool done = false;
-  JobStatus s = Run(spec, [&](const JobStatus& now) {
-    if (done || now.step < 30 || now.world_size != 3) return;
-    done = true;
-    int stopped = PidOfRank(now, 1), killed = PidOfRank(now, 2);
-    ASSERT_GT(stopped, 0);
-    ASSERT_GT(killed, 0);
-    // Rank 1 stops, then rank 2 dies: the step fails, and the next epoch forms with rank 1 in
-    // it, never answering; the others wait for it in the rendezvous. Then rank 1 dies too.
-    ::kill(stopped, SIGSTOP);
-    ::kill(killed, SIGKILL);
+  JobStatus s = RunStoppingRank1AsRank2Dies(Spec(3, 1, 3), [&](const JobStatus& now, int stopped) {
+    // The others wait for rank 1 in the rendezvous. Then it dies too.
     std::string marker = absl::StrCat("elastic-", now.job_id, "/epochs/", now.epoch + 1);
     bool forming = testing::WaitFor(
         [&] {
@@ -363,34 +350,18 @@ TEST_F(ElasticTest, AMemberDyingAsTheEpochFormsEndsTheOthersRendezvousAtOnce) {
     ::kill(stopped, SIGKILL);
     EXPECT_TRUE(forming) << "epoch " << now.epoch + 1 << " never began to form";
   });
-  ASSERT_TRUE(done);
-  ExpectHealed(s, spec, baseline, 3);
   EXPECT_TRUE(HasEvent(s, "epoch_failed", "aborted while it formed")) << FormatStatus(s);
 }
 
-// A member freezes (SIGSTOP) just as an epoch forms, another rank having died: it never
-// reaches the rendezvous, and no death is published for it. The liveness probe
+// The same member stays frozen (no death is published for it). The liveness probe
 // (hang.silentSeconds) watches the formation as it watches a step: silent while its host is
-// up, it is restarted as hung, and the others stop waiting at once, where they waited out the
-// group's timeout (a minute at this hang timeout) and the formation its own bound.
+// up, it is restarted as hung, and the others stop waiting at once. Before, its Reconfigure
+// failed once its connection was found dead (gRPC keepalive, 10-15 s), each try to form the
+// epoch failed on it again (the GCS still called it alive), and the job failed.
 TEST_F(ElasticTest, AMemberFrozenAsTheEpochFormsIsFoundByItsSilence) {
-  AddNode("node-a", 4);
   JobSpec spec = Spec(3, 1, 3);
-  spec.hang_timeout_s = 60;
   spec.hang_silent_s = 1;
-  auto baseline = Baseline(spec);
-  bool done = false;
-  JobStatus s = Run(spec, [&](const JobStatus& now) {
-    if (done || now.step < 30 || now.world_size != 3) return;
-    done = true;
-    int stopped = PidOfRank(now, 1), killed = PidOfRank(now, 2);
-    ASSERT_GT(stopped, 0);
-    ASSERT_GT(killed, 0);
-    ::kill(stopped, SIGSTOP);
-    ::kill(killed, SIGKILL);
-  });
-  ASSERT_TRUE(done);
-  ExpectHealed(s, spec, baseline, 3);
+  JobStatus s = RunStoppingRank1AsRank2Dies(spec);
   EXPECT_TRUE(HasEvent(s, "hang", "as epoch")) << FormatStatus(s);
   for (const auto& r : s.recoveries) {
     if (r.kind != "hang") continue;
@@ -401,27 +372,13 @@ TEST_F(ElasticTest, AMemberFrozenAsTheEpochFormsIsFoundByItsSilence) {
 }
 
 // The same without the liveness probe (hang.silentSeconds: 0): the frozen member's Reconfigure
-// fails once its connection is found dead (gRPC keepalive, 10-15 s), while the GCS still calls
-// it alive. It is confirmed dead and replaced, as after a failed step, where each try to form
-// the epoch failed on it again until the job failed ("could not be formed five times").
+// fails once its connection is found dead, while the GCS still calls it alive. It is confirmed
+// dead and replaced, as after a failed step, where each try to form the epoch failed on it
+// again until the job failed ("could not be formed five times").
 TEST_F(ElasticTest, AMemberFrozenAsTheEpochFormsWithoutTheProbeGoesOnceItsConnectionBreaks) {
-  AddNode("node-a", 4);
   JobSpec spec = Spec(3, 1, 3);
-  spec.hang_timeout_s = 60;
   spec.hang_silent_s = 0;
-  auto baseline = Baseline(spec);
-  bool done = false;
-  JobStatus s = Run(spec, [&](const JobStatus& now) {
-    if (done || now.step < 30 || now.world_size != 3) return;
-    done = true;
-    int stopped = PidOfRank(now, 1), killed = PidOfRank(now, 2);
-    ASSERT_GT(stopped, 0);
-    ASSERT_GT(killed, 0);
-    ::kill(stopped, SIGSTOP);
-    ::kill(killed, SIGKILL);
-  });
-  ASSERT_TRUE(done);
-  ExpectHealed(s, spec, baseline, 3);
+  JobStatus s = RunStoppingRank1AsRank2Dies(spec);
   EXPECT_TRUE(HasEvent(s, "epoch_failed", "lost the connection")) << FormatStatus(s);
 }
 
