@@ -212,11 +212,12 @@ class Controller {
   // alive, and returns its record once DEAD (or after kTimeouts.death_record).
   rpc::ActorInfo MakeSureDead(const Member& m, bool answered);
 
-  // Waits for every rank's answer to an epoch's call (Reconfigure, SyncState), until
-  // `deadline`; once the epoch cannot form (a member died or failed, or froze: found by the
-  // liveness probe and killed as hung, "<...> `when`"), the ranks still waiting are aborted.
-  void AwaitEpochCalls(const std::vector<ObjectRef<int64_t>>& refs, const std::string& when,
-                       absl::Time deadline);
+  // Waits for every answer to `refs` (refs[i] a call to rank ranks[i]: an epoch's Reconfigure
+  // or SyncState, rank 0's checkpoint), until `deadline`. Once one of those ranks died, its
+  // call failed, or it froze (found by the liveness probe and killed as hung, "<...> `when`"),
+  // it stops waiting, and the ranks whose calls are still out are told to abort.
+  void AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs, const std::vector<size_t>& ranks,
+                  const std::string& when, absl::Time deadline);
   // Rank r's answer in `refs`; a rank whose call lost its actor (died, or the connection broke)
   // goes into unreachable_.
   absl::StatusOr<int64_t> EpochAnswer(const std::vector<ObjectRef<int64_t>>& refs, int r,

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <numeric>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -127,27 +128,31 @@ rpc::ActorInfo Controller::ActorState(const std::string& actor_id) {
   return info.ok() ? *info : rpc::ActorInfo();
 }
 
-// Until every rank answered its call in `refs`. A member that dies meanwhile (or was dead
-// already, its death not yet known when it was counted in), or whose call failed, would leave
-// the others waiting in a collective (the rendezvous, the state's broadcast) for the group's
-// timeout (up to a minute): once its death is published or its call failed, the epoch cannot
-// form, and those still waiting are told to abort. A member that froze (SIGSTOP: no death to
-// publish) is found by the liveness probe, as in a step, and restarted as hung.
-void Controller::AwaitEpochCalls(const std::vector<ObjectRef<int64_t>>& refs,
-                                 const std::string& when, absl::Time deadline) {
+// Until every call in `refs` answered. In an epoch's formation, a member that dies meanwhile
+// (or was dead already, its death not yet known when it was counted in), or whose call
+// failed, would leave the others waiting in a collective (the rendezvous, the state's
+// broadcast) for the group's timeout (up to a minute): once its death is published or its
+// call failed, the epoch cannot form, and those still waiting are told to abort. A member
+// that froze (SIGSTOP: no death to publish) is found by the liveness probe, as in a step,
+// and restarted as hung; so is a rank 0 that froze while it saved or loaded a checkpoint
+// (else the controller waited kTimeouts.checkpoint for it).
+void Controller::AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs,
+                            const std::vector<size_t>& ranks, const std::string& when,
+                            absl::Time deadline) {
   absl::Time began = absl::Now();
-  int world = static_cast<int>(refs.size());
   LivenessProbe probe(spec_.hang_silent_s > 0 ? began + kTimeouts.probe_after
                                               : absl::InfiniteFuture());
   bool aborted = false;
   while (!aborted && absl::Now() < deadline) {
-    if (Wait(refs, world, kTimeouts.step_wait_slice).not_ready.empty()) return;
+    if (Wait(refs, static_cast<int>(refs.size()), kTimeouts.step_wait_slice).not_ready.empty()) {
+      return;
+    }
     std::set<std::string> dead = DeadMembers();
-    std::vector<bool> answered(world);
-    for (int r = 0; r < world; ++r) {
-      answered[r] = refs[r].Ready();
-      aborted |= dead.count(members_[r].actor_id) > 0 ||
-                 (answered[r] && !Get(refs[r], absl::ZeroDuration()).ok());
+    std::vector<bool> answered(members_.size(), true);  // the ranks not called count as answered
+    for (size_t i = 0; i < refs.size(); ++i) {
+      answered[ranks[i]] = refs[i].Ready();
+      aborted |= dead.count(members_[ranks[i]].actor_id) > 0 ||
+                 (refs[i].Ready() && !Get(refs[i], absl::ZeroDuration()).ok());
     }
     if (!aborted) {
       for (const Frozen& f : Probe(&probe, answered, kTimeouts.probe_after)) {
@@ -161,8 +166,8 @@ void Controller::AwaitEpochCalls(const std::vector<ObjectRef<int64_t>>& refs,
       }
     }
     if (!aborted) continue;
-    for (int r = 0; r < world; ++r) {
-      if (!refs[r].Ready()) members_[r].trainer().Abort();
+    for (size_t i = 0; i < refs.size(); ++i) {
+      if (!refs[i].Ready()) members_[ranks[i]].trainer().Abort();
     }
   }
 }
@@ -186,8 +191,10 @@ bool Controller::FormEpoch(const std::string& why) {
   for (int r = 0; r < world; ++r) {
     refs.push_back(members_[r].trainer().Reconfigure(GroupName(), epoch, r, world, agreed_));
   }
+  std::vector<size_t> all(world);
+  std::iota(all.begin(), all.end(), 0);
   absl::Time deadline = absl::Now() + kTimeouts.reconfigure;
-  AwaitEpochCalls(refs, absl::StrCat("as epoch ", epoch, " formed"), deadline);
+  AwaitCalls(refs, all, absl::StrCat("as epoch ", epoch, " formed"), deadline);
   bool ok = true;
   bool behind = false;
   int holders = 0;  // ranks that hold the agreed state
@@ -229,7 +236,7 @@ bool Controller::FormEpoch(const std::string& why) {
     std::vector<ObjectRef<int64_t>> syncs;
     for (int r = 0; r < world; ++r) syncs.push_back(members_[r].trainer().SyncState(0));
     deadline = absl::Now() + kTimeouts.reconfigure;
-    AwaitEpochCalls(syncs, absl::StrCat("as epoch ", epoch, " sent rank 0's state"), deadline);
+    AwaitCalls(syncs, all, absl::StrCat("as epoch ", epoch, " sent rank 0's state"), deadline);
     for (int r = 0; r < world; ++r) {
       auto held = EpochAnswer(syncs, r, deadline);
       if (!held.ok() || *held != agreed_) {

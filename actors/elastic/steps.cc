@@ -316,7 +316,11 @@ bool Controller::CheckpointDueAt(int64_t step) const {
 void Controller::CheckpointIfDue() {
   if (!CheckpointDueAt(agreed_)) return;
   std::string path = absl::StrCat(spec_.checkpoint_dir, "/", spec_.name, "-step", agreed_, ".ckpt");
-  auto saved = Get(members_[0].trainer().SaveCheckpoint(path, agreed_), kTimeouts.checkpoint);
+  auto save = members_[0].trainer().SaveCheckpoint(path, agreed_);
+  absl::Time deadline = absl::Now() + kTimeouts.checkpoint;
+  AwaitCalls({save}, {0}, absl::StrCat("while it saved the checkpoint of step ", agreed_),
+             deadline);
+  auto saved = Get(save, std::max(deadline - absl::Now(), absl::ZeroDuration()));
   if (!saved.ok()) {
     Event("checkpoint_failed", std::string(saved.status().message()));
     return;
@@ -336,7 +340,11 @@ bool Controller::RestartFromCheckpoint(const std::string& lost) {
   auto pointer = ReadCheckpointPointer(*gcs_, job_id_);
   int64_t step = 0;
   if (pointer) {
-    auto loaded = Get(members_[0].trainer().LoadCheckpoint(pointer->path), kTimeouts.checkpoint);
+    auto load = members_[0].trainer().LoadCheckpoint(pointer->path);
+    absl::Time deadline = absl::Now() + kTimeouts.checkpoint;
+    AwaitCalls({load}, {0}, absl::StrCat("while it loaded the checkpoint of step ", pointer->step),
+               deadline);
+    auto loaded = Get(load, std::max(deadline - absl::Now(), absl::ZeroDuration()));
     if (!loaded.ok() && !worker::IsTaskError(loaded.status())) {
       // Rank 0 died or hung on the way: the checkpoint is not to blame. It is kept for the
       // next rank 0 to load.

@@ -1,8 +1,15 @@
 // Elastic training under real faults: SIGKILL, OOM, exit codes, node-manager death, a node
-// joining, a slowed rank, a SIGSTOPped rank, scale requests, malformed specs. Each test checks
-// that the job heals, the world size after healing, that no committed step was lost (the
-// final weights equal those of an uninterrupted run within 1e-5, after all steps), that each
-// sample was used exactly once per pass, and that no process is left behind.
+// joining, a slowed rank, a SIGSTOPped rank (in a step, as an epoch forms, in a checkpoint),
+// scale requests, malformed specs. Each test checks that the job heals, the world size after
+// healing, that no committed step was lost (the final weights equal those of an uninterrupted
+// run within 1e-5, after all steps), that each sample was used exactly once per pass, and that
+// no process is left behind.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/match.h"
 #include "tests/elastic/elastic_fixture.h"
 
 using phalanx::examples::RegressionTrainer;
@@ -380,6 +387,57 @@ TEST_F(ElasticTest, AMemberFrozenAsTheEpochFormsWithoutTheProbeGoesOnceItsConnec
   spec.hang_silent_s = 0;
   JobStatus s = RunStoppingRank1AsRank2Dies(spec);
   EXPECT_TRUE(HasEvent(s, "epoch_failed", "lost the connection")) << FormatStatus(s);
+}
+
+// Rank 0 freezes while it saves a checkpoint. Its save is held first (a FIFO where it writes
+// the file: a file system that does not answer), while it still answers Pings, and then it is
+// SIGSTOPped there. The liveness probe watches the save as it watches a step: rank 0 is
+// restarted as hung within about silentSeconds. Before, the save's call failed only when gRPC's
+// keepalive gave up on the connection (15 s), and the next step then waited in its allreduce
+// for the group's timeout (60 s): the job stood still for 81 s.
+TEST_F(ElasticTest, ARank0FrozenWhileItSavesACheckpointIsFoundByItsSilence) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  spec.hang_timeout_s = 60;
+  spec.checkpoint_dir = dir_.path() + "/ckpt";
+  spec.checkpoint_interval = 10;
+  auto baseline = Baseline(spec);
+  std::string fifo;
+  int rank0 = -1;
+  bool stopped = false;
+  // Whether a thread of `pid` waits to open a FIFO (the kernel's wait for its reader).
+  auto waits_on_fifo = [](int pid) {
+    for (const auto& task : ListDir(absl::StrCat("/proc/", pid, "/task"))) {
+      auto wchan = ReadFile(absl::StrCat("/proc/", pid, "/task/", task, "/wchan"));
+      if (wchan.ok() && absl::StrContains(*wchan, "wait_for_partner")) return true;
+    }
+    return false;
+  };
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (stopped || now.world_size != 3) return;
+    if (fifo.empty()) {
+      // Where rank 0 writes the checkpoint of step 20 (WriteFile: <path>.tmp.<pid>).
+      rank0 = PidOfRank(now, 0);
+      ASSERT_GT(rank0, 0);
+      ASSERT_LT(now.step, 20);
+      ASSERT_TRUE(MakeDirs(spec.checkpoint_dir).ok());
+      fifo = absl::StrCat(spec.checkpoint_dir, "/", spec.name, "-step20.ckpt.tmp.", rank0);
+      ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0) << std::strerror(errno);
+      return;
+    }
+    if (!waits_on_fifo(rank0)) return;
+    stopped = ::kill(rank0, SIGSTOP) == 0;
+  });
+  ASSERT_TRUE(stopped) << "rank 0 never blocked in its checkpoint";
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "hang", "while it saved the checkpoint of step 20")) << FormatStatus(s);
+  EXPECT_TRUE(HasEvent(s, "checkpoint_failed")) << FormatStatus(s);
+  for (const auto& r : s.recoveries) {
+    if (r.kind != "hang") continue;
+    std::printf("rank 0 found frozen %.2f s after its save began\n",
+                (r.detected_ms - r.fault_ms) / 1000.0);
+    EXPECT_LT(r.detected_ms - r.fault_ms, 60000) << FormatStatus(s);
+  }
 }
 
 TEST_F(ElasticTest, AStragglerFoundByTheNetworkCheckIsReplaced) {
