@@ -405,11 +405,15 @@ TEST_F(ElasticTest, ARank0FrozenWhileItSavesACheckpointIsFoundByItsSilence) {
   std::string fifo;
   int rank0 = -1;
   bool stopped = false;
-  // Whether a thread of `pid` waits to open a FIFO (the kernel's wait for its reader).
+  // Whether a thread of `pid` waits to open a FIFO: the kernel's wait for its reader, or (where
+  // wchan says nothing) a thread inside openat(2), which only the blocked save is.
   auto waits_on_fifo = [](int pid) {
     for (const auto& task : ListDir(absl::StrCat("/proc/", pid, "/task"))) {
-      auto wchan = ReadFile(absl::StrCat("/proc/", pid, "/task/", task, "/wchan"));
+      std::string proc = absl::StrCat("/proc/", pid, "/task/", task);
+      auto wchan = ReadFile(proc + "/wchan");
       if (wchan.ok() && absl::StrContains(*wchan, "wait_for_partner")) return true;
+      auto syscall = ReadFile(proc + "/syscall");
+      if (syscall.ok() && absl::StartsWith(*syscall, "257 ")) return true;
     }
     return false;
   };
