@@ -38,6 +38,12 @@ namespace phalanx::elastic {
 using Handle = ActorHandle<AnyActor>;
 using Metrics = StepMetrics;
 
+// A call failed because its actor is gone: it died, or the connection to it broke (while the
+// GCS may still call it alive: a frozen process). Its rank counts as lost.
+inline bool LostTheActor(const absl::Status& s) {
+  return worker::IsActorDied(s) || worker::ErrorKind(s) == worker::error_kind::kActorUnavailable;
+}
+
 // Every bound the controller waits with, named in one place. The job's own bounds (the hang
 // timeout, the controller lease, the below-min timeout, the scale-out debounce) are spec
 // settings; these are the controller's.
@@ -218,6 +224,10 @@ class Controller {
   // it stops waiting, and the ranks whose calls are still out are told to abort.
   void AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs, const std::vector<size_t>& ranks,
                   const std::string& when, absl::Time deadline);
+  // Rank 0's answer to `call` (a checkpoint's save or load), within `bound`, waited for
+  // through AwaitCalls (a frozen rank 0 is killed as hung, "<...> `when`").
+  absl::StatusOr<int64_t> Rank0Answer(const ObjectRef<int64_t>& call, const std::string& when,
+                                      absl::Duration bound);
   // Rank r's answer in `refs`; a rank whose call lost its actor (died, or the connection broke)
   // goes into unreachable_.
   absl::StatusOr<int64_t> EpochAnswer(const std::vector<ObjectRef<int64_t>>& refs, int r,

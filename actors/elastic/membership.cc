@@ -175,11 +175,15 @@ void Controller::AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs,
 absl::StatusOr<int64_t> Controller::EpochAnswer(const std::vector<ObjectRef<int64_t>>& refs, int r,
                                                 absl::Time deadline) {
   auto held = Get(refs[r], std::max(deadline - absl::Now(), absl::ZeroDuration()));
-  if (!held.ok() && (worker::IsActorDied(held.status()) ||
-                     worker::ErrorKind(held.status()) == worker::error_kind::kActorUnavailable)) {
-    unreachable_.insert(members_[r].actor_id);
-  }
+  if (!held.ok() && LostTheActor(held.status())) unreachable_.insert(members_[r].actor_id);
   return held;
+}
+
+absl::StatusOr<int64_t> Controller::Rank0Answer(const ObjectRef<int64_t>& call,
+                                                const std::string& when, absl::Duration bound) {
+  absl::Time deadline = absl::Now() + bound;
+  AwaitCalls({call}, {0}, when, deadline);
+  return Get(call, std::max(deadline - absl::Now(), absl::ZeroDuration()));
 }
 
 // Forms epoch `epoch_ + 1` with `members_` (in rank order) and rolls everyone back to the
@@ -574,10 +578,11 @@ int Controller::ReadyJoiners() {
 // removes them, and applies the policies.
 void Controller::RemoveDead(const std::vector<size_t>& suspects, bool only_confirmed) {
   std::set<size_t> check(suspects.begin(), suspects.end());
+  std::set<size_t> called_dead;  // by the GCS, read once here
   for (size_t r = 0; r < members_.size(); ++r) {
-    rpc::ActorInfo info = ActorState(members_[r].actor_id);
-    if (info.state() == rpc::ACTOR_DEAD) check.insert(r);
+    if (ActorState(members_[r].actor_id).state() == rpc::ACTOR_DEAD) called_dead.insert(r);
   }
+  check.insert(called_dead.begin(), called_dead.end());
   std::vector<size_t> dead;
   if (only_confirmed) {
     // Also a rank killed for hanging (its death may not have reached the GCS yet), and one
@@ -586,7 +591,7 @@ void Controller::RemoveDead(const std::vector<size_t>& suspects, bool only_confi
     std::vector<size_t> unreachable;
     for (size_t r : check) {
       const std::string& id = members_[r].actor_id;
-      if (hung_.count(id) > 0 || ActorState(id).state() == rpc::ACTOR_DEAD) {
+      if (hung_.count(id) > 0 || called_dead.count(r) > 0) {
         dead.push_back(r);
       } else if (unreachable_.count(id) > 0) {
         unreachable.push_back(r);

@@ -93,11 +93,7 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
       all_ok = false;
       if (error->empty()) *error = std::string(result.status().message());
       bool counted = std::find(lost->begin(), lost->end(), r) != lost->end();
-      if (!counted &&
-          (worker::IsActorDied(result.status()) ||
-           worker::ErrorKind(result.status()) == worker::error_kind::kActorUnavailable)) {
-        lost->push_back(r);
-      }
+      if (!counted && LostTheActor(result.status())) lost->push_back(r);
       continue;
     }
     results->push_back(*result);
@@ -316,11 +312,9 @@ bool Controller::CheckpointDueAt(int64_t step) const {
 void Controller::CheckpointIfDue() {
   if (!CheckpointDueAt(agreed_)) return;
   std::string path = absl::StrCat(spec_.checkpoint_dir, "/", spec_.name, "-step", agreed_, ".ckpt");
-  auto save = members_[0].trainer().SaveCheckpoint(path, agreed_);
-  absl::Time deadline = absl::Now() + kTimeouts.checkpoint;
-  AwaitCalls({save}, {0}, absl::StrCat("while it saved the checkpoint of step ", agreed_),
-             deadline);
-  auto saved = Get(save, std::max(deadline - absl::Now(), absl::ZeroDuration()));
+  auto saved = Rank0Answer(members_[0].trainer().SaveCheckpoint(path, agreed_),
+                           absl::StrCat("while it saved the checkpoint of step ", agreed_),
+                           kTimeouts.checkpoint);
   if (!saved.ok()) {
     Event("checkpoint_failed", std::string(saved.status().message()));
     return;
@@ -340,11 +334,10 @@ bool Controller::RestartFromCheckpoint(const std::string& lost) {
   auto pointer = ReadCheckpointPointer(*gcs_, job_id_);
   int64_t step = 0;
   if (pointer) {
-    auto load = members_[0].trainer().LoadCheckpoint(pointer->path);
-    absl::Time deadline = absl::Now() + kTimeouts.checkpoint;
-    AwaitCalls({load}, {0}, absl::StrCat("while it loaded the checkpoint of step ", pointer->step),
-               deadline);
-    auto loaded = Get(load, std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    auto loaded =
+        Rank0Answer(members_[0].trainer().LoadCheckpoint(pointer->path),
+                    absl::StrCat("while it loaded the checkpoint of step ", pointer->step),
+                    kTimeouts.checkpoint);
     if (!loaded.ok() && !worker::IsTaskError(loaded.status())) {
       // Rank 0 died or hung on the way: the checkpoint is not to blame. It is kept for the
       // next rank 0 to load.
