@@ -144,21 +144,21 @@ class GroupImpl final : public CollectiveGroup {
         .Wait();
   }
 
-  Work AllreduceAsync(void* data, size_t count, DType dtype, ReduceOp op,
-                      absl::Duration timeout) override {
-    return Op("allreduce", timeout, [=](CommBackend* b, absl::Duration t) {
+  Work DoAllreduce(void* data, size_t count, DType dtype, ReduceOp op, absl::Duration timeout,
+                   Dispatch dispatch) override {
+    return Op("allreduce", timeout, dispatch, [=](CommBackend* b, absl::Duration t) {
       return b->Allreduce(data, count, dtype, op, t);
     });
   }
-  Work AllgatherAsync(const void* in, void* out, size_t count, DType dtype,
-                      absl::Duration timeout) override {
-    return Op("allgather", timeout, [=](CommBackend* b, absl::Duration t) {
+  Work DoAllgather(const void* in, void* out, size_t count, DType dtype, absl::Duration timeout,
+                   Dispatch dispatch) override {
+    return Op("allgather", timeout, dispatch, [=](CommBackend* b, absl::Duration t) {
       return b->Allgather(in, out, count, dtype, t);
     });
   }
-  Work BroadcastAsync(void* data, size_t count, DType dtype, int root,
-                      absl::Duration timeout) override {
-    return Op("broadcast", timeout, [=, this](CommBackend* b, absl::Duration t) {
+  Work DoBroadcast(void* data, size_t count, DType dtype, int root, absl::Duration timeout,
+                   Dispatch dispatch) override {
+    return Op("broadcast", timeout, dispatch, [=, this](CommBackend* b, absl::Duration t) {
       if (root < 0 || root >= current_.world) {
         return absl::InvalidArgumentError(
             absl::StrCat("broadcast: root ", root, " is not a rank (0..", current_.world - 1, ")"));
@@ -166,18 +166,19 @@ class GroupImpl final : public CollectiveGroup {
       return b->Broadcast(data, count, dtype, root, t);
     });
   }
-  Work ReduceScatterAsync(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
-                          absl::Duration timeout) override {
-    return Op("reduce-scatter", timeout, [=](CommBackend* b, absl::Duration t) {
+  Work DoReduceScatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                       absl::Duration timeout, Dispatch dispatch) override {
+    return Op("reduce-scatter", timeout, dispatch, [=](CommBackend* b, absl::Duration t) {
       return b->ReduceScatter(in, out, count, dtype, op, t);
     });
   }
-  Work BarrierAsync(absl::Duration timeout) override {
-    return Op("barrier", timeout, [](CommBackend* b, absl::Duration t) { return b->Barrier(t); });
+  Work DoBarrier(absl::Duration timeout, Dispatch dispatch) override {
+    return Op("barrier", timeout, dispatch,
+              [](CommBackend* b, absl::Duration t) { return b->Barrier(t); });
   }
-  Work SendAsync(const void* data, size_t count, DType dtype, int dst,
-                 absl::Duration timeout) override {
-    return Op("send", timeout, [=, this](CommBackend* b, absl::Duration t) {
+  Work DoSend(const void* data, size_t count, DType dtype, int dst, absl::Duration timeout,
+              Dispatch dispatch) override {
+    return Op("send", timeout, dispatch, [=, this](CommBackend* b, absl::Duration t) {
       if (dst < 0 || dst >= current_.world || dst == current_.rank) {
         return absl::InvalidArgumentError(
             absl::StrCat("send: destination ", dst, " is not another rank (0..", current_.world - 1,
@@ -186,8 +187,9 @@ class GroupImpl final : public CollectiveGroup {
       return b->Send(data, count, dtype, dst, t);
     });
   }
-  Work RecvAsync(void* data, size_t count, DType dtype, int src, absl::Duration timeout) override {
-    return Op("recv", timeout, [=, this](CommBackend* b, absl::Duration t) {
+  Work DoRecv(void* data, size_t count, DType dtype, int src, absl::Duration timeout,
+              Dispatch dispatch) override {
+    return Op("recv", timeout, dispatch, [=, this](CommBackend* b, absl::Duration t) {
       if (src < 0 || src >= current_.world || src == current_.rank) {
         return absl::InvalidArgumentError(
             absl::StrCat("recv: source ", src, " is not another rank (0..", current_.world - 1,
@@ -211,38 +213,53 @@ class GroupImpl final : public CollectiveGroup {
  private:
   using Task = std::function<absl::Status()>;
 
-  Work Submit(Task task) {
-    auto promise = std::make_shared<std::promise<absl::Status>>();
-    Work work(promise->get_future().share());
+  // Queues `task` for the op thread; or, for Dispatch::kHereIfIdle with no task queued or
+  // running, runs it here and now (the caller holds the op role while it runs).
+  template <typename F>
+  Work Submit(F&& task, Dispatch dispatch = Dispatch::kQueue) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (dispatch == Dispatch::kQueue || running_ || !queue_.empty()) {
+        auto promise = std::make_shared<std::promise<absl::Status>>();
+        Work work(promise->get_future().share());
+        queue_.push_back([promise, task = std::forward<F>(task)] {
+          absl::Status s = task();
+          promise->set_value(s);
+          return s;
+        });
+        return work;
+      }
+      running_ = true;
+    }
+    absl::Status s = task();
     absl::MutexLock lock(&mu_);
-    queue_.push_back([promise, task = std::move(task)] {
-      absl::Status s = task();
-      promise->set_value(s);
-      return s;
-    });
-    return work;
+    running_ = false;
+    return Work(std::move(s));
   }
 
-  // Runs a collective on the op thread, with the group's sticky failure and error naming.
+  // Runs a collective in the op role, with the group's sticky failure and error naming.
   template <typename F>
-  Work Op(const char* what, absl::Duration timeout, F&& call) {
+  Work Op(const char* what, absl::Duration timeout, Dispatch dispatch, F&& call) {
     if (timeout == absl::ZeroDuration()) timeout = options_.timeout;
-    return Submit([this, what, timeout, call = std::forward<F>(call)]() -> absl::Status {
-      if (!backend_) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "collective group '", options_.name, "' has no epoch: call Reconfigure first"));
-      }
-      if (!failure_.ok()) return failure_;
-      absl::Status s = call(backend_.get(), timeout);
-      if (s.ok() || absl::IsInvalidArgument(s)) return s;
-      std::string cause = RootCause(s);
-      failure_ = absl::Status(
-          s.code(), absl::StrCat("collective group '", options_.name, "' epoch ", current_.epoch,
-                                 " (rank ", current_.rank, " of ", current_.world, "): ", what,
-                                 " failed: ", cause, "; form a new epoch with Reconfigure"));
-      spdlog::warn("{}", failure_.message());
-      return failure_;
-    });
+    return Submit(
+        [this, what, timeout, call = std::forward<F>(call)]() -> absl::Status {
+          if (!backend_) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "collective group '", options_.name, "' has no epoch: call Reconfigure first"));
+          }
+          if (!failure_.ok()) return failure_;
+          absl::Status s = call(backend_.get(), timeout);
+          if (s.ok() || absl::IsInvalidArgument(s)) return s;
+          std::string cause = RootCause(s);
+          failure_ =
+              absl::Status(s.code(), absl::StrCat("collective group '", options_.name, "' epoch ",
+                                                  current_.epoch, " (rank ", current_.rank, " of ",
+                                                  current_.world, "): ", what, " failed: ", cause,
+                                                  "; form a new epoch with Reconfigure"));
+          spdlog::warn("{}", failure_.message());
+          return failure_;
+        },
+        dispatch);
   }
 
   // After a failed call: records what this member saw, closes its connections so that every
@@ -286,16 +303,20 @@ class GroupImpl final : public CollectiveGroup {
       Task task;
       {
         absl::MutexLock lock(&mu_);
+        // A caller running its blocking call here holds the op role (running_) until done.
         mu_.Await(absl::Condition(
             +[](GroupImpl* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g->mu_) {
-              return g->stopping_ || !g->queue_.empty();
+              return !g->running_ && (g->stopping_ || !g->queue_.empty());
             },
             this));
         if (queue_.empty()) return;
         task = std::move(queue_.front());
         queue_.pop_front();
+        running_ = true;
       }
       task().IgnoreError();  // the outcome went to the Work
+      absl::MutexLock lock(&mu_);
+      running_ = false;
     }
   }
 
@@ -429,8 +450,8 @@ class GroupImpl final : public CollectiveGroup {
     int world = 0;
   };
 
-  // Touched by the op thread only (every task runs there), so read without a lock; Abort
-  // reaches the backend through live_backend_.
+  // Touched only by the task holding the op role (running_, taken and given back under mu_),
+  // so read without a lock; Abort reaches the backend through live_backend_.
   std::unique_ptr<CommBackend> backend_;
   Membership current_;
   absl::Status failure_;
@@ -446,6 +467,8 @@ class GroupImpl final : public CollectiveGroup {
   // it when it forms an epoch.
   Membership published_ ABSL_GUARDED_BY(mu_);
   std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
+  // A task is running, on the op thread or on a blocking caller's (the op role: one at a time).
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

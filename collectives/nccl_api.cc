@@ -69,6 +69,7 @@ absl::StatusOr<NcclApi> Load() {
   Bind(nccl, "ncclRecv", &api.Recv, &missing);
   Bind(cudart, "cudaGetDeviceCount", &api.GetDeviceCount, &missing);
   Bind(cudart, "cudaSetDevice", &api.SetDevice, &missing);
+  Bind(cudart, "cudaGetDevice", &api.GetDevice, &missing);
   Bind(cudart, "cudaMalloc", &api.Malloc, &missing);
   Bind(cudart, "cudaFree", &api.Free, &missing);
   Bind(cudart, "cudaStreamCreateWithFlags", &api.StreamCreateWithFlags, &missing);

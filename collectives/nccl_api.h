@@ -37,6 +37,7 @@ struct NcclApi {
 
   decltype(&cudaGetDeviceCount) GetDeviceCount = nullptr;
   decltype(&cudaSetDevice) SetDevice = nullptr;
+  decltype(&cudaGetDevice) GetDevice = nullptr;
   cudaError_t (*Malloc)(void** pointer, size_t bytes) = nullptr;  // overloaded in C++
   decltype(&cudaFree) Free = nullptr;
   decltype(&cudaStreamCreateWithFlags) StreamCreateWithFlags = nullptr;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/backend.h"
 #include "collectives/nccl_api.h"
@@ -150,7 +151,13 @@ class NcclBackend final : public CommBackend {
     if (comm_ == nullptr || aborted_) {
       return absl::FailedPreconditionError("the communicator was aborted");
     }
-    nccl_.SetDevice(device_);
+    // A blocking call runs on the caller's thread: its current device is put back after.
+    int callers_device = device_;
+    nccl_.GetDevice(&callers_device);
+    if (callers_device != device_) nccl_.SetDevice(device_);
+    absl::Cleanup restore = [&] {
+      if (callers_device != device_) nccl_.SetDevice(callers_device);
+    };
     absl::Time deadline = absl::Now() + timeout;
     if (auto s = AwaitIssued(nccl_, comm_, issue(), deadline, what); !s.ok()) {
       Abort();

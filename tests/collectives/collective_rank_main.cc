@@ -237,12 +237,15 @@ void CheckOps(CollectiveGroup& g) {
     }
     Check(a.ok() && b.ok(), "send/recv " + std::string(a.message()) + std::string(b.message()));
     Check(in[0] == prev && in[4095] == prev, "send/recv payload");
-    // The async forms run in order.
+    // The async forms run in order, and a blocking call made while they are queued runs
+    // after them (not on this thread at once, as it does when none is queued).
     std::vector<float> x(100, 1.0f);
     auto w1 = g.AllreduceAsync(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum);
     auto w2 = g.AllreduceAsync(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum);
-    Check(w1.Wait().ok() && w2.Wait().ok(), "async allreduce");
-    Check(x[0] == static_cast<float>(n * n), "async allreduce order");
+    auto s3 = g.Allreduce(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum);
+    Check(w1.Done() && w2.Done(), "the blocking allreduce returned before the queued ones ran");
+    Check(w1.Wait().ok() && w2.Wait().ok() && s3.ok(), "async allreduce");
+    Check(x[0] == static_cast<float>(n * n * n), "async allreduce order");
   }
 }
 
