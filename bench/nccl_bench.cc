@@ -1,5 +1,6 @@
 // nccl_bench: allreduce of device buffers through Phalanx's collective group (NCCL backend),
-// side by side with its peer, a bare ncclAllReduce loop, in the same run on the same GPUs.
+// side by side with its peer, a bare ncclAllReduce loop, in the same run on the same GPUs (and,
+// for the record, the same loop on a non-blocking communicator, as the group's).
 // One rank per GPU of this machine (a thread each; NCCL refuses two ranks on one device), so a
 // one-GPU machine measures world size 1: what the group's bookkeeping costs over NCCL's own.
 //
@@ -133,40 +134,53 @@ int Run(int iters) {
       });
   groups.clear();
 
-  // The peer: a bare ncclAllReduce loop on communicators of its own.
-  ncclUniqueId id;
-  api.GetUniqueId(&id);
-  std::vector<ncclComm_t> comms(gpus, nullptr);
-  std::vector<cudaStream_t> streams(gpus, nullptr);
-  auto bare = Timed(
-      gpus, iters, api,
-      [&](int r) {
-        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-        if (api.CommInitRankConfig(&comms[r], gpus, id, r, &config) != ncclSuccess) return false;
-        return api.StreamCreateWithFlags(&streams[r], cudaStreamNonBlocking) == cudaSuccess;
-      },
-      [&](int r, void* buffer, size_t count) {
-        return api.AllReduce(buffer, buffer, count, ncclFloat32, ncclSum, comms[r], streams[r]) ==
-                   ncclSuccess &&
-               WaitStream(api, streams[r]);
-      });
-  for (int r = 0; r < gpus; ++r) {
-    if (comms[r] != nullptr) api.CommDestroy(comms[r]);
-    if (streams[r] != nullptr) api.StreamDestroy(streams[r]);
-  }
-  if (ours.empty() || bare.empty()) {
-    std::printf("a side failed (phalanx %s, bare %s)\n", ours.empty() ? "failed" : "ok",
-                bare.empty() ? "failed" : "ok");
+  // The peer: a bare ncclAllReduce loop on communicators of its own, at NCCL's defaults
+  // (blocking); and the same loop on non-blocking communicators, which the group uses so that
+  // ncclCommAbort can end a call (a call there may return ncclInProgress until it is issued).
+  auto bare_loop = [&](bool blocking) {
+    ncclUniqueId id;
+    api.GetUniqueId(&id);
+    std::vector<ncclComm_t> comms(gpus, nullptr);
+    std::vector<cudaStream_t> streams(gpus, nullptr);
+    auto issued = [&](int r, ncclResult_t res) {
+      while (res == ncclInProgress) api.CommGetAsyncError(comms[r], &res);
+      return res == ncclSuccess;
+    };
+    auto times = Timed(
+        gpus, iters, api,
+        [&](int r) {
+          ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+          config.blocking = blocking ? 1 : 0;
+          if (!issued(r, api.CommInitRankConfig(&comms[r], gpus, id, r, &config))) return false;
+          return api.StreamCreateWithFlags(&streams[r], cudaStreamNonBlocking) == cudaSuccess;
+        },
+        [&](int r, void* buffer, size_t count) {
+          return issued(r, api.AllReduce(buffer, buffer, count, ncclFloat32, ncclSum, comms[r],
+                                         streams[r])) &&
+                 WaitStream(api, streams[r]);
+        });
+    for (int r = 0; r < gpus; ++r) {
+      if (comms[r] != nullptr) api.CommDestroy(comms[r]);
+      if (streams[r] != nullptr) api.StreamDestroy(streams[r]);
+    }
+    return times;
+  };
+  auto bare = bare_loop(true);
+  auto bare_nonblocking = bare_loop(false);
+  if (ours.empty() || bare.empty() || bare_nonblocking.empty()) {
+    std::printf("a side failed (phalanx %s, bare %s, bare non-blocking %s)\n",
+                ours.empty() ? "failed" : "ok", bare.empty() ? "failed" : "ok",
+                bare_nonblocking.empty() ? "failed" : "ok");
     return 1;
   }
-  std::printf("%-8s %12s %12s %14s %14s %7s\n", "size", "phalanx_us", "nccl_us", "phalanx_GB/s",
-              "nccl_GB/s", "ratio");
+  std::printf("%-8s %12s %12s %15s %14s %14s %7s\n", "size", "phalanx_us", "nccl_us",
+              "nccl_nonblk_us", "phalanx_GB/s", "nccl_GB/s", "ratio");
   std::vector<double> ratio(std::size(kSizes));
   for (size_t s = 0; s < std::size(kSizes); ++s) {
     double a = kSizes[s] / ours[s] / 1e3, b = kSizes[s] / bare[s] / 1e3;  // GB/s
     ratio[s] = a / b;
-    std::printf("%-8s %12.1f %12.1f %14.2f %14.2f %7.3f\n", SizeName(kSizes[s]).c_str(), ours[s],
-                bare[s], a, b, ratio[s]);
+    std::printf("%-8s %12.1f %12.1f %15.1f %14.2f %14.2f %7.3f\n", SizeName(kSizes[s]).c_str(),
+                ours[s], bare[s], bare_nonblocking[s], a, b, ratio[s]);
   }
   size_t last = std::size(kSizes) - 1;
   std::printf(
