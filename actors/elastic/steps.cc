@@ -33,10 +33,11 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
     ahead_step_ = next;
     ahead_epoch_ = epoch_;
   }
-  // Until every rank answered, or one died (the survivors were told to abort: wait for
-  // their answers only briefly), or the hang timeout.
+  // Until every rank answered, or one died or its call failed (the survivors are told to
+  // abort: wait for their answers only briefly), or the hang timeout.
   absl::Time hang_at = absl::Now() + absl::Seconds(spec_.hang_timeout_s);
   absl::Time death_grace = absl::InfiniteFuture();
+  int failed_rank = -1;  // the first rank whose call failed while others still ran
   // The liveness probe: Pings sent once the call ran long (hang.silentSeconds).
   LivenessProbe probe(spec_.hang_silent_s > 0 ? absl::Now() + ProbeAfter(count)
                                               : absl::InfiniteFuture());
@@ -49,7 +50,14 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
       break;
     }
     std::set<std::string> dead = DeadMembers();
-    if (dead.empty()) {
+    // A rank whose call failed (its trainer raised, or the connection to it broke) will not
+    // reach the step's collectives: the others would wait there for the group's timeout.
+    for (size_t r = 0; r < refs.size() && failed_rank < 0; ++r) {
+      if (refs[r].Ready() && !Get(refs[r], absl::ZeroDuration()).ok()) {
+        failed_rank = static_cast<int>(r);
+      }
+    }
+    if (dead.empty() && failed_rank < 0) {
       std::vector<bool> answered(refs.size());
       for (size_t r = 0; r < refs.size(); ++r) answered[r] = refs[r].Ready();
       std::vector<Frozen> frozen = Probe(&probe, answered, ProbeAfter(count));
@@ -69,8 +77,16 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
       }
       continue;
     }
-    if (death_grace == absl::InfiniteFuture())
+    if (death_grace == absl::InfiniteFuture()) {
       death_grace = absl::Now() + kTimeouts.aborted_step_grace;
+      // A published death has its survivors aborted already (OnActorMessage); a failed call
+      // has not.
+      if (dead.empty()) {
+        for (size_t r = 0; r < refs.size(); ++r) {
+          if (!refs[r].Ready()) members_[r].trainer().Abort();
+        }
+      }
+    }
     bool survivors_answered = true;
     for (size_t r = 0; r < refs.size(); ++r) {
       survivors_answered &= dead.count(members_[r].actor_id) > 0 || refs[r].Ready();
@@ -84,11 +100,16 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
   bool all_ok = true;
   bool done = false;
   double loss = 0;
+  // The failure that ended the step first, not a survivor's "aborted".
+  if (failed_rank >= 0) {
+    *error = std::string(Get(refs[failed_rank], absl::ZeroDuration()).status().message());
+  }
   for (size_t r = 0; r < refs.size(); ++r) {
     auto result = refs[r].Ready() || all_ready
                       ? Get(refs[r], kTimeouts.step_result)
                       : absl::StatusOr<Metrics>(absl::UnavailableError(
-                            "no answer after a member died (its step was aborted)"));
+                            "no answer after a member died or its step failed (its step "
+                            "was aborted)"));
     if (!result.ok()) {
       all_ok = false;
       if (error->empty()) *error = std::string(result.status().message());

@@ -11,9 +11,11 @@
 //                                  (bench/peers/train_elastic.py) does, so that a benchmark
 //                                  reading the updateLog times both sides at the same point
 //   trackSamples (true)            keep, in the state, how often each sample was used
-//   oomAtStep / exitAtStep (-1)    test hooks: at that step, rank `faultRank` (0) allocates
-//   exitCode (3), faultRank (0)    past its memory limit, or exits with exitCode — once per
-//   faultMarker ("")               job (a marker file records that it happened)
+//   oomAtStep / exitAtStep /       test hooks: at that step, rank `faultRank` (0) allocates
+//   failAtStep (-1)                past its memory limit, exits with exitCode, or returns an
+//   exitCode (3), faultRank (0)    error from its Step before the step's allreduce (a trainer
+//   faultMarker ("")               that raises; the process lives on) — once per job (a
+//                                  marker file records that it happened, and when: unix ms)
 //   oomTrigger ("")                a path prefix: the rank that finds <oomTrigger>.<rank> at the
 //                                  start of a step removes it and allocates past its memory
 //                                  limit (faults on demand, for soaks; unused when empty)
@@ -76,6 +78,7 @@ class RegressionTrainer : public elastic::Trainer {
     track_ = get("trackSamples", 1) != 0;
     oom_at_ = static_cast<int64_t>(get("oomAtStep", -1));
     exit_at_ = static_cast<int64_t>(get("exitAtStep", -1));
+    fail_at_ = static_cast<int64_t>(get("failAtStep", -1));
     exit_code_ = static_cast<int>(get("exitCode", 3));
     hold_at_ = static_cast<int64_t>(get("oomHoldAtBytes", -1));
     hold_ms_ = static_cast<int>(get("oomHoldMs", 0));
@@ -120,7 +123,7 @@ class RegressionTrainer : public elastic::Trainer {
   absl::StatusOr<elastic::StepResult> Step(const elastic::StepInput& in) override {
     absl::Time start = absl::Now();
     last_rank_ = in.rank;
-    MaybeFault(in);
+    if (absl::Status fault = MaybeFault(in); !fault.ok()) return fault;
     if (step_ms_ > 0 && !pad_after_) usleep(static_cast<useconds_t>(step_ms_) * 1000);
     // Local sums over this rank's samples: gradient, loss, and (for the checks) visits.
     std::vector<double> sums(dims_ + 1, 0.0);
@@ -215,17 +218,27 @@ class RegressionTrainer : public elastic::Trainer {
   }
 
  private:
-  void MaybeFault(const elastic::StepInput& in) {
+  // An error: this step fails (failAtStep).
+  absl::Status MaybeFault(const elastic::StepInput& in) {
     if (!oom_trigger_.empty() && ::unlink(absl::StrCat(oom_trigger_, ".", in.rank).c_str()) == 0) {
       AllocatePastTheLimit();  // removing the trigger claimed it: one OOM per trigger
     }
-    if (in.rank != fault_rank_ || (in.step != oom_at_ && in.step != exit_at_)) return;
+    if (in.rank != fault_rank_ ||
+        (in.step != oom_at_ && in.step != exit_at_ && in.step != fail_at_)) {
+      return absl::OkStatus();
+    }
     if (!marker_.empty()) {
-      if (PathExists(marker_)) return;  // it happened once: the respawned rank carries on
-      WriteFile(marker_, "1").IgnoreError();
+      // It happened once: the respawned (or rolled-back) rank carries on.
+      if (PathExists(marker_)) return absl::OkStatus();
+      WriteFile(marker_, absl::StrCat(absl::ToUnixMillis(absl::Now()))).IgnoreError();
     }
     if (in.step == exit_at_) std::exit(exit_code_);
+    if (in.step == fail_at_) {
+      return absl::InternalError(
+          absl::StrCat("failAtStep: rank ", in.rank, "'s step ", in.step, " fails (a test hook)"));
+    }
     AllocatePastTheLimit();
+    return absl::OkStatus();
   }
 
   // Allocates until the node's monitor kills the process for going past its memory limit.
@@ -248,7 +261,7 @@ class RegressionTrainer : public elastic::Trainer {
   int step_ms_ = 0;
   bool pad_after_ = false;  // stepPad: "after"
   bool track_ = true;
-  int64_t oom_at_ = -1, exit_at_ = -1;
+  int64_t oom_at_ = -1, exit_at_ = -1, fail_at_ = -1;
   int exit_code_ = 3;
   int64_t hold_at_ = -1;
   int hold_ms_ = 0;

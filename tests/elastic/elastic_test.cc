@@ -389,6 +389,38 @@ TEST_F(ElasticTest, AMemberFrozenAsTheEpochFormsWithoutTheProbeGoesOnceItsConnec
   EXPECT_TRUE(HasEvent(s, "epoch_failed", "lost the connection")) << FormatStatus(s);
 }
 
+// Rank 1's trainer returns an error at step 20, before the step's allreduce, and its process
+// lives on (a trainer that raises): ranks 0 and 2 wait for it in that allreduce. The
+// controller aborts them as soon as rank 1's call answers with the error, as it does when a
+// member dies, and the job goes on in a new epoch from the committed state with all 3 ranks.
+// Before, nothing ended their wait but the group's timeout (min(60 s, the hang timeout)).
+TEST_F(ElasticTest, AStepThatFailsOnOneRankEndsTheOthersWaitAtOnce) {
+  AddNode("node-a", 3);
+  JobSpec spec = Spec(3, 1, 3);
+  spec.hang_timeout_s = 60;
+  auto baseline = Baseline(spec);
+  std::string marker = dir_.path() + "/fail-marker";
+  spec.config["failAtStep"] = "20";
+  spec.config["faultRank"] = "1";
+  spec.config["faultMarker"] = marker;
+  JobStatus s = Run(spec);
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "step_failed", "failAtStep: rank 1's step 20 fails")) << FormatStatus(s);
+  EXPECT_FALSE(HasEvent(s, "hang")) << FormatStatus(s);
+  EXPECT_EQ(s.restarts, 0) << FormatStatus(s);
+  // How long the others waited: from the failure (the marker holds its time) to the event.
+  auto written = ReadFile(marker);
+  int64_t failed_ms = 0;
+  ASSERT_TRUE(written.ok() && absl::SimpleAtoi(*written, &failed_ms)) << marker;
+  for (const auto& e : s.events) {
+    if (e.kind != "step_failed") continue;
+    std::printf("the others' wait ended %.2f s after rank 1's step failed\n",
+                (e.time_ms - failed_ms) / 1000.0);
+    EXPECT_LT(e.time_ms - failed_ms, 30000) << "they waited out the group's timeout";
+    break;
+  }
+}
+
 // Rank 0 freezes while it saves a checkpoint. Its save is held first (a FIFO where it writes
 // the file: a file system that does not answer), while it still answers Pings, and then it is
 // SIGSTOPped there. The liveness probe watches the save as it watches a step: rank 0 is
