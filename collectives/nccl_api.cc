@@ -72,6 +72,7 @@ absl::StatusOr<NcclApi> Load() {
   Bind(cudart, "cudaGetDevice", &api.GetDevice, &missing);
   Bind(cudart, "cudaMalloc", &api.Malloc, &missing);
   Bind(cudart, "cudaFree", &api.Free, &missing);
+  Bind(cudart, "cudaMemcpy", &api.Memcpy, &missing);
   Bind(cudart, "cudaStreamCreateWithFlags", &api.StreamCreateWithFlags, &missing);
   Bind(cudart, "cudaStreamDestroy", &api.StreamDestroy, &missing);
   Bind(cudart, "cudaStreamQuery", &api.StreamQuery, &missing);

@@ -40,6 +40,7 @@ struct NcclApi {
   decltype(&cudaGetDevice) GetDevice = nullptr;
   cudaError_t (*Malloc)(void** pointer, size_t bytes) = nullptr;  // overloaded in C++
   decltype(&cudaFree) Free = nullptr;
+  decltype(&cudaMemcpy) Memcpy = nullptr;
   decltype(&cudaStreamCreateWithFlags) StreamCreateWithFlags = nullptr;
   decltype(&cudaStreamDestroy) StreamDestroy = nullptr;
   decltype(&cudaStreamQuery) StreamQuery = nullptr;

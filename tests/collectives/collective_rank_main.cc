@@ -32,7 +32,7 @@
 #include "collectives/half.h"
 
 #ifdef PHALANX_WITH_NCCL
-#include <cuda_runtime.h>
+#include "collectives/nccl_api.h"  // the CUDA runtime, loaded as the backend loads it
 #endif
 
 namespace phalanx::collective {
@@ -339,6 +339,18 @@ int Main(int argc, char** argv) {
     if (watcher.joinable()) watcher.join();
   }
 #ifdef PHALANX_WITH_NCCL
+  // The CUDA runtime as the NCCL backend loads it (not linked: libnccl needs none of its own).
+  const NcclApi* cuda = nullptr;
+  if (scenario == "nccl" || scenario == "nccl1") {
+    auto loaded = LoadNccl();
+    if (!loaded.ok()) {
+      std::printf("%s\n", std::string(loaded.status().message()).c_str());
+      return 1;
+    }
+    cuda = *loaded;
+    // This thread's buffers go on the rank's GPU (the group's calls run on it too).
+    if (options.cuda_device >= 0) cuda->SetDevice(options.cuda_device);
+  }
   if (scenario == "nccl") {
     // Device buffers: allreduce (sum, avg), allgather, broadcast and a failure-free epoch
     // change (a pure shrink when the plan drops members).
@@ -348,11 +360,11 @@ int Main(int argc, char** argv) {
       size_t count = 1 << 20;
       std::vector<float> host(count, static_cast<float>(me + 1));
       float* dev = nullptr;
-      cudaMalloc(&dev, count * sizeof(float));
-      cudaMemcpy(dev, host.data(), count * sizeof(float), cudaMemcpyHostToDevice);
+      cuda->Malloc(reinterpret_cast<void**>(&dev), count * sizeof(float));
+      cuda->Memcpy(dev, host.data(), count * sizeof(float), cudaMemcpyHostToDevice);
       auto s = g.Allreduce(dev, count, DType::kFloat32, ReduceOp::kSum);
-      cudaMemcpy(host.data(), dev, count * sizeof(float), cudaMemcpyDeviceToHost);
-      cudaFree(dev);
+      cuda->Memcpy(host.data(), dev, count * sizeof(float), cudaMemcpyDeviceToHost);
+      cuda->Free(dev);
       if (!s.ok() || host[count - 1] != static_cast<float>(n * (n + 1) / 2)) {
         std::printf("nccl allreduce wrong: %s\n", std::string(s.message()).c_str());
         return 1;
@@ -367,18 +379,18 @@ int Main(int argc, char** argv) {
     size_t count = 1 << 20;
     std::vector<float> host(count, 3.0f);
     float* dev = nullptr;
-    if (cudaMalloc(&dev, count * sizeof(float)) != cudaSuccess) {
+    if (cuda->Malloc(reinterpret_cast<void**>(&dev), count * sizeof(float)) != cudaSuccess) {
       std::printf("cudaMalloc failed\n");
       return 1;
     }
-    cudaMemcpy(dev, host.data(), count * sizeof(float), cudaMemcpyHostToDevice);
+    cuda->Memcpy(dev, host.data(), count * sizeof(float), cudaMemcpyHostToDevice);
     auto s = g.Allreduce(dev, count, DType::kFloat32, ReduceOp::kSum);
     if (s.ok()) s = g.Broadcast(dev, count, DType::kFloat32, 0);
-    cudaMemcpy(host.data(), dev, count * sizeof(float), cudaMemcpyDeviceToHost);
+    cuda->Memcpy(host.data(), dev, count * sizeof(float), cudaMemcpyDeviceToHost);
     if (!s.ok() || host[0] != 3.0f || host[count - 1] != 3.0f) {
       std::printf("nccl world-1 allreduce/broadcast wrong (%g): %s\n", host[0],
                   std::string(s.message()).c_str());
-      cudaFree(dev);
+      cuda->Free(dev);
       return 1;
     }
     std::printf("allreduce and broadcast OK\n");
@@ -386,7 +398,7 @@ int Main(int argc, char** argv) {
     absl::Time t0 = absl::Now();
     s = g.Allreduce(dev, count, DType::kFloat32, ReduceOp::kSum);
     double ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
-    cudaFree(dev);
+    cuda->Free(dev);
     if (s.ok()) {
       std::printf("an allreduce after Abort() succeeded\n");
       return 1;
