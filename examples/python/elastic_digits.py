@@ -52,6 +52,13 @@ def train_loop(config):
     ctx = train.get_context()
     for epoch in range(state.epoch, config["epochs"]):
         for idx in train.ElasticSampler(len(x), config["batch_size"], epoch, seed=1):
+            if config.get("raise_at_step") is not None and state.step >= config["raise_at_step"] \
+                    and ctx.rank == 1 and not os.path.exists(config["raise_marker"]):
+                # Chaos (tests): this rank's loop raises before the step's allreduce, once;
+                # the marker holds when.
+                with open(config["raise_marker"], "w") as f:
+                    f.write(repr(time.time()))
+                raise RuntimeError(f"raise_at_step: rank 1 raises at step {state.step}")
             optimizer.zero_grad()
             out = model(x[idx])
             loss = F.cross_entropy(out, y[idx], reduction="sum") / max(1, len(idx))

@@ -133,6 +133,24 @@ def test_the_trainer_heals_from_an_oom_with_twice_the_memory(cluster, tmp_path):
     assert result.restarts == 1
 
 
+def test_a_loop_that_raises_on_one_rank_has_the_others_aborted_at_once(cluster, tmp_path):
+    """Rank 1's loop raises before a step's allreduce (its process lives on): the others,
+    waiting for it there, are aborted as soon as its step call fails, not at the group's
+    timeout (60 s at the default hang timeout), and every rank goes on from the last commit."""
+    marker = tmp_path / "raise-once"
+    result = run({"step_sleep": 0.01, "raise_at_step": 30, "raise_marker": str(marker)})
+    assert marker.exists(), f"the loop never raised: {result.state} {result.events}"
+    check_converged(result)
+    for e in result.events:  # shown when it fails
+        print(e["time_ms"], e["kind"], e["message"][:150])
+    failed = [e for e in result.events if e["kind"] == "step_failed"]
+    assert len(failed) == 1 and "raise_at_step: rank 1 raises" in failed[0]["message"]
+    assert result.restarts == 0
+    waited = failed[0]["time_ms"] / 1000 - float(marker.read_text())
+    print(f"the others' wait ended {waited:.2f} s after rank 1's loop raised")
+    assert waited < 30, "they waited out the group's timeout"
+
+
 def test_ray_train_names_and_the_deprecated_ones_give_the_same_job(tmp_path):
     import warnings
     new = train.TorchTrainer(
