@@ -10,6 +10,7 @@
 #include <map>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -231,10 +232,12 @@ class GroupImpl final : public CollectiveGroup {
       }
       running_ = true;
     }
-    absl::Status s = task();
-    absl::MutexLock lock(&mu_);
-    running_ = false;
-    return Work(std::move(s));
+    // Given back even if the task throws (to the caller, here), or the group would stall.
+    absl::Cleanup give_back = [this] {
+      absl::MutexLock lock(&mu_);
+      running_ = false;
+    };
+    return Work(task());
   }
 
   // Runs a collective in the op role, with the group's sticky failure and error naming.
