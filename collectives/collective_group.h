@@ -189,9 +189,9 @@ class CollectiveGroup {
   }
 
   // Blocking forms. With nothing queued or running they run on the calling thread, sparing
-  // the hand-off to the group's op thread and back (about 15 µs: the whole cost of a world-
-  // size-1 NCCL allreduce, and more than a small one over shared memory takes); else they
-  // wait their turn behind the queued ones.
+  // the hand-off to the group's op thread and back: a world-size-1 NCCL allreduce took 16 µs
+  // with it on an H100 host and takes 1.4 µs without; a 4 KiB one over shared memory on two
+  // busy cores, about 140 µs and 85 µs. Else they wait their turn behind the queued ones.
   absl::Status Allreduce(void* data, size_t count, DType dtype, ReduceOp op,
                          absl::Duration timeout = absl::ZeroDuration()) {
     return Timed(DoAllreduce(data, count, dtype, op, timeout, Dispatch::kHereIfIdle));
