@@ -213,6 +213,11 @@ class GroupImpl final : public CollectiveGroup {
 
  private:
   using Task = std::function<absl::Status()>;
+  // A task for the op thread and where its outcome goes.
+  struct Queued {
+    Task task;
+    std::shared_ptr<std::promise<absl::Status>> outcome;
+  };
 
   // Queues `task` for the op thread; or, for Dispatch::kHereIfIdle with no task queued or
   // running, runs it here and now (the caller holds the op role while it runs).
@@ -221,14 +226,9 @@ class GroupImpl final : public CollectiveGroup {
     {
       absl::MutexLock lock(&mu_);
       if (dispatch == Dispatch::kQueue || running_ || !queue_.empty()) {
-        auto promise = std::make_shared<std::promise<absl::Status>>();
-        Work work(promise->get_future().share());
-        queue_.push_back([promise, task = std::forward<F>(task)] {
-          absl::Status s = task();
-          promise->set_value(s);
-          return s;
-        });
-        return work;
+        auto outcome = std::make_shared<std::promise<absl::Status>>();
+        queue_.push_back(Queued{Task(std::forward<F>(task)), outcome});
+        return Work(outcome->get_future().share());
       }
       running_ = true;
     }
@@ -303,7 +303,7 @@ class GroupImpl final : public CollectiveGroup {
 
   void Loop() {
     while (true) {
-      Task task;
+      Queued next;
       {
         absl::MutexLock lock(&mu_);
         // A caller running its blocking call here holds the op role (running_) until done.
@@ -313,13 +313,19 @@ class GroupImpl final : public CollectiveGroup {
             },
             this));
         if (queue_.empty()) return;
-        task = std::move(queue_.front());
+        next = std::move(queue_.front());
         queue_.pop_front();
         running_ = true;
       }
-      task().IgnoreError();  // the outcome went to the Work
-      absl::MutexLock lock(&mu_);
-      running_ = false;
+      absl::Status s = next.task();
+      {
+        absl::MutexLock lock(&mu_);
+        running_ = false;
+      }
+      // Only now: a caller woken by it finds the op role free, and its next blocking call
+      // runs on its own thread rather than behind this one (which kept every later call on
+      // the queue once one was).
+      next.outcome->set_value(std::move(s));
     }
   }
 
@@ -469,7 +475,7 @@ class GroupImpl final : public CollectiveGroup {
   // current_ as other threads see it (rank(), world_size(), epoch()): the op thread publishes
   // it when it forms an epoch.
   Membership published_ ABSL_GUARDED_BY(mu_);
-  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   // A task is running, on the op thread or on a blocking caller's (the op role: one at a time).
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
