@@ -44,6 +44,13 @@ inline bool LostTheActor(const absl::Status& s) {
   return worker::IsActorDied(s) || worker::ErrorKind(s) == worker::error_kind::kActorUnavailable;
 }
 
+// The call answered, with an error (a rank that will not reach the collectives the others
+// wait in).
+template <typename T>
+bool AnsweredWithError(const ObjectRef<T>& call) {
+  return call.Ready() && !Get(call, absl::ZeroDuration()).ok();
+}
+
 // Every bound the controller waits with, named in one place. The job's own bounds (the hang
 // timeout, the controller lease, the below-min timeout, the scale-out debounce) are spec
 // settings; these are the controller's.

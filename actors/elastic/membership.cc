@@ -151,8 +151,7 @@ void Controller::AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs,
     std::vector<bool> answered(members_.size(), true);  // the ranks not called count as answered
     for (size_t i = 0; i < refs.size(); ++i) {
       answered[ranks[i]] = refs[i].Ready();
-      aborted |= dead.count(members_[ranks[i]].actor_id) > 0 ||
-                 (refs[i].Ready() && !Get(refs[i], absl::ZeroDuration()).ok());
+      aborted |= dead.count(members_[ranks[i]].actor_id) > 0 || AnsweredWithError(refs[i]);
     }
     if (!aborted) {
       for (const Frozen& f : Probe(&probe, answered, kTimeouts.probe_after)) {

@@ -53,9 +53,7 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
     // A rank whose call failed (its trainer raised, or the connection to it broke) will not
     // reach the step's collectives: the others would wait there for the group's timeout.
     for (size_t r = 0; r < refs.size() && failed_rank < 0; ++r) {
-      if (refs[r].Ready() && !Get(refs[r], absl::ZeroDuration()).ok()) {
-        failed_rank = static_cast<int>(r);
-      }
+      if (AnsweredWithError(refs[r])) failed_rank = static_cast<int>(r);
     }
     if (dead.empty() && failed_rank < 0) {
       std::vector<bool> answered(refs.size());
