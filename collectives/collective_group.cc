@@ -208,6 +208,7 @@ class GroupImpl final : public CollectiveGroup {
     if (forming_) forming_->Raise();  // and its connections between machines
     if (live_backend_ == nullptr) return;
     spdlog::warn("collective group '{}': aborting the call in flight ({})", options_.name, reason);
+    abort_reason_ = reason;
     live_backend_->Abort();
   }
 
@@ -254,6 +255,15 @@ class GroupImpl final : public CollectiveGroup {
           absl::Status s = call(backend_.get(), timeout);
           if (s.ok() || absl::IsInvalidArgument(s)) return s;
           std::string cause = RootCause(s);
+          {
+            // Aborted from outside in this epoch (during this call or before it): the abort's
+            // reason is the cause (the controller's names the rank that was lost); what the
+            // transport saw follows.
+            absl::MutexLock lock(&backend_mu_);
+            if (!abort_reason_.empty()) {
+              cause = absl::StrCat("aborted: ", abort_reason_, " (", cause, ")");
+            }
+          }
           failure_ =
               absl::Status(s.code(), absl::StrCat("collective group '", options_.name, "' epoch ",
                                                   current_.epoch, " (rank ", current_.rank, " of ",
@@ -439,6 +449,7 @@ class GroupImpl final : public CollectiveGroup {
     {
       absl::MutexLock lock(&backend_mu_);
       live_backend_ = backend_.get();
+      abort_reason_.clear();
     }
     failure_ = absl::OkStatus();
     if (rank == 0 && previous_epoch > 0) {
@@ -470,6 +481,9 @@ class GroupImpl final : public CollectiveGroup {
   std::shared_ptr<AbortSignal> forming_ ABSL_GUARDED_BY(backend_mu_);
   // Aborts so far: a Reconfigure's rendezvous gives up when one comes after it started.
   std::atomic<int64_t> aborts_{0};
+  // The reason of the last Abort that reached this epoch (the failure's message says it);
+  // cleared when an epoch forms.
+  std::string abort_reason_ ABSL_GUARDED_BY(backend_mu_);
 
   mutable absl::Mutex mu_;
   // current_ as other threads see it (rank(), world_size(), epoch()): the op thread publishes

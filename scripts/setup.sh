@@ -16,6 +16,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libhiredis-dev redis-server libspdlog-dev libboost-fiber-dev libboost-context-dev
   libgtest-dev libgmock-dev pybind11-dev python3-dev python3-numpy python3-torch
+  libtorch-dev  # torch's C++ headers (c10d): the torch.distributed backend (python/src)
   python3-pytest libgloo-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libbenchmark-dev libmsgpack-cxx-dev python3-msgpack python3-cloudpickle python3-sklearn
   procps iproute2 psmisc

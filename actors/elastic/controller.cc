@@ -87,10 +87,11 @@ void Controller::OnActorMessage(const rpc::ActorInfo& actor) {
       if (!dead_members_.count(id)) survivors.push_back(handle);
     }
   }
-  spdlog::info("job {}: rank actor {} died ({}): aborting the step on {} survivor(s)", job_id_,
-               ShortId(actor.actor_id()), rpc::DescribeCause(actor.death_cause()),
+  std::string reason = absl::StrCat("rank actor ", ShortId(actor.actor_id()), " died (",
+                                    rpc::DescribeCause(actor.death_cause()), ")");
+  spdlog::info("job {}: {}: aborting the step on {} survivor(s)", job_id_, reason,
                survivors.size());
-  for (auto& h : survivors) TrainerClient(h).Abort();
+  for (auto& h : survivors) TrainerClient(h).Abort(reason);
 }
 
 void Controller::OnMessage(const rpc::PubMessage& m) {
@@ -246,7 +247,8 @@ bool Controller::Adopt(const rpc::ElasticStatus& previous) {
   KillStrays(known);
   // The steps the dead controller left running end (their collectives abort), then each
   // rank says the newest step it holds.
-  for (auto& m : alive) m.trainer().Abort();
+  for (auto& m : alive)
+    m.trainer().Abort("the job's controller was restarted and adopts the ranks");
   std::vector<ObjectRef<std::string>> held_refs;
   for (auto& m : alive) {
     held_refs.push_back(m.trainer().Query(trainer_query::kHeldStep));

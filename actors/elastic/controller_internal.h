@@ -31,6 +31,7 @@
 #include "actors/elastic/policy.h"
 #include "actors/elastic/recovery.h"
 #include "actors/elastic/trainer_protocol.h"
+#include "runtime/common/ids.h"
 #include "runtime/worker/worker_host.h"
 
 namespace phalanx::elastic {
@@ -49,6 +50,28 @@ inline bool LostTheActor(const absl::Status& s) {
 template <typename T>
 bool AnsweredWithError(const ObjectRef<T>& call) {
   return call.Ready() && !Get(call, absl::ZeroDuration()).ok();
+}
+
+// Why the controller aborts the other ranks' collectives, naming the rank that forced it:
+// the first of `ranks` (whose calls are `refs`) that is dead, or whose call answered with an
+// error. `when` ends the sentence ("in step 40", "as epoch 3 formed"). The aborted
+// collectives' errors carry it to the user's code (torch.distributed's included).
+template <typename T, typename Members>
+std::string AbortReason(const std::vector<ObjectRef<T>>& refs, const std::vector<size_t>& ranks,
+                        const Members& members, const std::set<std::string>& dead,
+                        const std::string& when) {
+  for (size_t i = 0; i < refs.size(); ++i) {
+    const std::string& id = members[ranks[i]].actor_id;
+    if (dead.count(id))
+      return absl::StrCat("rank ", ranks[i], " (actor ", ShortId(id), ") died ", when);
+  }
+  for (size_t i = 0; i < refs.size(); ++i) {
+    if (AnsweredWithError(refs[i])) {
+      return absl::StrCat("rank ", ranks[i], "'s call failed ", when, ": ",
+                          Get(refs[i], absl::ZeroDuration()).status().message());
+    }
+  }
+  return absl::StrCat("a rank was lost ", when);
 }
 
 // Every bound the controller waits with, named in one place. The job's own bounds (the hang

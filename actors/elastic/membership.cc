@@ -143,6 +143,7 @@ void Controller::AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs,
   LivenessProbe probe(spec_.hang_silent_s > 0 ? began + kTimeouts.probe_after
                                               : absl::InfiniteFuture());
   bool aborted = false;
+  std::string reason;  // why the others are aborted (their collectives' errors say it)
   while (!aborted && absl::Now() < deadline) {
     if (Wait(refs, static_cast<int>(refs.size()), kTimeouts.step_wait_slice).not_ready.empty()) {
       return;
@@ -155,18 +156,18 @@ void Controller::AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs,
     }
     if (!aborted) {
       for (const Frozen& f : Probe(&probe, answered, kTimeouts.probe_after)) {
-        KillHung(f.rank,
-                 absl::StrFormat("rank %d does not answer (silent for %.1f s while its host is "
-                                 "up: %s) %s; restarting it",
-                                 f.rank, absl::ToDoubleSeconds(absl::Now() - probe.probed), f.proof,
-                                 when),
-                 began);
+        reason = absl::StrFormat(
+            "rank %d does not answer (silent for %.1f s while its host is "
+            "up: %s) %s; restarting it",
+            f.rank, absl::ToDoubleSeconds(absl::Now() - probe.probed), f.proof, when);
+        KillHung(f.rank, reason, began);
         aborted = true;
       }
     }
     if (!aborted) continue;
+    if (reason.empty()) reason = AbortReason(refs, ranks, members_, dead, when);
     for (size_t i = 0; i < refs.size(); ++i) {
-      if (!refs[i].Ready()) members_[ranks[i]].trainer().Abort();
+      if (!refs[i].Ready()) members_[ranks[i]].trainer().Abort(reason);
     }
   }
 }

@@ -2,6 +2,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "actors/elastic/controller_internal.h"
 #include "actors/elastic/job_keys.h"
 #include "actors/elastic/trainer_host.h"
@@ -59,17 +60,18 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
       std::vector<bool> answered(refs.size());
       for (size_t r = 0; r < refs.size(); ++r) answered[r] = refs[r].Ready();
       std::vector<Frozen> frozen = Probe(&probe, answered, ProbeAfter(count));
+      std::string reason;
       for (const Frozen& f : frozen) {
-        KillHung(f.rank,
-                 absl::StrFormat("rank %d does not answer (silent for %.1f s while its "
-                                 "host is up: %s; %.1f s into the call); restarting it",
-                                 f.rank, absl::ToDoubleSeconds(absl::Now() - probe.probed), f.proof,
-                                 absl::ToDoubleSeconds(absl::Now() - step_started_)),
-                 step_started_);
+        reason = absl::StrFormat(
+            "rank %d does not answer (silent for %.1f s while its "
+            "host is up: %s; %.1f s into the call); restarting it",
+            f.rank, absl::ToDoubleSeconds(absl::Now() - probe.probed), f.proof,
+            absl::ToDoubleSeconds(absl::Now() - step_started_));
+        KillHung(f.rank, reason, step_started_);
         lost->push_back(f.rank);
       }
       if (!frozen.empty()) {
-        for (auto& m : members_) m.trainer().Abort();
+        for (auto& m : members_) m.trainer().Abort(reason);
         frozen_killed = true;
         break;
       }
@@ -80,8 +82,12 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
       // A published death has its survivors aborted already (OnActorMessage); a failed call
       // has not.
       if (dead.empty()) {
+        std::vector<size_t> ranks(refs.size());
+        for (size_t r = 0; r < ranks.size(); ++r) ranks[r] = r;
+        std::string reason =
+            AbortReason(refs, ranks, members_, dead, absl::StrCat("in step ", next));
         for (size_t r = 0; r < refs.size(); ++r) {
-          if (!refs[r].Ready()) members_[r].trainer().Abort();
+          if (!refs[r].Ready()) members_[r].trainer().Abort(reason);
         }
       }
     }
@@ -189,7 +195,12 @@ std::vector<size_t> Controller::HandleHang(const std::vector<ObjectRef<Metrics>>
              step_started_);
     killed.push_back(r);
   }
-  for (auto& m : members_) m.trainer().Abort();
+  std::string reason =
+      killed.empty()
+          ? absl::StrCat("the step made no progress for ", spec_.hang_timeout_s, " s")
+          : absl::StrCat("rank(s) ", absl::StrJoin(killed, ", "), " made no progress for ",
+                         spec_.hang_timeout_s, " s and were restarted");
+  for (auto& m : members_) m.trainer().Abort(reason);
   return killed;
 }
 

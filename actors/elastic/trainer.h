@@ -84,8 +84,8 @@ class Trainer {
   virtual absl::Status LoadState(const std::string& state) = 0;
   // Called from another thread while a Step may be running: make that Step fail soon (its
   // collectives over `group` are aborted by the runtime; a trainer with collectives of its
-  // own aborts those).
-  virtual void Abort() {}
+  // own aborts those). `reason` names the lost rank and how it was lost.
+  virtual void Abort(const std::string& reason) { (void)reason; }
   // Free-form questions from drivers and tests (e.g. "weights"); "" if unknown.
   virtual std::string Query(const std::string& key) const {
     (void)key;

@@ -308,10 +308,11 @@ std::vector<int> TrainerHostBase::NetworkCheck(double factor) {
 
 std::vector<int64_t> TrainerHostBase::Ping() { return {phase_.load(), -1, running_step_.load()}; }
 
-bool TrainerHostBase::Abort() {
+bool TrainerHostBase::Abort(std::string reason) {
   aborted_ = true;
-  if (collective::CollectiveGroup* g = live_group_.load()) g->Abort("the controller asked");
-  trainer_->Abort();
+  if (reason.empty()) reason = "the job's controller aborted the step";
+  if (collective::CollectiveGroup* g = live_group_.load()) g->Abort(reason);
+  trainer_->Abort(reason);
   return true;
 }
 

@@ -52,7 +52,7 @@ class TrainerHostBase {
   std::vector<int> NetworkCheck(double factor);
   // {phase, committed steps, step in progress}.
   std::vector<int64_t> Ping();
-  bool Abort();
+  bool Abort(std::string reason);
   std::string Query(std::string key);
 
  private:

@@ -90,8 +90,11 @@ class TrainerClient {
   ObjectRef<std::vector<int64_t>> Ping() const {
     return Call<std::vector<int64_t>>(trainer_method::kPing);
   }
-  // Ends the collective in flight (the step fails; the rank stays).
-  ObjectRef<bool> Abort() const { return Call<bool>(trainer_method::kAbort); }
+  // Ends the collective in flight (the step fails; the rank stays). `reason` says why (which
+  // rank was lost, and how): the aborted collectives' errors carry it to the user's code.
+  ObjectRef<bool> Abort(const std::string& reason) const {
+    return Call<bool>(trainer_method::kAbort, reason);
+  }
   ObjectRef<std::string> Query(const std::string& key) const {
     return Call<std::string>(trainer_method::kQuery, key);
   }

@@ -91,6 +91,8 @@ collective::ReduceOp Op(const std::string& op) {
   throw py::value_error(absl::StrCat("op '", op, "': use sum, prod, min, max or avg"));
 }
 
+constexpr char kGroupCapsule[] = "phalanx.CollectiveGroup";
+
 class PyCollectiveGroup {
  public:
   PyCollectiveGroup(const std::string& name, const std::string& backend,
@@ -167,6 +169,15 @@ class PyCollectiveGroup {
     Run([&] { return group_->Recv(b.data, b.count, b.dtype, src, T(timeout_s)); });
   }
   void Abort(const std::string& reason) { group_->Abort(reason); }
+  // The group for _phalanx_torch (python/src/torch_process_group.cc), which links no Phalanx
+  // library: a capsule named kGroupCapsule holding a std::shared_ptr to it.
+  py::capsule Capsule() const {
+    return py::capsule(new std::shared_ptr<collective::CollectiveGroup>(group_), kGroupCapsule,
+                       [](PyObject* o) {
+                         delete static_cast<std::shared_ptr<collective::CollectiveGroup>*>(
+                             PyCapsule_GetPointer(o, kGroupCapsule));
+                       });
+  }
   int rank() const { return group_->rank(); }
   int world_size() const { return group_->world_size(); }
   int64_t epoch() const { return group_->epoch(); }
@@ -183,7 +194,7 @@ class PyCollectiveGroup {
   }
 
  private:
-  std::unique_ptr<collective::CollectiveGroup> group_;
+  std::shared_ptr<collective::CollectiveGroup> group_;
 };
 
 }  // namespace
@@ -211,6 +222,7 @@ void BindCollectives(py::module_& m) {
       .def("recv", &PyCollectiveGroup::Recv, py::arg("tensor"), py::arg("src"),
            py::arg("timeout_s") = -1.0)
       .def("abort", &PyCollectiveGroup::Abort, py::arg("reason") = "aborted")
+      .def("_capsule", &PyCollectiveGroup::Capsule)
       .def_property_readonly("rank", &PyCollectiveGroup::rank)
       .def_property_readonly("world_size", &PyCollectiveGroup::world_size)
       .def_property_readonly("epoch", &PyCollectiveGroup::epoch)

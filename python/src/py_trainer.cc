@@ -65,10 +65,10 @@ class PythonTrainer final : public elastic::Trainer {
     }
   }
 
-  void Abort() override {
+  void Abort(const std::string& reason) override {
     py::gil_scoped_acquire acquire;
     try {
-      Runtime().attr("abort")();
+      Runtime().attr("abort")(reason);
     } catch (const std::exception&) {
     }
   }

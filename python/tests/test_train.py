@@ -360,3 +360,59 @@ def test_bad_configs_are_refused(cluster):
     bad = train.ElasticTrainer(lambda c: None, prestart_imports=["torch nn"], verbose=False)
     with pytest.raises(phalanx.PhalanxError, match="preimports.*module names"):
         bad.fit()
+
+
+import ddp_digits  # noqa: E402 - examples/python, on the path above
+
+
+def run_ddp(config, chaos=None, timeout_s=240):
+    trainer = ddp_digits.trainer(dict({"lr": 0.05, "epochs": 6, "batch_size": 32}, **config))
+    trainer.verbose = False
+    job_id = trainer.submit()
+    seen = {}
+    if chaos:
+        threading.Thread(target=chaos(seen), args=(job_id,), daemon=True).start()
+    return wait_for_end(job_id, timeout_s), seen
+
+
+def check_ddp(result):
+    assert result.state == "SUCCEEDED", (result.message, result.events)
+    m = result.metrics
+    assert m["backend"].lower() == "phalanx", m
+    assert m["weights_equal"] is True, m
+    assert m["accuracy"] >= 0.9, m
+
+
+def test_a_ray_train_ddp_script_heals_in_place_from_a_sigkill(cluster):
+    """examples/python/ddp_digits.py: DistributedDataParallel, a DataLoader and dist.* calls of
+    its own, on the phalanx backend the job sets up; a SIGKILLed rank heals in place (a
+    recovery epoch, then a replacement) and every rank ends with the same weights."""
+    result, seen = run_ddp({}, chaos=lambda seen: sigkill_at_step(
+        30, lambda r: (r.ranks[1]["actor_id"], "PythonTrainer"), seen))
+    assert "status" in seen, "the job ended before the kill"
+    check_ddp(result)
+    died = [e for e in result.events if e["kind"] == "rank_died"]
+    assert len(died) == 1 and "SIGNALED(9" in died[0]["message"], result.events
+    assert any("(recovery)" in e["message"] for e in result.events), result.events
+    # No committed step was lost: the survivors went on from the step the status had.
+    assert result.metrics["steps"] >= seen["status"].steps
+
+
+def test_a_stopped_rank_under_ddp_is_restarted_and_the_others_go_on(cluster, tmp_path):
+    """Rank 1 SIGSTOPs itself in the middle of training: its peers wait in DDP's allreduce
+    for it until the liveness probe finds it silent (hang.silentSeconds, 1 s) and the
+    controller aborts their group; they go on without waiting out any torch timeout."""
+    marker = tmp_path / "stopped"
+    result, _ = run_ddp({"stop_at_step": 30, "stop_marker": str(marker)})
+    assert marker.exists(), f"rank 1 never stopped: {result.state} {result.events}"
+    check_ddp(result)
+    hung = [e for e in result.events if "does not answer" in e["message"]]
+    assert hung, result.events
+    stopped_at = float(marker.read_text())
+    resumed = [r for r in result.recoveries if r["resumed_ms"] > 0]
+    assert resumed, result.recoveries
+    took = resumed[0]["resumed_ms"] / 1000 - stopped_at
+    print(f"SIGSTOPped rank: the survivors' next step {took:.2f} s after the stop")
+    # The bound is the job's: the probe's 1 s silence plus its checks, far below a torch
+    # group's timeout (60 s to 30 min); loose, so that a busy machine cannot fail it.
+    assert took < 30, took

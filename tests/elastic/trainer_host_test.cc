@@ -79,7 +79,7 @@ TEST_F(TrainerHostTest, AStepSentAheadRunsInTurnAndOneThatNoLongerFitsIsRefused)
   EXPECT_EQ(Ledger(), "2 0 2");
 
   // Aborted: no step runs until the next epoch forms.
-  host.Abort();
+  host.Abort("the test aborts the step");
   EXPECT_THROW(host.Step(2, 1, 1, 1), std::runtime_error);
   EXPECT_EQ(updates(), "2");
 

@@ -60,11 +60,17 @@ from ._runtime import RUNTIME
 # ---- inside train_loop ----------------------------------------------------------------------
 
 class TrainContext:
-    def __init__(self, rank, world_size, epoch, job_id):
+    """Ray Train's: this worker's place in the group of the running loop's epoch."""
+
+    def __init__(self, rank, world_size, epoch, job_id, local_rank=0, local_world_size=1,
+                 node_rank=0):
         self.rank = rank
         self.world_size = world_size
         self.epoch = epoch          # the collective group's epoch (one per membership)
         self.job_id = job_id
+        self.local_rank = local_rank
+        self.local_world_size = local_world_size
+        self.node_rank = node_rank
 
     def get_world_rank(self):
         return self.rank
@@ -72,16 +78,39 @@ class TrainContext:
     def get_world_size(self):
         return self.world_size
 
+    def get_local_rank(self):
+        return self.local_rank
+
+    def get_local_world_size(self):
+        return self.local_world_size
+
+    def get_node_rank(self):
+        return self.node_rank
+
+    def get_experiment_name(self):
+        return self.job_id
+
     def __repr__(self):
         return (f"TrainContext(rank={self.rank}, world_size={self.world_size}, "
-                f"epoch={self.epoch}, job_id={self.job_id!r})")
+                f"local_rank={self.local_rank}, local_world_size={self.local_world_size}, "
+                f"node_rank={self.node_rank}, epoch={self.epoch}, job_id={self.job_id!r})")
 
 
 def get_context():
-    """Rank, world size and group epoch of this worker (in ``train_loop``: those of the
-    membership the running loop started with)."""
+    """Rank, world size, local rank, local world size, node rank and group epoch of this
+    worker (in ``train_loop``: those of the membership the running loop started with)."""
     epoch, rank, world = RUNTIME.loop_membership()
-    return TrainContext(rank, world, epoch, RUNTIME.job_id)
+    return TrainContext(rank, world, epoch, RUNTIME.job_id, RUNTIME.local_rank,
+                        RUNTIME.local_world, RUNTIME.node_rank)
+
+
+def get_device():
+    """The torch device this worker trains on: its GPU with ``ScalingConfig(use_gpu=True)``
+    (each worker sees one, CUDA_VISIBLE_DEVICES set to its local rank), else the CPU."""
+    import torch
+    if RUNTIME.options.get("use_gpu") and torch.cuda.is_available():
+        return torch.device("cuda", 0)
+    return torch.device("cpu")
 
 
 def report(metrics):
@@ -109,22 +138,56 @@ def allreduce(tensor, op="sum"):
     return RUNTIME.collective_group().allreduce(tensor, op)
 
 
-def prepare_model(model, *, backend=None):
-    """Makes ``model`` data parallel over this epoch's ranks. Call it inside ``train_loop``:
-    after a membership change the loop runs again and wraps the model for the new group.
+class TorchConfig:
+    """Ray Train's: the torch.distributed backend the workers' default group runs on.
+    ``backend="phalanx"`` (the default): phalanx's own, over the group the job's controller
+    forms, aborts at once on a lost peer and re-forms in place; ``"gloo"`` or ``"nccl"``:
+    torch's own, formed again through a TCPStore at each membership change (their ops wait
+    out ``timeout_s`` on a peer that stopped or whose host vanished, unless a socket closes)."""
 
-    On CPU (the default) it returns ``DataParallel(model)``: rank 0's parameters and buffers
-    are copied to every rank, and each ``backward()`` averages the gradients through phalanx's
-    collective group. No torch.distributed process group is formed (forming it took 40-60 ms
-    of every membership change); call ``torch_process_group()`` for torch.distributed calls
-    of your own. When a peer dies, ``backward()`` fails at once rather than after a timeout.
+    def __init__(self, backend="phalanx", timeout_s=1800):
+        if backend not in ("phalanx", "gloo", "nccl"):
+            raise ValueError(f"TorchConfig(backend={backend!r}): give 'phalanx' (the default), "
+                             f"'gloo' or 'nccl'")
+        self.backend = backend
+        self.timeout_s = timeout_s
 
-    With ``backend="nccl"`` and CUDA there it returns DistributedDataParallel of the model on
-    the GPU, over this epoch's torch NCCL process group."""
+
+def prepare_model(model, *, parallel_strategy="ddp", parallel_strategy_kwargs=None,
+                  move_to_device=True, backend=None):
+    """Ray Train's: makes ``model`` data parallel over this epoch's ranks. Call it inside
+    ``train_loop``: after a membership change the loop runs again and wraps the model for the
+    new group.
+
+    ``parallel_strategy="ddp"`` (the default): torch's DistributedDataParallel over the loop's
+    default torch.distributed group (the ``phalanx`` backend unless ``TorchConfig`` says
+    otherwise), so gradients are averaged bucket by bucket while backward runs; when a peer
+    is lost, backward fails at once with an error naming it. ``parallel_strategy_kwargs`` go
+    to DDP. The model moves to ``get_device()`` first (``move_to_device=False``: it stays).
+    ``parallel_strategy=None``: the model only moved. ``"phalanx"``: phalanx's
+    ``DataParallel``, which averages every gradient after backward ends through phalanx's
+    group, with no torch.distributed group at all.
+
+    ``backend="nccl"`` (older releases): DDP on the GPU over this epoch's torch NCCL group."""
     import torch
     if backend not in (None, "gloo", "nccl"):
-        raise ValueError(f"backend={backend!r}: give None or 'gloo' (CPU: gradients through "
-                         f"phalanx's group) or 'nccl' (the model on the GPU, DDP over NCCL)")
+        raise ValueError(f"backend={backend!r}: give None, 'gloo' or 'nccl' (or leave it out "
+                         f"and choose the backend with TorchConfig)")
+    if parallel_strategy not in ("ddp", None, "phalanx"):
+        raise ValueError(f"parallel_strategy={parallel_strategy!r}: give 'ddp' (the default), "
+                         f"None (no wrapping) or 'phalanx' (phalanx's DataParallel)")
+    if backend is None and parallel_strategy != "phalanx":
+        device = get_device()
+        if move_to_device:
+            model = model.to(device)
+        if parallel_strategy is None:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+        pg = torch_process_group()
+        kwargs = dict(parallel_strategy_kwargs or {})
+        if device.type == "cuda":
+            kwargs.setdefault("device_ids", [device.index or 0])
+        return DistributedDataParallel(model, process_group=pg, **kwargs)
     if backend == "nccl":
         if not torch.cuda.is_available():
             raise RuntimeError("prepare_model(backend=\"nccl\"): CUDA is not available on "
@@ -311,6 +374,109 @@ class ElasticSampler:
         left = self.num_samples - RUNTIME.progress.get(self.epoch, 0)
         per_step = RUNTIME.world * self.batch_size
         return max(0, (left + per_step - 1) // per_step)
+
+
+class _ElasticBatchSampler:
+    """prepare_data_loader's batch sampler: each batch is this rank's share of the next
+    world_size × batch_size samples of the data epoch that no rank has used yet (the loop's
+    committed progress, part of ``State``), so after a resize the rest of the epoch is split
+    among the new ranks and each sample is used once per epoch. Without ``set_epoch`` an
+    iteration takes the first data epoch not used up."""
+
+    def __init__(self, num_samples, batch_size, shuffle, drop_last, seed=0):
+        self.num_samples = num_samples
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.seed = seed
+        self.epoch = None
+
+    def set_epoch(self, epoch):
+        self.epoch = int(epoch)
+
+    def _current_epoch(self):
+        if self.epoch is not None:
+            return self.epoch
+        e = 0
+        while RUNTIME.progress.get(e, 0) >= self.num_samples:
+            e += 1
+        return e
+
+    def __iter__(self):
+        epoch = self._current_epoch()
+        order = ElasticSampler(self.num_samples, self.batch_size, epoch, shuffle=self.shuffle,
+                               seed=self.seed)._order()
+        while True:
+            consumed = RUNTIME.progress.get(epoch, 0)
+            if consumed >= self.num_samples:
+                break
+            world, rank = RUNTIME.world, RUNTIME.rank
+            take = min(world * self.batch_size, self.num_samples - consumed)
+            RUNTIME.progress[epoch] = consumed + take
+            if self.drop_last and take < world * self.batch_size:
+                break  # every rank drops the same short last batch
+            yield order[consumed + take * rank // world:
+                        consumed + take * (rank + 1) // world].tolist()
+        self.epoch = None  # the next iteration takes the next data epoch
+
+    def __len__(self):
+        return len(ElasticSampler(self.num_samples, self.batch_size, self._current_epoch()))
+
+
+class _DeviceLoader:
+    """A data loader whose batches move to ``device`` (Ray's prepare_data_loader)."""
+
+    def __init__(self, loader, device):
+        self.loader = loader
+        self.device = device
+        self.batch_sampler = loader.batch_sampler
+        self.sampler = loader.batch_sampler  # set_epoch, as on a DistributedSampler
+        self.dataset = loader.dataset
+
+    def _move(self, batch):
+        import torch
+        if isinstance(batch, torch.Tensor):
+            return batch.to(self.device)
+        if isinstance(batch, (list, tuple)):
+            return type(batch)(self._move(b) for b in batch)
+        if isinstance(batch, dict):
+            return {k: self._move(v) for k, v in batch.items()}
+        return batch
+
+    def __iter__(self):
+        for batch in self.loader:
+            yield self._move(batch)
+
+    def __len__(self):
+        return len(self.loader)
+
+
+def prepare_data_loader(data_loader, add_dist_sampler=True, move_to_device=True, seed=0):
+    """Ray Train's: ``data_loader`` (a torch DataLoader over a map-style dataset) with each
+    rank taking its share of every batch, so that each sample is used once per epoch across
+    the ranks, also through resizes (the progress is committed with ``State``), and batches
+    moved to ``get_device()``. ``shuffle`` is taken from the loader's sampler (a
+    RandomSampler shuffles, with ``seed`` and the epoch); ``sampler.set_epoch(e)`` works as on
+    torch's DistributedSampler."""
+    import torch
+    from torch.utils.data import DataLoader, RandomSampler
+    if not isinstance(data_loader, DataLoader):
+        raise TypeError("prepare_data_loader takes a torch.utils.data.DataLoader")
+    loader = data_loader
+    if add_dist_sampler:
+        if data_loader.batch_size is None:
+            raise ValueError("prepare_data_loader: the DataLoader has no batch_size (it was "
+                             "given a batch_sampler): give batch_size= instead")
+        shuffle = isinstance(data_loader.sampler, RandomSampler)
+        batches = _ElasticBatchSampler(len(data_loader.dataset), data_loader.batch_size,
+                                       shuffle, data_loader.drop_last, seed)
+        loader = DataLoader(data_loader.dataset, batch_sampler=batches,
+                            num_workers=data_loader.num_workers,
+                            collate_fn=data_loader.collate_fn,
+                            pin_memory=data_loader.pin_memory,
+                            worker_init_fn=data_loader.worker_init_fn)
+    device = get_device() if move_to_device else torch.device("cpu")
+    return _DeviceLoader(loader, device)
 
 
 # ---- the driver side ------------------------------------------------------------------------
@@ -606,7 +772,8 @@ class ElasticTrainer:
 
     def __init__(self, train_loop=None, train_loop_config=None, *, scaling_config=None,
                  run_config=None, train_loop_per_worker=None, verbose=True, env=None,
-                 prestart_imports=None, step_call_ms=PYTHON_STEP_CALL_MS, **deprecated):
+                 prestart_imports=None, step_call_ms=PYTHON_STEP_CALL_MS, torch_config=None,
+                 **deprecated):
         if train_loop_per_worker is not None:
             if train_loop is not None:
                 raise TypeError("give the training function once: as the first argument or "
@@ -652,6 +819,9 @@ class ElasticTrainer:
             raise ValueError(f"step_call_ms={step_call_ms!r}: give milliseconds >= 0 (0: one "
                              f"step per call)")
         self.step_call_ms = step_call_ms
+        if torch_config is not None and not isinstance(torch_config, TorchConfig):
+            raise TypeError("torch_config must be a phalanx.train.TorchConfig")
+        self.torch_config = torch_config or TorchConfig()
         self.job_id = None
 
     def _spec(self, fn_key):
@@ -691,7 +861,9 @@ class ElasticTrainer:
         paths = [p for p in sys.path if p and os.path.isdir(p)]
         if "" in sys.path:
             paths.insert(0, os.getcwd())
-        inner = cloudpickle.dumps((self.train_loop, self.train_loop_config), protocol=5)
+        options = {"backend": self.torch_config.backend, "use_gpu": self.scaling.use_gpu,
+                   "torch": "torch" in _prestart_imports(None, self.train_loop)}
+        inner = cloudpickle.dumps((self.train_loop, self.train_loop_config, options), protocol=5)
         key = f"pyfn/{self.name}-{secrets.token_hex(6)}"
         _phalanx.kv_put("elastic", key, cloudpickle.dumps((paths, inner), protocol=5), True)
         self.job_id = _phalanx.submit_job(self._spec(key))
@@ -730,6 +902,8 @@ class ElasticTrainer:
 # Ray Train's name for the same trainer.
 TorchTrainer = ElasticTrainer
 
-__all__ = ["ElasticTrainer", "TorchTrainer", "ScalingConfig", "RunConfig", "FailureConfig",
-           "CheckpointConfig", "Checkpoint", "Result", "TrainingFailedError", "State", "ElasticSampler", "get_context", "report",
-           "prepare_model", "torch_process_group", "collective_group", "allreduce", "job_status"]
+__all__ = ["ElasticTrainer", "TorchTrainer", "TorchConfig", "ScalingConfig", "RunConfig",
+           "FailureConfig", "CheckpointConfig", "Checkpoint", "Result", "TrainingFailedError",
+           "State", "ElasticSampler", "get_context", "get_device", "report", "prepare_model",
+           "prepare_data_loader",
+           "torch_process_group", "collective_group", "allreduce", "job_status"]

@@ -45,6 +45,14 @@ class Runtime:
         self.job_id = ""
         self.fn = None
         self.fn_config = None
+        # How the loop's torch.distributed is set up (ElasticTrainer's torch_config and
+        # scaling_config): {"backend": "phalanx"|"gloo"|"nccl"|None, "use_gpu": bool,
+        # "torch": whether the loop uses torch at all}.
+        self.options = {}
+        # Where this rank is (set per loop start, as torchrun sets its variables).
+        self.local_rank = 0
+        self.local_world = 1
+        self.node_rank = 0
         # The group, as of the controller's last step() call.
         self.rank = 0
         self.world = 1
@@ -59,6 +67,7 @@ class Runtime:
         self.finished = False
         self.error = None
         self.aborted = False
+        self.abort_reason = ""
         self.need_restart = True
         # State.
         self.snapshot = b""       # the snapshot of the commit the last step() answered with
@@ -89,7 +98,9 @@ class Runtime:
         for p in paths:
             if p not in sys.path:
                 sys.path.append(p)
-        self.fn, self.fn_config = pickle.loads(inner)
+        loaded = pickle.loads(inner)
+        self.fn, self.fn_config = loaded[0], loaded[1]
+        self.options = dict(loaded[2]) if len(loaded) > 2 else {}
 
     def step(self, step, rank, world, epoch, call_end=0):
         with self.cond:
@@ -123,7 +134,8 @@ class Runtime:
                 raise RuntimeError(self.error)
             if self.aborted and not self.finished and self.reached < self.allowed:
                 self.need_restart = True
-                raise RuntimeError("the step was aborted by the job's controller")
+                raise RuntimeError("the step was aborted by the job's controller: " +
+                                   (self.abort_reason or "no reason given"))
             done = self.finished and self.reached < self.allowed
             # A loop that returned ran its commits, then the step that found it done.
             ran = min(self.reached - first + 1, count) if done else count
@@ -150,13 +162,16 @@ class Runtime:
             self.snapshot = bytes(state)
             self.need_restart = True
 
-    def abort(self):
+    def abort(self, reason=""):
         with self.cond:
             self.aborted = True
             self.cond.notify_all()
         group = self.group
         if group is not None:
-            group.abort("the job's controller aborted the step")
+            # Every op in flight or queued on it fails, torch.distributed's included (the
+            # default group runs on it), with an error that gives the reason.
+            group.abort(reason or "the job's controller aborted the step")
+        self.abort_reason = reason
 
     def query(self, key):
         if key == "results":
@@ -190,6 +205,7 @@ class Runtime:
     def _run(self, generation):
         self.local.generation = generation
         try:
+            self._init_distributed()
             cfg = self.fn_config
             if cfg is None and _takes_no_args(self.fn):
                 self.fn()
@@ -267,6 +283,52 @@ class Runtime:
 
     # ---- torch.distributed ------------------------------------------------------------
 
+    def _init_distributed(self):
+        """Before the loop runs, as Ray Train's TorchConfig and torchrun do: the torchrun
+        variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
+        MASTER_PORT), a GPU per worker with ``use_gpu`` (CUDA_VISIBLE_DEVICES = its local
+        rank), and torch.distributed's default group of this epoch: the ``phalanx`` backend
+        over phalanx's collective group (torch_config backend "gloo"/"nccl": torch's own,
+        through a TCPStore). A loop that does not use torch gets the variables only."""
+        epoch, rank, world = self.loop_membership()
+        backend = self.options.get("backend", "phalanx")
+        uses_torch = self.options.get("torch", False) or "torch" in sys.modules
+        if backend is None or (not uses_torch and backend == "phalanx"):
+            return
+        group = self.collective_group()
+        import numpy as np
+        host = _node_host()
+        node = os.environ.get("PHALANX_NODE_ID") or os.environ.get("PHALANX_NODE_ADDRESS", host)
+        port = _free_port(host) if rank == 0 else 0
+        mine = np.array([_ipv4(host), _hash64(node), port], dtype=np.int64)
+        every = np.empty(3 * world, dtype=np.int64)
+        group.allgather(mine, every)
+        every = every.reshape(world, 3)
+        nodes = list(dict.fromkeys(int(n) for n in every[:, 1]))  # in order of first rank
+        me = int(every[rank, 1])
+        self.local_rank = sum(1 for r in range(rank) if int(every[r, 1]) == me)
+        self.local_world = sum(1 for r in range(world) if int(every[r, 1]) == me)
+        self.node_rank = nodes.index(me)
+        env = {"RANK": rank, "WORLD_SIZE": world, "LOCAL_RANK": self.local_rank,
+               "LOCAL_WORLD_SIZE": self.local_world, "NODE_RANK": self.node_rank,
+               "GROUP_RANK": self.node_rank, "ROLE_RANK": rank, "ROLE_WORLD_SIZE": world,
+               "MASTER_ADDR": _ipv4_str(int(every[0, 0])), "MASTER_PORT": int(every[0, 2])}
+        os.environ.update({k: str(v) for k, v in env.items()})
+        if self.options.get("use_gpu") and "PHALANX_CUDA_VISIBLE_DEVICES_SET" not in os.environ:
+            # Set before torch first touches CUDA in this process (a worker serves one rank).
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(self.local_rank)
+            os.environ["PHALANX_CUDA_VISIBLE_DEVICES_SET"] = "1"
+        if not uses_torch:
+            return
+        if backend == "phalanx":
+            from .. import distributed
+            with self.pg_lock:
+                if self.pg_epoch != epoch:
+                    distributed.set_default_group(distributed.process_group(group))
+                    self.pg_epoch = epoch
+        else:
+            self.torch_process_group(backend)
+
 
     def torch_process_group(self, backend=None):
         """Forms (once per epoch) the torch.distributed process group of the running loop's
@@ -277,6 +339,12 @@ class Runtime:
         with self.pg_lock:
             epoch, rank, world = self.loop_membership()
             if self.pg_epoch == epoch and dist.is_initialized():
+                return dist.group.WORLD
+            if backend in (None, "phalanx") and self.options.get("backend", "phalanx") == \
+                    "phalanx":
+                from .. import distributed
+                distributed.set_default_group(distributed.process_group(self.collective_group()))
+                self.pg_epoch = epoch
                 return dist.group.WORLD
             if dist.is_initialized():
                 try:
@@ -326,6 +394,23 @@ def _node_host():
     return node.rsplit(":", 1)[0] if node else "127.0.0.1"
 
 
+def _ipv4(host):
+    try:
+        return int.from_bytes(socket.inet_aton(socket.gethostbyname(host)), "big")
+    except OSError:
+        return int.from_bytes(socket.inet_aton("127.0.0.1"), "big")
+
+
+def _ipv4_str(value):
+    return socket.inet_ntoa(int(value).to_bytes(4, "big"))
+
+
+def _hash64(text):
+    import hashlib
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big",
+                          signed=True)
+
+
 def _free_port(host):
     with socket.socket() as s:
         s.bind((host, 0))
@@ -352,8 +437,8 @@ def load_state(state):
     RUNTIME.load_state(state)
 
 
-def abort():
-    RUNTIME.abort()
+def abort(reason=""):
+    RUNTIME.abort(reason)
 
 
 def query(key):
