@@ -59,9 +59,17 @@ def train_func(config):
 
     model = train.prepare_model(NeuralNetwork.make())
     loss_fn = torch.nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=0.9)
+    # The learning rate scaled by the world size (Horovod's rule, per 3 workers here).
+    optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"] * dist.get_world_size() / 3,
+                                momentum=0.9)
+
+    def scale_lr():
+        # restore() loads the optimizer as committed, with the old world size's rate.
+        for group in optimizer.param_groups:
+            group["lr"] = config["lr"] * dist.get_world_size() / 3
 
     state = train.State(model=model, optimizer=optimizer, epoch=0, step=0)
+    train.on_resize(scale_lr)
     state.restore()
     rank = dist.get_rank()
     for epoch in range(state.epoch, config["epochs"]):
@@ -91,6 +99,7 @@ def train_func(config):
     dist.all_reduce(highest, op=dist.ReduceOp.MAX)
     train.report({"accuracy": accuracy, "steps": state.step, "world_size": dist.get_world_size(),
                   "weights_equal": bool(lowest.item() == highest.item()),
+                  "lr": optimizer.param_groups[0]["lr"],
                   "backend": dist.get_backend()})
 
 

@@ -381,6 +381,8 @@ def check_ddp(result):
     assert m["backend"].lower() == "phalanx", m
     assert m["weights_equal"] is True, m
     assert m["accuracy"] >= 0.9, m
+    # on_resize set the rate for the final world size after restore() loaded the old one.
+    assert abs(m["lr"] - 0.05 * m["world_size"] / 3) < 1e-12, m
 
 
 def test_a_ray_train_ddp_script_heals_in_place_from_a_sigkill(cluster):
@@ -396,6 +398,18 @@ def test_a_ray_train_ddp_script_heals_in_place_from_a_sigkill(cluster):
     assert any("(recovery)" in e["message"] for e in result.events), result.events
     # No committed step was lost: the survivors went on from the step the status had.
     assert result.metrics["steps"] >= seen["status"].steps
+
+
+def test_a_loop_that_cannot_be_pickled_is_refused_naming_the_object(cluster):
+    import threading as th
+    lock = th.Lock()
+
+    def loop(config):
+        with lock:
+            pass
+
+    with pytest.raises(TypeError, match="train_loop refers to 'lock'.*create it inside"):
+        train.ElasticTrainer(loop, verbose=False).submit()
 
 
 def test_a_stopped_rank_under_ddp_is_restarted_and_the_others_go_on(cluster, tmp_path):

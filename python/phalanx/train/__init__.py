@@ -53,6 +53,7 @@ import cloudpickle
 import _phalanx
 
 from .._api import _ensure_init
+from .._serialization import dumps_function
 from ..exceptions import PhalanxError
 from ._runtime import RUNTIME
 
@@ -102,6 +103,17 @@ def get_context():
     epoch, rank, world = RUNTIME.loop_membership()
     return TrainContext(rank, world, epoch, RUNTIME.job_id, RUNTIME.local_rank,
                         RUNTIME.local_world, RUNTIME.node_rank)
+
+
+def on_resize(callback):
+    """Calls ``callback()`` after ``State.restore()`` loads the committed state at a
+    membership change (Horovod's reset callbacks): re-derive there whatever depends on the
+    world size, e.g. ``for g in opt.param_groups: g["lr"] = base_lr * get_context().
+    world_size`` (the restored optimizer holds the learning rate of the old world size).
+    Register it in ``train_loop`` before ``restore()``; it holds for this run of the loop."""
+    if not callable(callback):
+        raise TypeError("on_resize takes a function of no arguments")
+    RUNTIME.reset_callbacks.append(callback)
 
 
 def get_device():
@@ -274,7 +286,9 @@ class State:
         RUNTIME.commit(self._snapshot)
 
     def restore(self):
-        """True if a committed state was loaded."""
+        """True if a committed state was loaded. Then the reset callbacks run (``on_resize``,
+        ``register_reset_callbacks``), after the load: a learning rate scaled by the world
+        size is set for the new one, not the one the state was committed at."""
         source = RUNTIME.restore_from
         if not source:
             return False
@@ -285,7 +299,17 @@ class State:
         self._values.update(saved["values"])
         RUNTIME.progress = dict(saved["progress"])
         RUNTIME.last_report = dict(saved.get("report", {}))
+        for callback in list(RUNTIME.reset_callbacks):
+            callback()
         return True
+
+    def register_reset_callbacks(self, callbacks):
+        """Horovod's: functions called (no arguments) after ``restore()`` loaded a committed
+        state, i.e. after every membership change."""
+        if callable(callbacks):
+            callbacks = [callbacks]
+        for c in callbacks:
+            on_resize(c)
 
 
 _IMMUTABLE = frozenset((int, float, bool, str, bytes, type(None)))
@@ -863,7 +887,8 @@ class ElasticTrainer:
             paths.insert(0, os.getcwd())
         options = {"backend": self.torch_config.backend, "use_gpu": self.scaling.use_gpu,
                    "torch": "torch" in _prestart_imports(None, self.train_loop)}
-        inner = cloudpickle.dumps((self.train_loop, self.train_loop_config, options), protocol=5)
+        inner = dumps_function(self.train_loop, self.train_loop_config, options,
+                               what="train_loop")
         key = f"pyfn/{self.name}-{secrets.token_hex(6)}"
         _phalanx.kv_put("elastic", key, cloudpickle.dumps((paths, inner), protocol=5), True)
         self.job_id = _phalanx.submit_job(self._spec(key))
@@ -877,8 +902,16 @@ class ElasticTrainer:
             print(f"[phalanx.train] job {job_id} submitted", flush=True)
         deadline = None if timeout is None else time.time() + timeout
         shown_c = shown_e = 0
+        started = time.time()
+        warned = False
         while True:
             status = _phalanx.job_status(job_id)
+            if not warned and status.step == 0 and any(
+                    e.kind in ("rank_died", "hang", "step_failed", "scaling_out", "scaled_in")
+                    or "(recovery)" in e.message for e in status.events):
+                warned = True
+                warnings.warn(_NO_COMMIT_WARNING.format(seconds=time.time() - started),
+                              RuntimeWarning, stacklevel=2)
             if self.verbose:
                 for c in status.conditions[shown_c:]:
                     print(f"[condition] {c.type:<10} {c.reason:<16} {c.message}", flush=True)
@@ -899,11 +932,20 @@ class ElasticTrainer:
             time.sleep(0.2)
 
 
+_NO_COMMIT_WARNING = (
+    "train_loop has not committed a step yet ({seconds:.0f} s into the job) and the group just "
+    "changed: without state.commit() the whole loop is one step, so a lost or added rank "
+    "re-runs it from its start and everything it did is lost. Make a train.State(model=..., "
+    "optimizer=...), call state.restore() at the top of train_loop and state.commit() after "
+    "each optimizer step (cheap: a copy in memory); a resize then costs at most one step.")
+
+
 # Ray Train's name for the same trainer.
 TorchTrainer = ElasticTrainer
 
 __all__ = ["ElasticTrainer", "TorchTrainer", "TorchConfig", "ScalingConfig", "RunConfig",
            "FailureConfig", "CheckpointConfig", "Checkpoint", "Result", "TrainingFailedError",
-           "State", "ElasticSampler", "get_context", "get_device", "report", "prepare_model",
+           "State", "ElasticSampler", "get_context", "get_device", "on_resize", "report",
+           "prepare_model",
            "prepare_data_loader",
            "torch_process_group", "collective_group", "allreduce", "job_status"]

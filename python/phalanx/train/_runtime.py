@@ -74,6 +74,7 @@ class Runtime:
         self.snapshots = {}       # commit number (this loop's) -> its snapshot, not yet taken
         self.restore_from = b""   # what restore() loads
         self.progress = {}        # ElasticSampler: data epoch -> samples consumed (all ranks)
+        self.reset_callbacks = []  # on_resize(): run after State.restore(), this loop's
         self.last_report = {}
         # torch.distributed, formed per epoch on first use (torch_process_group(), or
         # prepare_model(backend="nccl")).
@@ -189,6 +190,7 @@ class Runtime:
             old.join(timeout=10)  # one stuck in a collective of a dead group is left behind
         with self.cond:
             self.progress = {}
+            self.reset_callbacks = []
             self.allowed = 0
             self.reached = 0
             self.snapshots = {}
