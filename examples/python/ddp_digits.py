@@ -104,7 +104,10 @@ def train_func(config):
 
 
 def chaos(config, step, rank):
-    """Tests: rank 1 stops itself (SIGSTOP) once, at ``stop_at_step``; the marker says when."""
+    """Tests: each step padded by ``step_sleep`` seconds; rank 1 stops itself (SIGSTOP) once,
+    at ``stop_at_step``; the marker says when."""
+    if config.get("step_sleep"):
+        time.sleep(config["step_sleep"])
     if config.get("stop_at_step") is not None and step >= config["stop_at_step"] and rank == 1 \
             and not os.path.exists(config["stop_marker"]):
         with open(config["stop_marker"], "w") as f:
@@ -127,10 +130,11 @@ def kill_rank_at(job_id, step, rank=1):
         time.sleep(0.05)
 
 
-def trainer(config, workers=(1, 3), name="ddp-digits"):
+def trainer(config, workers=(1, 3), name="ddp-digits", placement_strategy="PACK"):
     return TorchTrainer(
         train_func, train_loop_config=config,
-        scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"CPU": 0.5}),
+        scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"CPU": 0.5},
+                                     placement_strategy=placement_strategy),
         run_config=RunConfig(name=name, failure_config=FailureConfig(max_failures=3)))
 
 

@@ -1,0 +1,75 @@
+"""A Ray Train script under DDP (examples/python/ddp_digits.py: DistributedDataParallel, a
+DataLoader, dist.* calls of its own, on the `phalanx` backend of torch.distributed) with one
+rank on each of 3 hosts, and the link of a rank's host cut: nothing closes the survivors'
+sockets, so torch's own Gloo group would hold them in DDP's allreduce for its timeout. The
+node timeout (2 s) declares the host dead, the controller aborts the survivors' group, and
+their pending torch ops fail at once: the job goes on at world size 2 (a replacement joins
+where there is room) and ends with equal weights on every rank. The time from the cut to the survivors' next agreed step is printed
+(bench/torch_recovery.py measures it against torch's Gloo)."""
+
+import json
+import os
+import time
+
+import cluster_info
+from jobs import now_ms
+
+PYTHON = "/usr/bin/python3"
+DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_driver.py")
+
+
+def progress(out):
+    rows = []
+    try:
+        with open(os.path.join(out, "progress")) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 4:
+                    rows.append((int(parts[0]), int(parts[1]), int(parts[2]), parts[3]))
+    except FileNotFoundError:
+        pass
+    return rows
+
+
+def wait_for(cond, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)
+    return cond()
+
+
+def test_a_cut_host_under_ddp_heals_at_the_node_timeout(cluster, hosts):
+    out = os.path.join(hosts.dir, "ddp")
+    driver = hosts[0].spawn([PYTHON, DRIVER, "--address", cluster.address, "--token",
+                             cluster.token, "--out", out], log=os.path.join(hosts.dir,
+                                                                            "ddp-driver.log"))
+    running = wait_for(lambda: [r for r in progress(out) if r[1] >= 40 and r[2] == 3], 90)
+    assert running, (f"the job never ran at world size 3: {progress(out)[-3:]}\n" +
+                     open(os.path.join(hosts.dir, "ddp-driver.log")).read()[-3000:])
+    with open(os.path.join(out, "job_id")) as f:
+        job_id = f.read().strip()
+    ctl = cluster_info.wait_controller(cluster, job_id, 30)
+    assert ctl is not None, cluster.phalanx(0, "list", "actors").stdout
+    victim = next(i for i in range(1, len(hosts)) if i != ctl[0])
+    step_at_cut = progress(out)[-1][1]
+    cut_ms = now_ms()
+    hosts[victim].link_down()
+    driver.wait(timeout=150)
+    with open(os.path.join(out, "result.json")) as f:
+        result = json.load(f)
+    assert result["state"] == "SUCCEEDED", (result["message"], result["events"])
+    m = result["metrics"]
+    assert m["backend"].lower() == "phalanx" and m["weights_equal"] is True, m
+    assert m["accuracy"] >= 0.9, m
+    assert any(e["kind"] == "rank_died" and "NODE_DIED" in e["message"]
+               for e in result["events"]), result["events"]
+    after = [r for r in progress(out) if r[0] > cut_ms and r[1] > step_at_cut + 1]
+    assert after, progress(out)[-5:]
+    took = (after[0][0] - cut_ms) / 1000
+    print(f"\n[cut host under DDP] host {victim} cut at step {step_at_cut}: the survivors' "
+          f"next agreed step {took:.2f} s later (node timeout 2 s)")
+    # Loose: the point is "not torch's timeout" (a busy machine cannot fail it).
+    assert took < 30, took
