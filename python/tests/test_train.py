@@ -181,7 +181,7 @@ def test_ray_train_names_and_the_deprecated_ones_give_the_same_job(tmp_path):
     with pytest.raises(TypeError, match="unexpected keyword"):
         train.ElasticTrainer(lambda c: None, scalingconfig=train.ScalingConfig())
     with pytest.raises(ValueError, match="num_to_keep"):
-        train.CheckpointConfig(num_to_keep=2)
+        train.CheckpointConfig(num_to_keep=0)
     with pytest.raises(ValueError, match="max_failures"):
         train.FailureConfig(max_failures=-2)
     with pytest.raises(ValueError, match="placement_strategy"):
@@ -430,3 +430,37 @@ def test_a_stopped_rank_under_ddp_is_restarted_and_the_others_go_on(cluster, tmp
     # The bound is the job's: the probe's 1 s silence plus its checks, far below a torch
     # group's timeout (60 s to 30 min); loose, so that a busy machine cannot fail it.
     assert took < 30, took
+
+
+def ray_checkpoint_loop(config):
+    """Ray Train's checkpoint API as its users write it: resume from get_checkpoint(), save a
+    directory per epoch and report it."""
+    import tempfile as tf
+    import torch
+    start = 0
+    checkpoint = train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            start = torch.load(os.path.join(d, "model.pt"))["epoch"] + 1
+    for epoch in range(start, config["epochs"]):
+        d = tf.mkdtemp()
+        torch.save({"epoch": epoch}, os.path.join(d, "model.pt"))
+        train.report({"epoch": epoch, "start": start},
+                     checkpoint=train.Checkpoint.from_directory(d))
+
+
+def test_ray_checkpoints_are_reported_kept_and_resumed_from(cluster, tmp_path):
+    def fit(name, epochs, **kw):
+        return train.TorchTrainer(
+            ray_checkpoint_loop, train_loop_config={"epochs": epochs},
+            scaling_config=train.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+            run_config=train.RunConfig(name=name, storage_path=str(tmp_path),
+                                       checkpoint_config=train.CheckpointConfig(num_to_keep=2)),
+            verbose=False, **kw).fit(timeout=120)
+
+    first = fit("ckpt", 4)
+    assert first.metrics == {"epoch": 3, "start": 0}, first.metrics
+    assert first.checkpoint.path == str(tmp_path / "ckpt" / "checkpoint_000003")
+    assert sorted(os.listdir(tmp_path / "ckpt")) == ["checkpoint_000002", "checkpoint_000003"]
+    again = fit("ckpt-resumed", 6, resume_from_checkpoint=first.checkpoint)
+    assert again.metrics == {"epoch": 5, "start": 4}, again.metrics

@@ -125,12 +125,61 @@ def get_device():
     return torch.device("cpu")
 
 
-def report(metrics):
+def report(metrics, checkpoint=None):
     """Records this step's metrics (a dict; ``loss`` shows in the job status). The last dict
-    reported by rank 0 becomes ``Result.metrics``."""
+    reported by rank 0 becomes ``Result.metrics``.
+
+    ``checkpoint`` (Ray's ``Checkpoint.from_directory(d)``): rank 0's is copied into the
+    run's storage (``RunConfig(storage_path=..., name=...)``, as ``checkpoint_000003``), and
+    becomes ``train.get_checkpoint()`` and ``Result.checkpoint``; only the newest
+    ``CheckpointConfig(num_to_keep=)`` are kept. Other ranks' checkpoints are not kept (their
+    state is rank 0's under data parallelism). On several machines give a storage path every
+    machine sees, as with Ray."""
     if not isinstance(metrics, dict):
         raise TypeError("train.report takes a dict of metrics")
     RUNTIME.last_report = dict(metrics)
+    if checkpoint is None:
+        return
+    if not isinstance(checkpoint, Checkpoint) or not os.path.isdir(checkpoint.path):
+        raise TypeError("train.report(checkpoint=...) takes train.Checkpoint.from_directory(d) "
+                        "of a directory that exists")
+    if RUNTIME.loop_membership()[1] != 0:
+        return
+    storage = RUNTIME.options.get("storage")
+    if not storage:
+        raise ValueError("train.report(checkpoint=...) needs somewhere to keep it: give "
+                         "RunConfig(storage_path=...) (default ~/phalanx_results) a name")
+    index_key = f"{RUNTIME.job_id}/ray_checkpoint_index"
+    raw = _phalanx.kv_get("elastic", index_key)
+    index = int(raw) + 1 if raw else 0
+    target = os.path.join(storage, f"checkpoint_{index:06d}")
+    staging = target + ".tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(checkpoint.path, staging)
+    os.replace(staging, target)  # a reader never sees half a checkpoint
+    _phalanx.kv_put("elastic", index_key, str(index).encode(), True)
+    _phalanx.kv_put("elastic", f"{RUNTIME.job_id}/ray_checkpoint", target.encode(), True)
+    keep = RUNTIME.options.get("num_to_keep")
+    if keep:
+        for old in range(index - keep, -1, -1):
+            path = os.path.join(storage, f"checkpoint_{old:06d}")
+            if not os.path.isdir(path):
+                break
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def get_checkpoint():
+    """Ray's: the newest checkpoint this run reported (``report(checkpoint=...)``), else the
+    trainer's ``resume_from_checkpoint``, else None. A loop that resumes from it is what Ray
+    users write; with Phalanx the ranks also keep their committed ``State`` in memory, and a
+    resize rolls back only to the last ``state.commit()``."""
+    pointer = _phalanx.kv_get("elastic", f"{RUNTIME.job_id}/ray_checkpoint")
+    if pointer and os.path.isdir(pointer.decode()):
+        return Checkpoint.from_directory(pointer.decode())
+    resume = RUNTIME.options.get("resume_from_checkpoint")
+    if resume and os.path.isdir(resume):
+        return Checkpoint.from_directory(resume)
+    return None
 
 
 def torch_process_group(backend=None):
@@ -580,8 +629,8 @@ class CheckpointConfig:
     """Ray Train's: ``checkpoint_frequency``: write the committed state every this many steps
     (0: never) under ``RunConfig(storage_path=..., name=...)``. A checkpoint is read back only
     when every rank is lost at once; any smaller loss heals from the survivors' memory.
-    ``num_to_keep`` must stay None: every checkpoint is kept (they are written by rank 0 on its
-    own machine, so pruning them is the storage's business).
+    ``num_to_keep``: how many of the newest checkpoints the loop reports
+    (``train.report(metrics, checkpoint=...)``) are kept (None: all).
 
     The old form ``CheckpointConfig(dir, interval_steps=50)`` still works for one release,
     with a DeprecationWarning."""
@@ -610,13 +659,14 @@ class CheckpointConfig:
                 raise ValueError("CheckpointConfig(interval_steps=...) needs dir=, or use "
                                  "checkpoint_frequency= with RunConfig(storage_path=...)")
             checkpoint_frequency = 50 if interval_steps is None else interval_steps
-        if num_to_keep is not None:
-            raise ValueError(f"num_to_keep={num_to_keep!r}: Phalanx keeps every checkpoint it "
-                             f"writes; leave num_to_keep=None and prune the storage yourself")
+        if num_to_keep is not None and (isinstance(num_to_keep, bool) or
+                                        not isinstance(num_to_keep, int) or num_to_keep < 1):
+            raise ValueError(f"num_to_keep={num_to_keep!r}: give a whole number >= 1 of the "
+                             f"newest checkpoints to keep, or None to keep them all")
         if not isinstance(checkpoint_frequency, int) or checkpoint_frequency < 0:
             raise ValueError(f"checkpoint_frequency={checkpoint_frequency!r}: give a whole "
                              f"number of steps >= 0 (0: no checkpoints)")
-        self.num_to_keep = None
+        self.num_to_keep = num_to_keep
         self.checkpoint_frequency = checkpoint_frequency
         self.checkpoint_at_end = checkpoint_at_end
         self.dir = os.fspath(dir) if dir is not None else None
@@ -639,6 +689,11 @@ class RunConfig:
         self.checkpoint_config = checkpoint_config
         self.verbose = verbose
 
+    def storage_dir(self, name):
+        """Where the run's checkpoints go: ``storage_path/name``."""
+        root = self.storage_path or os.path.join(os.path.expanduser("~"), "phalanx_results")
+        return os.path.join(os.path.abspath(os.fspath(root)), name)
+
     def checkpoint_dir(self, name):
         c = self.checkpoint_config
         if c is None or c.checkpoint_frequency == 0:
@@ -650,16 +705,29 @@ class RunConfig:
 
 
 class Checkpoint:
-    """A checkpoint the job wrote: rank 0's committed state at ``step``, in one file at
-    ``path`` (``"<step>\\n"`` then the pickled state). ``load_state()`` gives it as a dict:
-    each ``State`` object's state_dict by name ("model", "optimizer", ...) and its plain
-    values; ``to_directory()`` and ``as_directory()`` as in Ray."""
+    """A checkpoint. Ray's: ``Checkpoint.from_directory(d)``, a directory of files the loop
+    wrote (``report(metrics, checkpoint=...)``, ``get_checkpoint()``); ``path``,
+    ``to_directory()``, ``as_directory()``. Or one the job's controller wrote: rank 0's
+    committed state at ``step``, in one file at ``path`` (``"<step>\\n"`` then the pickled
+    state), which ``load_state()`` gives as a dict: each ``State`` object's state_dict by name
+    ("model", "optimizer", ...) and its plain values."""
 
-    def __init__(self, path, step):
+    def __init__(self, path, step=None):
         self.path = path
         self.step = step
 
+    @classmethod
+    def from_directory(cls, path):
+        return cls(os.path.abspath(os.fspath(path)))
+
+    @property
+    def is_directory(self):
+        return os.path.isdir(self.path)
+
     def load_state(self):
+        if self.is_directory:
+            raise ValueError(f"{self!r} is a directory of your own files: read them with "
+                             f"as_directory()")
         with open(self.path, "rb") as f:
             header, _, payload = f.read().partition(b"\n")
         saved = pickle.loads(payload)
@@ -672,13 +740,16 @@ class Checkpoint:
         returns the directory."""
         path = path or tempfile.mkdtemp(prefix="phalanx-checkpoint-")
         os.makedirs(path, exist_ok=True)
-        shutil.copy2(self.path, path)
+        if self.is_directory:
+            shutil.copytree(self.path, path, dirs_exist_ok=True)
+        else:
+            shutil.copy2(self.path, path)
         return path
 
     @contextmanager
     def as_directory(self):
-        """A directory holding the checkpoint file, for the ``with`` block."""
-        yield os.path.dirname(os.path.abspath(self.path))
+        """A directory holding the checkpoint's files, for the ``with`` block."""
+        yield self.path if self.is_directory else os.path.dirname(os.path.abspath(self.path))
 
     def __repr__(self):
         return f"Checkpoint(path={self.path!r}, step={self.step})"
@@ -725,6 +796,10 @@ class Result:
             step, _, path = pointer.decode().partition(" ")
             if path and os.path.exists(path):
                 self.checkpoint = Checkpoint(path, int(step))
+        # The loop's own (report(checkpoint=...)) come first, as in Ray.
+        reported = _phalanx.kv_get("elastic", f"{self.job_id}/ray_checkpoint")
+        if reported and os.path.isdir(reported.decode()):
+            self.checkpoint = Checkpoint.from_directory(reported.decode())
         self.path = None  # where the checkpoints go (ElasticTrainer fills it in)
 
     def __repr__(self):
@@ -797,7 +872,7 @@ class ElasticTrainer:
     def __init__(self, train_loop=None, train_loop_config=None, *, scaling_config=None,
                  run_config=None, train_loop_per_worker=None, verbose=True, env=None,
                  prestart_imports=None, step_call_ms=PYTHON_STEP_CALL_MS, torch_config=None,
-                 **deprecated):
+                 resume_from_checkpoint=None, **deprecated):
         if train_loop_per_worker is not None:
             if train_loop is not None:
                 raise TypeError("give the training function once: as the first argument or "
@@ -846,6 +921,11 @@ class ElasticTrainer:
         if torch_config is not None and not isinstance(torch_config, TorchConfig):
             raise TypeError("torch_config must be a phalanx.train.TorchConfig")
         self.torch_config = torch_config or TorchConfig()
+        if resume_from_checkpoint is not None and not isinstance(resume_from_checkpoint,
+                                                                 Checkpoint):
+            raise TypeError("resume_from_checkpoint must be a train.Checkpoint (e.g. "
+                            "Checkpoint.from_directory(d), or a Result's .checkpoint)")
+        self.resume_from_checkpoint = resume_from_checkpoint
         self.job_id = None
 
     def _spec(self, fn_key):
@@ -886,7 +966,11 @@ class ElasticTrainer:
         if "" in sys.path:
             paths.insert(0, os.getcwd())
         options = {"backend": self.torch_config.backend, "use_gpu": self.scaling.use_gpu,
-                   "torch": "torch" in _prestart_imports(None, self.train_loop)}
+                   "torch": "torch" in _prestart_imports(None, self.train_loop),
+                   "storage": self.run_config.storage_dir(self.name),
+                   "num_to_keep": getattr(self.run_config.checkpoint_config, "num_to_keep", None),
+                   "resume_from_checkpoint": (self.resume_from_checkpoint.path
+                                              if self.resume_from_checkpoint else None)}
         inner = dumps_function(self.train_loop, self.train_loop_config, options,
                                what="train_loop")
         key = f"pyfn/{self.name}-{secrets.token_hex(6)}"
@@ -945,7 +1029,8 @@ TorchTrainer = ElasticTrainer
 
 __all__ = ["ElasticTrainer", "TorchTrainer", "TorchConfig", "ScalingConfig", "RunConfig",
            "FailureConfig", "CheckpointConfig", "Checkpoint", "Result", "TrainingFailedError",
-           "State", "ElasticSampler", "get_context", "get_device", "on_resize", "report",
+           "State", "ElasticSampler", "get_context", "get_device", "get_checkpoint", "on_resize",
+           "report",
            "prepare_model",
            "prepare_data_loader",
            "torch_process_group", "collective_group", "allreduce", "job_status"]
