@@ -82,6 +82,11 @@ def train_func(config):
             optimizer.step()
             epoch_loss += torch.tensor([float(loss) * len(yb), len(yb)])
             state.step += 1
+            if config.get("step_log"):
+                # Tests and benchmarks: "<unix ms> <rank> <world size> <step>" per update.
+                with open(config["step_log"], "a") as f:
+                    f.write(f"{time.time() * 1000:.0f} {rank} {dist.get_world_size()} "
+                            f"{state.step}\n")
             state.commit()
             chaos(config, state.step, rank)
         dist.all_reduce(epoch_loss)

@@ -2,7 +2,9 @@
 """The driver of tests/multihost/test_torch_ddp.py and bench/torch_recovery.py, run on a host
 of the cluster: submits examples/python/ddp_digits.py (3 workers spread over the hosts, min
 2), writes the job id to OUT/job_id, a line per status poll to OUT/progress ("<unix ms>
-<agreed step> <world size> <state>"), and OUT/result.json once the job ended."""
+<agreed step> <world size> <state>"), and OUT/result.json once the job ended. The ranks
+write a line per update to OUT/steps ("<unix ms> <rank> <world size> <step>"; the hosts
+share this machine's file system)."""
 
 import argparse
 import json
@@ -32,7 +34,9 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     phalanx.init(args.address, token=args.token)
     t = ddp_digits.trainer({"lr": 0.05, "epochs": args.epochs, "batch_size": 32,
-                            "step_sleep": args.step_sleep}, workers=(2, 3),
+                            "step_sleep": args.step_sleep,
+                            "step_log": os.path.join(os.path.abspath(args.out), "steps")},
+                           workers=(2, 3),
                            name=f"ddp-{args.backend}", placement_strategy="SPREAD")
     t.torch_config = train.TorchConfig(backend=args.backend)
     t.verbose = False

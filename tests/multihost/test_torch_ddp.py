@@ -31,6 +31,17 @@ def progress(out):
     return rows
 
 
+def survivors_next_step(out, cut_ms):
+    """Seconds from the cut to the first update a rank made at world size 2 (the survivors'
+    recovery epoch), from the ranks' own step log; None if there was none."""
+    with open(os.path.join(out, "steps")) as f:
+        for line in f:
+            t, _, world, _ = (int(x) for x in line.split())
+            if t > cut_ms and world == 2:
+                return (t - cut_ms) / 1000
+    return None
+
+
 def wait_for(cond, timeout):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -54,7 +65,6 @@ def test_a_cut_host_under_ddp_heals_at_the_node_timeout(cluster, hosts):
     ctl = cluster_info.wait_controller(cluster, job_id, 30)
     assert ctl is not None, cluster.phalanx(0, "list", "actors").stdout
     victim = next(i for i in range(1, len(hosts)) if i != ctl[0])
-    step_at_cut = progress(out)[-1][1]
     cut_ms = now_ms()
     hosts[victim].link_down()
     driver.wait(timeout=150)
@@ -66,10 +76,9 @@ def test_a_cut_host_under_ddp_heals_at_the_node_timeout(cluster, hosts):
     assert m["accuracy"] >= 0.9, m
     assert any(e["kind"] == "rank_died" and "NODE_DIED" in e["message"]
                for e in result["events"]), result["events"]
-    after = [r for r in progress(out) if r[0] > cut_ms and r[1] > step_at_cut + 1]
-    assert after, progress(out)[-5:]
-    took = (after[0][0] - cut_ms) / 1000
-    print(f"\n[cut host under DDP] host {victim} cut at step {step_at_cut}: the survivors' "
-          f"next agreed step {took:.2f} s later (node timeout 2 s)")
+    took = survivors_next_step(out, cut_ms)
+    assert took is not None, open(os.path.join(out, "steps")).read()[-2000:]
+    print(f"\n[cut host under DDP] host {victim} cut: the survivors' next update {took:.2f} s "
+          f"later (node timeout 2 s)")
     # Loose: the point is "not torch's timeout" (a busy machine cannot fail it).
     assert took < 30, took

@@ -354,8 +354,12 @@ class Runtime:
                 except Exception:  # noqa: BLE001 - a broken group may not destroy cleanly
                     pass
             host = _node_host()
-            if host in ("127.0.0.1", "localhost"):
-                os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            # Gloo binds to the interface of the hostname's address by default, which on a
+            # machine whose hostname resolves to loopback is unreachable from the others: the
+            # interface that carries the node's address instead.
+            iface = "lo" if host in ("127.0.0.1", "localhost") else _interface_of(host)
+            if iface:
+                os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)
             key = f"{self.job_id}/torch/{epoch}/{world}"
             timeout = timedelta(seconds=60)
             if rank == 0:
@@ -394,6 +398,23 @@ def _takes_no_args(fn):
 def _node_host():
     node = os.environ.get("PHALANX_NODE_ADDRESS", "")
     return node.rsplit(":", 1)[0] if node else "127.0.0.1"
+
+
+def _interface_of(ip):
+    """The name of the network interface that has address `ip`, or None."""
+    import fcntl
+    import struct
+    siocgifaddr = 0x8915
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                raw = fcntl.ioctl(s.fileno(), siocgifaddr,
+                                  struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+            if socket.inet_ntoa(raw[20:24]) == ip:
+                return name
+    return None
 
 
 def _ipv4(host):
