@@ -379,6 +379,13 @@ class GcsClientImpl final : public GcsClient {
     return Call(&Stub::ReportJob, report).status();
   }
 
+  absl::Status AppendJobLog(const std::string& job_id, const std::string& data) override {
+    rpc::AppendJobLogRequest request;
+    request.set_job_id(job_id);
+    request.set_data(data);
+    return Call(&Stub::AppendJobLog, request).status();
+  }
+
   absl::Status JobLogs(const std::string& job_id, int64_t offset, bool follow,
                        const std::function<bool(const rpc::JobLogsChunk&)>& on_chunk) override {
     absl::Time give_up = absl::Now() + options_.rpc_timeout;

@@ -113,6 +113,8 @@ class GcsClient {
   // A GCS restart in the middle resumes where it stopped. `on_chunk` returning false stops.
   virtual absl::Status JobLogs(const std::string& job_id, int64_t offset, bool follow,
                                const std::function<bool(const rpc::JobLogsChunk&)>& on_chunk) = 0;
+  // Appends a job's workers' output to its log (an elastic job's; JobLogs reads it).
+  virtual absl::Status AppendJobLog(const std::string& job_id, const std::string& data) = 0;
 
   // Creates a placement group (validated, stored PENDING, reserved on its nodes in one round).
   // With `wait_ready` > 0, the same call then waits for it as WaitPlacementGroupReady does

@@ -318,6 +318,11 @@ class GcsServiceImpl final : public GcsServiceHandlers {
         [&] { return context->IsCancelled() || stopping_.load(); }));
   }
 
+  grpc::Status AppendJobLog(grpc::ServerContext*, const rpc::AppendJobLogRequest* request,
+                            rpc::AppendJobLogReply*) override {
+    return rpc::ToGrpc(job_manager_->AppendLog(request->job_id(), request->data()));
+  }
+
   grpc::Status CreatePlacementGroup(grpc::ServerContext*,
                                     const rpc::CreatePlacementGroupRequest* request,
                                     rpc::CreatePlacementGroupReply* reply) override {

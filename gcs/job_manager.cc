@@ -547,13 +547,66 @@ absl::StatusOr<std::string> GcsJobManager::LogPath(const std::string& job_id) co
                                                       JobDir(job_id), "); the record was altered"));
   }
   if (job->log_path().empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, " is an elastic training job and has no driver log: `phalanx job status ",
-        job_id,
-        "` shows its events; its workers' logs are in the nodes' session "
-        "dirs (logs/worker-*.log)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id,
+                     " is an elastic training job with no output yet (its Python ranks' "
+                     "prints appear here once they print): `phalanx job status ",
+                     job_id,
+                     "` shows its events; its workers' logs are in the nodes' session "
+                     "dirs (logs/worker-*.log)"));
   }
   return job->log_path();
+}
+
+absl::Status GcsJobManager::AppendLog(const std::string& job_id, const std::string& data) {
+  auto job = jobs_->Get(job_id);
+  if (!job) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  if (job->kind() == "driver") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " is a driver job: its runner writes its log (the driver's output)"));
+  }
+  std::string path = job->log_path();
+  if (path.empty()) {
+    if (options_.session_dir.empty()) {
+      return absl::FailedPreconditionError(
+          "this GCS was started without --session-dir, so it keeps no job logs; start the "
+          "head with `phalanx start --head`");
+    }
+    if (auto s = MakeDirs(JobDir(job_id), 0700); !s.ok()) return s;
+    path = JobDir(job_id) + "/output.log";
+    auto s = jobs_->Update(job_id, [&](rpc::JobInfo* j, bool exists) {
+      if (!exists) return false;
+      if (j->log_path().empty()) j->set_log_path(path);
+      path = j->log_path();
+      return true;
+    });
+    if (!s.ok()) return s;
+  }
+  if (!absl::StartsWith(path, JobDir(job_id) + "/")) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, "'s log is not in its own dir"));
+  }
+  absl::MutexLock lock(&append_mu_);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  struct stat st {};
+  int64_t size = ::fstat(fd, &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
+  std::string out = data;
+  if (size >= kMaxAppendedLog) {
+    out.clear();
+  } else if (size + static_cast<int64_t>(out.size()) > kMaxAppendedLog) {
+    out = absl::StrCat("[phalanx] the job's log reached ", kMaxAppendedLog >> 20,
+                       " MiB: later output is only in the workers' own logs "
+                       "(logs/worker-*.log in each node's session dir)\n");
+  }
+  absl::Status result = absl::OkStatus();
+  if (!out.empty() && ::write(fd, out.data(), out.size()) != static_cast<ssize_t>(out.size())) {
+    result = absl::UnavailableError(absl::StrCat("writing ", path, ": ", std::strerror(errno)));
+  }
+  ::close(fd);
+  return result;
 }
 
 absl::StatusOr<std::pair<std::string, int64_t>> GcsJobManager::TailLog(const std::string& job_id,
@@ -576,14 +629,19 @@ absl::Status GcsJobManager::StreamLogs(const rpc::JobLogsRequest& request,
                                        const std::function<bool(const rpc::JobLogsChunk&)>& write,
                                        const std::function<bool()>& cancelled) {
   auto log_path = LogPath(request.job_id());
-  if (!log_path.ok()) return log_path.status();
   auto job = jobs_->Get(request.job_id());
   if (!job) return absl::NotFoundError(absl::StrCat("no job '", request.job_id(), "'"));
+  // Followed, an elastic job with no output yet is an empty log that may begin later.
+  bool may_begin = request.follow() && job->kind() != "driver" && job->log_path().empty();
+  if (!log_path.ok() && !may_begin) return log_path.status();
   int64_t offset = std::max<int64_t>(0, request.offset());
   std::string buffer(64 << 10, '\0');
   int fd = -1;
   while (true) {
-    if (fd < 0) fd = ::open(job->log_path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      auto path = LogPath(request.job_id());  // checked to be in the job's dir
+      if (path.ok()) fd = ::open(path->c_str(), O_RDONLY | O_CLOEXEC);
+    }
     bool finished = false;
     if (auto fresh = jobs_->Get(request.job_id())) finished = Finished(fresh->state());
     // Drain what is there now.

@@ -88,6 +88,12 @@ class GcsJobManager {
   // The last `max_bytes` of the driver log, and its whole size.
   absl::StatusOr<std::pair<std::string, int64_t>> TailLog(const std::string& job_id,
                                                           int64_t max_bytes) const;
+  // Appends `data` to the job's log: an elastic job's first append makes its log
+  // (output.log in the job's dir). Past kMaxAppendedLog bytes the rest is dropped, once
+  // said in the log. NotFound: no such job; FailedPrecondition: a driver job (its runner
+  // writes its log).
+  absl::Status AppendLog(const std::string& job_id, const std::string& data);
+  static constexpr int64_t kMaxAppendedLog = int64_t{256} << 20;
   absl::Status StreamLogs(const rpc::JobLogsRequest& request,
                           const std::function<bool(const rpc::JobLogsChunk&)>& write,
                           const std::function<bool()>& cancelled);
@@ -119,6 +125,7 @@ class GcsJobManager {
   std::string gcs_address_ ABSL_GUARDED_BY(mu_);  // set by Start()
   std::atomic<bool> stopping_{false};
   std::thread watch_thread_;
+  absl::Mutex append_mu_;  // one AppendLog writes at a time (its size check, then its write)
 };
 
 }  // namespace phalanx::gcs

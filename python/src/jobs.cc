@@ -157,6 +157,29 @@ void BindJobs(py::module_& m) {
   m.def("stop_job", [](const std::string& job_id) {
     CallBlocking([&] { return Worker().gcs().StopJob(job_id, 0).status(); });
   });
+  // An elastic job's workers' output (phalanx.train forwards its ranks' prints).
+  m.def("append_job_log", [](const std::string& job_id, const py::bytes& data) {
+    std::string bytes = data;
+    CallBlocking([&] { return Worker().gcs().AppendJobLog(job_id, bytes); });
+  });
+  // The job's log from `offset` as it is now: (bytes, the offset after them). A job with no
+  // log yet gives nothing.
+  m.def("job_log", [](const std::string& job_id, int64_t offset) {
+    std::string out;
+    int64_t end = offset;
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = Worker().gcs().JobLogs(job_id, offset, /*follow=*/false,
+                                 [&](const rpc::JobLogsChunk& chunk) {
+                                   out.append(chunk.data());
+                                   end = chunk.offset() + static_cast<int64_t>(chunk.data().size());
+                                   return true;
+                                 });
+    }
+    if (!s.ok() && !absl::IsFailedPrecondition(s)) RaiseStatus(s);
+    return py::make_tuple(py::bytes(out), end);
+  });
 }
 
 }  // namespace phalanx::python

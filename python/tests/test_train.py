@@ -464,3 +464,25 @@ def test_ray_checkpoints_are_reported_kept_and_resumed_from(cluster, tmp_path):
     assert sorted(os.listdir(tmp_path / "ckpt")) == ["checkpoint_000002", "checkpoint_000003"]
     again = fit("ckpt-resumed", 6, resume_from_checkpoint=first.checkpoint)
     assert again.metrics == {"epoch": 5, "start": 4}, again.metrics
+
+
+def printing_loop(config):
+    ctx = train.get_context()
+    print(f"hello from {ctx.get_world_rank()} of {ctx.get_world_size()}")
+    print("a line on stderr", file=sys.stderr)
+
+
+def test_the_ranks_output_reaches_the_driver_and_job_logs(cluster, capsys):
+    """print() in train_loop reaches the driver's fit(), prefixed by rank (as Ray and torchrun
+    show their workers' output), and `phalanx job logs` shows it for the job."""
+    result = train.TorchTrainer(
+        printing_loop,
+        scaling_config=train.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+        run_config=train.RunConfig(name="printing")).fit(timeout=120)
+    out = capsys.readouterr().out
+    for r in (0, 1):
+        assert f"(rank {r}) hello from {r} of 2" in out, out
+        assert f"(rank {r}) a line on stderr" in out, out
+    logs = cluster.cli("job", "logs", result.job_id)
+    assert logs.returncode == 0, logs.stderr
+    assert "(rank 1) hello from 1 of 2" in logs.stdout, logs.stdout

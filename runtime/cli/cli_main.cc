@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
   job_status->add_option("--interval", watch.interval_s, "seconds between refreshes (--watch)")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
-  auto* job_logs = job_cmd->add_subcommand("logs", "a job's driver output");
+  auto* job_logs = job_cmd->add_subcommand(
+      "logs", "a job's output: a driver job's driver, an elastic job's ranks (phalanx.train)");
   bool follow = false;
   job_logs->add_flag("-f,--follow", follow, "keep printing new output until the job ends");
   auto* job_stop = job_cmd->add_subcommand("stop", "stop a job: SIGTERM, then SIGKILL");

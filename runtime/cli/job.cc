@@ -412,7 +412,7 @@ int RunJobLogs(const ClusterFlags& flags, const std::string& job_id, bool follow
   if (follow) {
     auto job = (*gcs)->GetJob(job_id);
     if (!job.ok()) return Fail("logs", job.status());
-    if (job->kind() == "elastic") return FollowElastic(**gcs, job_id);
+    // An elastic job's log is its ranks' output (phalanx.train), which may not have begun.
     return FollowDriver(**gcs, job_id, 0);
   }
   auto streamed = (*gcs)->JobLogs(job_id, 0, false, [](const rpc::JobLogsChunk& chunk) {

@@ -988,8 +988,15 @@ class ElasticTrainer:
         shown_c = shown_e = 0
         started = time.time()
         warned = False
+        log_offset = 0
         while True:
             status = _phalanx.job_status(job_id)
+            if self.verbose:
+                # The ranks' output, "(rank N) ..." per line, as Ray and torchrun print it.
+                text, log_offset = _phalanx.job_log(job_id, log_offset)
+                if text:
+                    sys.stdout.write(text.decode(errors="replace"))
+                    sys.stdout.flush()
             if not warned and status.step == 0 and any(
                     e.kind in ("rank_died", "hang", "step_failed", "scaling_out", "scaled_in")
                     or "(recovery)" in e.message for e in status.events):

@@ -39,6 +39,80 @@ class _Reset(BaseException):
     ``except Exception`` does not catch it)."""
 
 
+class _RankOutput:
+    """sys.stdout or sys.stderr of a rank's process: what is written still goes to the
+    worker's own log, and whole lines also go, prefixed "(rank N) ", to the job's log in the
+    GCS, which the driver's fit() prints and `phalanx job logs` shows (Ray and torchrun show
+    their workers' output the same way). Sent in batches by one thread, every FLUSH_S or at
+    BATCH_BYTES; output that cannot be sent is dropped (the worker's own log keeps it)."""
+
+    FLUSH_S = 0.1
+    BATCH_BYTES = 64 << 10
+    _lock = threading.Lock()
+    _pending = []
+    _size = 0
+    _thread = None
+    _job_id = ""
+
+    def __init__(self, stream, runtime):
+        self._stream = stream
+        self._runtime = runtime
+        self._partial = ""
+
+    def write(self, text):
+        n = self._stream.write(text)
+        if not isinstance(text, str) or not text:
+            return n
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()
+        if lines:
+            prefix = f"(rank {self._runtime.rank}) "
+            self._queue("".join(f"{prefix}{line}\n" for line in lines))
+        return n
+
+    def flush(self):
+        self._stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    @classmethod
+    def _queue(cls, text):
+        with cls._lock:
+            cls._pending.append(text)
+            cls._size += len(text)
+            if cls._thread is None:
+                cls._thread = threading.Thread(target=cls._flusher, name="rank-output",
+                                               daemon=True)
+                cls._thread.start()
+
+    @classmethod
+    def send(cls):
+        with cls._lock:
+            batch, cls._pending, cls._size = "".join(cls._pending), [], 0
+        if batch and cls._job_id:
+            try:
+                _phalanx.append_job_log(cls._job_id, batch.encode(errors="replace"))
+            except Exception:  # noqa: BLE001 - the worker's own log has it
+                pass
+
+    @classmethod
+    def _flusher(cls):
+        while True:
+            deadline = time.time() + cls.FLUSH_S
+            while time.time() < deadline and cls._size < cls.BATCH_BYTES:
+                time.sleep(0.01)
+            cls.send()
+
+    @classmethod
+    def install(cls, runtime, job_id):
+        cls._job_id = job_id
+        if not isinstance(sys.stdout, cls):
+            sys.stdout = cls(sys.stdout, runtime)
+        if not isinstance(sys.stderr, cls):
+            sys.stderr = cls(sys.stderr, runtime)
+
+
 class Runtime:
     def __init__(self):
         self.cond = threading.Condition()
@@ -90,6 +164,7 @@ class Runtime:
 
     def setup(self, job_id, config):
         self.job_id = job_id
+        _RankOutput.install(self, job_id)
         key = config.get("pyfn", "")
         payload = _phalanx.kv_get("elastic", key) if key else None
         if payload is None:
@@ -220,10 +295,13 @@ class Runtime:
         except _Reset:
             pass
         except BaseException as e:  # noqa: BLE001 - the step reports it
+            traceback.print_exc()  # to the worker's log and, as the rank's output, the driver
             with self.cond:
                 if self.generation == generation:
                     self.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
                     self.cond.notify_all()
+        finally:
+            _RankOutput.send()  # the loop's last lines before the step answers
 
     def commit(self, take_snapshot):
         """The loop's step boundary: keep the snapshot (``take_snapshot()``, unless the commit
