@@ -188,6 +188,31 @@ class DistMember:
             bad.append(f"broadcast_object_list: {box}")
         return bad, ran
 
+    def zero_steps(self, steps):
+        """DDP and torch's ZeroRedundancyOptimizer (ZeRO-1: each rank keeps the Adam state of
+        its share of the parameters) on the phalanx group; (weights' checksum, the share of
+        the optimizer state this rank holds)."""
+        import torch.distributed as dist
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                    torch.nn.Linear(32, 4))
+        ddp = DDP(model, process_group=self.ph)
+        opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam,
+                                      lr=0.01, process_group=self.ph)
+        gen = torch.Generator().manual_seed(self.rank)
+        for _ in range(steps):
+            x = torch.randn(8, 16, generator=gen)
+            loss = ddp(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        held = sum(s["exp_avg"].numel() for s in opt.optim.state.values())
+        total = sum(p.numel() for p in model.parameters())
+        dist.barrier(group=self.ph)
+        return float(sum(p.double().sum() for p in model.parameters())), held / total
+
     def wedge(self, skip):
         """An all_reduce that this rank makes unless it is `skip`: the others wait in it (as
         for a stopped peer) until an abort; returns (seconds waited, the error)."""
@@ -235,6 +260,14 @@ def test_every_op_and_dtype_matches_torchs_gloo(members):
     for r, (bad, ran) in enumerate(results):
         assert not bad, f"rank {r}: " + "\n".join(bad)
         assert ran > 200, f"rank {r} compared only {ran} results"
+
+
+def test_zero_redundancy_optimizer_runs_on_the_phalanx_backend(members):
+    results = phalanx.get([m.zero_steps.remote(5) for m in members], timeout=120)
+    sums = {round(s, 9) for s, _ in results}
+    assert len(sums) == 1, results  # every rank ends with the same weights
+    shares = [share for _, share in results]
+    assert all(0 < s < 1 for s in shares) and abs(sum(shares) - 1) < 1e-9, shares
 
 
 def test_an_abort_fails_every_pending_op_at_once_with_its_reason(members):

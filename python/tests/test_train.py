@@ -486,3 +486,42 @@ def test_the_ranks_output_reaches_the_driver_and_job_logs(cluster, capsys):
     logs = cluster.cli("job", "logs", result.job_id)
     assert logs.returncode == 0, logs.stderr
     assert "(rank 1) hello from 1 of 2" in logs.stdout, logs.stdout
+
+
+def env_loop(config):
+    import torch.distributed as dist
+    ctx = train.get_context()
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
+             "MASTER_PORT", "CUDA_VISIBLE_DEVICES")
+    seen = {n: os.environ.get(n) for n in names}
+    seen.update(ctx_local=(ctx.get_local_rank(), ctx.get_local_world_size(), ctx.get_node_rank()),
+                device=str(train.get_device()), initialized=dist.is_initialized(),
+                backend=dist.get_backend(), dist_rank=dist.get_rank())
+    every = [None] * ctx.get_world_size()
+    dist.all_gather_object(every, seen)
+    train.report({"every": every})
+
+
+def test_torchrun_variables_and_a_gpu_per_worker_are_set_before_the_loop(cluster):
+    """As Ray Train's TorchConfig and torchrun set them: RANK, WORLD_SIZE, LOCAL_RANK,
+    LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT, torch.distributed initialised on
+    the phalanx backend, and with use_gpu each worker's CUDA_VISIBLE_DEVICES its local rank
+    (this machine has no GPU: the resource request is left at 0 GPUs)."""
+    result = train.TorchTrainer(
+        env_loop,
+        scaling_config=train.ScalingConfig(num_workers=3, use_gpu=True,
+                                           resources_per_worker={"CPU": 0.5, "GPU": 0}),
+        run_config=train.RunConfig(name="env"), verbose=False).fit(timeout=120)
+    every = result.metrics["every"]
+    assert len(every) == 3, every
+    for r, seen in enumerate(every):
+        assert (seen["RANK"], seen["WORLD_SIZE"], seen["dist_rank"]) == (str(r), "3", r), seen
+        # One node here: local rank = rank, node rank 0.
+        assert (seen["LOCAL_RANK"], seen["LOCAL_WORLD_SIZE"], seen["NODE_RANK"]) == \
+            (str(r), "3", "0"), seen
+        assert seen["ctx_local"] == [r, 3, 0] or seen["ctx_local"] == (r, 3, 0), seen
+        assert seen["CUDA_VISIBLE_DEVICES"] == str(r), seen
+        assert seen["MASTER_ADDR"] == "127.0.0.1" and int(seen["MASTER_PORT"]) > 0, seen
+        assert seen["initialized"] and seen["backend"] == "phalanx", seen
+        assert seen["device"] == "cpu", seen
+    assert len({s["MASTER_PORT"] for s in every}) == 1, every

@@ -297,6 +297,14 @@ class State:
                 objects[k] = v
             else:
                 plain[k] = v
+        for k, v in objects.items():
+            if type(v).__name__ == "ZeroRedundancyOptimizer":
+                raise TypeError(
+                    f"train.State({k}=ZeroRedundancyOptimizer(...)): its state is sharded over "
+                    f"the ranks, and State cannot commit it yet (its state_dict() is a "
+                    f"collective that every rank would have to call at the same commit). Leave "
+                    f"it out of State: the weights still heal in place, and the optimizer's "
+                    f"state starts afresh at a membership change")
         object.__setattr__(self, "_objects", objects)
         object.__setattr__(self, "_values", plain)
         object.__setattr__(self, "commits", 0)
