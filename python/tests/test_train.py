@@ -512,6 +512,9 @@ def test_torchrun_variables_and_a_gpu_per_worker_are_set_before_the_loop(cluster
         scaling_config=train.ScalingConfig(num_workers=3, use_gpu=True,
                                            resources_per_worker={"CPU": 0.5, "GPU": 0}),
         run_config=train.RunConfig(name="env"), verbose=False).fit(timeout=120)
+    # torch.distributed was there on the first try (`import torch.distributed as dist` in the
+    # loop counts as using torch).
+    assert not any(e["kind"] == "step_failed" for e in result.events), result.events
     every = result.metrics["every"]
     assert len(every) == 3, every
     for r, seen in enumerate(every):

@@ -594,6 +594,9 @@ class ScalingConfig:
         self.use_gpu = use_gpu
         if use_gpu:
             self.resources_per_worker.setdefault("GPU", 1)
+        # Ray takes an amount of 0 as "none of it" (e.g. {"GPU": 0} with use_gpu=True).
+        self.resources_per_worker = {k: v for k, v in self.resources_per_worker.items()
+                                     if v != 0}
         self.placement_strategy = placement_strategy
 
 
@@ -848,7 +851,9 @@ def _prestart_imports(given, train_loop):
             raise TypeError("prestart_imports must be a list of module names, e.g. ['torch']")
         return list(given)
     code = getattr(train_loop, "__code__", None)
-    if "torch" in sys.modules or (code is not None and "torch" in _names_in(code)):
+    # `import torch.distributed as dist` names "torch.distributed", not "torch".
+    if "torch" in sys.modules or (code is not None and any(
+            n == "torch" or n.startswith("torch.") for n in _names_in(code))):
         return ["torch"]
     return []
 
