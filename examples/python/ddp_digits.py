@@ -26,6 +26,8 @@ import phalanx
 from phalanx import train
 from phalanx.train import RunConfig, ScalingConfig, TorchTrainer, FailureConfig
 
+from elastic_digits import kill_rank_at  # chaos for --kill-at-step: SIGKILL of rank 1
+
 
 def load_data():
     import torch
@@ -118,21 +120,6 @@ def chaos(config, step, rank):
         with open(config["stop_marker"], "w") as f:
             f.write(repr(time.time()))
         os.kill(os.getpid(), signal.SIGSTOP)
-
-
-def kill_rank_at(job_id, step, rank=1):
-    while True:
-        status = train.job_status(job_id)
-        if status.state in ("SUCCEEDED", "FAILED", "STOPPED"):
-            return
-        if status.steps >= step and len(status.ranks) > rank:
-            handle = phalanx.ActorHandle(status.ranks[rank]["actor_id"], "PythonTrainer", "cpp")
-            pid = phalanx.actor_info(handle)["pid"]
-            print(f"[chaos]     kill -9 of rank {rank} (pid {pid}) at step {status.steps}",
-                  flush=True)
-            os.kill(pid, signal.SIGKILL)
-            return
-        time.sleep(0.05)
 
 
 def trainer(config, workers=(1, 3), name="ddp-digits", placement_strategy="PACK"):

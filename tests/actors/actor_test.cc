@@ -329,7 +329,10 @@ TEST_F(ActorTest, NodeMemoryMonitorKillsTheNewestActor) {
   rpc::DeathCause cause = Info(newer->id()).death_cause();
   EXPECT_EQ(cause.kind(), rpc::DeathCause::OOM_KILLED) << rpc::DescribeCause(cause);
   EXPECT_NE(cause.message().find("node memory use"), std::string::npos) << cause.message();
-  EXPECT_GT(cause.peak_bytes(), 1ll << 30);
+  // Its own allocation is what crossed the line: well above an idle worker's. Not 1 GiB or
+  // more: the node's use counts the whole machine, so tests running beside this one (ctest
+  // -j2) can bring the line closer (a CI run saw the kill at a 1.02 GB peak).
+  EXPECT_GT(cause.peak_bytes(), 256ll << 20);
   EXPECT_EQ(Info(older->id()).state(), rpc::ACTOR_ALIVE);
   EXPECT_EQ(*Get(older->Task(&Counter::Add).Remote(1)), 1);
 }
