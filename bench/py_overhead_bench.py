@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """py_overhead_bench: what elasticity costs a Python (torch) job when nothing fails. The same
-loop — Linear(64, 256) → ReLU → Linear(256, 1), data parallel (its gradients averaged over
-phalanx's collective group by phalanx.train.DataParallel, what phalanx.train.prepare_model
-returns on CPU), SGD, a batch of 32 random rows per rank, steps padded to 10 ms and to 100 ms —
+loop — Linear(64, 256) → ReLU → Linear(256, 1), data parallel (torch's DistributedDataParallel
+over the `phalanx` backend of torch.distributed, on phalanx's collective group: what
+phalanx.train.prepare_model returns), SGD, a batch of 32 random rows per rank, steps padded to
+10 ms and to 100 ms —
 runs twice in the same run, with the same ranks:
   plain       each rank a process of its own, the group formed once, then the bare loop
   controller  phalanx.train.ElasticTrainer: the job's controller drives every step, and each
@@ -83,8 +84,11 @@ def plain_rank(args):
     from phalanx.collective import CollectiveGroup
     group = CollectiveGroup(args.group, address=args.address, token=args.token, timeout=60)
     group.reconfigure(1, args.rank, args.world)
-    # The gradients go through phalanx's group, as prepare_model sets it up.
-    model = train.DataParallel(make_model(), group)
+    # DDP over the phalanx backend on that group, as prepare_model sets it up in the loop.
+    import phalanx.distributed
+    from torch.nn.parallel import DistributedDataParallel
+    model = DistributedDataParallel(make_model(),
+                                    process_group=phalanx.distributed.process_group(group))
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(1000 + args.rank)
     times = []
