@@ -12,6 +12,7 @@
 // the subscription thread (OnMessage) and the lease thread touch only what mu_ guards.
 #pragma once
 
+#include <deque>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -302,11 +303,11 @@ class Controller {
   bool RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* error,
                std::vector<Metrics>* results);
   // How many steps a call from step `first` covers: what fits in spec_.step_call_ms at the
-  // pace the last call measured (its slowest rank's step time in step_times_), at least 1 and
-  // at most kMaxStepsPerCall, never past the last step or a step a checkpoint is due at.
+  // typical pace of the last calls (TypicalStepMs over recent_step_ms_), at least 1 and at
+  // most kMaxStepsPerCall, never past the last step or a step a checkpoint is due at.
   int64_t StepsPerCall(int64_t first) const;
-  // The slowest rank's step time in the last agreed call (step_times_); 0: none agreed yet.
-  double LastStepMs() const;
+  // TypicalStepMs of the last kStepHistory agreed calls; 0: none agreed yet.
+  double TypicalCallStepMs() const;
   // Whether a call from step `next` may be sent before the call before it is answered:
   // nothing waits for the boundary between them (joiners, requests, resources, a checkpoint,
   // the end).
@@ -402,6 +403,7 @@ class Controller {
   int64_t ahead_epoch_ = -1;
   absl::Time step_failed_ = absl::InfiniteFuture();  // the running step failed here
   std::vector<rpc::RankStepTime> step_times_;        // of the last agreed call, per step
+  std::deque<double> recent_step_ms_;  // each of the last kStepHistory calls' slowest step
   double step_skew_ = 1;
   double network_check_skew_ = 0;  // of the last network check (0: none yet)
   int target_ = 0;

@@ -31,6 +31,14 @@ bool RestartBudget::Left(absl::Time now) {
   return static_cast<int>(spent_.size()) < limit_;
 }
 
+double TypicalStepMs(const std::deque<double>& slowest) {
+  if (slowest.empty()) return 0;
+  std::vector<double> sorted(slowest.begin(), slowest.end());
+  std::sort(sorted.begin(), sorted.end());
+  size_t n = sorted.size();
+  return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+}
+
 double GrownMemory(const FaultPolicy& policy, double memory) {
   double grown =
       std::min(memory * policy.memory_growth, memory + static_cast<double>(policy.max_memory_step));

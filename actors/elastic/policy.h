@@ -78,6 +78,15 @@ bool ReplaceStraggler(const FaultPolicy& policy, RestartBudget* budget, absl::Ti
 // memoryCap.
 double GrownMemory(const FaultPolicy& policy, double memory);
 
+// The step time that sizes the controller's calls and times their liveness probe: the median
+// of `slowest`, each agreed call's slowest rank's time per step, oldest first (0: none yet).
+// Not the last call's alone: one call that ran no work (a trainer-driven loop's extra commit
+// at the end of its data epoch answers in a millisecond) made the next call cover 16 steps
+// and probe its ranks 16 times later (a SIGSTOPped rank found 4 s after the stop instead of
+// 1.3 s), and one slow call (the first after a resize) would hold the next ones back.
+inline constexpr size_t kStepHistory = 5;
+double TypicalStepMs(const std::deque<double>& slowest);
+
 // A scale request, as `phalanx job scale` writes it to the job's "scale" key:
 // "<request id>:<replicas>[:<rank>,<rank>…]" (named ranks leave; the others keep their order).
 struct ScaleRequest {

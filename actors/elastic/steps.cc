@@ -145,7 +145,7 @@ int64_t Controller::StepsPerCall(int64_t first) const {
   int64_t n = 1;
   // A call stays well inside the hang timeout, which bounds it as it bounds a step.
   double span_ms = std::min(spec_.step_call_ms, spec_.hang_timeout_s * 1000 / 10);
-  double step_ms = LastStepMs();
+  double step_ms = TypicalCallStepMs();
   if (span_ms > 0 && step_ms > 0) {
     n = std::clamp(static_cast<int64_t>(span_ms / step_ms), int64_t{1}, kMaxStepsPerCall);
   }
@@ -214,15 +214,11 @@ void Controller::KillHung(size_t r, const std::string& what, absl::Time last_pro
   Kill(members_[r].handle).IgnoreError();
 }
 
-double Controller::LastStepMs() const {
-  double step_ms = 0;
-  for (const auto& t : step_times_) step_ms = std::max(step_ms, t.step_ms());
-  return step_ms;
-}
+double Controller::TypicalCallStepMs() const { return TypicalStepMs(recent_step_ms_); }
 
 absl::Duration Controller::ProbeAfter(int64_t count) const {
   return std::max(kTimeouts.probe_after,
-                  absl::Milliseconds(kTimeouts.probe_factor * LastStepMs() * count));
+                  absl::Milliseconds(kTimeouts.probe_factor * TypicalCallStepMs() * count));
 }
 
 std::vector<Controller::Frozen> Controller::Probe(LivenessProbe* probe,
@@ -324,6 +320,12 @@ void Controller::StepAgreed(const std::vector<Metrics>& results) {
     t.set_compute_ms(compute_ms->second);
     step_times_.push_back(t);
     compute.push_back(compute_ms->second);
+  }
+  double slowest = 0;
+  for (const auto& t : step_times_) slowest = std::max(slowest, t.step_ms());
+  if (slowest > 0) {
+    recent_step_ms_.push_back(slowest);
+    if (recent_step_ms_.size() > kStepHistory) recent_step_ms_.pop_front();
   }
   if (!compute.empty()) {
     std::sort(compute.begin(), compute.end());

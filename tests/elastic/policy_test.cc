@@ -362,5 +362,18 @@ TEST(JobSpecTest, LongKeysRoundTrip) {
   EXPECT_EQ(JobSpecToYaml(*again), printed);
 }
 
+// A trainer-driven loop's call that ran no work (its end-of-epoch commit, 1 ms) must not size
+// the next call at 16 steps, nor put its probe 16 times later: the typical step of the last
+// calls holds through one fast call, and through one slow call (the first after a resize).
+TEST(StepPaceTest, OneFastOrSlowCallDoesNotMoveTheTypicalStep) {
+  EXPECT_EQ(TypicalStepMs({}), 0);
+  EXPECT_EQ(TypicalStepMs({75}), 75);
+  EXPECT_EQ(TypicalStepMs({75, 76, 74, 1}), 74.5);
+  EXPECT_EQ(TypicalStepMs({75, 76, 1, 74, 75}), 75);
+  EXPECT_EQ(TypicalStepMs({2000, 75, 76, 74, 75}), 75);
+  // A pace that really changed wins once it is most of the history.
+  EXPECT_EQ(TypicalStepMs({75, 75, 30, 30, 30}), 30);
+}
+
 }  // namespace
 }  // namespace phalanx::elastic
