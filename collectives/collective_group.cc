@@ -254,16 +254,18 @@ class GroupImpl final : public CollectiveGroup {
           if (!failure_.ok()) return failure_;
           absl::Status s = call(backend_.get(), timeout);
           if (s.ok() || absl::IsInvalidArgument(s)) return s;
-          std::string cause = RootCause(s);
           {
             // Aborted from outside in this epoch (during this call or before it): the abort's
-            // reason is the cause (the controller's names the rank that was lost); what the
-            // transport saw follows.
+            // reason is the cause (the controller's names the rank that was lost), what the
+            // transport saw follows; recorded so, a member that failed on this one's closed
+            // connections names it too.
             absl::MutexLock lock(&backend_mu_);
             if (!abort_reason_.empty()) {
-              cause = absl::StrCat("aborted: ", abort_reason_, " (", cause, ")");
+              s = absl::Status(s.code(),
+                               absl::StrCat("aborted: ", abort_reason_, " (", s.message(), ")"));
             }
           }
+          std::string cause = RootCause(s);
           failure_ =
               absl::Status(s.code(), absl::StrCat("collective group '", options_.name, "' epoch ",
                                                   current_.epoch, " (rank ", current_.rank, " of ",

@@ -276,13 +276,16 @@ def test_an_abort_fails_every_pending_op_at_once_with_its_reason(members):
     pending = [m.wedge.remote(0) for m in members[1:]]
     time.sleep(1.0)  # they are waiting in it now
     reason = "rank 0 (actor test) died in step 7"
-    aborted_at = [phalanx.get(m.abort.remote(reason), timeout=30) for m in members[1:]]
+    # Both at once, as the controller aborts the survivors.
+    aborted_at = phalanx.get([m.abort.remote(reason) for m in members[1:]], timeout=30)
     for i, p in enumerate(pending):
         waited, error = phalanx.get(p, timeout=30)
         failed_at = phalanx.get(members[1 + i].failed_time.remote(), timeout=30)
         assert failed_at is not None, f"rank {i + 1}'s all_reduce did not fail ({waited:.2f} s)"
-        ms = (failed_at - aborted_at[i]) * 1000
+        ms = (failed_at - min(aborted_at)) * 1000
         print(f"rank {i + 1}: the pending all_reduce failed {ms:.1f} ms after the abort")
-        assert reason in error, error
+        # The reason, or (a rank that failed first on the other's closed connections, before
+        # its own abort came) the rank whose failure it saw.
+        assert reason in error or "first seen by rank" in error, error
         # Bounded loosely: the point is "not the group's timeout" (load cannot fail it).
         assert ms < 5000, ms

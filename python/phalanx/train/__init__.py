@@ -933,6 +933,7 @@ class ElasticTrainer:
         self.step_call_ms = step_call_ms
         if torch_config is not None and not isinstance(torch_config, TorchConfig):
             raise TypeError("torch_config must be a phalanx.train.TorchConfig")
+        self.explicit_torch_config = torch_config is not None
         self.torch_config = torch_config or TorchConfig()
         if resume_from_checkpoint is not None and not isinstance(resume_from_checkpoint,
                                                                  Checkpoint):
@@ -979,7 +980,10 @@ class ElasticTrainer:
         if "" in sys.path:
             paths.insert(0, os.getcwd())
         options = {"backend": self.torch_config.backend, "use_gpu": self.scaling.use_gpu,
-                   "torch": "torch" in _prestart_imports(None, self.train_loop),
+                   # The loop uses torch: it names torch, or the driver imported it, or a
+                   # TorchConfig was given.
+                   "torch": self.explicit_torch_config or
+                            "torch" in _prestart_imports(None, self.train_loop),
                    "storage": self.run_config.storage_dir(self.name),
                    "num_to_keep": getattr(self.run_config.checkpoint_config, "num_to_keep", None),
                    "resume_from_checkpoint": (self.resume_from_checkpoint.path

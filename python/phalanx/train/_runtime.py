@@ -369,11 +369,15 @@ class Runtime:
         MASTER_PORT), a GPU per worker with ``use_gpu`` (CUDA_VISIBLE_DEVICES = its local
         rank), and torch.distributed's default group of this epoch: the ``phalanx`` backend
         over phalanx's collective group (torch_config backend "gloo"/"nccl": torch's own,
-        through a TCPStore). A loop that does not use torch gets the variables only."""
+        through a TCPStore). A loop that does not use torch gets none of it (its collective
+        group forms on first use, as before).
+
+        Whether the loop uses torch comes from the driver (the same on every rank: the
+        allgather below is a collective, and a rank that skipped it would leave the others
+        waiting in it), never from what this process happens to have imported."""
         epoch, rank, world = self.loop_membership()
         backend = self.options.get("backend", "phalanx")
-        uses_torch = self.options.get("torch", False) or "torch" in sys.modules
-        if backend is None or (not uses_torch and backend == "phalanx"):
+        if not self.options.get("torch", False):
             return
         group = self.collective_group()
         import numpy as np
@@ -398,8 +402,6 @@ class Runtime:
             # Set before torch first touches CUDA in this process (a worker serves one rank).
             os.environ["CUDA_VISIBLE_DEVICES"] = str(self.local_rank)
             os.environ["PHALANX_CUDA_VISIBLE_DEVICES_SET"] = "1"
-        if not uses_torch:
-            return
         if backend == "phalanx":
             from .. import distributed
             with self.pg_lock:
