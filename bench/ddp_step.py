@@ -22,10 +22,12 @@ import argparse
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _local_ranks import run_ranks  # noqa: E402
 
 RUN_TIMEOUT_S = 600
 
@@ -87,26 +89,10 @@ def rank_main(args):
 
 def layout(world, args, address, token, tmp):
     port = _free_port()
-    procs = []
-    for r in range(world):
-        log = open(os.path.join(tmp, f"w{world}-r{r}.log"), "w")
-        procs.append((subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--rank", str(r), "--world", str(world),
-             "--address", address, "--token", token, "--port", str(port),
-             "--group", f"ddpstep-{world}-{port}", "--steps", str(args.steps),
-             "--rounds", str(args.rounds)],
-            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1")),
-            log))
-    deadline = time.time() + RUN_TIMEOUT_S
-    for p, log in procs:
-        try:
-            p.wait(timeout=max(1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        log.close()
-    with open(os.path.join(tmp, f"w{world}-r0.log")) as f:
-        out = f.read()
+    out = run_ranks(__file__, world, lambda r: [
+        "--address", address, "--token", token, "--port", port,
+        "--group", f"ddpstep-{world}-{port}", "--steps", args.steps, "--rounds", args.rounds],
+        tmp, f"w{world}", RUN_TIMEOUT_S)
     ms = {}
     for line in out.splitlines():
         if line.startswith("ms_per_step "):

@@ -19,13 +19,15 @@ plain loop's, minus 1; goals: <= 0.03 at 10 ms, <= 0.01 at 100 ms)
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 import phalanx
 from phalanx import train
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _local_ranks import run_ranks  # noqa: E402
 
 WARMUP = 10
 RUN_TIMEOUT_S = 600  # one side of one setting, at most
@@ -102,25 +104,9 @@ def plain_rank(args):
 
 
 def plain_ms(ranks, step_ms, steps, address, token, tmp):
-    procs = []
-    for r in range(ranks):
-        log = open(os.path.join(tmp, f"plain-{step_ms}-{r}.log"), "w")
-        procs.append((subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--rank", str(r), "--world", str(ranks),
-             "--group", f"pyoverhead-{step_ms}", "--address", address, "--token", token,
-             "--step-ms", str(step_ms), "--steps", str(steps)],
-            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1")),
-            log))
-    deadline = time.time() + RUN_TIMEOUT_S
-    for p, log in procs:
-        try:
-            p.wait(timeout=max(1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        log.close()
-    with open(os.path.join(tmp, f"plain-{step_ms}-0.log")) as f:
-        out = f.read()
+    out = run_ranks(__file__, ranks, lambda r: [
+        "--group", f"pyoverhead-{step_ms}", "--address", address, "--token", token,
+        "--step-ms", step_ms, "--steps", steps], tmp, f"plain-{step_ms}", RUN_TIMEOUT_S)
     for line in out.splitlines():
         if line.startswith("plain_ms_per_step "):
             return float(line.split()[1])
