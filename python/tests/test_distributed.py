@@ -278,14 +278,17 @@ def test_an_abort_fails_every_pending_op_at_once_with_its_reason(members):
     reason = "rank 0 (actor test) died in step 7"
     # Both at once, as the controller aborts the survivors.
     aborted_at = phalanx.get([m.abort.remote(reason) for m in members[1:]], timeout=30)
+    errors = []
     for i, p in enumerate(pending):
         waited, error = phalanx.get(p, timeout=30)
         failed_at = phalanx.get(members[1 + i].failed_time.remote(), timeout=30)
         assert failed_at is not None, f"rank {i + 1}'s all_reduce did not fail ({waited:.2f} s)"
         ms = (failed_at - min(aborted_at)) * 1000
         print(f"rank {i + 1}: the pending all_reduce failed {ms:.1f} ms after the abort")
-        # The reason, or (a rank that failed first on the other's closed connections, before
-        # its own abort came) the rank whose failure it saw.
-        assert reason in error or "first seen by rank" in error, error
         # Bounded loosely: the point is "not the group's timeout" (load cannot fail it).
         assert ms < 5000, ms
+        errors.append(error)
+    # The rank aborted first fails with the reason. The other may fail first on that one's
+    # closed connections, before its own abort comes: it then names the reason only when the
+    # first one's failure report reached the GCS before it looked (not under load).
+    assert any(reason in e for e in errors), errors
