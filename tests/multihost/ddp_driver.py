@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The driver of tests/multihost/test_torch_ddp.py and bench/torch_recovery.py, run on a host
-of the cluster: submits examples/python/ddp_digits.py (3 workers spread over the hosts, min
-2), writes the job id to OUT/job_id, a line per status poll to OUT/progress ("<unix ms>
+of the cluster: submits examples/python/ddp_digits.py (--program zero_digits: zero_digits.py,
+whose rank 0 writes its final weights to OUT/weights.pt) on 3 workers spread over the hosts
+(min 2), writes the job id to OUT/job_id, a line per status poll to OUT/progress ("<unix ms>
 <agreed step> <world size> <state>"), and OUT/result.json once the job ended. The ranks
 write a line per update to OUT/steps ("<unix ms> <rank> <world size> <step>"; the hosts
 share this machine's file system)."""
@@ -19,6 +20,7 @@ import phalanx  # noqa: E402
 from phalanx import train  # noqa: E402
 
 import ddp_digits  # noqa: E402
+import zero_digits  # noqa: E402
 
 
 def main():
@@ -30,14 +32,21 @@ def main():
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--step-sleep", type=float, default=0.03)
     p.add_argument("--timeout", type=float, default=150)
+    p.add_argument("--program", default="ddp_digits", choices=["ddp_digits", "zero_digits"])
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     phalanx.init(args.address, token=args.token)
-    t = ddp_digits.trainer({"lr": 0.05, "epochs": args.epochs, "batch_size": 32,
-                            "step_sleep": args.step_sleep,
-                            "step_log": os.path.join(os.path.abspath(args.out), "steps")},
-                           workers=(2, 3),
-                           name=f"ddp-{args.backend}", placement_strategy="SPREAD")
+    out = os.path.abspath(args.out)
+    config = {"step_sleep": args.step_sleep, "step_log": os.path.join(out, "steps")}
+    if args.program == "zero_digits":
+        t = zero_digits.trainer(dict(config, epochs=args.epochs,
+                                     weights_out=os.path.join(out, "weights.pt")),
+                                workers=(2, 3), name=f"zero-{args.backend}",
+                                placement_strategy="SPREAD")
+    else:
+        t = ddp_digits.trainer(dict(config, lr=0.05, epochs=args.epochs, batch_size=32),
+                               workers=(2, 3), name=f"ddp-{args.backend}",
+                               placement_strategy="SPREAD")
     t.torch_config = train.TorchConfig(backend=args.backend)
     t.verbose = False
     job_id = t.submit()

@@ -55,6 +55,7 @@ import _phalanx
 from .._api import _ensure_init
 from .._serialization import dumps_function
 from ..exceptions import PhalanxError
+from . import _zero
 from ._runtime import RUNTIME
 
 
@@ -283,7 +284,12 @@ class State:
     """The training state of one rank: objects with ``state_dict()`` (model, optimizer,
     scheduler) and plain values (``state.epoch``). ``commit()`` snapshots them in this process
     (a step boundary: call it after every optimizer step); ``restore()`` fills them from the
-    newest committed state in the group, or leaves them as initialised."""
+    newest committed state in the group, or leaves them as initialised.
+
+    torch's ZeroRedundancyOptimizer (ZeRO-1) may be one of them: each rank commits its own
+    shard of the optimizer state, which gets a copy in another rank's memory (on another host
+    where there is one), and ``restore()`` reshards the whole state to the new world size
+    (a collective: every rank calls it at the same place, as the loop's top)."""
 
     def __init__(self, model=None, optimizer=None, **values):
         objects = {}
@@ -297,14 +303,6 @@ class State:
                 objects[k] = v
             else:
                 plain[k] = v
-        for k, v in objects.items():
-            if type(v).__name__ == "ZeroRedundancyOptimizer":
-                raise TypeError(
-                    f"train.State({k}=ZeroRedundancyOptimizer(...)): its state is sharded over "
-                    f"the ranks, and State cannot commit it yet (its state_dict() is a "
-                    f"collective that every rank would have to call at the same commit). Leave "
-                    f"it out of State: the weights still heal in place, and the optimizer's "
-                    f"state starts afresh at a membership change")
         object.__setattr__(self, "_objects", objects)
         object.__setattr__(self, "_values", plain)
         object.__setattr__(self, "commits", 0)
@@ -324,19 +322,30 @@ class State:
         else:
             self._values[name] = value
 
+    def _zero_optimizers(self):
+        """The ZeroRedundancyOptimizers of this state, by name."""
+        return {k: v for k, v in self._objects.items() if _zero.is_zero(v)}
+
     def _snapshot(self):
         """The state as of now: a copy (tensors copied to host memory, the rest deep-copied),
-        pickled later by the runtime off the loop's path (RUNTIME.save_state)."""
+        pickled later by the runtime off the loop's path (RUNTIME.save_state). A
+        ZeroRedundancyOptimizer gives this rank's shard of its state (its state_dict() would
+        be a collective), kept apart under "zero": the runtime copies it to another rank."""
+        zero = self._zero_optimizers()
         snapshot = {
-            "objects": {k: _unwrap(v).state_dict() for k, v in self._objects.items()},
+            "objects": {k: _unwrap(v).state_dict() for k, v in self._objects.items()
+                        if k not in zero},
             "values": self._values,
             "progress": RUNTIME.progress,
             "report": RUNTIME.last_report,
         }
         try:
-            return _copy_state(snapshot)
-        except Exception:  # noqa: BLE001 - something deepcopy cannot copy: pickle it now
-            return pickle.dumps(snapshot, protocol=5)
+            copied = _copy_state(snapshot)
+        except Exception:  # noqa: BLE001 - something deepcopy cannot copy: through pickle
+            copied = pickle.loads(pickle.dumps(snapshot, protocol=5))
+        if zero:
+            copied["zero"] = {k: _copy_state(_zero.local_shard(v)) for k, v in zero.items()}
+        return copied
 
     def commit(self):
         object.__setattr__(self, "commits", self.commits + 1)
@@ -353,6 +362,15 @@ class State:
         for k, sd in saved["objects"].items():
             if k in self._objects:
                 _unwrap(self._objects[k]).load_state_dict(sd)
+        zero = self._zero_optimizers()
+        if zero:
+            if saved.get("zero_key"):
+                # A collective: every rank restores the same commit here.
+                RUNTIME.zero_restore(saved["zero_key"], zero)
+            else:
+                print(f"phalanx.train: the committed state has no state of "
+                      f"{', '.join(zero)} (a checkpoint from disk, or one committed without "
+                      f"it): the optimizer starts afresh", file=sys.stderr)
         self._values.update(saved["values"])
         RUNTIME.progress = dict(saved["progress"])
         RUNTIME.last_report = dict(saved.get("report", {}))

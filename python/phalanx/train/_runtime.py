@@ -114,6 +114,10 @@ class _RankOutput:
 
 
 class Runtime:
+    # The ZeRO shards kept, in commits that ended a controller's call: the one agreed on at a
+    # membership change is one of the last two.
+    ZERO_COMMITS_KEPT = 3
+
     def __init__(self):
         self.cond = threading.Condition()
         self.job_id = ""
@@ -159,6 +163,13 @@ class Runtime:
         # it: a dead peer fails it at once, and the controller can abort it).
         self.group = None
         self.local = threading.local()
+        # ZeRO optimizers in State (train/_zero.py): the node of each rank of the loop's
+        # epoch (the replica ring alternates hosts), the replica group, and per commit
+        # (epoch, commit, world) the shards this rank holds, {old rank: pickled shard}: its
+        # own and the previous ring rank's. Kept across epochs, for restore().
+        self.rank_nodes = []
+        self.zero_group = None
+        self.zero_store = {}
 
     # ---- called by the native trainer -------------------------------------------------
 
@@ -215,7 +226,13 @@ class Runtime:
             done = self.finished and self.reached < self.allowed
             # A loop that returned ran its commits, then the step that found it done.
             ran = min(self.reached - first + 1, count) if done else count
-            return self._report(done=done, steps=ran)
+            report = self._report(done=done, steps=ran)
+            snapshot = self.snapshot
+        if isinstance(snapshot, dict) and "zero" in snapshot:
+            # Before the call answers (the controller may then agree on its commit), the
+            # ZeRO shard of the call's last commit gets its copy on the ring's next rank.
+            self._replicate_zero(snapshot.pop("zero"), snapshot["zero_key"])
+        return report
 
     def _report(self, done, steps=1):
         out = {"done": 1.0 if done else 0.0, "steps": float(steps)}
@@ -224,6 +241,43 @@ class Runtime:
                 out[str(k)] = float(v)
         out.setdefault("loss", 0.0)
         return out
+
+    def _replicate_zero(self, shards, key):
+        """Keeps this rank's ZeRO shard of commit ``key`` and the copy of the previous ring
+        rank's, sent and received over the loop epoch's replica group (a group of its own:
+        the loop's group carries the next step meanwhile)."""
+        from . import _zero
+        own = pickle.dumps(shards, protocol=5)
+        held = {self.loop_group[0]: own}
+        if self.loop_group[1] > 1:
+            group = self.replica_group()
+            nodes = self.rank_nodes if len(self.rank_nodes) == group.world_size else \
+                list(range(group.world_size))
+            src, copy = _zero.exchange(group, _zero.ring(nodes), own)
+            held[src] = copy
+        with self.cond:
+            self.zero_store[tuple(key)] = held
+            while len(self.zero_store) > self.ZERO_COMMITS_KEPT:
+                del self.zero_store[next(iter(self.zero_store))]
+
+    def replica_group(self):
+        """The collective group that carries ZeRO shards' copies, of the loop's epoch."""
+        from ..collective import CollectiveGroup
+        with self.pg_lock:
+            epoch, rank, world = self.loop_membership()
+            if self.zero_group is None:
+                self.zero_group = CollectiveGroup(f"{self.job_id}-train-replica", timeout=60)
+            if self.zero_group.epoch != epoch:
+                self.zero_group.reconfigure(epoch, rank, world)
+            return self.zero_group
+
+    def zero_restore(self, key, objects):
+        """State.restore() of ZeRO optimizers: the shards of commit ``key``, from every rank
+        that holds one, on the loop's group."""
+        from . import _zero
+        with self.cond:
+            held = dict(self.zero_store.get(tuple(key), {}))
+        return _zero.restore(self.collective_group(), held, key, objects)
 
     def save_state(self):
         if not isinstance(self.snapshot, (bytes, bytearray)):
@@ -242,11 +296,11 @@ class Runtime:
         with self.cond:
             self.aborted = True
             self.cond.notify_all()
-        group = self.group
-        if group is not None:
-            # Every op in flight or queued on it fails, torch.distributed's included (the
-            # default group runs on it), with an error that gives the reason.
-            group.abort(reason or "the job's controller aborted the step")
+        for group in (self.group, self.zero_group):
+            if group is not None:
+                # Every op in flight or queued on it fails, torch.distributed's included (the
+                # default group runs on the first), with an error that gives the reason.
+                group.abort(reason or "the job's controller aborted the step")
         self.abort_reason = reason
 
     def query(self, key):
@@ -318,6 +372,9 @@ class Runtime:
         with self.cond:
             if generation != self.generation:
                 raise _Reset()
+            if isinstance(snapshot, dict) and "zero" in snapshot:
+                # Names the commit the same on every rank: its shards' copies go by it.
+                snapshot["zero_key"] = (self.loop_epoch, self.reached + 1, self.loop_group[1])
             self.reached += 1
             self.snapshots[self.reached] = snapshot
             if self.reached >= self.allowed:
@@ -388,6 +445,7 @@ class Runtime:
         every = np.empty(3 * world, dtype=np.int64)
         group.allgather(mine, every)
         every = every.reshape(world, 3)
+        self.rank_nodes = [int(n) for n in every[:, 1]]
         nodes = list(dict.fromkeys(int(n) for n in every[:, 1]))  # in order of first rank
         me = int(every[rank, 1])
         self.local_rank = sum(1 for r in range(rank) if int(every[r, 1]) == me)
