@@ -8,20 +8,24 @@ before DDP did; a fourth the same step with no communication at all (each rank's
 compute, with the others computing beside it), the floor under both.
 
 The model: Linear(2048, 3072) → ReLU → Linear(3072, 1): 25.2 MiB of float32 gradients, a batch
-of 8 rows per rank, SGD. Each rank is a process of its own; the ranks share one host.
+of 8 rows per rank, SGD. Each rank is a process of its own. Layouts: 2 and 4 ranks on this
+host, and 2x2: 2 network-namespace hosts of 2 ranks each (as root; skipped with one line
+where namespaces cannot be made).
 
-    /usr/bin/python3 bench/ddp_step.py [--layouts 2,4] [--steps 20] [--rounds 3]
+    /usr/bin/python3 bench/ddp_step.py [--layouts 2,4,2x2] [--steps 20] [--rounds 3]
 
 Lines: one per layout with each side's median ms per step on rank 0, the ratio (phalanx /
-gloo: below 1 is faster) and the comm ratio (the same over each side's time above compute). Last line: RESULT ratio=<4 ranks> ratio_2=<2 ranks>
-dataparallel_ratio=<DataParallel / DDP over phalanx, 4 ranks> (goal: ratio <= 0.5 on one
-host).
+gloo: below 1 is faster) and the comm ratio (the same over each side's time above compute).
+Last line: RESULT ratio=<4 ranks> ratio_2=<2 ranks> ratio_2x2=<2 hosts x 2>
+dataparallel_ratio=<DataParallel / DDP over phalanx, 4 ranks> (goals: ratio <= 0.5 on one
+host, ratio_2x2 <= 0.8).
 """
 
 import argparse
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,11 +53,12 @@ def rank_main(args):
     from phalanx.train._data_parallel import DataParallel
 
     torch.set_num_threads(1)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    # One host: loopback; hosts (network namespaces): each host's own link.
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo" if args.master == "127.0.0.1" else "eth0")
     phalanx.init(args.address, token=args.token)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=args.rank,
-                            world_size=args.world)
-    group = CollectiveGroup(args.group, timeout=120)
+    dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{args.port}",
+                            rank=args.rank, world_size=args.world)
+    group = CollectiveGroup(args.group, timeout=120, host=args.host or None)
     group.reconfigure(1, args.rank, args.world)
     ph = phalanx.distributed.process_group(group)
 
@@ -87,25 +92,62 @@ def rank_main(args):
     phalanx.shutdown()
 
 
-def layout(world, args, address, token, tmp):
-    port = _free_port()
-    out = run_ranks(__file__, world, lambda r: [
-        "--address", address, "--token", token, "--port", port,
-        "--group", f"ddpstep-{world}-{port}", "--steps", args.steps, "--rounds", args.rounds],
-        tmp, f"w{world}", RUN_TIMEOUT_S)
+def parse(out, what):
     ms = {}
     for line in out.splitlines():
         if line.startswith("ms_per_step "):
             _, name, value = line.split()
             ms[name] = float(value)
     if len(ms) != 4:
-        print(f"the {world}-rank run failed:\n{out[-3000:]}", flush=True)
+        print(f"the {what} run failed:\n{out[-3000:]}", flush=True)
     return ms
+
+
+def two_hosts(args, tmp):
+    """2 hosts x 2 ranks: network-namespace hosts (tests/multihost/netns.py) with a cluster
+    of their own; ranks 0 and 1 on host 0, 2 and 3 on host 1. Each side's bytes between the
+    hosts go over the veth link (Gloo's pairs, phalanx's TCP), within a host Gloo's pairs
+    over the same link and phalanx's shared memory. None where namespaces cannot be made."""
+    import _netns_bench
+    netns = _netns_bench.netns
+    why = netns.unavailable()
+    if why:
+        print(f"2x2: skipped ({why})", flush=True)
+        return None
+    with netns.Hosts(2) as hosts, netns.Cluster(hosts, num_cpus=4) as cluster:
+        port = 29500
+        procs = []
+        for r in range(4):
+            h = hosts[r // 2]
+            procs.append(h.spawn(
+                [sys.executable, os.path.abspath(__file__), "--rank", r, "--world", 4,
+                 "--address", cluster.address, "--token", cluster.token, "--port", port,
+                 "--master", hosts[0].ip, "--host", h.ip, "--group", "ddpstep-2x2",
+                 "--steps", args.steps, "--rounds", args.rounds],
+                env={"OMP_NUM_THREADS": "1"}, log=os.path.join(tmp, f"2x2-{r}.log")))
+        deadline = time.time() + RUN_TIMEOUT_S
+        for p in procs:
+            try:
+                p.wait(timeout=max(1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()  # the rest: the Hosts' clean-up, by pid
+                p.wait()
+        with open(os.path.join(tmp, "2x2-0.log")) as f:
+            return parse(f.read(), "2 hosts x 2")
+
+
+def layout(world, args, address, token, tmp):
+    port = _free_port()
+    out = run_ranks(__file__, world, lambda r: [
+        "--address", address, "--token", token, "--port", port,
+        "--group", f"ddpstep-{world}-{port}", "--steps", args.steps, "--rounds", args.rounds],
+        tmp, f"w{world}", RUN_TIMEOUT_S)
+    return parse(out, f"{world}-rank")
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--layouts", default="2,4")
+    p.add_argument("--layouts", default="2,4,2x2")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--rank", type=int, default=-1)
@@ -114,35 +156,48 @@ def main():
     p.add_argument("--token")
     p.add_argument("--port", type=int)
     p.add_argument("--group")
+    p.add_argument("--master", default="127.0.0.1")
+    p.add_argument("--host", default="")
     args = p.parse_args()
     if args.rank >= 0:
         rank_main(args)
         return
-    layouts = [int(w) for w in args.layouts.split(",")]
+    layouts = args.layouts.split(",")
+    local = [int(w) for w in layouts if w != "2x2"]
     import phalanx
     import _phalanx
     print(f"# ddp_step: DDP over phalanx vs DDP over torch's Gloo (and phalanx.train's "
-          f"DataParallel), 25.2 MiB of gradients, one host, {os.cpu_count()} cores", flush=True)
-    phalanx.init(num_cpus=max(layouts) + 2)
-    address, token = _phalanx.cluster()[:2]
+          f"DataParallel), 25.2 MiB of gradients, {os.cpu_count()} cores", flush=True)
     print(f"{'ranks':<6} {'gloo ms':>9} {'phalanx ms':>11} {'DataParallel ms':>16} "
           f"{'compute ms':>11} {'ratio':>7} {'comm ratio':>11}", flush=True)
     ratios, dp = {}, {}
+
+    def row(name, ms):
+        if len(ms) != 4:
+            return
+        ratios[name] = ms["phalanx"] / ms["gloo"]
+        dp[name] = ms["dataparallel"] / ms["phalanx"]
+        # The part of a step that is not the model's own compute, each side's.
+        comm = ((ms["phalanx"] - ms["compute"]) / (ms["gloo"] - ms["compute"])
+                if ms["gloo"] > ms["compute"] else -1)
+        print(f"{name:<6} {ms['gloo']:>9.2f} {ms['phalanx']:>11.2f} "
+              f"{ms['dataparallel']:>16.2f} {ms['compute']:>11.2f} "
+              f"{ratios[name]:>7.3f} {comm:>11.3f}", flush=True)
+
     with tempfile.TemporaryDirectory(prefix="ddpstep.") as tmp:
-        for world in layouts:
-            ms = layout(world, args, address, token, tmp)
-            if len(ms) == 4:
-                ratios[world] = ms["phalanx"] / ms["gloo"]
-                dp[world] = ms["dataparallel"] / ms["phalanx"]
-                # The part of a step that is not the model's own compute, each side's.
-                comm = ((ms["phalanx"] - ms["compute"]) / (ms["gloo"] - ms["compute"])
-                        if ms["gloo"] > ms["compute"] else -1)
-                print(f"{world:<6} {ms['gloo']:>9.2f} {ms['phalanx']:>11.2f} "
-                      f"{ms['dataparallel']:>16.2f} {ms['compute']:>11.2f} "
-                      f"{ratios[world]:>7.3f} {comm:>11.3f}", flush=True)
-    phalanx.shutdown()
-    print(f"RESULT ratio={ratios.get(4, -1):.3f} ratio_2={ratios.get(2, -1):.3f} "
-          f"dataparallel_ratio={dp.get(4, -1):.3f}")
+        if local:
+            phalanx.init(num_cpus=max(local) + 2)
+            address, token = _phalanx.cluster()[:2]
+            for world in local:
+                row(str(world), layout(world, args, address, token, tmp))
+            phalanx.shutdown()
+        if "2x2" in layouts:
+            ms = two_hosts(args, tmp)
+            if ms is not None:
+                row("2x2", ms)
+    print(f"RESULT ratio={ratios.get('4', -1):.3f} ratio_2={ratios.get('2', -1):.3f} "
+          f"ratio_2x2={ratios.get('2x2', -1):.3f} "
+          f"dataparallel_ratio={dp.get('4', -1):.3f}")
 
 
 if __name__ == "__main__":
