@@ -322,6 +322,10 @@ absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root) {
                       &spec.checkpoint_interval);
         !s.ok())
       return s;
+    if (auto s =
+            Read(c, "atEnd", "checkpoint.atEnd", "true or false", ToBool, &spec.checkpoint_at_end);
+        !s.ok())
+      return s;
   }
   if (YAML::Node st = root["straggler"]) {
     if (auto s =
@@ -502,6 +506,9 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return Bad("checkpoint", absl::StrCat("intervalSteps ", spec.checkpoint_interval),
                "give checkpoint.dir with intervalSteps > 0, or leave both out");
   }
+  if (spec.checkpoint_at_end && spec.checkpoint_dir.empty()) {
+    return Bad("checkpoint.atEnd", "true", "give checkpoint.dir, where the final state goes");
+  }
   if (spec.straggler_factor <= 1) {
     return Bad("straggler.factor", std::to_string(spec.straggler_factor), "give a factor > 1");
   }
@@ -663,7 +670,8 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   if (!spec.checkpoint_dir.empty()) {
     out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "dir"
         << YAML::Value << Text{spec.checkpoint_dir} << YAML::Key << "intervalSteps" << YAML::Value
-        << spec.checkpoint_interval << YAML::EndMap;
+        << spec.checkpoint_interval << YAML::Key << "atEnd" << YAML::Value << spec.checkpoint_at_end
+        << YAML::EndMap;
   }
   out << YAML::Key << "straggler" << YAML::Value << YAML::BeginMap << YAML::Key << "check"
       << YAML::Value << spec.straggler_check << YAML::Key << "factor" << YAML::Value

@@ -23,7 +23,7 @@
 //   restartLimit: 10                     # respawns allowed within restartTimeLimit seconds
 //   restartTimeLimit: 3600
 //   failPolicy: {belowMinTimeoutSeconds: 60}
-//   checkpoint: {dir: /tmp/ckpt, intervalSteps: 50}
+//   checkpoint: {dir: /tmp/ckpt, intervalSteps: 50, atEnd: true}   # atEnd: the final state too
 //   straggler: {check: true, factor: 2.0}   # network check at start and each membership change
 //   hang: {timeoutSeconds: 120, controllerLeaseSeconds: 10, silentSeconds: 1}
 //                                          # no step for this long, or silent on a live host
@@ -90,6 +90,7 @@ struct JobSpec {
   double below_min_timeout_s = 60;
   std::string checkpoint_dir;
   int64_t checkpoint_interval = 0;  // steps; 0: no checkpoints
+  bool checkpoint_at_end = false;   // also the final state, when the loop or the steps end
   bool straggler_check = false;
   double straggler_factor = 2.0;
   double hang_timeout_s = 300;

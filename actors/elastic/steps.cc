@@ -338,7 +338,12 @@ void Controller::StepAgreed(const std::vector<Metrics>& results) {
 }
 
 bool Controller::CheckpointDueAt(int64_t step) const {
-  return spec_.checkpoint_interval > 0 && step > 0 && step % spec_.checkpoint_interval == 0;
+  if (step <= 0) return false;
+  if (spec_.checkpoint_interval > 0 && step % spec_.checkpoint_interval == 0) return true;
+  // checkpoint.atEnd: the final state, once the trainer's loop returned or the last step is
+  // agreed (an interval's checkpoint at that step is the same file).
+  return spec_.checkpoint_at_end && step == agreed_ &&
+         (trainer_done_ || (spec_.TotalSteps() > 0 && step >= spec_.TotalSteps()));
 }
 
 void Controller::CheckpointIfDue() {

@@ -582,3 +582,32 @@ def test_the_zero_replica_ring_puts_each_copy_on_another_host():
                    for i in range(len(order))), (nodes, order)
     assert _zero.ring(["a", "a", "a"]) == [0, 1, 2]
     assert _zero.ring(["a", "a", "a", "b"]) == [0, 3, 1, 2]
+
+
+def counting_loop(config):
+    state = train.State(step=0)
+    state.restore()
+    while state.step < config["steps"]:
+        state.step += 1
+        state.commit()
+    train.report({"step": state.step})
+
+
+def test_checkpoint_at_end_writes_the_final_committed_state(cluster, tmp_path):
+    """CheckpointConfig(checkpoint_at_end=True) with no frequency: one checkpoint, of the step
+    the loop ended at (Ray refuses the option for function trainers; the controller holds the
+    final state, so it writes it)."""
+    result = train.ElasticTrainer(
+        counting_loop, train_loop_config={"steps": 37},
+        scaling_config=train.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+        run_config=train.RunConfig(name="at-end", storage_path=str(tmp_path),
+                                   checkpoint_config=train.CheckpointConfig(
+                                       checkpoint_at_end=True)),
+        verbose=False).fit()
+    assert result.error is None, result.error
+    checkpoint = result.checkpoint
+    assert checkpoint is not None and checkpoint.path.startswith(str(tmp_path / "at-end"))
+    assert checkpoint.load_state()["step"] == 37, checkpoint.load_state()
+    assert len(os.listdir(tmp_path / "at-end")) >= 1
+    with pytest.raises(ValueError, match="checkpoint_at_end"):
+        train.CheckpointConfig(checkpoint_at_end="yes")

@@ -298,6 +298,22 @@ TEST(JobSpecTest, StepCallMsDefaultsRoundTripsAndABadOneNamesTheField) {
   }
 }
 
+TEST(JobSpecTest, CheckpointAtEndRoundTripsAndNeedsADir) {
+  const std::string base = "name: j\ntrainer: T\nsteps: 1\ndata: {numSamples: 4, globalBatch: 2}\n";
+  auto spec = ParseJobSpec(base + "checkpoint: {dir: /tmp/c, atEnd: true}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->checkpoint_at_end);
+  EXPECT_EQ(spec->checkpoint_interval, 0);
+  auto again = ParseJobSpec(JobSpecToYaml(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->checkpoint_at_end);
+  for (const char* bad : {"checkpoint: {atEnd: true}\n", "checkpoint: {dir: /c, atEnd: 2}\n"}) {
+    auto refused = ParseJobSpec(base + bad);
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("atEnd"), std::string::npos) << refused.status();
+  }
+}
+
 TEST(JobSpecTest, TheControllerLeaseDefaultsToOneAndAHalfSilencesWhileTheProbeIsOn) {
   const std::string base = "name: j\ntrainer: T\nsteps: 1\ndata: {numSamples: 4, globalBatch: 2}\n";
   struct Case {

@@ -658,6 +658,8 @@ class CheckpointConfig:
     """Ray Train's: ``checkpoint_frequency``: write the committed state every this many steps
     (0: never) under ``RunConfig(storage_path=..., name=...)``. A checkpoint is read back only
     when every rank is lost at once; any smaller loss heals from the survivors' memory.
+    ``checkpoint_at_end=True``: also the final committed state, when the loop returns (Ray
+    refuses it for function trainers; here the controller holds that state, so it writes it).
     ``num_to_keep``: how many of the newest checkpoints the loop reports
     (``train.report(metrics, checkpoint=...)``) are kept (None: all).
 
@@ -695,6 +697,9 @@ class CheckpointConfig:
         if not isinstance(checkpoint_frequency, int) or checkpoint_frequency < 0:
             raise ValueError(f"checkpoint_frequency={checkpoint_frequency!r}: give a whole "
                              f"number of steps >= 0 (0: no checkpoints)")
+        if checkpoint_at_end is not None and not isinstance(checkpoint_at_end, bool):
+            raise ValueError(f"checkpoint_at_end={checkpoint_at_end!r}: give True (write the "
+                             f"final committed state when the loop ends) or False")
         self.num_to_keep = num_to_keep
         self.checkpoint_frequency = checkpoint_frequency
         self.checkpoint_at_end = checkpoint_at_end
@@ -725,7 +730,7 @@ class RunConfig:
 
     def checkpoint_dir(self, name):
         c = self.checkpoint_config
-        if c is None or c.checkpoint_frequency == 0:
+        if c is None or (c.checkpoint_frequency == 0 and not c.checkpoint_at_end):
             return None
         if c.dir is not None:
             return c.dir
@@ -941,6 +946,8 @@ class ElasticTrainer:
         self.checkpoint_dir = run_config.checkpoint_dir(self.name)
         self.checkpoint_interval = (run_config.checkpoint_config.checkpoint_frequency
                                     if self.checkpoint_dir else 0)
+        self.checkpoint_at_end = bool(self.checkpoint_dir and
+                                      run_config.checkpoint_config.checkpoint_at_end)
         self.verbose = verbose and run_config.verbose
         self.env = dict(env or {})
         self.prestart_imports = _prestart_imports(prestart_imports, train_loop)
@@ -988,7 +995,8 @@ class ElasticTrainer:
             spec["faultTolerantPolicy"] = f.policies
         if self.checkpoint_dir:
             spec["checkpoint"] = {"dir": self.checkpoint_dir,
-                                  "intervalSteps": self.checkpoint_interval}
+                                  "intervalSteps": self.checkpoint_interval,
+                                  "atEnd": self.checkpoint_at_end}
         return _phalanx.parse_job_spec(json.dumps(spec))
 
     def submit(self):

@@ -212,9 +212,14 @@ class Runtime:
             while not (self.reached >= self.allowed or self.finished or self.error is not None
                        or self.aborted):
                 self.cond.wait(0.5)
-            if self.snapshots.get(self.allowed) is not None:
-                self.snapshot = self.snapshots[self.allowed]
-                for k in [k for k in self.snapshots if k <= self.allowed]:
+            # The call's last commit: the one at its end, or the loop's last if it returned
+            # before that.
+            end = self.allowed
+            if self.finished and self.error is None and self.reached < self.allowed:
+                end = self.reached
+            if self.snapshots.get(end) is not None:
+                self.snapshot = self.snapshots[end]
+                for k in [k for k in self.snapshots if k <= end]:
                     del self.snapshots[k]
             if self.error is not None:
                 self.need_restart = True
@@ -342,6 +347,17 @@ class Runtime:
                 self.fn()
             else:
                 self.fn(cfg if cfg is not None else {})
+            # The loop's last commit may have skipped its snapshot (it was not the call's
+            # end when made): its state is the final one, kept now.
+            take = getattr(self.local, "take", None)
+            with self.cond:
+                last = self.reached if self.generation == generation else None
+            if take is not None and last and getattr(self.local, "taken", None) != last:
+                snapshot = take()
+                with self.cond:
+                    if self.generation == generation and self.reached == last:
+                        self._name_zero(snapshot, last)
+                        self.snapshots[last] = snapshot
             with self.cond:
                 if self.generation == generation:
                     self.finished = True
@@ -369,12 +385,13 @@ class Runtime:
             # state at a call's end is kept); one made on credit past it may end the next call.
             needed = self.reached + 1 >= self.allowed
         snapshot = take_snapshot() if needed else None
+        self.local.take = take_snapshot
+        if needed:
+            self.local.taken = self.reached + 1
         with self.cond:
             if generation != self.generation:
                 raise _Reset()
-            if isinstance(snapshot, dict) and "zero" in snapshot:
-                # Names the commit the same on every rank: its shards' copies go by it.
-                snapshot["zero_key"] = (self.loop_epoch, self.reached + 1, self.loop_group[1])
+            self._name_zero(snapshot, self.reached + 1)
             self.reached += 1
             self.snapshots[self.reached] = snapshot
             if self.reached >= self.allowed:
@@ -386,6 +403,12 @@ class Runtime:
                 self.cond.wait(0.5)
             if generation != self.generation:
                 raise _Reset()
+
+    def _name_zero(self, snapshot, commit):
+        """A snapshot with ZeRO shards gets the name of its commit, the same on every rank:
+        the shards' copies go by it (self.cond held)."""
+        if isinstance(snapshot, dict) and "zero" in snapshot:
+            snapshot["zero_key"] = (self.loop_epoch, commit, self.loop_group[1])
 
     # ---- collectives ------------------------------------------------------------------
 
