@@ -417,6 +417,9 @@ class Controller {
   std::string failure_;
   std::unique_ptr<std::ofstream> step_log_;
   absl::Time grow_after_ = absl::InfiniteFuture();
+  // When the job went below minReplicas (InfiniteFuture: it is not): failPolicy's
+  // belowMinTimeoutSeconds counts from here, through every wait and replacement in between.
+  absl::Time below_min_since_ = absl::InfiniteFuture();
 
   absl::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;

@@ -335,7 +335,10 @@ void Controller::HandleDeath(const Member& m, const rpc::ActorInfo& info, int wo
       Fail(absl::StrCat("policy failJob: ", what));
       return;
     case DeathDecision::Kind::kShrink:
-      target_ = std::max(spec_.min_replicas, target_ - 1);
+      // Below minReplicas too: the resources the dead rank freed must not bring it back by
+      // way of a scale out (that would be the respawn its budget refused). A new node lifts
+      // the ceiling; failPolicy.belowMinTimeoutSeconds bounds the wait for one.
+      target_ = std::max(1, target_ - 1);
       ceiling_ = target_;
       return;
     case DeathDecision::Kind::kReplace:

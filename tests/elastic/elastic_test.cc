@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "tests/elastic/elastic_fixture.h"
 
 using phalanx::examples::RegressionTrainer;
@@ -145,6 +146,17 @@ TEST_F(ElasticTest, ExhaustedRestartBudgetShrinksThenBelowMinFails) {
   });
   EXPECT_EQ(f.state, "FAILED") << FormatStatus(f);
   EXPECT_NE(f.message.find("minReplicas"), std::string::npos) << f.message;
+  // The timer ran its whole 3 s (no replacement was coming: it did not give up at once), and
+  // the message gives the time it waited.
+  EXPECT_NE(f.message.find("(failPolicy.belowMinTimeoutSeconds: 3)"), std::string::npos)
+      << f.message;
+  double waited = 0;
+  size_t at = f.message.find(") for ");
+  ASSERT_NE(at, std::string::npos) << f.message;
+  ASSERT_TRUE(
+      absl::SimpleAtod(f.message.substr(at + 6, f.message.find(" s", at + 6) - at - 6), &waited))
+      << f.message;
+  EXPECT_GE(waited, 3.0) << f.message;
 }
 
 TEST_F(ElasticTest, ExitCodePolicyPicksTheAction) {
