@@ -155,3 +155,21 @@ def test_init_errors_are_clear(cluster):
                             f"import phalanx; phalanx.init('{cluster.address}', token='nope')"],
                            env=env, capture_output=True, text=True, timeout=60)
     assert "wrong cluster token" in wrong.stderr
+
+
+def test_a_first_call_to_a_stopped_actor_waits_for_it_and_does_not_fail(cluster):
+    """A caller's first connection to an actor whose process cannot run for a moment (a busy
+    machine; here SIGSTOP for 1.5 s): the TLS and HTTP/2 handshake need the actor's process,
+    and a connect bounded at 100 ms failed the call with "lost the connection" while the
+    actor lived. The connect now has rpc::kConnectTimeout (20 s): the call runs once the
+    process runs again."""
+    a, b = Counter.remote(100), Counter.remote()
+    assert phalanx.get([a.add.remote(0), b.add.remote(0)], timeout=60) == [100, 0]
+    pid = phalanx.actor_info(a)["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        ref = b.call_other.remote(a, 5)  # b's first call to a: a new connection
+        time.sleep(1.5)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert phalanx.get(ref, timeout=60) == 105

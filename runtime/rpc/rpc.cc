@@ -154,16 +154,19 @@ void PrepareContext(grpc::ClientContext* context, const std::string& token, absl
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, absl::ToInt64Milliseconds(kKeepaliveTime));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, absl::ToInt64Milliseconds(kKeepaliveTimeout));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, -1);
   args.SetInt(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, -1);
-  // Reconnect quickly after a server restart (the default backoff grows to 120 s).
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Reconnect quickly after a server restart (the default backoff grows to 120 s). gRPC takes
+  // its "min reconnect backoff" as the least time a connection attempt gets: at 100 ms a
+  // handshake with a process that a busy machine had not run for 100 ms failed, and the
+  // calls waiting on it with "lost the connection" (issue 48).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, absl::ToInt64Milliseconds(kReconnectBackoff));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, absl::ToInt64Milliseconds(kConnectTimeout));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, absl::ToInt64Milliseconds(kMaxReconnectBackoff));
   // Each channel gets its own connection, so independent clients do not share one socket.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   Tls tls = CurrentTls();
@@ -251,8 +254,10 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen_address,
                            &started.port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_receive_bytes));
   builder.SetMaxSendMessageSize(-1);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(kKeepaliveTime)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(kKeepaliveTimeout)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);

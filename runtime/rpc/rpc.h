@@ -36,6 +36,20 @@ void PrepareContext(grpc::ClientContext* context, const std::string& token, absl
 // A channel to `address` (host:port) with keepalive pings, so that a peer that vanished is
 // noticed within seconds, and unlimited message sizes. TLS when UseTls (tls.h) set it up: the
 // server must show a certificate from the cluster's CA, for the cluster's name.
+// How long one connection attempt may take: the TCP connect, then the TLS and HTTP/2
+// handshakes, which need the peer's process to run. A live process on a busy machine (or
+// one stopped for a moment) must not look unreachable, so this is gRPC's own default; a
+// closed port (a dead process) is still refused at once, and every call has its deadline.
+inline constexpr absl::Duration kConnectTimeout = absl::Seconds(20);
+// After a failed attempt the next one starts this soon, backing off to the max (gRPC's
+// default grows to 120 s: a restarted server would wait that long for its clients).
+inline constexpr absl::Duration kReconnectBackoff = absl::Milliseconds(100);
+inline constexpr absl::Duration kMaxReconnectBackoff = absl::Seconds(1);
+// An idle connection is pinged this often, and closed when a ping goes this long unanswered
+// (the peer's host vanished without closing it).
+inline constexpr absl::Duration kKeepaliveTime = absl::Seconds(10);
+inline constexpr absl::Duration kKeepaliveTimeout = absl::Seconds(5);
+
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
 // Converts between gRPC and Abseil status; `what` prefixes the message ("GCS at 1.2.3.4:6380").

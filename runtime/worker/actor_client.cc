@@ -18,6 +18,10 @@ struct ActorClient::Connection {
   std::unique_ptr<rpc::WorkerService::Stub> stub;
   std::unique_ptr<grpc::ClientReaderWriter<rpc::CallBatch, rpc::ResultBatch>> stream;
   bool header_sent = false;  // guarded by the client's mu_
+  // A result came back on it: the connection is up, and a write goes out at once. Until
+  // then a write may wait for the connection (rpc::kConnectTimeout), so it is the writer
+  // thread's, never a caller's (guarded by the client's mu_).
+  bool established = false;
 };
 
 namespace {
@@ -102,6 +106,10 @@ void ActorClient::ConnectLocked() {
   conn->stub = rpc::WorkerService::NewStub(rpc::MakeChannel(conn->address));
   if (!token_.empty()) conn->context.AddMetadata(rpc::kTokenHeader, token_);
   conn->context.set_wait_for_ready(false);
+  // The stream's headers go with its first batch: opening it does not wait for the
+  // connection (which may take up to rpc::kConnectTimeout while a busy peer handshakes), so
+  // nothing waits on it under mu_.
+  conn->context.set_initial_metadata_corked(true);
   conn->stream = conn->stub->PushCalls(&conn->context);
   connection_ = conn;
   lost_attempt_ = -1;
@@ -110,7 +118,7 @@ void ActorClient::ConnectLocked() {
 
 void ActorClient::FlushLocked() {
   if (connection_ == nullptr || writing_ || queue_.empty()) return;
-  if (inflight_.empty() && queue_.size() == 1) {
+  if (inflight_.empty() && queue_.size() == 1 && connection_->established) {
     WriteQueuedLocked();
     return;
   }
@@ -164,6 +172,10 @@ void ActorClient::WriteQueuedLocked() {
 void ActorClient::ReadLoop(std::shared_ptr<Connection> conn) {
   rpc::ResultBatch batch;
   while (conn->stream->Read(&batch)) {
+    if (!conn->established) {
+      absl::MutexLock lock(&mu_);
+      conn->established = true;
+    }
     for (auto& r : *batch.mutable_results()) {
       std::shared_ptr<ObjectState> state;
       {

@@ -47,8 +47,9 @@ class ActorClient : public std::enable_shared_from_this<ActorClient> {
   struct Connection;
 
   void ConnectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends queued calls: inline when this is the only call (a synchronous caller pays no
-  // thread hop), else by the writer thread, which batches what queues up meanwhile.
+  // Sends queued calls: inline when this is the only call on an established connection (a
+  // synchronous caller pays no thread hop), else by the writer thread, which batches what
+  // queues up meanwhile and waits for a connection still being made.
   void FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WriteQueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WriterLoop();
