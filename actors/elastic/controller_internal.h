@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -33,6 +34,7 @@
 #include "actors/elastic/recovery.h"
 #include "actors/elastic/trainer_protocol.h"
 #include "runtime/common/ids.h"
+#include "runtime/worker/actor_client.h"
 #include "runtime/worker/worker_host.h"
 
 namespace phalanx::elastic {
@@ -94,11 +96,14 @@ struct Timeouts {
   double probe_factor = 4;
   absl::Duration probe_after = absl::Milliseconds(100);
   absl::Duration probe_check = absl::Milliseconds(100);
-  // A rank silent for hang.silentSeconds: its node manager's port is knocked on (a TCP
-  // handshake, once per node and probe) and waited for this long. A host that answers is up
-  // and reachable, so the rank is frozen; one that does not is left to its heartbeats and the
-  // node timeout.
+  // A silent rank's node manager's port is knocked on (a TCP handshake) and waited for this
+  // long: a host that answers is up and reachable now. One that does not is left to its
+  // heartbeats and the node timeout.
   absl::Duration probe_knock = absl::Milliseconds(100);
+  // A node whose heartbeat the GCS heard within this is up now; one silent for longer while a
+  // rank's fresh Ping waits may have lost its link meanwhile (the Ping may be held in TCP
+  // retransmission), so that Ping proves nothing and another goes once the host is back.
+  absl::Duration probe_heartbeat_gap = absl::Seconds(1);
   // Fetching a step's answer once it is ready.
   absl::Duration step_result = absl::Seconds(30);
   // Every rank forming an epoch (Reconfigure), and newcomers receiving the state (SyncState).
@@ -322,32 +327,47 @@ class Controller {
   // A rank of a call that is taken for frozen, and what showed that its host is up.
   struct Frozen {
     size_t rank;
-    const char* proof;
+    std::string proof;
   };
   // The liveness probe (hang.silentSeconds) over a call out to every rank (a step, or a
   // Reconfigure): a Ping to every rank once the call ran a while (answered on the ranks' ping
   // lane, whatever the call does), and a look at the silent ranks' hosts.
   struct LivenessProbe {
     explicit LivenessProbe(absl::Time first) : at(first) {}
+    ~LivenessProbe() { EndConfirms(); }
+    LivenessProbe(const LivenessProbe&) = delete;
+    LivenessProbe& operator=(const LivenessProbe&) = delete;
+    void EndConfirms();
     absl::Time at;  // when the Pings go (infinite: no probe)
     std::vector<ObjectRef<std::vector<int64_t>>> pings;
     absl::Time probed = absl::InfinitePast();  // when they went
     absl::Time check_at = absl::InfiniteFuture();
-    absl::flat_hash_set<std::string> knocked;  // nodes knocked on in this probe
+    // A silent rank whose host was seen up is pinged once more, on a connection of its own
+    // made then (its first Ping may have gone out while the host's link was down, and wait
+    // in TCP retransmission long after the link is back).
+    struct Confirm {
+      std::shared_ptr<worker::ActorClient> client;
+      ObjectRef<std::vector<int64_t>> ping;
+      absl::Time sent;
+      bool disturbed = false;  // its host's heartbeats stopped for a while since it went
+    };
+    std::map<size_t, Confirm> confirms;  // by rank
   };
   // Moves `probe` on, given which ranks answered the call; returns the ranks found frozen
   // (none, most times). Once every rank answered the call or the Ping, it probes again
   // `again` later.
   std::vector<Frozen> Probe(LivenessProbe* probe, const std::vector<bool>& answered,
                             absl::Duration again);
-  // The `silent` ranks (they answered neither the call nor the Pings sent at `probed`), for
-  // hang.silentSeconds, while their host is up and reachable: its node manager's port answers
-  // a knock now (kTimeouts.probe_knock; each node once per probe, `knocked` holds those
-  // knocked on), or the GCS heard its node's heartbeat after that silence. Frozen processes
-  // on live hosts: a host cut off answers no knock and stops its heartbeats, and is left to
-  // the node timeout.
-  std::vector<Frozen> FrozenRanks(const std::vector<size_t>& silent, absl::Time probed,
-                                  absl::flat_hash_set<std::string>* knocked);
+  // Which of the `silent` ranks (they answered neither the call nor the Pings sent at the
+  // probe's start) are frozen: on evidence that outlives the network, not on a Ping that may
+  // have gone out while their host's link was down. Once a silent rank's host is seen up
+  // (its node manager's port answers a knock, kTimeouts.probe_knock, or the GCS heard its
+  // node's heartbeat since the probe began), the rank is pinged again on a fresh connection;
+  // it is frozen when that Ping too goes unanswered for hang.silentSeconds (and the first
+  // for as long), and its host is seen up after that. A host cut off answers no knock and
+  // stops its heartbeats, and is left to the node timeout; a link that comes back lets the
+  // fresh Ping through.
+  std::vector<Frozen> FrozenRanks(const std::vector<size_t>& silent, LivenessProbe* probe);
   // Kills rank r as hung (an event saying `what`, its recovery opened at `last_progress`: the
   // step's start, or the formation's).
   void KillHung(size_t r, const std::string& what, absl::Time last_progress);

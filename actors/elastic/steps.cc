@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
@@ -8,6 +9,7 @@
 #include "actors/elastic/trainer_host.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/system.h"
+#include "runtime/worker/core_worker.h"
 
 namespace phalanx::elastic {
 
@@ -221,6 +223,13 @@ absl::Duration Controller::ProbeAfter(int64_t count) const {
                   absl::Milliseconds(kTimeouts.probe_factor * TypicalCallStepMs() * count));
 }
 
+void Controller::LivenessProbe::EndConfirms() {
+  for (auto& [rank, c] : confirms) {
+    if (c.client) c.client->Close();
+  }
+  confirms.clear();
+}
+
 std::vector<Controller::Frozen> Controller::Probe(LivenessProbe* probe,
                                                   const std::vector<bool>& answered,
                                                   absl::Duration again) {
@@ -229,8 +238,10 @@ std::vector<Controller::Frozen> Controller::Probe(LivenessProbe* probe,
     if (now < probe->at) return {};
     for (auto& m : members_) probe->pings.push_back(m.trainer().Ping());
     probe->probed = now;
-    probe->knocked.clear();
-    probe->check_at = now + absl::Seconds(spec_.hang_silent_s);
+    probe->EndConfirms();
+    // The first look comes halfway through the silence: a rank silent by then whose host is
+    // up gets its fresh Ping early (FrozenRanks).
+    probe->check_at = now + absl::Seconds(spec_.hang_silent_s) / 2;
     return {};
   }
   if (now < probe->check_at) return {};
@@ -241,36 +252,63 @@ std::vector<Controller::Frozen> Controller::Probe(LivenessProbe* probe,
   }
   if (silent.empty()) {  // every rank is alive: a slow call; probe it again later
     probe->pings.clear();
+    probe->EndConfirms();
     probe->at = now + again;
     return {};
   }
-  return FrozenRanks(silent, probe->probed, &probe->knocked);
+  return FrozenRanks(silent, probe);
 }
 
 std::vector<Controller::Frozen> Controller::FrozenRanks(const std::vector<size_t>& silent,
-                                                        absl::Time probed,
-                                                        absl::flat_hash_set<std::string>* knocked) {
+                                                        LivenessProbe* probe) {
   auto nodes = gcs_->GetAllNodes(true);
   if (!nodes.ok()) return {};
-  // A node's last heartbeat, as the GCS heard it, and its node manager's address.
-  absl::flat_hash_map<std::string, absl::Time> heard;
+  // A node's heartbeat age, as the GCS has it, and its node manager's address.
+  absl::flat_hash_map<std::string, absl::Duration> age;
   absl::flat_hash_map<std::string, std::string> address;
-  absl::Time now = absl::Now();
   for (const auto& n : *nodes) {
-    if (n.heartbeat_age_ms() >= 0)
-      heard[n.node_id()] = now - absl::Milliseconds(n.heartbeat_age_ms());
+    if (n.heartbeat_age_ms() >= 0) age[n.node_id()] = absl::Milliseconds(n.heartbeat_age_ms());
     if (!n.address().empty()) address[n.node_id()] = n.address();
   }
-  // Their nodes not knocked on yet in this probe, all at once. A handshake answered now comes
-  // from a host that is up and reachable after the rank's silence began; it needs no wait
-  // for the node's next heartbeat.
-  std::vector<std::string> to_knock;
+  auto heard_now = [&](const std::string& node) {
+    auto a = age.find(node);
+    return a != age.end() && a->second <= kTimeouts.probe_heartbeat_gap;
+  };
+  const absl::Duration silence = absl::Seconds(spec_.hang_silent_s);
+  absl::Time now = absl::Now();
+  for (auto it = probe->confirms.begin(); it != probe->confirms.end();) {
+    const std::string& node = members_[it->first].node_id;
+    // A fresh Ping that failed (its connection could not be made), or one whose host went
+    // silent while it waited, proves nothing: another goes once the host is seen up again.
+    bool failed = it->second.ping.Ready() && !Get(it->second.ping, absl::ZeroDuration()).ok();
+    if (!it->second.ping.Ready() && !heard_now(node)) it->second.disturbed = true;
+    if (failed || (it->second.disturbed && now >= it->second.sent + silence)) {
+      it->second.client->Close();
+      it = probe->confirms.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Which silent ranks need their host seen up now: those without a fresh Ping (it goes
+  // now if so), and those whose fresh Ping's silence is over (they are frozen if so).
+  std::vector<size_t> due;
   for (size_t r : silent) {
-    const std::string& node = members_[r].node_id;
-    auto a = address.find(node);
-    if (a == address.end() || !knocked->insert(node).second) continue;
-    if (std::find(to_knock.begin(), to_knock.end(), a->second) == to_knock.end())
+    auto c = probe->confirms.find(r);
+    if (c == probe->confirms.end() ||
+        (!c->second.ping.Ready() && now >= c->second.sent + silence)) {
+      due.push_back(r);
+    }
+  }
+  if (due.empty()) return {};
+  // Their nodes' node managers, knocked on all at once: a handshake answered now comes from a
+  // host that is up and reachable now, with no wait for the node's next heartbeat.
+  std::vector<std::string> to_knock;
+  for (size_t r : due) {
+    auto a = address.find(members_[r].node_id);
+    if (a != address.end() &&
+        std::find(to_knock.begin(), to_knock.end(), a->second) == to_knock.end()) {
       to_knock.push_back(a->second);
+    }
   }
   absl::flat_hash_set<std::string> answered;
   if (!to_knock.empty()) {
@@ -279,17 +317,36 @@ std::vector<Controller::Frozen> Controller::FrozenRanks(const std::vector<size_t
       if (answers[i] == Knock::kAccepted) answered.insert(to_knock[i]);
     }
   }
-  absl::Time silent_since = probed + absl::Seconds(spec_.hang_silent_s);
+  now = absl::Now();
   std::vector<Frozen> frozen;
-  for (size_t r : silent) {
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
+  for (size_t r : due) {
     const std::string& node = members_[r].node_id;
     auto a = address.find(node);
-    auto h = heard.find(node);
-    if (a != address.end() && answered.contains(a->second)) {
-      frozen.push_back({r, "its node manager's port answers"});
-    } else if (h != heard.end() && h->second >= silent_since) {
-      frozen.push_back({r, "its node still heartbeats"});
+    const char* proof = a != address.end() && answered.contains(a->second)
+                            ? "its node manager's port answers"
+                        : heard_now(node) ? "its node still heartbeats"
+                                          : nullptr;
+    if (proof == nullptr) continue;  // not seen up: the network's, or the node timeout's
+    auto c = probe->confirms.find(r);
+    if (c == probe->confirms.end()) {
+      // Its host is up now: ping it on a connection made now, which a link that was down
+      // while the first Ping went does not hold back.
+      if (cw == nullptr) continue;
+      auto client = cw->FreshClient(members_[r].actor_id);
+      if (!client.ok()) continue;  // the GCS is away: again at the next check
+      LivenessProbe::Confirm confirm;
+      confirm.sent = now;
+      confirm.client = *client;
+      confirm.ping = ObjectRef<std::vector<int64_t>>(
+          confirm.client->Submit(trainer_method::kPing, internal::PackArgs()), "Ping");
+      probe->confirms.emplace(r, std::move(confirm));
+      continue;
     }
+    frozen.push_back(
+        {r, absl::StrFormat("%s; a Ping on a fresh connection, made %.1f s ago while its host "
+                            "was up, got no answer either",
+                            proof, absl::ToDoubleSeconds(now - c->second.sent))});
   }
   return frozen;
 }

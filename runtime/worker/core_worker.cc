@@ -156,6 +156,14 @@ absl::StatusOr<rpc::ActorInfo> CoreWorker::CreateActor(rpc::ActorInfo spec) {
   return created;
 }
 
+absl::StatusOr<std::shared_ptr<ActorClient>> CoreWorker::FreshClient(const std::string& actor_id) {
+  auto info = gcs_->GetActor(actor_id);
+  if (!info.ok()) return info.status();
+  auto client = std::make_shared<ActorClient>(NewId(), options().token, *info);
+  client->OnActorUpdate(*info);
+  return client;
+}
+
 absl::StatusOr<std::shared_ptr<ActorClient>> CoreWorker::Client(const std::string& actor_id) {
   {
     absl::MutexLock lock(&mu_);

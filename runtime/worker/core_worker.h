@@ -46,6 +46,10 @@ class CoreWorker {
   absl::StatusOr<std::shared_ptr<ActorClient>> NamedClient(const std::string& name,
                                                            const std::string& ns);
   absl::Status Kill(const std::string& actor_id, bool no_restart);
+  // A client of `actor_id` on a connection of its own, as a caller of its own: not the
+  // shared one (which may wait in TCP retransmission after a network outage), not kept, and
+  // not told of the actor's changes. Close it when done.
+  absl::StatusOr<std::shared_ptr<ActorClient>> FreshClient(const std::string& actor_id);
 
  private:
   explicit CoreWorker(CoreWorkerOptions options, std::unique_ptr<gcs::GcsClient> gcs);

@@ -264,3 +264,39 @@ def test_stop_leaves_no_process(cluster, hosts):
         for name in ("gcs", "redis", "node"):
             pid = cluster.pid_of(h.index, name)
             assert pid is None or not os.path.exists(f"/proc/{pid}"), (h, name, pid)
+
+
+def test_a_flapping_link_kills_no_healthy_rank(cluster, hosts):
+    """A rank's host whose link goes down and up again and again, each outage shorter than
+    the node timeout (2 s): no rank is lost, because none died. A Ping that went out while the
+    link was down waits in TCP retransmission after the link is back, while the node's
+    heartbeats show the host up: the controller judged such a rank frozen by that Ping and
+    killed it (issue 48: 7-8 healthy ranks killed in 30 s of flapping). A rank is frozen now
+    only when a Ping on a connection made after its host was seen up goes unanswered too."""
+    import random
+    rng = random.Random(48)
+    run = ElasticRun(cluster, hosts.dir, steps=900, step_ms=40, hang_s=30)
+    run.submit()
+    run.wait_world(3, timeout=60)
+    victim = pick_victim(cluster, run)
+    run.wait_step(FAULT_STEP)
+    fault_ms = now_ms()
+    outages = []
+    try:
+        end = time.time() + 20
+        while time.time() < end:
+            down = rng.uniform(0.3, 1.2)
+            hosts[victim].link_down()
+            time.sleep(down)
+            hosts[victim].link_up()
+            outages.append(down)
+            time.sleep(rng.uniform(1.0, 3.0))
+    finally:
+        hosts[victim].link_up()
+    rc = run.wait_done(timeout=120)
+    a = report("flapping link", run, fault_ms)
+    status = run.status_text()
+    print(f"[flapping link] host {victim}: {len(outages)} outages of "
+          f"{min(outages):.1f}-{max(outages):.1f} s in 20 s")
+    check_succeeded(run, rc, a)
+    assert "does not answer" not in status and "rank_died" not in status, status
