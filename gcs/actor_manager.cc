@@ -280,6 +280,7 @@ void GcsActorManager::HandleDeathLocked(rpc::ActorInfo actor, rpc::DeathCause ca
   ReleaseLocked(actor, effects);
   if (cause.time_ms() == 0) cause.set_time_ms(NowMs());
   bool final_cause = cause.kind() == rpc::DeathCause::CREATION_FAILED ||
+                     cause.kind() == rpc::DeathCause::OWNER_DIED ||
                      (cause.kind() == rpc::DeathCause::KILLED_BY_USER && actor.kill_no_restart());
   if (!final_cause && RestartsLeft(actor)) {
     *actor.add_history() = cause;
@@ -341,6 +342,34 @@ absl::Status GcsActorManager::ReportState(const rpc::ReportActorStateRequest& re
 }
 
 absl::Status GcsActorManager::Kill(const std::string& actor_id, bool no_restart) {
+  rpc::DeathCause cause;
+  cause.set_kind(rpc::DeathCause::KILLED_BY_USER);
+  return KillWithCause(actor_id, no_restart, std::move(cause));
+}
+
+int GcsActorManager::KillOwnedBy(const std::string& owner_id, const std::string& why) {
+  std::vector<std::string> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, a] : actors_.entries()) {
+      if (!owner_id.empty() && a.owner_address() == owner_id && !a.detached() &&
+          a.state() != rpc::ACTOR_DEAD) {
+        ids.push_back(id);
+      }
+    }
+  }
+  int killed = 0;
+  for (const auto& id : ids) {
+    rpc::DeathCause cause;
+    cause.set_kind(rpc::DeathCause::OWNER_DIED);
+    cause.set_message(why);
+    killed += KillWithCause(id, /*no_restart=*/true, std::move(cause)).ok() ? 1 : 0;
+  }
+  return killed;
+}
+
+absl::Status GcsActorManager::KillWithCause(const std::string& actor_id, bool no_restart,
+                                            rpc::DeathCause cause) {
   Effects effects;
   {
     absl::MutexLock lock(&mu_);
@@ -355,8 +384,6 @@ absl::Status GcsActorManager::Kill(const std::string& actor_id, bool no_restart)
       actor.set_kill_no_restart(true);
       SaveLocked(actor, &effects);
     }
-    rpc::DeathCause cause;
-    cause.set_kind(rpc::DeathCause::KILLED_BY_USER);
     cause.set_time_ms(NowMs());
     if (!Placed(actor)) {
       // Not running anywhere: decide here.

@@ -85,6 +85,10 @@ class GcsActorManager {
   // in bundle `bundle_index` (placed there, or waiting for it; the bundle was released).
   void KillGroup(const std::string& pg_id, int bundle_index = -1);
 
+  // Kills, for good, every non-detached actor created by `owner_id` (an owner_address) that
+  // is not dead: its driver is gone (cause OWNER_DIED, saying `why`). How many.
+  int KillOwnedBy(const std::string& owner_id, const std::string& why);
+
   // Liveness leases (an elastic controller holds one). RenewLease arms or re-arms the lease of
   // an actor's attempt for `timeout`; *stale is set when that attempt is no longer the actor's
   // current one (it was replaced: the caller must exit). ExpireLeases, called by the health
@@ -122,6 +126,8 @@ class GcsActorManager {
   // The worker of `actor`'s current attempt is gone with `cause`: restart or bury it.
   void HandleDeathLocked(rpc::ActorInfo actor, rpc::DeathCause cause, Effects* effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Kills `actor_id` with `cause` (KILLED_BY_USER, OWNER_DIED), for good with no_restart.
+  absl::Status KillWithCause(const std::string& actor_id, bool no_restart, rpc::DeathCause cause);
   void ReleaseLocked(const rpc::ActorInfo& actor, Effects* effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Outside the lock: waits until the changed records are persisted, then sends starts and

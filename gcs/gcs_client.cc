@@ -272,6 +272,13 @@ class GcsClientImpl final : public GcsClient {
     return reply->stale();
   }
 
+  absl::StatusOr<absl::Duration> RenewDriverLease(
+      const rpc::RenewDriverLeaseRequest& request) override {
+    auto reply = Call(&Stub::RenewDriverLease, request);
+    if (!reply.ok()) return reply.status();
+    return absl::Milliseconds(reply->renew_every_ms());
+  }
+
   absl::Status UpdateActor(const rpc::ActorInfo& actor) override {
     rpc::UpdateActorRequest request;
     *request.mutable_actor() = actor;

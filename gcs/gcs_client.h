@@ -84,6 +84,11 @@ class GcsClient {
   // gcs.proto). Returns true when that attempt was replaced: the caller must exit.
   virtual absl::StatusOr<bool> RenewActorLease(const std::string& actor_id, int attempt,
                                                absl::Duration timeout) = 0;
+  // Renews this driver's lease (gcs.proto's RenewDriverLease); returns how often to renew.
+  virtual absl::StatusOr<absl::Duration> RenewDriverLease(
+      const rpc::RenewDriverLeaseRequest& /*request*/) {
+    return absl::UnimplementedError("RenewDriverLease");
+  }
   // Writes an actor record as given (tools and tests; not the lifecycle).
   virtual absl::Status UpdateActor(const rpc::ActorInfo& actor) = 0;
   // By id; NotFound names the actor.

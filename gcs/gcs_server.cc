@@ -13,6 +13,7 @@
 #include "gcs/actor_manager.h"
 #include "gcs/availability.h"
 #include "gcs/dashboard.h"
+#include "gcs/driver_leases.h"
 #include "gcs/gcs_service.h"
 #include "gcs/job_history.h"
 #include "gcs/job_manager.h"
@@ -92,7 +93,16 @@ class GcsServerImpl final : public GcsServer {
         jobs_(store_.get(), &publisher_, "jobs", rpc::JOB, &SetJobBody),
         placement_groups_(store_.get(), &publisher_, &nodes_, &node_clients_, &scheduler_,
                           &actors_),
-        job_manager_(&jobs_, &actors_, &kv_, JobOptions(options)) {
+        job_manager_(&jobs_, &actors_, &kv_, JobOptions(options)),
+        drivers_(DriverLeaseOptions{options.node_timeout, options.driver_lease_timeout},
+                 [this](const std::string& owner, const std::string& job, const std::string& why) {
+                   int killed = actors_.KillOwnedBy(owner, why);
+                   int removed = placement_groups_.RemoveJob(job);
+                   spdlog::info(
+                       "driver {} of job {} is gone: killed {} actor(s), removed {} "
+                       "placement group(s)",
+                       owner, job, killed, removed);
+                 }) {
     // One path for node events: the scheduler first, then the managers.
     nodes_.AddRegisteredListener([this](const rpc::NodeInfo& node) {
       scheduler_.AddNode(node.node_id(), rpc::FromProto(node.total()),
@@ -157,7 +167,7 @@ class GcsServerImpl final : public GcsServer {
     if (auto s = StartDashboard(cluster_id, ca_fingerprint); !s.ok()) return s;
     service_ =
         NewGcsService(cluster_id, &publisher_, &nodes_, &kv_, &actors_, &jobs_, &placement_groups_,
-                      &job_manager_, &history_, options_.node_timeout, std::move(ca));
+                      &job_manager_, &history_, options_.node_timeout, std::move(ca), &drivers_);
     if (dashboard_) service_->SetDashboard(dashboard_->port(), dashboard_->https());
     rpc::ServerOptions server_options{options_.token, rpc::kMaxControlMessageBytes};
     server_options.latency = &rpc_latency_;
@@ -260,6 +270,7 @@ class GcsServerImpl final : public GcsServer {
     while (!shutdown_started_) {
       absl::SleepFor(options_.health_check_period);
       nodes_.KnockOnSilentNodes();
+      drivers_.Check();
     }
   }
 
@@ -271,6 +282,7 @@ class GcsServerImpl final : public GcsServer {
       if (late > options_.node_timeout / 4) {
         nodes_.Stalled(late);
         actors_.LeasesStalled(late);
+        drivers_.Stalled(late);
       }
       nodes_.CheckHeartbeats();
       actors_.ExpireLeases();
@@ -292,6 +304,7 @@ class GcsServerImpl final : public GcsServer {
   RecordTable<rpc::JobInfo> jobs_;
   GcsPlacementGroupManager placement_groups_;
   GcsJobManager job_manager_;
+  DriverLeases drivers_;
   std::unique_ptr<GcsServiceHandlers> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HeadDashboard> dashboard_;

@@ -25,6 +25,9 @@ struct GcsServerOptions {
   // connection (gcs/node_manager.h).
   absl::Duration node_timeout = absl::Seconds(3);
   absl::Duration restart_grace = absl::Seconds(10);
+  // A driver silent for the node timeout whose port refuses connections is gone, and what it
+  // made goes at once; one silent this long goes whatever its port says (gcs/driver_leases.h).
+  absl::Duration driver_lease_timeout = absl::Seconds(60);
   absl::Duration health_check_period = absl::Milliseconds(100);
   // Where jobs keep their working dirs and logs (the head's session dir); empty: no jobs.
   std::string session_dir;

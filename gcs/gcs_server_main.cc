@@ -49,6 +49,11 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file, "file holding the cluster token")->required();
   app.add_option("--node-timeout-ms", node_timeout_ms,
                  "declare a node dead after this long without heartbeats");
+  int64_t driver_lease_timeout_ms = 60000;
+  app.add_option("--driver-lease-timeout-ms", driver_lease_timeout_ms,
+                 "release a silent driver's actors after this long even if its process may live")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--restart-grace-ms", restart_grace_ms,
                  "after a restart, how long live nodes have to heartbeat again");
   app.add_option("--log-file", log_file, "log here instead of stderr");
@@ -130,6 +135,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.node_timeout = absl::Milliseconds(node_timeout_ms);
+  options.driver_lease_timeout = absl::Milliseconds(driver_lease_timeout_ms);
   options.max_working_dir_bytes = static_cast<int64_t>(max_working_dir_mb * (1 << 20));
   options.restart_grace = absl::Milliseconds(restart_grace_ms);
   options.shutdown_timeout = absl::Seconds(shutdown_timeout_s);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gcs/actor_manager.h"
+#include "gcs/driver_leases.h"
 #include "gcs/job_history.h"
 #include "gcs/job_manager.h"
 #include "gcs/kv_manager.h"
@@ -40,7 +41,7 @@ class GcsServiceImpl final : public GcsServiceHandlers {
                  GcsKvManager* kv, GcsActorManager* actors, RecordTable<rpc::JobInfo>* jobs,
                  GcsPlacementGroupManager* placement_groups, GcsJobManager* job_manager,
                  JobHistory* history, absl::Duration node_timeout,
-                 std::optional<rpc::KeyAndCert> ca)
+                 std::optional<rpc::KeyAndCert> ca, DriverLeases* drivers)
       : cluster_id_(std::move(cluster_id)),
         ca_(std::move(ca)),
         start_time_ms_(NowMs()),
@@ -52,7 +53,8 @@ class GcsServiceImpl final : public GcsServiceHandlers {
         placement_groups_(placement_groups),
         job_manager_(job_manager),
         history_(history),
-        node_timeout_(node_timeout) {}
+        node_timeout_(node_timeout),
+        drivers_(drivers) {}
 
   void Stop() override { stopping_ = true; }
   void SetDashboard(int port, bool https) override {
@@ -204,6 +206,17 @@ class GcsServiceImpl final : public GcsServiceHandlers {
                                  absl::Milliseconds(request->timeout_ms()), &stale);
     if (!s.ok()) return rpc::ToGrpc(s);
     reply->set_stale(stale);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RenewDriverLease(grpc::ServerContext*, const rpc::RenewDriverLeaseRequest* request,
+                                rpc::RenewDriverLeaseReply* reply) override {
+    if (request->owner_id().empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "RenewDriverLease: owner_id is empty (the driver's caller id)");
+    }
+    if (drivers_ == nullptr) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no leases");
+    reply->set_renew_every_ms(absl::ToInt64Milliseconds(drivers_->Renew(*request)));
     return grpc::Status::OK;
   }
 
@@ -428,6 +441,7 @@ class GcsServiceImpl final : public GcsServiceHandlers {
   int dashboard_port_ = 0;
   bool dashboard_https_ = false;
   const absl::Duration node_timeout_;
+  DriverLeases* const drivers_;
   std::atomic<bool> stopping_{false};
 };
 
@@ -437,10 +451,10 @@ std::unique_ptr<GcsServiceHandlers> NewGcsService(
     std::string cluster_id, GcsPublisher* publisher, GcsNodeManager* nodes, GcsKvManager* kv,
     GcsActorManager* actors, RecordTable<rpc::JobInfo>* jobs,
     GcsPlacementGroupManager* placement_groups, GcsJobManager* job_manager, JobHistory* history,
-    absl::Duration node_timeout, std::optional<rpc::KeyAndCert> ca) {
+    absl::Duration node_timeout, std::optional<rpc::KeyAndCert> ca, DriverLeases* drivers) {
   return std::make_unique<GcsServiceImpl>(std::move(cluster_id), publisher, nodes, kv, actors, jobs,
                                           placement_groups, job_manager, history, node_timeout,
-                                          std::move(ca));
+                                          std::move(ca), drivers);
 }
 
 }  // namespace phalanx::gcs

@@ -33,10 +33,13 @@ class GcsServiceHandlers : public rpc::GcsService::Service {
 
 // `ca`: the cluster CA's key and certificate (IssueCertificate signs with it); nullopt for
 // a --no-tls cluster. Every pointer outlives the handlers.
+class DriverLeases;
+
 std::unique_ptr<GcsServiceHandlers> NewGcsService(
     std::string cluster_id, GcsPublisher* publisher, GcsNodeManager* nodes, GcsKvManager* kv,
     GcsActorManager* actors, RecordTable<rpc::JobInfo>* jobs,
     GcsPlacementGroupManager* placement_groups, GcsJobManager* job_manager, JobHistory* history,
-    absl::Duration node_timeout, std::optional<rpc::KeyAndCert> ca);
+    absl::Duration node_timeout, std::optional<rpc::KeyAndCert> ca,
+    DriverLeases* drivers = nullptr);
 
 }  // namespace phalanx::gcs

@@ -368,6 +368,19 @@ void GcsPlacementGroupManager::ReconcileNode(const std::string& node_id, const s
   }
 }
 
+int GcsPlacementGroupManager::RemoveJob(const std::string& job_id) {
+  std::vector<std::string> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, pg] : groups_.entries()) {
+      if (pg.job_id() == job_id && pg.state() != rpc::PG_REMOVED) ids.push_back(id);
+    }
+  }
+  int removed = 0;
+  for (const auto& id : ids) removed += Remove(id).ok() ? 1 : 0;
+  return removed;
+}
+
 absl::Status GcsPlacementGroupManager::Remove(const std::string& pg_id) {
   std::vector<std::pair<std::string, int>> placed;
   PendingWrite write;

@@ -59,6 +59,8 @@ class GcsPlacementGroupManager {
 
   absl::StatusOr<rpc::PlacementGroupInfo> Create(rpc::PlacementGroupInfo spec);
   absl::Status Remove(const std::string& pg_id);
+  // Removes every placement group of job `job_id` (its driver is gone); how many.
+  int RemoveJob(const std::string& job_id);
   // Kills the actors in bundle `index` and gives its resources back to its node; the bundle
   // is marked released and never placed again. Releasing a released bundle is a no-op.
   absl::Status ReleaseBundle(const std::string& pg_id, int index);

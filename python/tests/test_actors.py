@@ -173,3 +173,79 @@ def test_a_first_call_to_a_stopped_actor_waits_for_it_and_does_not_fail(cluster)
     finally:
         os.kill(pid, signal.SIGCONT)
     assert phalanx.get(ref, timeout=60) == 105
+
+
+LEAKY_DRIVER = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import phalanx
+from helpers import Counter
+phalanx.init({address!r}, token={token!r})
+a = Counter.options(name="owned-a-" + sys.argv[1]).remote(1)
+b = Counter.options(name="owned-b-" + sys.argv[1]).remote(2)
+kept = Counter.options(name="kept-" + sys.argv[1], lifetime="detached").remote(3)
+pg = phalanx.placement_group([{{"CPU": 0.5}}])
+phalanx.get([a.add.remote(0), b.add.remote(0), kept.add.remote(0)], timeout=60)
+phalanx.get(pg.ready(), timeout=60)
+print("READY", pg.id, flush=True)
+time.sleep(600)
+"""
+
+
+def _start_driver(cluster, tag):
+    import subprocess
+    import sys as _sys
+    code = LEAKY_DRIVER.format(tests=os.path.dirname(os.path.abspath(__file__)),
+                               address=cluster.address, token=cluster.token)
+    proc = subprocess.Popen([_sys.executable, "-c", code, tag], stdout=subprocess.PIPE,
+                            text=True, env=dict(os.environ, PHALANX_TLS_DIR=cluster.tls_dir))
+    line = proc.stdout.readline()
+    assert line.startswith("READY"), line
+    return proc, line.split()[1]
+
+
+def test_a_sigkilled_drivers_actors_and_placement_groups_are_released(cluster):
+    """A driver SIGKILLed (what `timeout -s KILL`, the OOM killer or a lost pod do) cannot kill
+    its actors at shutdown: its lease stops, the GCS finds its port refusing connections, and
+    its non-detached actors die (OWNER_DIED) and its placement groups go, within the node
+    timeout (3 s) and a knock. Its detached actor stays."""
+    proc, pg_id = _start_driver(cluster, "k")
+    try:
+        owned = [phalanx.get_actor(f"owned-{x}-k") for x in "ab"]
+        kept = phalanx.get_actor("kept-k")
+        killed_at = time.time()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert wait_for(lambda: all(phalanx.actor_info(h)["state"] == "DEAD" for h in owned),
+                        timeout=60), [phalanx.actor_info(h) for h in owned]
+        took = time.time() - killed_at
+        for h in owned:
+            assert "OWNER_DIED" in phalanx.actor_info(h)["death_cause"], phalanx.actor_info(h)
+        assert wait_for(lambda: _phalanx.placement_group_state(pg_id) == "REMOVED", timeout=30), \
+            _phalanx.placement_group_state(pg_id)
+        print(f"\n[driver SIGKILL] its actors dead {took:.2f} s after the kill")
+        assert phalanx.actor_info(kept)["state"] == "ALIVE"
+        phalanx.kill(kept)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_stopped_driver_keeps_its_actors(cluster):
+    """A driver that cannot run for longer than the node timeout (SIGSTOP, a starved machine)
+    is not gone: its port still accepts, so its actors stay until the driver lease timeout;
+    after SIGCONT it renews again."""
+    proc, _ = _start_driver(cluster, "s")
+    try:
+        owned = [phalanx.get_actor(f"owned-{x}-s") for x in "ab"]
+        os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(6)  # twice the node timeout
+        os.kill(proc.pid, signal.SIGCONT)
+        time.sleep(1)
+        assert all(phalanx.actor_info(h)["state"] == "ALIVE" for h in owned), \
+            [phalanx.actor_info(h) for h in owned]
+        phalanx.kill(phalanx.get_actor("kept-s"))
+    finally:
+        proc.kill()
+        proc.wait()

@@ -31,6 +31,8 @@ std::string DescribeCause(const DeathCause& cause) {
       return absl::StrCat("INFEASIBLE: ", cause.message());
     case DeathCause::LEASE_EXPIRED:
       return absl::StrCat("LEASE_EXPIRED: ", cause.message());
+    case DeathCause::OWNER_DIED:
+      return absl::StrCat("OWNER_DIED: ", cause.message());
     default:
       return "UNKNOWN";
   }

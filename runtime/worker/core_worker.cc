@@ -8,6 +8,7 @@
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/system.h"
+#include "runtime/worker/driver_lease.h"
 
 namespace phalanx::worker {
 namespace {
@@ -33,7 +34,13 @@ absl::Status CoreWorker::Init(const CoreWorkerOptions& options) {
   CoreWorkerOptions filled = options;
   if (filled.job_id.empty()) filled.job_id = NewId();
   if (filled.code_path.empty()) filled.code_path = SelfExe();
+  bool driver = filled.is_driver;
   g_core_worker = new CoreWorker(std::move(filled), std::move(*gcs));
+  if (driver) {
+    CoreWorker* cw = g_core_worker;
+    cw->driver_lease_ = std::make_unique<DriverLease>(
+        cw->gcs_.get(), cw->caller_id_, [cw] { return cw->options().job_id; }, options.address);
+  }
   return absl::OkStatus();
 }
 
@@ -91,6 +98,7 @@ void CoreWorker::Stop() {
   if (options().is_driver) {
     // Like Ray: a driver's actors go with it, unless created detached.
     for (const auto& id : owned) gcs_->KillActor(id, /*no_restart=*/true).IgnoreError();
+    if (driver_lease_) driver_lease_->End();
   }
   std::unique_ptr<gcs::GcsClient::Subscription> subscription;
   {

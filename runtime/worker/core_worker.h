@@ -16,6 +16,8 @@
 
 namespace phalanx::worker {
 
+class DriverLease;
+
 struct CoreWorkerOptions {
   std::string address;  // GCS host:port
   std::string token;
@@ -71,6 +73,8 @@ class CoreWorker {
   std::map<std::string, std::shared_ptr<ActorClient>> clients_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, rpc::ActorInfo> latest_ ABSL_GUARDED_BY(mu_);  // from the subscription
   std::vector<std::string> owned_ ABSL_GUARDED_BY(mu_);                // created here, not detached
+  // A driver's lease in the GCS: what it made goes with it however it ends (set by Init).
+  std::unique_ptr<DriverLease> driver_lease_;
 };
 
 }  // namespace phalanx::worker
