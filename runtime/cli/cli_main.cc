@@ -56,6 +56,12 @@ int main(int argc, char** argv) {
       ->add_option("--node-timeout-ms", start.node_timeout_ms,
                    "head: declare a node dead after this long without heartbeats")
       ->capture_default_str();
+  start_cmd
+      ->add_option("--driver-lease-timeout-ms", start.driver_lease_timeout_ms,
+                   "head: release the actors of a driver silent this long even if its process "
+                   "may live (a dead driver's go after the node timeout)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   start_cmd->add_option("--heartbeat-ms", start.heartbeat_ms, "node heartbeat period")
       ->capture_default_str();
   auto* dashboard_port =

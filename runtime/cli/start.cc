@@ -396,6 +396,8 @@ class Starter {
                                          session_ + "/token",
                                          "--node-timeout-ms",
                                          absl::StrCat(o_.node_timeout_ms),
+                                         "--driver-lease-timeout-ms",
+                                         absl::StrCat(o_.driver_lease_timeout_ms),
                                          "--log-file",
                                          session_ + "/logs/gcs.log",
                                          "--session-dir",
