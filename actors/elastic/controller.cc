@@ -203,7 +203,18 @@ bool Controller::PlaceAndStart() {
     }
     pg_ = *pg;
     PublishStatus();  // the record names the reservation (a restarted controller frees it)
-    absl::Status ready = pg_.Wait(absl::Seconds(spec_.below_min_timeout_s));
+    // In slices, so that `phalanx job stop` ends a job still waiting for room.
+    absl::Time deadline = absl::Now() + absl::Seconds(spec_.below_min_timeout_s);
+    absl::Status ready = absl::DeadlineExceededError("");
+    while (true) {
+      absl::Duration left = deadline - absl::Now();
+      ready = pg_.Wait(std::max(std::min(left, kTimeouts.stop_check), absl::ZeroDuration()));
+      if (ready.ok() || !absl::IsDeadlineExceeded(ready) || left <= kTimeouts.stop_check) break;
+      if (recorder_.StopAsked()) {
+        StoppedWhile("placing its ranks");
+        return false;
+      }
+    }
     if (!ready.ok()) {
       Condition("Failed", "Unplaceable", std::string(ready.message()));
       recorder_.SetState(rpc::JOB_FAILED, std::string(ready.message()), 1);
@@ -223,8 +234,18 @@ bool Controller::PlaceAndStart() {
   }
   // Wait until the initial ranks are up (or enough of them).
   WaitForJoiners(spec_.replicas, absl::Seconds(spec_.below_min_timeout_s));
+  if (recorder_.StopAsked()) {
+    StoppedWhile("starting its ranks");
+    return false;
+  }
   target_ = spec_.replicas;  // grow beyond only when resources appear
   return true;
+}
+
+void Controller::StoppedWhile(const std::string& phase) {
+  std::string why = absl::StrCat("stopped on request while ", phase);
+  Condition("Failed", "Stopped", why);
+  recorder_.SetState(rpc::JOB_STOPPED, why, 1);
 }
 
 // A previous incarnation of this controller died (its process was killed, or its node):
@@ -363,7 +384,7 @@ void Controller::Train() {
         grow_after_ = absl::Now() + absl::Seconds(spec_.scale_out_debounce_s);
       }
     }
-    if (stop_requested_) {
+    if (stop_requested_ || recorder_.StopAsked()) {
       Condition("Failed", "Stopped", "stopped on request");
       recorder_.SetState(rpc::JOB_STOPPED, "stopped on request", 1);
       return;
@@ -373,6 +394,7 @@ void Controller::Train() {
       // checkpoint (or from the start).
       absl::Time waited_from = absl::Now();
       WaitForJoiners(spec_.min_replicas, absl::Seconds(spec_.below_min_timeout_s));
+      if (recorder_.StopAsked()) continue;  // the loop's top ends it
       if (ReadyJoiners() < spec_.min_replicas) {
         Fail(absl::StrCat("fewer than minReplicas (", spec_.min_replicas,
                           ") ranks could be started: ", ReadyJoiners(), " ready after ",

@@ -100,6 +100,8 @@ struct Timeouts {
   // long: a host that answers is up and reachable now. One that does not is left to its
   // heartbeats and the node timeout.
   absl::Duration probe_knock = absl::Milliseconds(100);
+  // While the job waits for room or for its ranks to start: how often a stop request is seen.
+  absl::Duration stop_check = absl::Milliseconds(200);
   // A node whose heartbeat the GCS heard within this is up now; one silent for longer while a
   // rank's fresh Ping waits may have lost its link meanwhile (the Ping may be held in TCP
   // retransmission), so that Ping proves nothing and another goes once the host is back.
@@ -190,6 +192,8 @@ class Controller {
   // The job's first start: reserves the ranks' resources (one placement group) and starts
   // them. False (and the job Failed) when they cannot be placed or started.
   bool PlaceAndStart();
+  // `phalanx job stop` came before the first step: the job ends STOPPED, saying in `phase`.
+  void StoppedWhile(const std::string& phase);
 
   // A previous incarnation of this controller died (its process was killed, or its node):
   // the ranks it left still hold their state in memory. The live ones are adopted, the lost

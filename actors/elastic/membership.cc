@@ -565,7 +565,7 @@ void Controller::TakeRequests() {
 void Controller::WaitForJoiners(int want, absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
   while (static_cast<int>(members_.size()) + ReadyJoiners() < want && absl::Now() < deadline &&
-         !failed_) {
+         !failed_ && !recorder_.StopAsked()) {
     absl::SleepFor(kTimeouts.poll);
     if (joining_.empty()) break;
   }

@@ -640,5 +640,26 @@ TEST_F(ElasticTest, MalformedSpecsAreRefusedBeforeAnythingStarts) {
   EXPECT_TRUE(client_->ListJobs()->empty());
 }
 
+TEST_F(ElasticTest, AJobWaitingForRoomStopsOnRequest) {
+  // Three ranks of one CPU on a node of two: the reservation waits for room. `phalanx job
+  // stop` ends the job there, STOPPED (before, it waited out belowMinTimeoutSeconds and
+  // failed "Unplaceable").
+  AddNode("node-a", 2);
+  JobSpec spec = Spec(3, 3, 3);
+  spec.below_min_timeout_s = 100;
+  bool asked = false;
+  absl::Time asked_at;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (!asked && absl::StrContains(FormatStatus(now), "Placing")) {
+      asked = Stop(now.job_id).ok();
+      asked_at = absl::Now();
+    }
+  });
+  ASSERT_TRUE(asked) << FormatStatus(s);
+  EXPECT_EQ(s.state, "STOPPED") << FormatStatus(s);
+  EXPECT_TRUE(absl::StrContains(s.message, "while placing its ranks")) << s.message;
+  EXPECT_LT(absl::Now() - asked_at, absl::Seconds(60)) << FormatStatus(s);
+}
+
 }  // namespace
 }  // namespace phalanx::elastic::test
