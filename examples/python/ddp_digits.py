@@ -19,14 +19,13 @@ import argparse
 import os
 import signal
 import sys
-import threading
 import time
 
 import phalanx
 from phalanx import train
 from phalanx.train import RunConfig, ScalingConfig, TorchTrainer, FailureConfig
 
-from elastic_digits import kill_rank_at  # chaos for --kill-at-step: SIGKILL of rank 1
+from elastic_digits import fit  # --kill-at-step: SIGKILL of rank 1 at that step
 
 
 def load_data():
@@ -122,9 +121,11 @@ def chaos(config, step, rank):
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
-def trainer(config, workers=(1, 3), name="ddp-digits", placement_strategy="PACK"):
+def trainer(config, workers=(1, 3), name="ddp-digits", placement_strategy="PACK", loop=None):
+    """The TorchTrainer of `loop` (this script's train_func by default) on `workers` (min,
+    max) workers of half a CPU each."""
     return TorchTrainer(
-        train_func, train_loop_config=config,
+        loop or train_func, train_loop_config=config,
         scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"CPU": 0.5},
                                      placement_strategy=placement_strategy),
         run_config=RunConfig(name=name, failure_config=FailureConfig(max_failures=3)))
@@ -138,15 +139,7 @@ def main():
     args = parser.parse_args()
     phalanx.init(args.address)
     t = trainer({"lr": 0.05, "epochs": args.epochs, "batch_size": 32})
-    if args.kill_at_step is not None:
-        job_id = t.submit()
-        threading.Thread(target=kill_rank_at, args=(job_id, args.kill_at_step),
-                         daemon=True).start()
-        while train.job_status(job_id).state not in ("SUCCEEDED", "FAILED", "STOPPED"):
-            time.sleep(0.2)
-        result = train.job_status(job_id)
-    else:
-        result = t.fit()
+    result = fit(t, args.kill_at_step)
     print(result.metrics)
     phalanx.shutdown()
     return 0 if result.state == "SUCCEEDED" else 1

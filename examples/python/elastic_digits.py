@@ -154,6 +154,18 @@ def main():
     return 0 if m.get("accuracy", 0) >= 0.9 and m.get("each_sample_once_per_epoch") else 1
 
 
+def fit(trainer, kill_at_step=None):
+    """``trainer.fit()``; with ``kill_at_step``, the examples' chaos: submit, SIGKILL rank 1 once
+    the job reached that step (kill_rank_at), and return the job's end status."""
+    if kill_at_step is None:
+        return trainer.fit()
+    job_id = trainer.submit()
+    threading.Thread(target=kill_rank_at, args=(job_id, kill_at_step), daemon=True).start()
+    while train.job_status(job_id).state not in ("SUCCEEDED", "FAILED", "STOPPED"):
+        time.sleep(0.2)
+    return train.job_status(job_id)
+
+
 def _wait(job_id):
     shown_c = shown_e = 0
     while True:

@@ -13,15 +13,14 @@ SIGKILL or a cut host ends with the weights of a run that lost nothing.
 """
 
 import argparse
-import threading
 import time
 
 import phalanx
 from phalanx import train
-from phalanx.train import FailureConfig, RunConfig, ScalingConfig, TorchTrainer
 
+import ddp_digits
 from ddp_digits import NeuralNetwork, chaos, load_data
-from elastic_digits import kill_rank_at
+from elastic_digits import fit
 
 
 def train_func(config):
@@ -80,12 +79,8 @@ def train_func(config):
 
 
 def trainer(config, workers=(1, 3), name="zero-digits", placement_strategy="PACK"):
-    return TorchTrainer(
-        train_func, train_loop_config=dict({"lr": 0.002, "epochs": 4, "global_batch": 24},
-                                           **config),
-        scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"CPU": 0.5},
-                                     placement_strategy=placement_strategy),
-        run_config=RunConfig(name=name, failure_config=FailureConfig(max_failures=3)))
+    return ddp_digits.trainer(dict({"lr": 0.002, "epochs": 4, "global_batch": 24}, **config),
+                              workers, name, placement_strategy, loop=train_func)
 
 
 def main():
@@ -95,15 +90,7 @@ def main():
     args = parser.parse_args()
     phalanx.init(args.address)
     t = trainer({})
-    if args.kill_at_step is not None:
-        job_id = t.submit()
-        threading.Thread(target=kill_rank_at, args=(job_id, args.kill_at_step),
-                         daemon=True).start()
-        while train.job_status(job_id).state not in ("SUCCEEDED", "FAILED", "STOPPED"):
-            time.sleep(0.2)
-        result = train.job_status(job_id)
-    else:
-        result = t.fit()
+    result = fit(t, args.kill_at_step)
     print(result.metrics)
 
 

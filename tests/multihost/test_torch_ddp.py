@@ -52,14 +52,13 @@ def wait_for(cond, timeout):
     return cond()
 
 
-def test_a_cut_host_under_ddp_heals_at_the_node_timeout(cluster, hosts):
-    out = os.path.join(hosts.dir, "ddp")
-    driver = hosts[0].spawn([PYTHON, DRIVER, "--address", cluster.address, "--token",
-                             cluster.token, "--out", out], log=os.path.join(hosts.dir,
-                                                                            "ddp-driver.log"))
-    running = wait_for(lambda: [r for r in progress(out) if r[1] >= 40 and r[2] == 3], 90)
+def cut_a_rank_host(cluster, hosts, out, log, timeout=90):
+    """Once the driver's job (its files in `out`, its log `log`) ran step 40 at world size 3,
+    cuts the link of a host that holds a rank and not the controller; (the cut's unix ms, the
+    host's index)."""
+    running = wait_for(lambda: [r for r in progress(out) if r[1] >= 40 and r[2] == 3], timeout)
     assert running, (f"the job never ran at world size 3: {progress(out)[-3:]}\n" +
-                     open(os.path.join(hosts.dir, "ddp-driver.log")).read()[-3000:])
+                     open(log).read()[-3000:])
     with open(os.path.join(out, "job_id")) as f:
         job_id = f.read().strip()
     ctl = cluster_info.wait_controller(cluster, job_id, 30)
@@ -67,6 +66,15 @@ def test_a_cut_host_under_ddp_heals_at_the_node_timeout(cluster, hosts):
     victim = next(i for i in range(1, len(hosts)) if i != ctl[0])
     cut_ms = now_ms()
     hosts[victim].link_down()
+    return cut_ms, victim
+
+
+def test_a_cut_host_under_ddp_heals_at_the_node_timeout(cluster, hosts):
+    out = os.path.join(hosts.dir, "ddp")
+    log = os.path.join(hosts.dir, "ddp-driver.log")
+    driver = hosts[0].spawn([PYTHON, DRIVER, "--address", cluster.address, "--token",
+                             cluster.token, "--out", out], log=log)
+    cut_ms, victim = cut_a_rank_host(cluster, hosts, out, log)
     driver.wait(timeout=150)
     with open(os.path.join(out, "result.json")) as f:
         result = json.load(f)
@@ -99,19 +107,7 @@ def test_zero_state_survives_a_cut_host_and_ends_with_the_uninterrupted_weights(
         driver = hosts[0].spawn([PYTHON, DRIVER, "--address", cluster.address, "--token",
                                  cluster.token, "--out", out, "--program", "zero_digits",
                                  "--epochs", "3", "--timeout", "100"], log=log)
-        cut_ms = None
-        if cut:
-            running = wait_for(lambda: [r for r in progress(out) if r[1] >= 40 and r[2] == 3],
-                               60)
-            assert running, f"never at world size 3: {progress(out)[-3:]}\n" + \
-                open(log).read()[-3000:]
-            with open(os.path.join(out, "job_id")) as f:
-                job_id = f.read().strip()
-            ctl = cluster_info.wait_controller(cluster, job_id, 30)
-            assert ctl is not None, cluster.phalanx(0, "list", "actors").stdout
-            victim = next(i for i in range(1, len(hosts)) if i != ctl[0])
-            cut_ms = now_ms()
-            hosts[victim].link_down()
+        cut_ms = cut_a_rank_host(cluster, hosts, out, log, timeout=60)[0] if cut else None
         driver.wait(timeout=110)
         with open(os.path.join(out, "result.json")) as f:
             result = json.load(f)

@@ -267,14 +267,7 @@ class Runtime:
 
     def replica_group(self):
         """The collective group that carries ZeRO shards' copies, of the loop's epoch."""
-        from ..collective import CollectiveGroup
-        with self.pg_lock:
-            epoch, rank, world = self.loop_membership()
-            if self.zero_group is None:
-                self.zero_group = CollectiveGroup(f"{self.job_id}-train-replica", timeout=60)
-            if self.zero_group.epoch != epoch:
-                self.zero_group.reconfigure(epoch, rank, world)
-            return self.zero_group
+        return self._epoch_group("zero_group", "replica")
 
     def zero_restore(self, key, objects):
         """State.restore() of ZeRO optimizers: the shards of commit ``key``, from every rank
@@ -432,14 +425,22 @@ class Runtime:
         A loop of an earlier generation (still finishing its step while the next one waits
         to start) is stopped here: it must never form, or take part in, the next epoch's
         collectives, where it would be paired with the new loops' collectives."""
+        return self._epoch_group("group", "")
+
+    def _epoch_group(self, attr, suffix):
+        """The collective group in self.<attr> (made on first use, named after the job and
+        `suffix`), formed for the running loop's epoch."""
         from ..collective import CollectiveGroup
         with self.pg_lock:
             epoch, rank, world = self.loop_membership()
-            if self.group is None:
-                self.group = CollectiveGroup(f"{self.job_id}-train", timeout=60)
-            if self.group.epoch != epoch:
-                self.group.reconfigure(epoch, rank, world)
-            return self.group
+            group = getattr(self, attr)
+            if group is None:
+                name = f"{self.job_id}-train" + (f"-{suffix}" if suffix else "")
+                group = CollectiveGroup(name, timeout=60)
+                setattr(self, attr, group)
+            if group.epoch != epoch:
+                group.reconfigure(epoch, rank, world)
+            return group
 
     # ---- torch.distributed ------------------------------------------------------------
 
