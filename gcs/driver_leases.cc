@@ -37,8 +37,14 @@ void DriverLeases::Check() {
   absl::Time now = absl::Now();
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [owner, lease] : leases_) {
-      if (now - lease.renewed > options_.node_timeout) silent.push_back({owner, lease});
+    for (auto& [owner, lease] : leases_) {
+      if (now - lease.renewed <= options_.node_timeout) continue;
+      if (now - lease.knocked < options_.knock_every &&
+          now - lease.renewed <= options_.lease_timeout) {
+        continue;  // knocked on lately: again later (the lease timeout is checked regardless)
+      }
+      lease.knocked = now;
+      silent.push_back({owner, lease});
     }
   }
   if (silent.empty()) return;

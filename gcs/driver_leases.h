@@ -29,6 +29,9 @@ struct DriverLeaseOptions {
   // answer (stopped, starved, or cut off with its host).
   absl::Duration lease_timeout = absl::Seconds(60);
   absl::Duration knock_timeout = absl::Milliseconds(200);
+  // A silent driver's port is knocked on at most this often (a stopped one's answers until
+  // its accept queue fills; a cut-off one's costs knock_timeout each time).
+  absl::Duration knock_every = absl::Seconds(1);
 };
 
 class DriverLeases {
@@ -54,6 +57,7 @@ class DriverLeases {
     std::string hostname;
     int pid = 0;
     absl::Time renewed;
+    absl::Time knocked = absl::InfinitePast();
   };
   const DriverLeaseOptions options_;
   const Release release_;

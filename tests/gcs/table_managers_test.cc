@@ -4,13 +4,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gcs/actor_manager.h"
+#include "gcs/driver_leases.h"
 #include "gcs/kv_manager.h"
 #include "gcs/node_client_pool.h"
 #include "gcs/node_manager.h"
@@ -446,6 +450,87 @@ TEST_F(NodeManagerTest, AnActorThatANodeStillRegisteringMayHoldWaitsForIt) {
   EXPECT_NE(unknown.status().message().find("node nowhere is not alive"), std::string::npos)
       << unknown.status();
   clients.Shutdown();
+}
+
+// A driver's lease: a driver whose port refuses connections is released once silent for the
+// node timeout; one whose port still accepts (stopped) only after the lease timeout; one that
+// renews, or ended its lease, never. Each wait is for an outcome (bounded at 30 s), so a slow
+// machine cannot fail it.
+TEST(DriverLeasesTest, ReleasesTheGoneAtOnceAndTheStoppedAfterTheLeaseTimeout) {
+  // A port that listens (its process lives) and one that refuses (nothing listens there).
+  int listening = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(listening, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listening, 64), 0);
+  ASSERT_EQ(::getsockname(listening, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  absl::Cleanup close_it = [&] { ::close(listening); };
+  const int open_port = ntohs(addr.sin_port);
+  const int closed_port = FreePort();
+
+  // Returns the releases, once `done` holds of them (or after 30 s), renewing "alive" meanwhile.
+  auto run = [&](absl::Duration lease_timeout,
+                 const std::vector<std::pair<std::string, int>>& drivers,
+                 const std::function<bool(const std::vector<std::string>&)>& done) {
+    absl::Mutex mu;
+    std::vector<std::string> released;
+    DriverLeaseOptions options;
+    options.node_timeout = absl::Milliseconds(200);
+    options.lease_timeout = lease_timeout;
+    options.knock_every = absl::Milliseconds(50);
+    DriverLeases leases(
+        options, [&](const std::string& owner, const std::string& job, const std::string& why) {
+          absl::MutexLock lock(&mu);
+          released.push_back(absl::StrCat(owner, "/", job, ": ", why));
+        });
+    auto renew = [&](const std::string& owner, int port, bool release = false) {
+      rpc::RenewDriverLeaseRequest r;
+      r.set_owner_id(owner);
+      r.set_job_id("job-" + owner);
+      r.set_knock_address(absl::StrCat("127.0.0.1:", port));
+      r.set_pid(1);
+      r.set_hostname("here");
+      r.set_release(release);
+      return leases.Renew(r);
+    };
+    EXPECT_EQ(renew("alive", open_port), absl::Milliseconds(50));  // node timeout / 4
+    renew("ended", closed_port);
+    renew("ended", closed_port, /*release=*/true);
+    for (const auto& [owner, port] : drivers) renew(owner, port);
+    absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < deadline) {
+      renew("alive", open_port);
+      leases.Check();
+      bool finished;
+      {
+        absl::MutexLock lock(&mu);
+        finished = done(released);
+      }
+      if (finished) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    absl::MutexLock lock(&mu);
+    return released;
+  };
+
+  // A long lease timeout: the gone driver goes, the stopped one stays.
+  auto first = run(absl::Seconds(60), {{"dead", closed_port}, {"stopped", open_port}},
+                   [](const std::vector<std::string>& r) { return !r.empty(); });
+  ASSERT_EQ(first.size(), 1u) << absl::StrJoin(first, "\n");
+  EXPECT_TRUE(absl::StrContains(first[0], "dead/job-dead: its driver (pid 1 on here) exited"))
+      << first[0];
+  EXPECT_TRUE(absl::StrContains(first[0], "refuses connections")) << first[0];
+
+  // A short one: the stopped driver goes too, once it ran out.
+  auto second = run(absl::Milliseconds(400), {{"stopped", open_port}},
+                    [](const std::vector<std::string>& r) { return !r.empty(); });
+  ASSERT_EQ(second.size(), 1u) << absl::StrJoin(second, "\n");
+  EXPECT_TRUE(absl::StrContains(second[0],
+                                "stopped/job-stopped: its driver (pid 1 on here) is "
+                                "gone or cut off"))
+      << second[0];
 }
 
 }  // namespace
