@@ -103,6 +103,12 @@ std::string NetworkCheckReport::ToString() const {
 
 namespace {
 
+// A call that failed without an abort of this member may have failed on a peer's abort (its
+// connections closed) a moment before this member's own Abort, which the elastic controller
+// sends every survivor with the reason, arrives: the error waits this long for that reason,
+// and no longer once it came.
+constexpr absl::Duration kAbortReasonWait = absl::Milliseconds(250);
+
 class GroupImpl final : public CollectiveGroup {
  public:
   GroupImpl(GroupOptions options, std::unique_ptr<gcs::GcsClient> gcs)
@@ -260,6 +266,10 @@ class GroupImpl final : public CollectiveGroup {
             // transport saw follows; recorded so, a member that failed on this one's closed
             // connections names it too.
             absl::MutexLock lock(&backend_mu_);
+            backend_mu_.AwaitWithTimeout(
+                absl::Condition(
+                    +[](std::string* reason) { return !reason->empty(); }, &abort_reason_),
+                kAbortReasonWait);
             if (!abort_reason_.empty()) {
               s = absl::Status(s.code(),
                                absl::StrCat("aborted: ", abort_reason_, " (", s.message(), ")"));
