@@ -366,7 +366,8 @@ class Controller {
   // probe's start) are frozen: on evidence that outlives the network, not on a Ping that may
   // have gone out while their host's link was down. Once a silent rank's host is seen up
   // (its node manager's port answers a knock, kTimeouts.probe_knock, or the GCS heard its
-  // node's heartbeat since the probe began), the rank is pinged again on a fresh connection;
+  // node's heartbeat within kTimeouts.probe_heartbeat_gap), the rank is pinged again on a
+  // fresh connection;
   // it is frozen when that Ping too goes unanswered for hang.silentSeconds (and the first
   // for as long), and its host is seen up after that. A host cut off answers no knock and
   // stops its heartbeats, and is left to the node timeout; a link that comes back lets the

@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"

@@ -66,6 +66,8 @@ DriverLease::DriverLease(gcs::GcsClient* gcs, std::string owner_id,
       ::close(fd);
     }
   }
+  char host[HOST_NAME_MAX + 1] = {0};
+  if (::gethostname(host, sizeof(host) - 1) == 0) hostname_ = host;
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -84,8 +86,7 @@ rpc::RenewDriverLeaseRequest DriverLease::Request() {
   request.set_job_id(job_id_());
   request.set_knock_address(knock_address_);
   request.set_pid(static_cast<int32_t>(::getpid()));
-  char host[HOST_NAME_MAX + 1] = {0};
-  if (::gethostname(host, sizeof(host) - 1) == 0) request.set_hostname(host);
+  request.set_hostname(hostname_);
   return request;
 }
 

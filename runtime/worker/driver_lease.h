@@ -36,6 +36,7 @@ class DriverLease {
   const std::function<std::string()> job_id_;
   int listen_fd_ = -1;
   std::string knock_address_;
+  std::string hostname_;
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
