@@ -204,7 +204,8 @@ bool Controller::PlaceAndStart() {
     pg_ = *pg;
     PublishStatus();  // the record names the reservation (a restarted controller frees it)
     // In slices, so that `phalanx job stop` ends a job still waiting for room.
-    absl::Time deadline = absl::Now() + absl::Seconds(spec_.below_min_timeout_s);
+    absl::Time began = absl::Now();
+    absl::Time deadline = began + absl::Seconds(spec_.PlaceSeconds());
     absl::Status ready = absl::DeadlineExceededError("");
     while (true) {
       absl::Duration left = deadline - absl::Now();
@@ -216,8 +217,15 @@ bool Controller::PlaceAndStart() {
       }
     }
     if (!ready.ok()) {
-      Condition("Failed", "Unplaceable", std::string(ready.message()));
-      recorder_.SetState(rpc::JOB_FAILED, std::string(ready.message()), 1);
+      std::string why(ready.message());
+      if (absl::IsDeadlineExceeded(ready)) {
+        why = absl::StrFormat(
+            "placing the ranks did not end within %.1f s (phases.placeSeconds: %g): %s",
+            absl::ToDoubleSeconds(absl::Now() - began), spec_.PlaceSeconds(), why);
+        Event("phase_timeout", why);
+      }
+      Condition("Failed", "Unplaceable", why);
+      recorder_.SetState(rpc::JOB_FAILED, why, 1);
       return false;
     }
   }
@@ -458,7 +466,11 @@ void Controller::Train() {
         std::vector<size_t> all(members_.size());
         std::iota(all.begin(), all.end(), 0);
         RemoveDead(all, /*only_confirmed=*/true);
-        if (++consecutive_failures_ > 5) Fail("the group could not be formed five times in a row");
+        if (++consecutive_failures_ > 5) {
+          Fail(absl::StrCat(
+              "the group could not be formed five times in a row",
+              last_phase_timeout_.empty() ? "" : "; the last time: ", last_phase_timeout_));
+        }
         continue;
       }
       need_epoch = false;
@@ -478,6 +490,7 @@ void Controller::Train() {
     int64_t ran = 0;
     if (RunStep(&ran, &lost, &error, &results)) {
       consecutive_failures_ = 0;
+      last_phase_timeout_.clear();
       int64_t before = agreed_;
       agreed_ += ran;
       steps_per_call_ = ran;

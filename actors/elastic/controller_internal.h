@@ -78,8 +78,8 @@ std::string AbortReason(const std::vector<ObjectRef<T>>& refs, const std::vector
 }
 
 // Every bound the controller waits with, named in one place. The job's own bounds (the hang
-// timeout, the controller lease, the below-min timeout, the scale-out debounce) are spec
-// settings; these are the controller's.
+// timeout, the controller lease, the below-min timeout, the scale-out debounce, each phase's
+// bound: JobSpec `phases`) are spec settings; these are the controller's.
 struct Timeouts {
   // How often the step loop looks up from waiting for a step (to notice a member's death).
   absl::Duration step_wait_slice = absl::Milliseconds(20);
@@ -108,10 +108,9 @@ struct Timeouts {
   absl::Duration probe_heartbeat_gap = absl::Seconds(1);
   // Fetching a step's answer once it is ready.
   absl::Duration step_result = absl::Seconds(30);
-  // Every rank forming an epoch (Reconfigure), and newcomers receiving the state (SyncState).
-  absl::Duration reconfigure = absl::Seconds(120);
-  // Rank 0 saving or loading a checkpoint.
-  absl::Duration checkpoint = absl::Seconds(120);
+  // A new rank not yet ready: how often the GCS is asked whether it was placed (its start is
+  // timed by phases.startSeconds from then).
+  absl::Duration joiner_look = absl::Seconds(1);
   // Every rank's part in the network check.
   absl::Duration network_check = absl::Seconds(60);
   // A member whose call broke: how long the GCS has to call it dead before it is killed.
@@ -142,6 +141,11 @@ struct Member {
   bool ready = false;
   std::string why;       // what it replaces, for the event log
   std::string replaces;  // actor id of a straggler it replaces (removed when it joins)
+  // A rank to be: when it was asked for, when it was first seen placed on a node (its start
+  // is bounded from then by phases.startSeconds), and when the GCS was last asked.
+  absl::Time spawned = absl::InfinitePast();
+  absl::Time placed = absl::InfiniteFuture();
+  absl::Time looked = absl::InfinitePast();
 
   TrainerClient trainer() const { return TrainerClient(handle); }
 };
@@ -258,16 +262,42 @@ class Controller {
   // alive, and returns its record once DEAD (or after kTimeouts.death_record).
   rpc::ActorInfo MakeSureDead(const Member& m, bool answered);
 
+  // A phase of the job and its bound: "forming epoch 4", "phases.formSeconds", 120.
+  struct Phase {
+    std::string name;
+    const char* setting;
+    double seconds;
+    absl::Time Deadline(absl::Time began) const { return began + absl::Seconds(seconds); }
+  };
+  Phase FormPhase(int64_t epoch) const;
+  Phase SyncPhase(int64_t epoch) const;
+  Phase CheckpointPhase(const std::string& what) const;
+
   // Waits for every answer to `refs` (refs[i] a call to rank ranks[i]: an epoch's Reconfigure
-  // or SyncState, rank 0's checkpoint), until `deadline`. Once one of those ranks died, its
-  // call failed, or it froze (found by the liveness probe and killed as hung, "<...> `when`"),
-  // it stops waiting, and the ranks whose calls are still out are told to abort.
+  // or SyncState, rank 0's checkpoint), within `phase`'s bound. Once one of those ranks died,
+  // its call failed, or it froze (found by the liveness probe and killed as hung, "<...>
+  // `when`"), it stops waiting, and the ranks whose calls are still out are told to abort;
+  // so they are when the job is asked to stop. Past the bound: PhaseTimedOut.
   void AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs, const std::vector<size_t>& ranks,
-                  const std::string& when, absl::Time deadline);
-  // Rank 0's answer to `call` (a checkpoint's save or load), within `bound`, waited for
+                  const std::string& when, const Phase& phase);
+  // `phase` ran past its bound with the calls in `refs` unanswered: a `phase_timeout` event
+  // names the phase and those ranks. Each is Pinged; one that does not answer within
+  // kTimeouts.hang_ping is restarted as hung, and so is one that answers but has not finished
+  // while the others have (a rollback that never ends; rank 0's checkpoint stuck on its disk:
+  // the others hold the state). When none finished, the live ones may only be waiting for
+  // each other (a rendezvous across a cut link): they are told to abort, so that the phase
+  // fails and is tried again (an epoch that cannot form five times in a row fails the job,
+  // naming this).
+  void PhaseTimedOut(const std::vector<ObjectRef<int64_t>>& refs, const std::vector<size_t>& ranks,
+                     const Phase& phase, absl::Time began);
+  // phases.startSeconds: a new rank whose setup has not answered that long after it was seen
+  // placed is restarted as hung, its policy deciding (a rank waiting for room is not timed:
+  // that is the job's below-min wait).
+  void ExpireJoiners();
+  // Rank 0's answer to `call` (a checkpoint's save or load), within `phase`'s bound, waited for
   // through AwaitCalls (a frozen rank 0 is killed as hung, "<...> `when`").
   absl::StatusOr<int64_t> Rank0Answer(const ObjectRef<int64_t>& call, const std::string& when,
-                                      absl::Duration bound);
+                                      const Phase& phase);
   // Rank r's answer in `refs`; a rank whose call lost its actor (died, or the connection broke)
   // goes into unreachable_.
   absl::StatusOr<int64_t> EpochAnswer(const std::vector<ObjectRef<int64_t>>& refs, int r,
@@ -375,7 +405,8 @@ class Controller {
   std::vector<Frozen> FrozenRanks(const std::vector<size_t>& silent, LivenessProbe* probe);
   // Kills rank r as hung (an event saying `what`, its recovery opened at `last_progress`: the
   // step's start, or the formation's).
-  void KillHung(size_t r, const std::string& what, absl::Time last_progress);
+  // `event` false: the caller's event said it already.
+  void KillHung(size_t r, const std::string& what, absl::Time last_progress, bool event = true);
 
   void CheckpointIfDue();
   // Whether a checkpoint is taken once `step` steps are agreed.
@@ -435,6 +466,7 @@ class Controller {
   int requested_ = 0;      // a user's scale request (0: none)
   int ceiling_ = 1 << 30;  // after a shrink: no growth past this until a node joins
   int consecutive_failures_ = 0;
+  std::string last_phase_timeout_;  // the last phase_timeout event, for a failure's message
   bool had_members_ = false;
   bool running_ = false;
   bool failed_ = false;

@@ -139,6 +139,7 @@ const std::set<std::string> kTopLevel = {"name",
                                          "checkpoint",
                                          "straggler",
                                          "hang",
+                                         "phases",
                                          "data",
                                          "steps",
                                          "dataEpochs",
@@ -209,6 +210,39 @@ int64_t JobSpec::TotalSteps() const {
   }
   return 0;
 }
+
+namespace {
+
+// The spec's `phases`: each phase's bound in seconds.
+absl::Status ReadPhases(const YAML::Node& ph, JobSpec* spec_out) {
+  if (!ph) return absl::OkStatus();
+  JobSpec& spec = *spec_out;
+  if (!ph.IsMap()) {
+    return Bad("phases", "not a map", "give e.g. {startSeconds: 120, formSeconds: 120}");
+  }
+  const std::vector<std::pair<std::string, double*>> phases = {
+      {"placeSeconds", &spec.place_timeout_s},
+      {"startSeconds", &spec.start_timeout_s},
+      {"formSeconds", &spec.form_timeout_s},
+      {"syncSeconds", &spec.sync_timeout_s},
+      {"checkpointSeconds", &spec.checkpoint_timeout_s}};
+  for (const auto& kv : ph) {
+    std::string key = kv.first.as<std::string>();
+    if (std::none_of(phases.begin(), phases.end(), [&](const auto& p) { return p.first == key; }))
+      return Bad(absl::StrCat("phases.", key), "unknown field",
+                 "use placeSeconds, startSeconds, formSeconds, syncSeconds or "
+                 "checkpointSeconds (stepping is bounded by hang.timeoutSeconds)");
+  }
+  for (const auto& [key, field] : phases) {
+    if (auto s =
+            Read(ph, key, absl::StrCat("phases.", key), "a number of seconds", ToDouble, field);
+        !s.ok())
+      return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root);
 
@@ -351,6 +385,7 @@ absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root) {
         !s.ok())
       return s;
   }
+  if (auto s = ReadPhases(root["phases"], &spec); !s.ok()) return s;
   if (auto s = Read(root, "stepCallMs", "stepCallMs", "a number of milliseconds", ToDouble,
                     &spec.step_call_ms);
       !s.ok())
@@ -525,6 +560,19 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return Bad("hang.silentSeconds", std::to_string(spec.hang_silent_s),
                "give seconds >= 0 (0: only the hang timeout finds hung ranks)");
   }
+  for (const auto& [field, value] : std::vector<std::pair<const char*, double>>{
+           {"phases.startSeconds", spec.start_timeout_s},
+           {"phases.formSeconds", spec.form_timeout_s},
+           {"phases.syncSeconds", spec.sync_timeout_s},
+           {"phases.checkpointSeconds", spec.checkpoint_timeout_s}}) {
+    if (!(value > 0 && value < 1e9)) {
+      return Bad(field, std::to_string(value), "give seconds > 0, or leave it out (120)");
+    }
+  }
+  if (!(spec.place_timeout_s >= 0 && spec.place_timeout_s < 1e9)) {
+    return Bad("phases.placeSeconds", std::to_string(spec.place_timeout_s),
+               "give seconds > 0, or leave it out (failPolicy.belowMinTimeoutSeconds)");
+  }
   if (!(spec.step_call_ms >= 0)) {
     return Bad("stepCallMs", std::to_string(spec.step_call_ms),
                "give milliseconds >= 0 (0: one step per call)");
@@ -682,6 +730,15 @@ std::string JobSpecToYaml(const JobSpec& spec) {
     out << YAML::Key << "controllerLeaseSeconds" << YAML::Value << spec.controller_lease_s;
   }
   out << YAML::Key << "silentSeconds" << YAML::Value << spec.hang_silent_s;
+  out << YAML::EndMap;
+  out << YAML::Key << "phases" << YAML::Value << YAML::BeginMap;
+  if (spec.place_timeout_s > 0) {
+    out << YAML::Key << "placeSeconds" << YAML::Value << spec.place_timeout_s;
+  }
+  out << YAML::Key << "startSeconds" << YAML::Value << spec.start_timeout_s;
+  out << YAML::Key << "formSeconds" << YAML::Value << spec.form_timeout_s;
+  out << YAML::Key << "syncSeconds" << YAML::Value << spec.sync_timeout_s;
+  out << YAML::Key << "checkpointSeconds" << YAML::Value << spec.checkpoint_timeout_s;
   out << YAML::EndMap;
   out << YAML::Key << "placementStrategy" << YAML::Value << spec.placement_strategy;
   out << YAML::Key << "scaleOutDebounceSeconds" << YAML::Value << spec.scale_out_debounce_s;

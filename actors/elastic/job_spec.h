@@ -107,6 +107,15 @@ struct JobSpec {
   // is probed once it has run 4 times the last call's time, and at least 0.1 s
   // (kTimeouts.probe_*). 0: only the hang timeout finds hung ranks.
   double hang_silent_s = 1;
+  // How long each phase of the job may take (the spec's `phases`). Past its bound a phase is
+  // a `phase_timeout` event naming the phase and the ranks it waited for, and the controller
+  // acts: a rank that does not answer is restarted as hung; the job fails only when the phase
+  // cannot complete at all. Stepping is bounded by hang_timeout_s.
+  double place_timeout_s = 0;         // placing the ranks' reservation (0: below_min_timeout_s)
+  double start_timeout_s = 120;       // a new rank, from its placement until its setup answered
+  double form_timeout_s = 120;        // every rank forming an epoch (the rendezvous, the rollback)
+  double sync_timeout_s = 120;        // the ranks receiving rank 0's state
+  double checkpoint_timeout_s = 120;  // rank 0 saving or loading a checkpoint
   int64_t num_samples = 0;
   int64_t global_batch = 0;
   int64_t seed = 0;
@@ -124,6 +133,11 @@ struct JobSpec {
 
   // controller_lease_s, or its default.
   double ControllerLeaseSeconds() const;
+
+  // place_timeout_s, or its default.
+  double PlaceSeconds() const {
+    return place_timeout_s > 0 ? place_timeout_s : below_min_timeout_s;
+  }
 
   // The total number of steps the job runs (0: until the trainer says it is done).
   int64_t TotalSteps() const;

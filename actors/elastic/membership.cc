@@ -120,6 +120,7 @@ Member Controller::Spawn(int bundle, double memory, const std::vector<std::strin
   m.handle = *handle;
   m.actor_id = handle->id();
   m.setup = m.trainer().Setup(job_id_, spec_yaml_);
+  m.spawned = absl::Now();
   return m;
 }
 
@@ -135,18 +136,28 @@ rpc::ActorInfo Controller::ActorState(const std::string& actor_id) {
 // call failed, the epoch cannot form, and those still waiting are told to abort. A member
 // that froze (SIGSTOP: no death to publish) is found by the liveness probe, as in a step,
 // and restarted as hung; so is a rank 0 that froze while it saved or loaded a checkpoint
-// (else the controller waited kTimeouts.checkpoint for it).
+// (else the controller waited phases.checkpointSeconds for it).
 void Controller::AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs,
                             const std::vector<size_t>& ranks, const std::string& when,
-                            absl::Time deadline) {
+                            const Phase& phase) {
   absl::Time began = absl::Now();
+  absl::Time deadline = phase.Deadline(began);
   LivenessProbe probe(spec_.hang_silent_s > 0 ? began + kTimeouts.probe_after
                                               : absl::InfiniteFuture());
   bool aborted = false;
   std::string reason;  // why the others are aborted (their collectives' errors say it)
-  while (!aborted && absl::Now() < deadline) {
+  while (!aborted) {
     if (Wait(refs, static_cast<int>(refs.size()), kTimeouts.step_wait_slice).not_ready.empty()) {
       return;
+    }
+    if (absl::Now() >= deadline) {
+      PhaseTimedOut(refs, ranks, phase, began);
+      return;
+    }
+    if (recorder_.StopAsked()) {
+      reason = "the job is being stopped";
+      aborted = true;
+      break;
     }
     std::set<std::string> dead = DeadMembers();
     std::vector<bool> answered(members_.size(), true);  // the ranks not called count as answered
@@ -166,10 +177,65 @@ void Controller::AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs,
     }
     if (!aborted) continue;
     if (reason.empty()) reason = AbortReason(refs, ranks, members_, dead, when);
-    for (size_t i = 0; i < refs.size(); ++i) {
-      if (!refs[i].Ready()) members_[ranks[i]].trainer().Abort(reason);
-    }
   }
+  for (size_t i = 0; i < refs.size(); ++i) {
+    if (!refs[i].Ready()) members_[ranks[i]].trainer().Abort(reason);
+  }
+}
+
+void Controller::PhaseTimedOut(const std::vector<ObjectRef<int64_t>>& refs,
+                               const std::vector<size_t>& ranks, const Phase& phase,
+                               absl::Time began) {
+  std::vector<size_t> waited;  // indexes into refs
+  std::vector<ObjectRef<std::vector<int64_t>>> pings;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    if (refs[i].Ready()) continue;
+    waited.push_back(i);
+    pings.push_back(members_[ranks[i]].trainer().Ping());
+  }
+  if (waited.empty()) return;
+  Wait(pings, static_cast<int>(pings.size()), kTimeouts.hang_ping);
+  // Those that are done do not wait for the rest in a collective any more: the rest are stuck
+  // in work of their own (a lone rank 0's checkpoint, a rollback that never ends). When none
+  // is done, a live rank may only be waiting for another (a rendezvous across a cut link).
+  bool others_done = waited.size() < refs.size() || refs.size() == 1;
+  std::vector<size_t> restart, silent, answering;
+  for (size_t k = 0; k < waited.size(); ++k) {
+    size_t r = ranks[waited[k]];
+    bool answers = pings[k].Ready() && Get(pings[k], absl::ZeroDuration()).ok();
+    (answers ? answering : silent).push_back(r);
+    if (!answers || others_done) restart.push_back(r);
+  }
+  auto names = [](const std::vector<size_t>& rs) {
+    return absl::StrCat(rs.size() == 1 ? "rank " : "ranks ", absl::StrJoin(rs, ", "));
+  };
+  std::vector<std::string> parts;
+  if (!silent.empty())
+    parts.push_back(absl::StrCat(names(silent), " (silent: no answer to a Ping)"));
+  if (!answering.empty())
+    parts.push_back(absl::StrCat(names(answering), " (alive: answers Pings)"));
+  std::string what = absl::StrFormat("%s did not end within %.1f s (%s: %g): waited for %s; %s",
+                                     phase.name, absl::ToDoubleSeconds(absl::Now() - began),
+                                     phase.setting, phase.seconds, absl::StrJoin(parts, "; "),
+                                     restart.empty() ? "aborting the phase to try it again"
+                                                     : absl::StrCat("restarting ", names(restart)));
+  Event("phase_timeout", what);
+  last_phase_timeout_ = what;
+  for (size_t r : restart) KillHung(r, what, began, /*event=*/false);
+  for (size_t i : waited) members_[ranks[i]].trainer().Abort(what);
+}
+
+Controller::Phase Controller::FormPhase(int64_t epoch) const {
+  return {absl::StrCat("forming epoch ", epoch), "phases.formSeconds", spec_.form_timeout_s};
+}
+
+Controller::Phase Controller::SyncPhase(int64_t epoch) const {
+  return {absl::StrCat("sending rank 0's state in epoch ", epoch), "phases.syncSeconds",
+          spec_.sync_timeout_s};
+}
+
+Controller::Phase Controller::CheckpointPhase(const std::string& what) const {
+  return {what, "phases.checkpointSeconds", spec_.checkpoint_timeout_s};
 }
 
 absl::StatusOr<int64_t> Controller::EpochAnswer(const std::vector<ObjectRef<int64_t>>& refs, int r,
@@ -180,9 +246,9 @@ absl::StatusOr<int64_t> Controller::EpochAnswer(const std::vector<ObjectRef<int6
 }
 
 absl::StatusOr<int64_t> Controller::Rank0Answer(const ObjectRef<int64_t>& call,
-                                                const std::string& when, absl::Duration bound) {
-  absl::Time deadline = absl::Now() + bound;
-  AwaitCalls({call}, {0}, when, deadline);
+                                                const std::string& when, const Phase& phase) {
+  absl::Time deadline = phase.Deadline(absl::Now());
+  AwaitCalls({call}, {0}, when, phase);
   return Get(call, std::max(deadline - absl::Now(), absl::ZeroDuration()));
 }
 
@@ -197,8 +263,8 @@ bool Controller::FormEpoch(const std::string& why) {
   }
   std::vector<size_t> all(world);
   std::iota(all.begin(), all.end(), 0);
-  absl::Time deadline = absl::Now() + kTimeouts.reconfigure;
-  AwaitCalls(refs, all, absl::StrCat("as epoch ", epoch, " formed"), deadline);
+  absl::Time deadline = FormPhase(epoch).Deadline(absl::Now());
+  AwaitCalls(refs, all, absl::StrCat("as epoch ", epoch, " formed"), FormPhase(epoch));
   bool ok = true;
   bool behind = false;
   int holders = 0;  // ranks that hold the agreed state
@@ -239,8 +305,9 @@ bool Controller::FormEpoch(const std::string& why) {
     // Newcomers (or a whole set restarting from a checkpoint) get rank 0's state.
     std::vector<ObjectRef<int64_t>> syncs;
     for (int r = 0; r < world; ++r) syncs.push_back(members_[r].trainer().SyncState(0));
-    deadline = absl::Now() + kTimeouts.reconfigure;
-    AwaitCalls(syncs, all, absl::StrCat("as epoch ", epoch, " sent rank 0's state"), deadline);
+    deadline = SyncPhase(epoch).Deadline(absl::Now());
+    AwaitCalls(syncs, all, absl::StrCat("as epoch ", epoch, " sent rank 0's state"),
+               SyncPhase(epoch));
     for (int r = 0; r < world; ++r) {
       auto held = EpochAnswer(syncs, r, deadline);
       if (!held.ok() || *held != agreed_) {
@@ -311,7 +378,9 @@ void Controller::HandleDeath(const Member& m, const rpc::ActorInfo& info, int wo
   // A rank killed for hanging or for failing the network check is that fault, opened when
   // it was found; any other death is a fault of its own kind.
   auto opened = recovery_opened_.find(m.actor_id);
-  std::string kind = opened != recovery_opened_.end() ? opened->second : FaultKindOf(cause);
+  std::string kind = opened != recovery_opened_.end() ? opened->second
+                     : hung_.count(m.actor_id) > 0    ? fault_kind::kHang
+                                                      : FaultKindOf(cause);
   if (cause.kind() == rpc::DeathCause::CREATION_FAILED) {
     Fail(absl::StrCat("a rank could not be created: ", rpc::DescribeCause(cause)));
     return;
@@ -418,8 +487,47 @@ std::vector<size_t> Controller::ConfirmDeaths(const std::vector<size_t>& candida
   return dead;
 }
 
+void Controller::ExpireJoiners() {
+  absl::Time now = absl::Now();
+  for (auto it = joining_.begin(); it != joining_.end();) {
+    Member& j = *it;
+    if (j.setup.Ready() || now - j.looked < kTimeouts.joiner_look) {
+      ++it;
+      continue;
+    }
+    if (j.placed == absl::InfiniteFuture()) {
+      j.looked = now;
+      rpc::ActorInfo info = ActorState(j.actor_id);
+      if (info.state() == rpc::ACTOR_PENDING || info.node_id().empty()) {
+        ++it;
+        continue;
+      }
+      j.node_id = info.node_id();
+      // Placed since it was last looked at (or since it was asked for).
+      j.placed = std::max(j.spawned, now - kTimeouts.joiner_look);
+    }
+    double waited = absl::ToDoubleSeconds(now - j.placed);
+    if (waited < spec_.start_timeout_s) {
+      ++it;
+      continue;
+    }
+    std::string what = absl::StrFormat(
+        "starting a rank did not end within %.1f s (phases.startSeconds: %g): waited for the new "
+        "rank %s on node %s (%s), whose setup has not answered; restarting it",
+        waited, spec_.start_timeout_s, ShortId(j.actor_id), ShortId(j.node_id), j.why);
+    Event("phase_timeout", what);
+    last_phase_timeout_ = what;
+    Member stuck = std::move(j);
+    it = joining_.erase(it);
+    hung_.insert(stuck.actor_id);
+    Kill(stuck.handle).IgnoreError();
+    HandleDeath(stuck, AwaitDead(stuck.actor_id, kTimeouts.death_record), /*world_before=*/-1);
+  }
+}
+
 Controller::Change Controller::Boundary() {
   TakeRequests();
+  ExpireJoiners();
   // Joiners: ready ones join (up to the target); dead ones are handled like deaths.
   std::vector<Member> ready;
   for (auto it = joining_.begin(); it != joining_.end();) {
@@ -567,6 +675,7 @@ void Controller::WaitForJoiners(int want, absl::Duration timeout) {
   while (static_cast<int>(members_.size()) + ReadyJoiners() < want && absl::Now() < deadline &&
          !failed_ && !recorder_.StopAsked()) {
     absl::SleepFor(kTimeouts.poll);
+    ExpireJoiners();
     if (joining_.empty()) break;
   }
 }

@@ -205,8 +205,8 @@ std::vector<size_t> Controller::HandleHang(const std::vector<ObjectRef<Metrics>>
   return killed;
 }
 
-void Controller::KillHung(size_t r, const std::string& what, absl::Time last_progress) {
-  Event("hang", what);
+void Controller::KillHung(size_t r, const std::string& what, absl::Time last_progress, bool event) {
+  if (event) Event("hang", what);
   // Found now (a step failed before, as when a member froze as the epoch after it formed,
   // is not when this was found).
   OpenRecovery(members_[r].actor_id, fault_kind::kHang, what, last_progress,
@@ -405,9 +405,10 @@ bool Controller::CheckpointDueAt(int64_t step) const {
 void Controller::CheckpointIfDue() {
   if (!CheckpointDueAt(agreed_)) return;
   std::string path = absl::StrCat(spec_.checkpoint_dir, "/", spec_.name, "-step", agreed_, ".ckpt");
-  auto saved = Rank0Answer(members_[0].trainer().SaveCheckpoint(path, agreed_),
-                           absl::StrCat("while it saved the checkpoint of step ", agreed_),
-                           kTimeouts.checkpoint);
+  auto saved =
+      Rank0Answer(members_[0].trainer().SaveCheckpoint(path, agreed_),
+                  absl::StrCat("while it saved the checkpoint of step ", agreed_),
+                  CheckpointPhase(absl::StrCat("saving the checkpoint of step ", agreed_)));
   if (!saved.ok()) {
     Event("checkpoint_failed", std::string(saved.status().message()));
     return;
@@ -427,10 +428,10 @@ bool Controller::RestartFromCheckpoint(const std::string& lost) {
   auto pointer = ReadCheckpointPointer(*gcs_, job_id_);
   int64_t step = 0;
   if (pointer) {
-    auto loaded =
-        Rank0Answer(members_[0].trainer().LoadCheckpoint(pointer->path),
-                    absl::StrCat("while it loaded the checkpoint of step ", pointer->step),
-                    kTimeouts.checkpoint);
+    auto loaded = Rank0Answer(
+        members_[0].trainer().LoadCheckpoint(pointer->path),
+        absl::StrCat("while it loaded the checkpoint of step ", pointer->step),
+        CheckpointPhase(absl::StrCat("loading the checkpoint of step ", pointer->step)));
     if (!loaded.ok() && !worker::IsTaskError(loaded.status())) {
       // Rank 0 died or hung on the way: the checkpoint is not to blame. It is kept for the
       // next rank 0 to load.

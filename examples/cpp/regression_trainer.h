@@ -28,6 +28,10 @@
 //                                  node's memory warning comes before the kill)
 //   setupFailMarker ("")           a test hook: the first rank to start while this file is
 //                                  absent creates it and fails its Setup (the process lives on)
+//   setupStallMarker ("")          the same, but its Setup stalls for stallMs (it answers Pings)
+//   stallTrigger ("")              as exitTrigger, but the rank stalls for stallMs instead of
+//                                  exiting (alive, answering Pings: a phase that never ends)
+//   stallMs (600000)               how long a stall lasts
 //   updateLog ("")                 a file every rank appends one line to per applied update:
 //                                  "pid step updates_before unix_ms world_size" (benchmarks
 //                                  read the steps lost from it)
@@ -91,6 +95,15 @@ class RegressionTrainer : public elastic::Trainer {
     exit_trigger_ = exit_trigger == ctx.config.end() ? "" : exit_trigger->second;
     if (auto log = ctx.config.find("updateLog"); log != ctx.config.end() && update_log_ < 0) {
       update_log_ = ::open(log->second.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    }
+    stall_ms_ = static_cast<int64_t>(get("stallMs", 600000));
+    if (auto t = ctx.config.find("stallTrigger"); t != ctx.config.end()) stall_trigger_ = t->second;
+    if (auto stall = ctx.config.find("setupStallMarker"); stall != ctx.config.end()) {
+      int fd = ::open(stall->second.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::close(fd);
+        Stall();
+      }
     }
     if (auto fail = ctx.config.find("setupFailMarker"); fail != ctx.config.end()) {
       int fd = ::open(fail->second.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -179,6 +192,12 @@ class RegressionTrainer : public elastic::Trainer {
          ::unlink(absl::StrCat(exit_trigger_, ".any").c_str()) == 0)) {
       std::exit(exit_code_);  // removing the trigger claimed it: one exit per trigger
     }
+    if (!stall_trigger_.empty() &&
+        ((last_rank_ >= 0 &&
+          ::unlink(absl::StrCat(stall_trigger_, ".", last_rank_).c_str()) == 0) ||
+         ::unlink(absl::StrCat(stall_trigger_, ".any").c_str()) == 0)) {
+      Stall();
+    }
     size_t w = sizeof(double) * weights_.size(), v = sizeof(int32_t) * visits_.size();
     size_t want = w + v + sizeof(updates_);
     if (state.size() != want) {
@@ -265,6 +284,9 @@ class RegressionTrainer : public elastic::Trainer {
   int exit_code_ = 3;
   int64_t hold_at_ = -1;
   int hold_ms_ = 0;
+  int64_t stall_ms_ = 600000;
+  std::string stall_trigger_;
+  void Stall() const { absl::SleepFor(absl::Milliseconds(stall_ms_)); }
   int fault_rank_ = 0;
   std::string marker_;
   std::string oom_trigger_;

@@ -197,6 +197,19 @@ def test_a_call_covers_100_ms_of_a_python_loop_by_default_and_a_bad_size_is_refu
             train.ElasticTrainer(lambda c: None, step_call_ms=bad)
 
 
+def test_phase_timeouts_reach_the_spec_and_a_bad_phase_is_named():
+    failure = train.FailureConfig(phase_timeouts={"start": 300, "checkpoint": 600})
+    spec = train.ElasticTrainer(lambda c: None, verbose=False,
+                                run_config=train.RunConfig(failure_config=failure))._spec("k")
+    assert "startSeconds: 300" in spec.to_yaml() and "checkpointSeconds: 600" in spec.to_yaml()
+    with pytest.raises(ValueError, match="unknown phase 'setup'.*place, start, form"):
+        train.FailureConfig(phase_timeouts={"setup": 300})
+    zero = train.FailureConfig(phase_timeouts={"form": 0})
+    with pytest.raises(phalanx.InvalidArgumentError, match="phases.formSeconds"):
+        train.ElasticTrainer(lambda c: None, verbose=False,
+                             run_config=train.RunConfig(failure_config=zero))._spec("k")
+
+
 def test_a_snapshot_keeps_the_state_of_its_commit_and_loads_back_as_tensors():
     """A commit's snapshot holds its tensors as copied numpy arrays (bfloat16, which numpy
     lacks, as a copied tensor); what later steps do does not reach it, and it unpickles into

@@ -59,6 +59,13 @@ inline bool HasEvent(const JobStatus& s, const std::string& kind, const std::str
   return false;
 }
 
+// Prints the events of `kind` (the figures a test's log shows).
+inline void PrintEvents(const JobStatus& s, const std::string& kind) {
+  for (const auto& e : s.events) {
+    if (e.kind == kind) std::printf("%s: %s\n", kind.c_str(), e.message.c_str());
+  }
+}
+
 class ElasticTest : public testing::ClusterTest {
  protected:
   void SetUp() override {

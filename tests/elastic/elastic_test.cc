@@ -203,6 +203,47 @@ TEST_F(ElasticTest, RankWhoseSetupFailsIsKilledAndStartedAgain) {
   EXPECT_EQ(s.restarts, 1) << FormatStatus(s);
 }
 
+// A new rank whose Setup never ends while its process lives (it answers Pings): before, the
+// job sat in StartingRanks with nothing to bound it. phases.startSeconds bounds it: the event
+// names the phase, the rank and the setting, and the rank is restarted as hung.
+TEST_F(ElasticTest, ARankStuckStartingIsRestartedAfterPhasesStartSeconds) {
+  AddNode("node-a", 3);
+  JobSpec spec = Spec(2, 1, 2);
+  auto baseline = Baseline(spec);
+  spec.start_timeout_s = 3;
+  spec.config["setupStallMarker"] = dir_.path() + "/setup-stall";
+  JobStatus s = Run(spec);
+  PrintEvents(s, "phase_timeout");
+  ExpectHealed(s, spec, baseline, 2);
+  EXPECT_TRUE(HasEvent(s, "phase_timeout", "starting a rank did not end within"))
+      << FormatStatus(s);
+  EXPECT_TRUE(HasEvent(s, "phase_timeout", "(phases.startSeconds: 3)")) << FormatStatus(s);
+  EXPECT_TRUE(HasEvent(s, "rank_died", "KILLED_BY_USER")) << FormatStatus(s);
+  EXPECT_GE(s.restarts, 1) << FormatStatus(s);
+}
+
+// A rank whose rollback never ends as the first epoch forms, while it answers Pings and the
+// others are done: past phases.formSeconds it is restarted, and the job goes on without it
+// until its replacement joins. Before, the controller waited 120 s, and then again for each
+// of five tries, behind the stuck call, and failed the job.
+TEST_F(ElasticTest, ARankStuckFormingAnEpochIsRestartedAfterPhasesFormSeconds) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(3, 1, 3);
+  auto baseline = Baseline(spec);
+  spec.form_timeout_s = 4;
+  std::string trigger = dir_.path() + "/stall";
+  spec.config["stallTrigger"] = trigger;
+  ASSERT_TRUE(WriteFile(trigger + ".any", "").ok());
+  JobStatus s = Run(spec);
+  PrintEvents(s, "phase_timeout");
+  ExpectHealed(s, spec, baseline, 3);
+  EXPECT_TRUE(HasEvent(s, "phase_timeout", "forming epoch 1 did not end within"))
+      << FormatStatus(s);
+  EXPECT_TRUE(HasEvent(s, "phase_timeout", "(alive: answers Pings)")) << FormatStatus(s);
+  EXPECT_TRUE(HasEvent(s, "phase_timeout", "(phases.formSeconds: 4)")) << FormatStatus(s);
+  EXPECT_GE(s.restarts, 1) << FormatStatus(s);
+}
+
 TEST_F(ElasticTest, OomKilledRankComesBackWithTwiceTheMemoryOnAFullNode) {
   // The three bundles of one CPU fill the node: the larger rank no longer fits its bundle,
   // which is given back so that it fits beside the others.
@@ -636,6 +677,28 @@ TEST_F(ElasticTest, MalformedSpecsAreRefusedBeforeAnythingStarts) {
   auto silent_again = ParseJobSpec(JobSpecToYaml(*silent));
   ASSERT_TRUE(silent_again.ok()) << silent_again.status();
   EXPECT_EQ(silent_again->hang_silent_s, 2.5);
+  // phases: each bound in seconds > 0; an unknown phase is named; kept through the round trip.
+  auto phase_typo = ParseJobSpec(job + "phases: {startSecs: 5}\n");
+  ASSERT_FALSE(phase_typo.ok());
+  EXPECT_NE(phase_typo.status().message().find("'phases.startSecs': unknown field"),
+            std::string::npos)
+      << phase_typo.status();
+  auto phase_zero = ParseJobSpec(job + "phases: {formSeconds: 0}\n");
+  ASSERT_FALSE(phase_zero.ok());
+  EXPECT_NE(phase_zero.status().message().find("phases.formSeconds"), std::string::npos)
+      << phase_zero.status();
+  auto phases = ParseJobSpec(job +
+                             "phases: {placeSeconds: 30, startSeconds: 5, formSeconds: 6, "
+                             "syncSeconds: 7, checkpointSeconds: 8}\n");
+  ASSERT_TRUE(phases.ok()) << phases.status();
+  auto phases_again = ParseJobSpec(JobSpecToYaml(*phases));
+  ASSERT_TRUE(phases_again.ok()) << phases_again.status();
+  EXPECT_EQ(phases_again->PlaceSeconds(), 30);
+  EXPECT_EQ(phases_again->start_timeout_s, 5);
+  EXPECT_EQ(phases_again->form_timeout_s, 6);
+  EXPECT_EQ(phases_again->sync_timeout_s, 7);
+  EXPECT_EQ(phases_again->checkpoint_timeout_s, 8);
+  EXPECT_EQ(ParseJobSpec(job)->PlaceSeconds(), 60);  // failPolicy.belowMinTimeoutSeconds
   // Nothing ran: no job was recorded.
   EXPECT_TRUE(client_->ListJobs()->empty());
 }

@@ -632,11 +632,19 @@ class FailureConfig:
     ``[{"event": "oom", "action": "respawnLarger", "memoryGrowth": 2}]``; how long the job may
     stay below its minimum, when a step without progress is a hang (``hang_timeout_s``), when a
     rank that does not answer while its host is up is frozen (``hang_silent_s``; 0: never), and
-    the straggler check."""
+    the straggler check; ``phase_timeouts``: each phase's bound in seconds (the spec's
+    ``phases``), e.g. ``{"start": 300}`` for a setup that downloads a dataset: ``place``
+    (the ranks' reservation; default ``below_min_timeout_s``), ``start`` (a new rank's setup,
+    120), ``form`` (an epoch's rendezvous and rollback, 120), ``sync`` (sending the state to
+    newcomers, 120), ``checkpoint`` (a save or a load, 120). A rank that holds a phase up past
+    its bound is restarted as hung."""
+
+    _PHASES = {"place": "placeSeconds", "start": "startSeconds", "form": "formSeconds",
+               "sync": "syncSeconds", "checkpoint": "checkpointSeconds"}
 
     def __init__(self, max_failures=10, window_s=3600, policies=None, below_min_timeout_s=60,
                  hang_timeout_s=300, straggler_check=False, straggler_factor=2.0,
-                 hang_silent_s=1):
+                 hang_silent_s=1, phase_timeouts=None):
         if not isinstance(max_failures, int) or max_failures < -1:
             raise ValueError(f"max_failures={max_failures!r}: give a whole number >= 0, or -1 "
                              f"for no limit")
@@ -648,6 +656,16 @@ class FailureConfig:
         self.hang_silent_s = hang_silent_s
         self.straggler_check = straggler_check
         self.straggler_factor = straggler_factor
+        self.phase_timeouts = dict(phase_timeouts or {})
+        for phase in self.phase_timeouts:
+            if phase not in self._PHASES:
+                raise ValueError(f"phase_timeouts: unknown phase {phase!r}: use "
+                                 f"{', '.join(self._PHASES)} (stepping is bounded by "
+                                 f"hang_timeout_s)")
+
+    def phases(self):
+        """The spec's ``phases`` map."""
+        return {self._PHASES[k]: v for k, v in self.phase_timeouts.items()}
 
     @property
     def restart_limit(self):
@@ -993,6 +1011,8 @@ class ElasticTrainer:
             spec["preimports"] = self.prestart_imports
         if f.policies:
             spec["faultTolerantPolicy"] = f.policies
+        if f.phase_timeouts:
+            spec["phases"] = f.phases()
         if self.checkpoint_dir:
             spec["checkpoint"] = {"dir": self.checkpoint_dir,
                                   "intervalSteps": self.checkpoint_interval,
