@@ -161,10 +161,18 @@ void ActorClient::WriteQueuedLocked() {
       inflight_.emplace(call.seq, std::move(call));
     }
     queue_.clear();
+    // Every call below the lowest one still unanswered has its answer: the worker may forget
+    // those results.
+    uint64_t lowest = inflight_.empty() ? next_seq_ : inflight_.begin()->first;
+    if (!orphans_.empty()) lowest = std::min(lowest, orphans_.begin()->first);
+    batch.set_acked_through(lowest - 1);
     mu_.Unlock();
     bool ok = conn->stream->Write(batch);
     mu_.Lock();
     if (!ok) break;  // the reader sees the stream end and settles the calls
+    // It went out: the worker is reachable again (a call sent again may run long before it
+    // answers).
+    if (conn == connection_) lost_since_ = absl::InfiniteFuture();
   }
   writing_ = false;
 }
@@ -175,6 +183,7 @@ void ActorClient::ReadLoop(std::shared_ptr<Connection> conn) {
     if (!conn->established) {
       absl::MutexLock lock(&mu_);
       conn->established = true;
+      if (connection_ == conn) lost_since_ = absl::InfiniteFuture();
     }
     for (auto& r : *batch.mutable_results()) {
       std::shared_ptr<ObjectState> state;
@@ -222,34 +231,45 @@ void ActorClient::OnConnectionLost(const std::shared_ptr<Connection>& conn,
     FlushLocked();
   } else if (info_.state() == rpc::ACTOR_ALIVE && info_.num_restarts() == conn->attempt) {
     // The GCS still calls this attempt alive: either its death is on the way, or the
-    // connection broke while the worker lives. Try the same worker again shortly.
+    // connection broke while the worker lives. The same worker is tried again shortly, and
+    // the calls in flight are sent again with their sequence numbers: the worker's ledger
+    // runs none twice (runtime/worker/call_ledger.h).
+    if (lost_since_ == absl::InfiniteFuture()) lost_since_ = absl::Now();
     std::thread([self = shared_from_this(), attempt = conn->attempt] {
-      absl::SleepFor(absl::Milliseconds(200));
+      absl::SleepFor(kCallResendPause);
       absl::MutexLock lock(&self->mu_);
       if (self->closed_ || self->connection_ != nullptr ||
           self->info_.state() != rpc::ACTOR_ALIVE || self->info_.num_restarts() != attempt) {
         return;
       }
-      // Calls that were in flight may have run: resend only those that may be retried.
-      for (auto it = self->orphans_.begin(); it != self->orphans_.end();) {
-        Call& call = it->second;
-        if (call.retries_left == 0) {
-          call.result->Set(MakeError(
-              absl::StatusCode::kUnavailable, error_kind::kActorUnavailable,
-              absl::StrCat("lost the connection to ", rpc::DescribeActor(self->info_),
-                           " during the call; it is not retried (max_task_retries = 0)")));
-        } else {
-          if (call.retries_left > 0) --call.retries_left;
-          self->queue_.push_front(std::move(call));
-        }
-        it = self->orphans_.erase(it);
-      }
-      std::sort(self->queue_.begin(), self->queue_.end(),
-                [](const Call& a, const Call& b) { return a.seq < b.seq; });
+      self->ResendOrphansLocked();
       self->ConnectLocked();
       self->FlushLocked();
     }).detach();
   }
+}
+
+void ActorClient::ResendOrphansLocked() {
+  absl::Duration lost_for = absl::Now() - lost_since_;
+  if (lost_for > kCallResendWindow) {
+    // No new connection to a worker the GCS still calls alive: what was sent and what waits
+    // fail, and the next calls get a window of their own.
+    absl::Status status = MakeError(
+        absl::StatusCode::kUnavailable, error_kind::kActorUnavailable,
+        absl::StrCat("lost the connection to ", rpc::DescribeActor(info_), " and could not ",
+                     "connect again within ", absl::FormatDuration(lost_for),
+                     " (kCallResendWindow), while the GCS still calls it alive"));
+    for (auto& [seq, call] : orphans_) call.result->Set(status);
+    orphans_.clear();
+    for (auto& call : queue_) call.result->Set(status);
+    queue_.clear();
+    lost_since_ = absl::Now();
+    return;
+  }
+  for (auto& [seq, call] : orphans_) queue_.push_back(std::move(call));
+  orphans_.clear();
+  std::sort(queue_.begin(), queue_.end(),
+            [](const Call& a, const Call& b) { return a.seq < b.seq; });
 }
 
 void ActorClient::SettleOrphansLocked() {

@@ -1,8 +1,12 @@
 // ActorClient: a process's connection to one actor. Calls are sent in order on one gRPC
-// stream to the actor's worker (batched while a write is in flight). When the worker dies the
-// client follows the actor's state from the GCS: calls wait while it restarts and are resent
-// while their max_task_retries allow, then fail with ActorUnavailable; once the actor is DEAD
-// every call fails with ActorDied carrying the cause. Thread-safe.
+// stream to the actor's worker (batched while a write is in flight). When the stream breaks
+// while the GCS still calls the worker alive (a reset under load, a link that blipped), the
+// client connects to the same worker again and sends the unanswered calls again with their
+// sequence numbers: the worker runs none twice (runtime/worker/call_ledger.h), whatever
+// max_task_retries says, for up to kCallResendWindow. When the worker dies the client follows
+// the actor's state from the GCS: calls wait while it restarts and are resent to the new
+// worker while their max_task_retries allow, then fail with ActorUnavailable; once the actor
+// is DEAD every call fails with ActorDied carrying the cause. Thread-safe.
 #pragma once
 
 #include <deque>
@@ -12,10 +16,18 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "runtime/proto/common.pb.h"
 #include "runtime/worker/object_state.h"
 
 namespace phalanx::worker {
+
+// A stream to a worker broke while the GCS still calls the worker alive: the client connects
+// again after kCallResendPause, and keeps trying for kCallResendWindow from the first break
+// before the calls still out fail with ActorUnavailable. The worker keeps their results
+// longer (kCallResultKeep).
+inline constexpr absl::Duration kCallResendPause = absl::Milliseconds(200);
+inline constexpr absl::Duration kCallResendWindow = absl::Seconds(30);
 
 class ActorClient : public std::enable_shared_from_this<ActorClient> {
  public:
@@ -57,6 +69,9 @@ class ActorClient : public std::enable_shared_from_this<ActorClient> {
   void OnConnectionLost(const std::shared_ptr<Connection>& connection, const std::string& why);
   // Decides about calls that were in flight on a lost connection, given the actor's state.
   void SettleOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before a new connection to the same worker: the calls in flight on the lost one go again
+  // (or fail, once kCallResendWindow has passed).
+  void ResendOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailAllLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status DeadStatusLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -76,6 +91,8 @@ class ActorClient : public std::enable_shared_from_this<ActorClient> {
   std::thread writer_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   int lost_attempt_ ABSL_GUARDED_BY(mu_) = -1;  // attempt whose connection broke
+  // When the connection to the current worker broke, until a new one answers.
+  absl::Time lost_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 };
 
 }  // namespace phalanx::worker

@@ -24,6 +24,7 @@
 #include "runtime/rpc/rpc.h"
 #include "runtime/rpc/tls.h"
 #include "runtime/worker/actor_registry.h"
+#include "runtime/worker/call_ledger.h"
 #include "runtime/worker/core_worker.h"
 #include "runtime/worker/errors.h"
 #include "runtime/worker/executor.h"
@@ -47,62 +48,6 @@ void RedirectOutput(const std::string& path) {
   ::dup2(fd, 2);
   ::close(fd);
 }
-
-// Writes results to one caller's stream, batching those that arrive while a write is in
-// flight, and lets the stream's handler wait until every call it dispatched has answered.
-class ResultSink {
- public:
-  explicit ResultSink(grpc::ServerReaderWriter<rpc::ResultBatch, rpc::CallBatch>* stream)
-      : stream_(stream) {}
-
-  void Expect(int n) {
-    absl::MutexLock lock(&mu_);
-    expected_ += n;
-  }
-
-  void Push(rpc::CallResult result) {
-    std::vector<rpc::CallResult> one;
-    one.push_back(std::move(result));
-    PushMany(std::move(one));
-  }
-
-  void PushMany(std::vector<rpc::CallResult> results) {
-    if (results.empty()) return;
-    absl::MutexLock lock(&mu_);
-    for (auto& r : results) queue_.push_back(std::move(r));
-    if (writing_) return;
-    writing_ = true;
-    while (!queue_.empty()) {
-      rpc::ResultBatch batch;
-      for (auto& r : queue_) *batch.add_results() = std::move(r);
-      size_t n = queue_.size();
-      queue_.clear();
-      mu_.Unlock();
-      if (!broken_) broken_ = !stream_->Write(batch);
-      mu_.Lock();
-      answered_ += static_cast<int64_t>(n);
-    }
-    writing_ = false;
-  }
-
-  void WaitAllAnswered() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](ResultSink* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-          return !s->writing_ && s->answered_ >= s->expected_;
-        },
-        this));
-  }
-
- private:
-  grpc::ServerReaderWriter<rpc::ResultBatch, rpc::CallBatch>* const stream_;
-  absl::Mutex mu_;
-  std::vector<rpc::CallResult> queue_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  std::atomic<bool> broken_{false};
-  int64_t expected_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t answered_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 class Host;
 
@@ -330,37 +275,41 @@ class Host {
   // go to it as one task whose results are written together (flushed at least every
   // millisecond, so a slow call does not hold back the answers before it); calls for a fiber
   // executor are posted one by one so that they can overlap.
-  void Dispatch(rpc::CallBatch* batch, const std::shared_ptr<ResultSink>& sink) {
-    auto* calls = batch->mutable_calls();
-    int i = 0;
-    while (i < calls->size()) {
-      auto [executor, serial] = ExecutorFor(calls->Get(i).method());
+  void Dispatch(const std::string& caller, std::vector<rpc::ActorCall> calls) {
+    size_t i = 0;
+    while (i < calls.size()) {
+      auto [executor, serial] = ExecutorFor(calls[i].method());
       if (!serial) {
-        executor->Post(
-            [this, call = std::move(*calls->Mutable(i)), sink] { sink->Push(Run(call)); });
+        executor->Post([this, call = std::move(calls[i]), caller] {
+          std::vector<rpc::CallResult> one;
+          one.push_back(Run(call));
+          ledger_.Done(caller, std::move(one));
+        });
         ++i;
         continue;
       }
       std::vector<rpc::ActorCall> run;
-      while (i < calls->size() && ExecutorFor(calls->Get(i).method()).first == executor) {
-        run.push_back(std::move(*calls->Mutable(i)));
+      while (i < calls.size() && ExecutorFor(calls[i].method()).first == executor) {
+        run.push_back(std::move(calls[i]));
         ++i;
       }
-      executor->Post([this, run = std::move(run), sink] {
+      executor->Post([this, run = std::move(run), caller] {
         std::vector<rpc::CallResult> results;
         absl::Time last_flush = absl::Now();
         for (const auto& call : run) {
           results.push_back(Run(call));
           if (absl::Now() - last_flush > absl::Milliseconds(1)) {
-            sink->PushMany(std::move(results));
+            ledger_.Done(caller, std::move(results));
             results.clear();
             last_flush = absl::Now();
           }
         }
-        sink->PushMany(std::move(results));
+        ledger_.Done(caller, std::move(results));
       });
     }
   }
+
+  CallLedger& ledger() { return ledger_; }
 
   std::pair<Executor*, bool> ExecutorFor(const std::string& method) {
     auto g = method_group_.find(method);
@@ -408,6 +357,7 @@ class Host {
   std::map<std::string, bool> group_serial_;
   std::map<std::string, std::string> method_group_;
   std::atomic<int64_t> calls_done_{0};
+  CallLedger ledger_;
   absl::Mutex mu_;
   bool exit_requested_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -416,6 +366,7 @@ grpc::Status WorkerServiceImpl::PushCalls(
     grpc::ServerContext*, grpc::ServerReaderWriter<rpc::ResultBatch, rpc::CallBatch>* stream) {
   auto sink = std::make_shared<ResultSink>(stream);
   rpc::CallBatch batch;
+  std::string caller;
   bool first = true;
   while (stream->Read(&batch)) {
     if (first) {
@@ -427,11 +378,15 @@ grpc::Status WorkerServiceImpl::PushCalls(
                                          " of actor ", host_->actor_id(), ", not attempt ",
                                          batch.attempt(), " of ", batch.actor_id()));
       }
+      caller = batch.caller_id();
+      host_->ledger().Attach(caller, sink);
     }
-    sink->Expect(batch.calls_size());
-    host_->Dispatch(&batch, sink);
+    sink->Expect(batch);
+    host_->Dispatch(caller, host_->ledger().Admit(caller, &batch));
   }
   sink->WaitAllAnswered();
+  host_->ledger().Detach(caller, sink);
+  sink->Close();
   return grpc::Status::OK;
 }
 
