@@ -60,6 +60,7 @@ def test_a_burst_of_jobs_under_a_cpu_hog_has_no_spurious_failures(cluster, tmp_p
 
         assert wait_for(all_ended, timeout=600, interval=1.0), sorted(set(ids) - set(ended))
         took = time.time() - start
+        load = os.getloadavg()[0]
     finally:
         for h in hog:
             h.kill()
@@ -67,8 +68,8 @@ def test_a_burst_of_jobs_under_a_cpu_hog_has_no_spurious_failures(cluster, tmp_p
             h.wait()
     bad = {j: s for j, s in ended.items()
            if "SUCCEEDED" not in s.split("\n")[0] or "spawn_failed" in s or "rank_died" in s}
-    print(f"\n[load] {JOBS} jobs of 2 ranks at once under {HOG} busy processes: all ended in "
-          f"{took:.1f} s, {len(bad)} with a failure")
+    print(f"\n[load] {JOBS} jobs of 2 ranks at once under {HOG} busy processes (load "
+          f"{load:.1f}): all ended in {took:.1f} s, {len(bad)} with a failure")
     assert not bad, "\n\n".join(bad.values())
 
 
@@ -128,14 +129,15 @@ def test_jobs_back_to_back_under_a_cpu_hog_start_without_a_spurious_failure(clus
             if result.state != "SUCCEEDED" or spurious:
                 bad.append(f"{result.job_id}: {result.state} {result.message} {spurious}")
             starts.append(start_seconds(result))
+        load = os.getloadavg()[0]
     finally:
         for h in hog:
             h.kill()
         for h in hog:
             h.wait()
     starts_sorted = sorted(starts)
-    print(f"\n[load] {BACK_TO_BACK} jobs back to back under {HOG} busy processes: "
-          f"{len(bad)} with a failure; start (submitted → every rank up) median "
+    print(f"\n[load] {BACK_TO_BACK} jobs back to back under {HOG} busy processes (load "
+          f"{load:.1f}): {len(bad)} with a failure; start (submitted → every rank up) median "
           f"{starts_sorted[len(starts) // 2]:.1f} s, max {starts_sorted[-1]:.1f} s, "
           f"over 10 s: {sum(s > 10 for s in starts)}")
     assert not bad, "\n".join(bad)
