@@ -35,6 +35,17 @@ if [ $# -eq 0 ] && [ -d python/tests ]; then
   # one line where namespaces cannot be made), each test bounded to ~3 minutes.
   PYTHONPATH="$(pwd)/python:$(pwd)/build/python${PYTHONPATH:+:$PYTHONPATH}" \
     /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs tests/multihost
+  # Under load (~4 min): one test of each fault family, multi-host and elastic, again while 16
+  # busy processes keep the load at 16 or more (a shared cluster's busy machine must not see a
+  # live rank lost, a call to a live actor failed, or a healthy rank killed as frozen).
+  # python/tests/test_load.py ran its bursts of jobs under such a hog above.
+  PYTHONPATH="$(pwd)/python:$(pwd)/build/python${PYTHONPATH:+:$PYTHONPATH}" \
+    scripts/with_cpu_hog.sh 16 -- /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs \
+    tests/multihost -k "link_down_job or controller_host_down or sigstop_heals and rank or \
+      flapping or cut_host_under_ddp"
+  scripts/with_cpu_hog.sh 16 -- build/bin/elastic_test --gtest_brief=1 --gtest_filter=\
+'*SigkilledRankSurvivors*:*AMemberFrozenAsTheEpochFormsIsFound*:*AStoppedRankIsFoundByItsSilence*:'\
+'*ARankStuck*:*NodeManagerDeath*:*AKilledController*'
   # Slurm (~30 s): scripts/slurm/phalanx.sbatch under a real munged, slurmctld and two slurmd,
   # one per network-namespace host (root; skips with one line where it cannot run).
   PYTHONPATH="$(pwd)/python:$(pwd)/build/python${PYTHONPATH:+:$PYTHONPATH}" \

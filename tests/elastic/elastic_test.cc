@@ -25,16 +25,21 @@ TEST_F(ElasticTest, SigkilledRankSurvivorsGoOnAndTheRespawnJoins) {
   auto baseline = Baseline(spec);
   bool killed = false;
   std::string several_a_call;  // a status line while calls covered several steps
+  double fastest = 0;          // steps/s
   JobStatus s = Run(spec, [&](const JobStatus& now) {
     if (!killed && now.step >= 30 && now.world_size == 3) {
       int pid = PidOfRank(now, 1);
       if (pid > 0) killed = ::kill(pid, SIGKILL) == 0;
     }
     if (now.steps_per_call > 1 && several_a_call.empty()) several_a_call = FormatStatus(now);
+    fastest = std::max(fastest, now.steps_per_second);
   });
   ASSERT_TRUE(killed);
-  // Steps of a few ms: a call covers several (stepCallMs), and the status says how many.
-  EXPECT_NE(several_a_call.find(" a call)"), std::string::npos) << FormatStatus(s);
+  // Steps of a few ms: a call covers several (stepCallMs), and the status says how many. On a
+  // machine so busy that a step takes half a call's span, one a call is right.
+  if (fastest > 2 * 1000 / spec.step_call_ms) {
+    EXPECT_NE(several_a_call.find(" a call)"), std::string::npos) << FormatStatus(s);
+  }
   ExpectHealed(s, spec, baseline, 3);
   EXPECT_TRUE(HasEvent(s, "rank_died", "SIGNALED(9")) << FormatStatus(s);
   // The survivors formed an epoch of two before the replacement joined (epoch of three).
