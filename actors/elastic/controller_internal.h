@@ -277,9 +277,12 @@ class Controller {
   // or SyncState, rank 0's checkpoint), within `phase`'s bound. Once one of those ranks died,
   // its call failed, or it froze (found by the liveness probe and killed as hung, "<...>
   // `when`"), it stops waiting, and the ranks whose calls are still out are told to abort;
-  // so they are when the job is asked to stop. Past the bound: PhaseTimedOut.
-  void AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs, const std::vector<size_t>& ranks,
-                  const std::string& when, const Phase& phase);
+  // so they are when the job is asked to stop. Past the bound: PhaseTimedOut. Returns until
+  // when the answers are worth waiting for (the phase's deadline; after an abort,
+  // kTimeouts.aborted_step_grace: a rank stuck in work of its own does not end with it).
+  absl::Time AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs,
+                        const std::vector<size_t>& ranks, const std::string& when,
+                        const Phase& phase);
   // `phase` ran past its bound with the calls in `refs` unanswered: a `phase_timeout` event
   // names the phase and those ranks. Each is Pinged; one that does not answer within
   // kTimeouts.hang_ping is restarted as hung, and so is one that answers but has not finished

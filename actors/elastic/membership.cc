@@ -137,9 +137,9 @@ rpc::ActorInfo Controller::ActorState(const std::string& actor_id) {
 // that froze (SIGSTOP: no death to publish) is found by the liveness probe, as in a step,
 // and restarted as hung; so is a rank 0 that froze while it saved or loaded a checkpoint
 // (else the controller waited phases.checkpointSeconds for it).
-void Controller::AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs,
-                            const std::vector<size_t>& ranks, const std::string& when,
-                            const Phase& phase) {
+absl::Time Controller::AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs,
+                                  const std::vector<size_t>& ranks, const std::string& when,
+                                  const Phase& phase) {
   absl::Time began = absl::Now();
   absl::Time deadline = phase.Deadline(began);
   LivenessProbe probe(spec_.hang_silent_s > 0 ? began + kTimeouts.probe_after
@@ -148,11 +148,11 @@ void Controller::AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs,
   std::string reason;  // why the others are aborted (their collectives' errors say it)
   while (!aborted) {
     if (Wait(refs, static_cast<int>(refs.size()), kTimeouts.step_wait_slice).not_ready.empty()) {
-      return;
+      return deadline;
     }
     if (absl::Now() >= deadline) {
       PhaseTimedOut(refs, ranks, phase, began);
-      return;
+      return absl::Now() + kTimeouts.aborted_step_grace;
     }
     if (recorder_.StopAsked()) {
       reason = "the job is being stopped";
@@ -181,6 +181,8 @@ void Controller::AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs,
   for (size_t i = 0; i < refs.size(); ++i) {
     if (!refs[i].Ready()) members_[ranks[i]].trainer().Abort(reason);
   }
+  // Those in a collective end at once; one stuck in work of its own is not waited for.
+  return std::min(deadline, absl::Now() + kTimeouts.aborted_step_grace);
 }
 
 void Controller::PhaseTimedOut(const std::vector<ObjectRef<int64_t>>& refs,
@@ -247,8 +249,7 @@ absl::StatusOr<int64_t> Controller::EpochAnswer(const std::vector<ObjectRef<int6
 
 absl::StatusOr<int64_t> Controller::Rank0Answer(const ObjectRef<int64_t>& call,
                                                 const std::string& when, const Phase& phase) {
-  absl::Time deadline = phase.Deadline(absl::Now());
-  AwaitCalls({call}, {0}, when, phase);
+  absl::Time deadline = AwaitCalls({call}, {0}, when, phase);
   return Get(call, std::max(deadline - absl::Now(), absl::ZeroDuration()));
 }
 
@@ -263,8 +264,8 @@ bool Controller::FormEpoch(const std::string& why) {
   }
   std::vector<size_t> all(world);
   std::iota(all.begin(), all.end(), 0);
-  absl::Time deadline = FormPhase(epoch).Deadline(absl::Now());
-  AwaitCalls(refs, all, absl::StrCat("as epoch ", epoch, " formed"), FormPhase(epoch));
+  absl::Time deadline =
+      AwaitCalls(refs, all, absl::StrCat("as epoch ", epoch, " formed"), FormPhase(epoch));
   bool ok = true;
   bool behind = false;
   int holders = 0;  // ranks that hold the agreed state
@@ -305,9 +306,8 @@ bool Controller::FormEpoch(const std::string& why) {
     // Newcomers (or a whole set restarting from a checkpoint) get rank 0's state.
     std::vector<ObjectRef<int64_t>> syncs;
     for (int r = 0; r < world; ++r) syncs.push_back(members_[r].trainer().SyncState(0));
-    deadline = SyncPhase(epoch).Deadline(absl::Now());
-    AwaitCalls(syncs, all, absl::StrCat("as epoch ", epoch, " sent rank 0's state"),
-               SyncPhase(epoch));
+    deadline = AwaitCalls(syncs, all, absl::StrCat("as epoch ", epoch, " sent rank 0's state"),
+                          SyncPhase(epoch));
     for (int r = 0; r < world; ++r) {
       auto held = EpochAnswer(syncs, r, deadline);
       if (!held.ok() || *held != agreed_) {

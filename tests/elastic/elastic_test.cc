@@ -249,6 +249,32 @@ TEST_F(ElasticTest, ARankStuckFormingAnEpochIsRestartedAfterPhasesFormSeconds) {
   EXPECT_GE(s.restarts, 1) << FormatStatus(s);
 }
 
+// `phalanx job stop` ends a job whose epoch cannot form (a rank stuck in its rollback, far
+// within phases.formSeconds): the controller stops waiting at once.
+TEST_F(ElasticTest, AJobStuckFormingAnEpochStopsOnRequest) {
+  AddNode("node-a", 4);
+  JobSpec spec = Spec(2, 1, 2);
+  spec.form_timeout_s = 300;
+  std::string trigger = dir_.path() + "/stall";
+  spec.config["stallTrigger"] = trigger;
+  ASSERT_TRUE(WriteFile(trigger + ".any", "").ok());
+  bool asked = false;
+  absl::Time asked_at;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    struct stat st;
+    // The trigger is gone: a rank took it and stalls as epoch 1 forms.
+    if (!asked && ::stat((trigger + ".any").c_str(), &st) != 0) {
+      asked = Stop(now.job_id).ok();
+      asked_at = absl::Now();
+    }
+  });
+  ASSERT_TRUE(asked) << FormatStatus(s);
+  EXPECT_EQ(s.state, "STOPPED") << FormatStatus(s);
+  EXPECT_LT(absl::Now() - asked_at, absl::Seconds(60)) << FormatStatus(s);
+  std::printf("stopped %.1f s after the request, while epoch 1 could not form\n",
+              absl::ToDoubleSeconds(absl::Now() - asked_at));
+}
+
 TEST_F(ElasticTest, OomKilledRankComesBackWithTwiceTheMemoryOnAFullNode) {
   // The three bundles of one CPU fill the node: the larger rank no longer fits its bundle,
   // which is given back so that it fits beside the others.
