@@ -10,20 +10,66 @@
 
 namespace phalanx::gcs {
 
-DriverLeases::DriverLeases(DriverLeaseOptions options, Release release)
-    : options_(options), release_(std::move(release)) {}
+DriverLeases::DriverLeases(DriverLeaseOptions options, Release release, Store* store)
+    : options_(options), release_(std::move(release)), store_(store) {}
+
+absl::Status DriverLeases::Load() {
+  if (store_ == nullptr) return absl::OkStatus();
+  auto rows = store_->GetAll(kDriverLeaseTable);
+  if (!rows.ok()) return rows.status();
+  absl::MutexLock lock(&mu_);
+  absl::Time now = absl::Now();
+  for (const auto& [owner, value] : *rows) {
+    rpc::RenewDriverLeaseRequest r;
+    if (!r.ParseFromString(value)) {
+      spdlog::warn("driver lease {}: unreadable record; dropped", owner);
+      continue;
+    }
+    Lease& lease = leases_[owner];
+    lease.job_id = r.job_id();
+    lease.knock_address = r.knock_address();
+    lease.hostname = r.hostname();
+    lease.pid = r.pid();
+    lease.renewed = now;
+  }
+  if (!rows->empty()) spdlog::info("loaded {} driver lease(s)", rows->size());
+  return absl::OkStatus();
+}
+
+void DriverLeases::Keep(const std::string& owner, const Lease& lease) {
+  if (store_ == nullptr) return;
+  rpc::RenewDriverLeaseRequest r;
+  r.set_owner_id(owner);
+  r.set_job_id(lease.job_id);
+  r.set_knock_address(lease.knock_address);
+  r.set_hostname(lease.hostname);
+  r.set_pid(lease.pid);
+  store_->Put(kDriverLeaseTable, owner, r.SerializeAsString(), [owner](absl::Status s) {
+    if (!s.ok()) spdlog::warn("driver lease {}: not stored: {}", owner, s);
+  });
+}
+
+void DriverLeases::Forget(const std::string& owner) {
+  if (store_ == nullptr) return;
+  store_->Delete(kDriverLeaseTable, owner, [](absl::Status) {});
+}
 
 absl::Duration DriverLeases::Renew(const rpc::RenewDriverLeaseRequest& request) {
   absl::MutexLock lock(&mu_);
   if (request.release()) {
-    leases_.erase(request.owner_id());
+    if (leases_.erase(request.owner_id()) > 0) Forget(request.owner_id());
   } else {
-    Lease& lease = leases_[request.owner_id()];
+    auto [it, fresh] = leases_.try_emplace(request.owner_id());
+    Lease& lease = it->second;
+    bool changed = fresh || lease.job_id != request.job_id() ||
+                   lease.knock_address != request.knock_address() || lease.pid != request.pid() ||
+                   lease.hostname != request.hostname();
     lease.job_id = request.job_id();
     lease.knock_address = request.knock_address();
     lease.hostname = request.hostname();
     lease.pid = request.pid();
     lease.renewed = absl::Now();
+    if (changed) Keep(request.owner_id(), lease);
   }
   return options_.node_timeout / 4;
 }
@@ -83,6 +129,7 @@ void DriverLeases::Check() {
       }
       gone.push_back({silent[i], why});
       leases_.erase(it);
+      Forget(silent[i].owner);
     }
   }
   for (const auto& [s, why] : gone) {

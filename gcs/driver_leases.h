@@ -9,6 +9,11 @@
 // stopped or starved driver's port still accepts (its kernel answers), and a cut-off host's
 // does not answer: those are released only after the lease timeout, so a live driver on a
 // busy machine keeps what it made.
+//
+// The leases are in the store too (table "driver_leases", written when a lease begins or its
+// driver's address changes, not at each renewal): a GCS that restarts loads them as renewed
+// at its start, so a driver that died while the GCS was down is still found gone (its port
+// refuses the knock once the node timeout passed) and what it made is released.
 #pragma once
 
 #include <functional>
@@ -18,9 +23,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "gcs/store.h"
 #include "runtime/proto/gcs.pb.h"
 
 namespace phalanx::gcs {
+
+inline constexpr char kDriverLeaseTable[] = "driver_leases";
 
 struct DriverLeaseOptions {
   // A driver silent this long has its port knocked on (the GCS's node timeout).
@@ -39,7 +47,11 @@ class DriverLeases {
   // Called outside the lock for each driver found gone: its owner id, job id, and why.
   using Release = std::function<void(const std::string& owner_id, const std::string& job_id,
                                      const std::string& why)>;
-  DriverLeases(DriverLeaseOptions options, Release release);
+  // `store` (may be null: nothing is kept) outlives this.
+  DriverLeases(DriverLeaseOptions options, Release release, Store* store = nullptr);
+
+  // The leases a previous GCS kept, as renewed now.
+  absl::Status Load();
 
   // Renews (or ends, with `release`) a driver's lease; returns how often to renew.
   absl::Duration Renew(const rpc::RenewDriverLeaseRequest& request);
@@ -59,8 +71,13 @@ class DriverLeases {
     absl::Time renewed;
     absl::Time knocked = absl::InfinitePast();
   };
+  // Writes or forgets the stored lease of `owner` (the write goes on after this returns).
+  void Keep(const std::string& owner, const Lease& lease);
+  void Forget(const std::string& owner);
+
   const DriverLeaseOptions options_;
   const Release release_;
+  Store* const store_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);  // by owner id
 };

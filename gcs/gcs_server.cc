@@ -94,15 +94,17 @@ class GcsServerImpl final : public GcsServer {
         placement_groups_(store_.get(), &publisher_, &nodes_, &node_clients_, &scheduler_,
                           &actors_),
         job_manager_(&jobs_, &actors_, &kv_, JobOptions(options)),
-        drivers_(DriverLeaseOptions{options.node_timeout, options.driver_lease_timeout},
-                 [this](const std::string& owner, const std::string& job, const std::string& why) {
-                   int killed = actors_.KillOwnedBy(owner, why);
-                   int removed = placement_groups_.RemoveJob(job);
-                   spdlog::info(
-                       "driver {} of job {} is gone: killed {} actor(s), removed {} "
-                       "placement group(s)",
-                       owner, job, killed, removed);
-                 }) {
+        drivers_(
+            DriverLeaseOptions{options.node_timeout, options.driver_lease_timeout},
+            [this](const std::string& owner, const std::string& job, const std::string& why) {
+              int killed = actors_.KillOwnedBy(owner, why);
+              int removed = placement_groups_.RemoveJob(job);
+              spdlog::info(
+                  "driver {} of job {} is gone: killed {} actor(s), removed {} "
+                  "placement group(s)",
+                  owner, job, killed, removed);
+            },
+            store_.get()) {
     // One path for node events: the scheduler first, then the managers.
     nodes_.AddRegisteredListener([this](const rpc::NodeInfo& node) {
       scheduler_.AddNode(node.node_id(), rpc::FromProto(node.total()),
@@ -146,6 +148,7 @@ class GcsServerImpl final : public GcsServer {
     if (auto s = placement_groups_.Load(); !s.ok()) return s;
     if (auto s = actors_.Load(); !s.ok()) return s;
     if (auto s = jobs_.Load(); !s.ok()) return s;
+    if (auto s = drivers_.Load(); !s.ok()) return s;
     // Availability is not stored (it is derived): computed again from what was loaded.
     for (const auto& node : nodes_.GetAll(/*alive_only=*/true)) {
       SyncAvailable(scheduler_, &nodes_, node.node_id());

@@ -232,6 +232,59 @@ def test_a_sigkilled_drivers_actors_and_placement_groups_are_released(cluster):
             proc.wait()
 
 
+def _gcs_pid(cluster):
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if args[0].endswith(b"phalanx-gcs") and cluster.root.encode() in b" ".join(args):
+            return int(pid)
+    return None
+
+
+def test_a_driver_that_dies_while_the_gcs_is_down_is_released_when_it_returns(cluster):
+    """The GCS is killed (kill -9), then a driver is SIGKILLed, then the GCS is started again
+    as an operator would: the restarted GCS loads the driver leases its predecessor kept in
+    Redis, finds the driver's port refusing connections, and releases its actors. Before, the
+    leases were only in the dead GCS's memory, and the driver's actors stayed ALIVE."""
+    import subprocess
+    proc, _ = _start_driver(cluster, "g")
+    gcs_pid = _gcs_pid(cluster)
+    assert gcs_pid, "no phalanx-gcs of this cluster"
+    restarted = None
+    try:
+        owned = [phalanx.get_actor(f"owned-{x}-g") for x in "ab"]
+        os.kill(gcs_pid, signal.SIGKILL)
+        assert wait_for(lambda: not os.path.exists(f"/proc/{gcs_pid}"), timeout=30)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        session = os.path.realpath(os.path.join(cluster.root, "session_latest"))
+        with open(os.path.join(session, "gcs.args")) as f:
+            args = [a for a in f.read().split("\n") if a]
+        restarted = subprocess.Popen(args, env=cluster.env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        back_at = time.time()
+
+        def released():
+            try:
+                return all(phalanx.actor_info(h)["state"] == "DEAD" for h in owned)
+            except phalanx.PhalanxError:
+                return False  # the GCS is not serving yet
+        assert wait_for(released, timeout=60), [phalanx.actor_info(h) for h in owned]
+        for h in owned:
+            assert "OWNER_DIED" in phalanx.actor_info(h)["death_cause"], phalanx.actor_info(h)
+        print(f"\n[driver SIGKILL while the GCS was down] its actors dead "
+              f"{time.time() - back_at:.2f} s after the GCS was started again")
+        phalanx.kill(phalanx.get_actor("kept-g"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        # The restarted GCS serves the cluster's next tests; `phalanx stop` ends it.
+
+
 def test_a_stopped_driver_keeps_its_actors(cluster):
     """A driver that cannot run for longer than the node timeout (SIGSTOP, a starved machine)
     is not gone: its port still accepts, so its actors stay until the driver lease timeout;

@@ -533,5 +533,60 @@ TEST(DriverLeasesTest, ReleasesTheGoneAtOnceAndTheStoppedAfterTheLeaseTimeout) {
       << second[0];
 }
 
+// A GCS that restarts finds the leases its predecessor kept in the store: a driver that died
+// while the GCS was down is still released (before, its lease was only in the dead GCS's
+// memory, and its actors leaked). An ended lease is not kept.
+TEST(DriverLeasesTest, ALeaseOutlivesAGcsRestartThroughTheStore) {
+  auto store = NewInMemoryStore();
+  const int closed_port = FreePort();
+  DriverLeaseOptions options;
+  options.node_timeout = absl::Milliseconds(200);
+  options.knock_every = absl::Milliseconds(50);
+  auto renew = [&](DriverLeases& leases, const std::string& owner, bool release) {
+    rpc::RenewDriverLeaseRequest r;
+    r.set_owner_id(owner);
+    r.set_job_id("job-" + owner);
+    r.set_knock_address(absl::StrCat("127.0.0.1:", closed_port));
+    r.set_pid(7);
+    r.set_hostname("here");
+    r.set_release(release);
+    leases.Renew(r);
+  };
+  {
+    DriverLeases before(
+        options, [](auto&&...) {}, store.get());
+    renew(before, "died", false);
+    renew(before, "ended", false);
+    renew(before, "ended", true);
+  }  // the GCS stops
+  absl::Mutex mu;
+  std::vector<std::string> released;
+  DriverLeases after(
+      options,
+      [&](const std::string& owner, const std::string&, const std::string&) {
+        absl::MutexLock lock(&mu);
+        released.push_back(owner);
+      },
+      store.get());
+  ASSERT_TRUE(after.Load().ok());
+  EXPECT_EQ(after.size(), 1u);
+  absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline) {
+    after.Check();
+    {
+      absl::MutexLock lock(&mu);
+      if (!released.empty()) break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(released, std::vector<std::string>{"died"});
+  EXPECT_EQ(after.size(), 0u);
+  // Forgotten in the store too: a third GCS finds nothing.
+  auto rows = store->GetAll(kDriverLeaseTable);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_TRUE(rows->empty());
+}
+
 }  // namespace
 }  // namespace phalanx::gcs
