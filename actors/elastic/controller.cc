@@ -219,9 +219,12 @@ bool Controller::PlaceAndStart() {
     if (!ready.ok()) {
       std::string why(ready.message());
       if (absl::IsDeadlineExceeded(ready)) {
+        auto group = gcs_->GetPlacementGroup(pg_.id());
         why = absl::StrFormat(
-            "placing the ranks did not end within %.1f s (phases.placeSeconds: %g): %s",
-            absl::ToDoubleSeconds(absl::Now() - began), spec_.PlaceSeconds(), why);
+            "placing the ranks did not end within %.1f s (phases.placeSeconds: %g): placement "
+            "group %s is %s",
+            absl::ToDoubleSeconds(absl::Now() - began), spec_.PlaceSeconds(), ShortId(pg_.id()),
+            group.ok() && !group->pending_reason().empty() ? group->pending_reason() : "pending");
         Event("phase_timeout", why);
       }
       Condition("Failed", "Unplaceable", why);

@@ -734,6 +734,23 @@ TEST_F(ElasticTest, MalformedSpecsAreRefusedBeforeAnythingStarts) {
   EXPECT_TRUE(client_->ListJobs()->empty());
 }
 
+// phases.placeSeconds bounds the wait for room: the job fails Unplaceable, the event naming
+// the phase and the setting (by default the bound is failPolicy.belowMinTimeoutSeconds).
+TEST_F(ElasticTest, AJobThatCannotBePlacedFailsAfterPhasesPlaceSeconds) {
+  AddNode("node-a", 2);
+  JobSpec spec = Spec(3, 3, 3);
+  spec.below_min_timeout_s = 100;
+  spec.place_timeout_s = 2;
+  absl::Time began = absl::Now();
+  JobStatus s = Run(spec);
+  PrintEvents(s, "phase_timeout");
+  EXPECT_EQ(s.state, "FAILED") << FormatStatus(s);
+  EXPECT_TRUE(absl::StrContains(s.message, "(phases.placeSeconds: 2)")) << s.message;
+  EXPECT_TRUE(HasEvent(s, "phase_timeout", "placing the ranks did not end within"))
+      << FormatStatus(s);
+  EXPECT_LT(absl::Now() - began, absl::Seconds(60)) << FormatStatus(s);
+}
+
 TEST_F(ElasticTest, AJobWaitingForRoomStopsOnRequest) {
   // Three ranks of one CPU on a node of two: the reservation waits for room. `phalanx job
   // stop` ends the job there, STOPPED (before, it waited out belowMinTimeoutSeconds and
