@@ -19,6 +19,10 @@ bool Placed(const rpc::ActorInfo& a) {
          (a.state() == rpc::ACTOR_CREATING || a.state() == rpc::ACTOR_ALIVE);
 }
 
+// An actor whose process ended before it was created this many times in a row is not started
+// again: its program exits at once or does not host the class (CREATION_FAILED).
+constexpr int kExitsBeforeCreated = 3;
+
 bool RestartsLeft(const rpc::ActorInfo& a) {
   return a.max_restarts() == -1 || a.num_restarts() < a.max_restarts();
 }
@@ -282,6 +286,32 @@ void GcsActorManager::HandleDeathLocked(rpc::ActorInfo actor, rpc::DeathCause ca
   bool final_cause = cause.kind() == rpc::DeathCause::CREATION_FAILED ||
                      cause.kind() == rpc::DeathCause::OWNER_DIED ||
                      (cause.kind() == rpc::DeathCause::KILLED_BY_USER && actor.kill_no_restart());
+  if (actor.state() == rpc::ACTOR_CREATING &&
+      (cause.kind() == rpc::DeathCause::EXITED || cause.kind() == rpc::DeathCause::SIGNALED)) {
+    cause.set_before_created(true);
+    int in_a_row = 1;
+    for (auto it = actor.history().rbegin(); it != actor.history().rend() && it->before_created();
+         ++it) {
+      ++in_a_row;
+    }
+    if (!final_cause && in_a_row >= kExitsBeforeCreated) {
+      rpc::DeathCause failed;
+      failed.set_kind(rpc::DeathCause::CREATION_FAILED);
+      failed.set_time_ms(cause.time_ms());
+      failed.set_node_id(cause.node_id());
+      failed.set_before_created(true);
+      failed.set_message(absl::StrCat(
+          "its process ended before the actor was created, ", in_a_row,
+          " times in a row (last: ", rpc::DescribeCause(cause), "): ",
+          actor.code_path().empty()
+              ? absl::StrCat("does the worker register ", actor.class_name(), "?")
+              : absl::StrCat(actor.code_path(), " is not a Phalanx program that registers ",
+                             actor.class_name(), " (PHALANX_ACTOR), or it exits before it can")));
+      *actor.add_history() = cause;
+      cause = std::move(failed);
+      final_cause = true;
+    }
+  }
   if (!final_cause && RestartsLeft(actor)) {
     *actor.add_history() = cause;
     *actor.mutable_death_cause() = cause;
@@ -304,6 +334,7 @@ void GcsActorManager::HandleDeathLocked(rpc::ActorInfo actor, rpc::DeathCause ca
   actor.clear_worker_address();
   spdlog::info("{} is dead: {}", rpc::DescribeActor(actor), rpc::DescribeCause(cause));
   SaveLocked(actor, effects);
+  effects->dead.push_back(actor);
 }
 
 absl::Status GcsActorManager::ReportState(const rpc::ReportActorStateRequest& report, bool* stale) {
@@ -489,6 +520,9 @@ absl::Status GcsActorManager::Apply(Effects effects) {
     SyncAvailable(*scheduler_, nodes_, node_id);
   }
   if (effects.freed && on_freed_) on_freed_();
+  if (on_dead_) {
+    for (const auto& a : effects.dead) on_dead_(a);
+  }
   return persisted;
 }
 
@@ -553,6 +587,10 @@ void GcsActorManager::LeasesStalled(absl::Duration how_long) {
 
 void GcsActorManager::SetResourcesFreedCallback(std::function<void()> callback) {
   on_freed_ = std::move(callback);
+}
+
+void GcsActorManager::SetDeathCallback(std::function<void(const rpc::ActorInfo&)> callback) {
+  on_dead_ = std::move(callback);
 }
 
 void GcsActorManager::ScheduleNow() {

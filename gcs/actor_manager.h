@@ -77,6 +77,8 @@ class GcsActorManager {
   // Called (outside any lock) after actors gave resources back, so that waiting placement
   // groups can be tried again.
   void SetResourcesFreedCallback(std::function<void()> callback);
+  // Called (outside any lock) with the record of each actor that died for good.
+  void SetDeathCallback(std::function<void(const rpc::ActorInfo&)> callback);
 
   // Tries the pending actors again (resources were freed, or bundles reserved).
   void ScheduleNow();
@@ -116,6 +118,7 @@ class GcsActorManager {
     std::vector<std::pair<std::string, rpc::KillActorRequest>> kills;  // address, request
     std::vector<std::string> availability_changed;                     // node ids
     bool freed = false;                                                // resources were given back
+    std::vector<rpc::ActorInfo> dead;                                  // died for good
     std::vector<PendingWrite> writes;  // the records changed, in order: persisted before acting
   };
 
@@ -144,6 +147,7 @@ class GcsActorManager {
   TimerQueue timers_;
   std::function<absl::Status(const std::string&, int, const Resources&)> pg_check_;
   std::function<void()> on_freed_;
+  std::function<void(const rpc::ActorInfo&)> on_dead_;
 
   mutable absl::Mutex mu_;
   Table<rpc::ActorInfo> actors_ ABSL_GUARDED_BY(mu_);

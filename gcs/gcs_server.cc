@@ -131,6 +131,7 @@ class GcsServerImpl final : public GcsServer {
           return placement_groups_.CheckActorBundle(pg_id, index, request);
         });
     actors_.SetResourcesFreedCallback([this] { placement_groups_.ScheduleNow(); });
+    actors_.SetDeathCallback([this](const rpc::ActorInfo& a) { job_manager_.OnActorDead(a); });
   }
 
   ~GcsServerImpl() override { Shutdown(); }

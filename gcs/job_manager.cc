@@ -25,6 +25,7 @@
 #include "runtime/common/session.h"
 #include "runtime/common/system.h"
 #include "runtime/common/upload.h"
+#include "runtime/rpc/describe.h"
 
 namespace phalanx::gcs {
 namespace {
@@ -367,7 +368,22 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::Stop(const std::string& job_id, doub
   if (Finished(job->state())) return *job;
   if (const JobKind* kind = KindOf(*job)) {
     if (auto s = kind->RequestStop(*job, *kv_); !s.ok()) return s;
-    return *job;
+    // The controller takes the request at its next look; one that does not run (its program
+    // exits at once, it is still being created, or restarting) cannot, and the job ends here.
+    auto controller = job->controller_actor_id().empty() ? std::nullopt
+                                                         : actors_->Get(job->controller_actor_id());
+    if (!controller || controller->state() != rpc::ACTOR_ALIVE) {
+      EndKindJob(job_id, rpc::JOB_STOPPED,
+                 absl::StrCat("stopped on request; its controller was ",
+                              controller ? rpc::StateName(controller->state()) : "not started",
+                              controller && controller->num_restarts() > 0
+                                  ? absl::StrCat(" after ", controller->num_restarts(),
+                                                 " restart(s), last: ",
+                                                 rpc::DescribeCause(controller->death_cause()))
+                                  : ""));
+    }
+    auto stored = jobs_->Get(job_id);
+    return stored ? *stored : *job;
   }
   if (job->kind() != "driver") {
     return absl::FailedPreconditionError(
@@ -394,6 +410,37 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::Stop(const std::string& job_id, doub
   }
   auto stored = jobs_->Get(job_id);
   return stored ? *stored : *job;
+}
+
+void GcsJobManager::OnActorDead(const rpc::ActorInfo& actor) {
+  if (actor.job_id().empty()) return;
+  auto job = jobs_->Get(actor.job_id());
+  if (!job || Finished(job->state()) || job->controller_actor_id() != actor.actor_id()) return;
+  EndKindJob(
+      job->job_id(), rpc::JOB_FAILED,
+      absl::StrCat("the job's controller cannot run: ", rpc::DescribeCause(actor.death_cause())));
+}
+
+void GcsJobManager::EndKindJob(const std::string& job_id, rpc::JobState state,
+                               const std::string& message) {
+  bool ended = false;
+  jobs_
+      ->Update(job_id,
+               [&](rpc::JobInfo* j, bool exists) {
+                 if (!exists || Finished(j->state())) return false;
+                 j->set_state(state);
+                 j->set_end_time_ms(NowMs());
+                 j->set_message(message);
+                 ended = true;
+                 return true;
+               })
+      .IgnoreError();
+  if (!ended) return;
+  spdlog::warn("job {}: {}", job_id, message);
+  for (const auto& a : actors_->List(job_id)) {
+    if (a.state() != rpc::ACTOR_DEAD)
+      actors_->Kill(a.actor_id(), /*no_restart=*/true).IgnoreError();
+  }
 }
 
 absl::StatusOr<rpc::JobInfo> GcsJobManager::Scale(const rpc::ScaleJobRequest& request) {

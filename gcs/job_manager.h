@@ -72,6 +72,9 @@ class GcsJobManager {
       const std::function<bool(rpc::UploadChunk*)>& next);
   absl::StatusOr<rpc::JobInfo> Submit(const rpc::SubmitJobRequest& request);
   absl::StatusOr<rpc::JobInfo> Stop(const std::string& job_id, double grace_s);
+  // An actor died for good: if it was the controller of a job of a kind (elastic) that has not
+  // ended, the job fails with its cause (nothing else would end it).
+  void OnActorDead(const rpc::ActorInfo& actor);
   // Passes a scale request to the job's kind (FailedPrecondition for a driver job).
   absl::StatusOr<rpc::JobInfo> Scale(const rpc::ScaleJobRequest& request);
   absl::Status Report(const rpc::ReportJobRequest& report);
@@ -114,6 +117,9 @@ class GcsJobManager {
               const std::string& message);
   // A job whose runner is gone: its result file, or FAILED.
   void Reconcile(const rpc::JobInfo& job);
+  // Ends a job of a kind whose controller cannot: kills its live actors (the controller and
+  // its ranks) and records `state` with `message`.
+  void EndKindJob(const std::string& job_id, rpc::JobState state, const std::string& message);
   void WatchLoop();
 
   RecordTable<rpc::JobInfo>* jobs_;

@@ -403,9 +403,20 @@ void Controller::Train() {
     if (members_.empty()) {
       // Nothing left (or nothing yet): wait for ranks; once they are up, start from the last
       // checkpoint (or from the start).
-      absl::Time waited_from = absl::Now();
-      WaitForJoiners(spec_.min_replicas, absl::Seconds(spec_.below_min_timeout_s));
+      // The wait is timed from when the job had no rank (a replacement that failed to start
+      // ends one wait early; the next waits for the rest of the time).
+      if (below_min_since_ == absl::InfiniteFuture()) below_min_since_ = absl::Now();
+      absl::Time waited_from = below_min_since_;
+      absl::Duration bound = absl::Seconds(spec_.below_min_timeout_s);
+      WaitForJoiners(spec_.min_replicas, waited_from + bound - absl::Now());
       if (recorder_.StopAsked()) continue;  // the loop's top ends it
+      // Those that failed to start go (their policy starts others, or fails the job).
+      DropFailedJoiners();
+      if (failed_) break;
+      if (ReadyJoiners() < spec_.min_replicas && !joining_.empty() &&
+          absl::Now() - waited_from < bound) {
+        continue;  // replacements are coming
+      }
       if (ReadyJoiners() < spec_.min_replicas) {
         Fail(absl::StrCat("fewer than minReplicas (", spec_.min_replicas,
                           ") ranks could be started: ", ReadyJoiners(), " ready after ",

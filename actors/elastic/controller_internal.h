@@ -297,6 +297,9 @@ class Controller {
   // placed is restarted as hung, its policy deciding (a rank waiting for room is not timed:
   // that is the job's below-min wait).
   void ExpireJoiners();
+  // New ranks whose setup failed (or whose call broke): each is handled as a death (its
+  // policy starts another, or fails the job).
+  void DropFailedJoiners();
   // Rank 0's answer to `call` (a checkpoint's save or load), within `phase`'s bound, waited for
   // through AwaitCalls (a frozen rank 0 is killed as hung, "<...> `when`").
   absl::StatusOr<int64_t> Rank0Answer(const ObjectRef<int64_t>& call, const std::string& when,

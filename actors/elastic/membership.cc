@@ -525,26 +525,34 @@ void Controller::ExpireJoiners() {
   }
 }
 
+void Controller::DropFailedJoiners() {
+  for (auto it = joining_.begin(); it != joining_.end();) {
+    absl::Status s = it->setup.Ready() ? Get(it->setup).status() : absl::OkStatus();
+    if (s.ok()) {
+      ++it;
+      continue;
+    }
+    // Its Setup failed, or its death has not reached the GCS yet, or its connection broke
+    // while it lives on: it goes, and its policy starts another (else the job would stay
+    // below its target with nothing to bring it back). One that could not be created (its
+    // class is not in the program) fails the job.
+    Event("spawn_failed", absl::StrCat("a new rank failed to start: ", s.message()));
+    Member failed = std::move(*it);
+    it = joining_.erase(it);
+    bool answered = s.code() != absl::StatusCode::kUnavailable;
+    HandleDeath(failed, MakeSureDead(failed, answered), /*world_before=*/-1);
+  }
+}
+
 Controller::Change Controller::Boundary() {
   TakeRequests();
   ExpireJoiners();
-  // Joiners: ready ones join (up to the target); dead ones are handled like deaths.
+  DropFailedJoiners();
+  // Joiners: ready ones join (up to the target).
   std::vector<Member> ready;
   for (auto it = joining_.begin(); it != joining_.end();) {
     if (!it->setup.Ready()) {
       ++it;
-      continue;
-    }
-    absl::Status s = Get(it->setup).status();
-    if (!s.ok()) {
-      // Its Setup failed, or its death has not reached the GCS yet, or its connection broke
-      // while it lives on: it goes, and its policy starts another (else the job would stay
-      // below its target with nothing to bring it back).
-      Event("spawn_failed", absl::StrCat("a new rank failed to start: ", s.message()));
-      Member failed = std::move(*it);
-      it = joining_.erase(it);
-      bool answered = s.code() != absl::StatusCode::kUnavailable;
-      HandleDeath(failed, MakeSureDead(failed, answered), /*world_before=*/-1);
       continue;
     }
     ready.push_back(std::move(*it));

@@ -396,6 +396,45 @@ config: {stepMs: "5", dims: "8"}
   EXPECT_TRUE(absl::StrContains(no_code.output, "codePath: empty")) << no_code.output;
 }
 
+// A wrong program fails fast and says why (issue 49): a codePath that exits at once (its
+// controller was restarted 2,658 times in 4 minutes, and `job stop` could not end it), and a
+// trainer class the program does not register (the job sat RUNNING at world size 0).
+TEST_F(JobTest, AWrongProgramOrTrainerFailsTheJobAtOnceNamingIt) {
+  testing::TempDir specs;
+  const std::string rest =
+      "replicas: 2\nresources: {CPU: 0.5}\ndata: {numSamples: 64, globalBatch: 8}\nsteps: 10\n";
+  ASSERT_TRUE(WriteFile(specs.path() + "/true.yaml",
+                        "name: truejob\ntrainer: RegressionTrainer\ncodePath: /bin/true\n" + rest)
+                  .ok());
+  absl::Time began = absl::Now();
+  auto exits = Phalanx({"job", "submit", "-f", specs.path() + "/true.yaml"}, {}, absl::Seconds(90));
+  EXPECT_EQ(exits.exit_code, 1) << exits.output;
+  EXPECT_TRUE(absl::StrContains(exits.output, "3 times in a row (last: EXITED(0))"))
+      << exits.output;
+  EXPECT_TRUE(absl::StrContains(exits.output, "/bin/true is not a Phalanx program"))
+      << exits.output;
+  std::printf("codePath /bin/true: FAILED %.1f s after submit\n",
+              absl::ToDoubleSeconds(absl::Now() - began));
+
+  ASSERT_TRUE(WriteFile(specs.path() + "/nosuch.yaml",
+                        absl::StrCat("name: nosuch\ntrainer: NoSuchTrainer\ncodePath: ",
+                                     testing::BinDir(), "/elastic_regression\n", rest))
+                  .ok());
+  began = absl::Now();
+  auto unknown =
+      Phalanx({"job", "submit", "-f", specs.path() + "/nosuch.yaml"}, {}, absl::Seconds(90));
+  EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
+  EXPECT_TRUE(absl::StrContains(unknown.output, "class NoSuchTrainer is not registered"))
+      << unknown.output;
+  EXPECT_TRUE(absl::StrContains(unknown.output, "registered: ElasticController, RegressionTrainer"))
+      << unknown.output;
+  std::printf("trainer NoSuchTrainer: FAILED %.1f s after submit\n",
+              absl::ToDoubleSeconds(absl::Now() - began));
+  // Nothing is left running.
+  auto actors = Phalanx({"list", "actors"});
+  EXPECT_FALSE(absl::StrContains(actors.output, "ALIVE")) << actors.output;
+}
+
 }  // namespace
 }  // namespace phalanx
 
