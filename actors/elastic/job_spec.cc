@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "runtime/rpc/rpc.h"
 
 namespace phalanx::elastic {
 namespace {
@@ -247,6 +248,11 @@ absl::Status ReadPhases(const YAML::Node& ph, JobSpec* spec_out) {
 absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root);
 
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml) {
+  if (yaml.size() > rpc::kMaxJobSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job spec of ", yaml.size(), " bytes: a spec is at most ", rpc::kMaxJobSpecBytes >> 10,
+        " KiB (put large data in files the trainer reads, and name them in config)"));
+  }
   try {
     return ParseSpecNode(YAML::Load(yaml));
   } catch (const YAML::Exception& e) {
@@ -398,7 +404,15 @@ absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root) {
   }
   if (YAML::Node c = root["config"]) {
     if (!c.IsMap()) return Bad("config", "not a map", "give key: value pairs");
-    for (const auto& kv : c) spec.config[kv.first.as<std::string>()] = Scalar(kv.second);
+    for (const auto& kv : c) {
+      std::string key = kv.first.as<std::string>();
+      if (!kv.second.IsScalar() && !kv.second.IsNull()) {
+        // Its value would be dropped (the trainer reads strings), and an alias bomb hides here.
+        return Bad(absl::StrCat("config.", key), kv.second.IsMap() ? "a map" : "a list",
+                   "give a string (a trainer reads its config as strings), e.g. key: \"1,2,3\"");
+      }
+      spec.config[key] = Scalar(kv.second);
+    }
   }
   if (YAML::Node p = root["faultTolerantPolicy"]) {
     if (!p.IsSequence()) {
@@ -470,6 +484,11 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
       return Bad(field, absl::StrCat("'", absl::CHexEscape(*text), "' is not UTF-8"),
                  "write the spec as UTF-8 text");
     }
+  }
+  if (spec.name.size() > kMaxJobNameLength) {
+    return Bad("name", absl::StrCat(spec.name.size(), " characters"),
+               absl::StrCat("use at most ", kMaxJobNameLength,
+                            " (the job id is the name and 7 more characters, at most 64)"));
   }
   for (char c : spec.name) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {

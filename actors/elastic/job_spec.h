@@ -143,6 +143,9 @@ struct JobSpec {
   int64_t TotalSteps() const;
 };
 
+// The job id is the name, '-' and 6 hex digits, and ids are at most 64 characters.
+inline constexpr size_t kMaxJobNameLength = 57;
+
 // Parses and validates a YAML spec. Errors name the field, the value and the fix.
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml);
 absl::Status ValidateJobSpec(const JobSpec& spec);

@@ -22,6 +22,7 @@
 #include "runtime/common/system.h"
 #include "runtime/rpc/describe.h"
 #include "runtime/rpc/job_status.h"
+#include "runtime/rpc/rpc.h"
 #include "runtime/rpc/tls.h"
 
 namespace phalanx::cli {
@@ -355,10 +356,16 @@ int RunJobSubmit(const JobSubmitOptions& o) {
                                 "give either -f JOB.yaml (an elastic job) or an entrypoint "
                                 "after `--`, not both"));
     }
-    auto yaml = ReadFile(o.spec_file);
+    auto yaml = ReadFileAtMost(o.spec_file, rpc::kMaxJobSpecBytes);
     if (!yaml.ok()) {
-      return Fail("submit", absl::InvalidArgumentError(
-                                absl::StrCat("-f ", o.spec_file, ": ", yaml.status().message())));
+      return Fail("submit",
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "-f ", o.spec_file, ": ", yaml.status().message(),
+                      absl::IsOutOfRange(yaml.status())
+                          ? absl::StrCat(" (a job spec is at most ", rpc::kMaxJobSpecBytes >> 10,
+                                         " KiB: put large data in files the trainer "
+                                         "reads)")
+                          : "")));
     }
     // The GCS checks it (errors name the field); relative paths in it (codePath) are
     // relative to the spec file.

@@ -26,6 +26,21 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return out.str();
 }
 
+absl::StatusOr<std::string> ReadFileAtMost(const std::string& path, size_t max) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no such file: ", path));
+    return absl::UnavailableError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  }
+  std::string out(max + 1, '\0');
+  in.read(out.data(), static_cast<std::streamsize>(out.size()));
+  out.resize(static_cast<size_t>(in.gcount()));
+  if (out.size() > max) {
+    return absl::OutOfRangeError(absl::StrCat(path, " holds more than ", max, " bytes"));
+  }
+  return out;
+}
+
 absl::Status WriteFile(const std::string& path, const std::string& content, mode_t mode) {
   std::string tmp = absl::StrCat(path, ".tmp.", getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);

@@ -13,6 +13,9 @@ namespace phalanx {
 
 // Returns the whole content of `path`, or NotFound / an I/O error naming the path.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
+// At most `max` bytes of `path`; OutOfRange when it holds more (a device such as /dev/zero
+// included: no more than max + 1 bytes are read).
+absl::StatusOr<std::string> ReadFileAtMost(const std::string& path, size_t max);
 
 // Writes `content` to `path` atomically (a temporary file renamed over it) with file mode
 // `mode`. The mode is applied before any byte is written, so a secret never sits in a

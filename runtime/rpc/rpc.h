@@ -26,6 +26,10 @@ inline constexpr char kTokenHeader[] = "x-phalanx-token";
 // Working dirs reach the GCS as a stream of chunks (UploadWorkingDir), not as one message.
 inline constexpr int64_t kMaxControlMessageBytes = 64ll << 20;
 inline constexpr int64_t kMaxCallMessageBytes = 512ll << 20;
+// An elastic job's spec (its YAML text) is at most this large: the CLI reads no more of a
+// file (`-f /dev/zero` ends there), and the GCS parses no more (a 10 MB spec grew it by
+// 430 MiB). Large data goes in files the trainer reads.
+inline constexpr size_t kMaxJobSpecBytes = 256u << 10;
 
 // Puts the token, a deadline of now + `timeout` and wait-for-ready on a client context.
 // wait_for_ready makes a call wait (up to its deadline) for a server that is restarting,

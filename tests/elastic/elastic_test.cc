@@ -708,6 +708,24 @@ TEST_F(ElasticTest, MalformedSpecsAreRefusedBeforeAnythingStarts) {
   auto silent_again = ParseJobSpec(JobSpecToYaml(*silent));
   ASSERT_TRUE(silent_again.ok()) << silent_again.status();
   EXPECT_EQ(silent_again->hang_silent_s, 2.5);
+  // Limits: a name the job id cannot hold, a spec over its size, a config value that is not a
+  // string (where a YAML alias bomb hid, and its values were dropped).
+  auto long_name = ParseJobSpec("name: " + std::string(58, 'a') +
+                                "\ntrainer: T\nreplicas: 1\ndata: {numSamples: 10, globalBatch: "
+                                "4}\nsteps: 5\n");
+  ASSERT_FALSE(long_name.ok());
+  EXPECT_NE(long_name.status().message().find("'name': 58 characters"), std::string::npos)
+      << long_name.status();
+  auto huge = ParseJobSpec(job + "config: {k: \"" + std::string(300 << 10, 'x') + "\"}\n");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("a spec is at most 256 KiB"), std::string::npos)
+      << huge.status();
+  auto bomb = ParseJobSpec(job +
+                           "config:\n  a: &a [lol, lol, lol]\n  b: &b [*a, *a, *a]\n"
+                           "  c: [*b, *b, *b]\n");
+  ASSERT_FALSE(bomb.ok());
+  EXPECT_NE(bomb.status().message().find("'config.a': a list"), std::string::npos)
+      << bomb.status();
   // phases: each bound in seconds > 0; an unknown phase is named; kept through the round trip.
   auto phase_typo = ParseJobSpec(job + "phases: {startSecs: 5}\n");
   ASSERT_FALSE(phase_typo.ok());

@@ -318,6 +318,13 @@ TEST_F(JobTest, BadInputGetsClearErrors) {
   EXPECT_EQ(wrong_token.exit_code, 1);
   EXPECT_TRUE(absl::StrContains(wrong_token.output, "wrong cluster token")) << wrong_token.output;
 
+  // A spec file that never ends: the CLI reads no more than the spec limit (before, it read
+  // until std::bad_alloc).
+  auto endless = Phalanx({"job", "submit", "-f", "/dev/zero"}, {}, absl::Seconds(30));
+  EXPECT_EQ(endless.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(endless.output, "a job spec is at most 256 KiB"))
+      << endless.output;
+
   auto bad_env = Phalanx({"job", "submit", "--env", "NOVALUE", "--", "true"});
   EXPECT_TRUE(absl::StrContains(bad_env.output, "--env 'NOVALUE': write it as NAME=VALUE"))
       << bad_env.output;
