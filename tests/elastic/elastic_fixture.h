@@ -162,6 +162,18 @@ class ElasticTest : public testing::ClusterTest {
     EXPECT_EQ(hi, spec.data_epochs) << "a sample was used more than once in a pass";
   }
 
+  // A phase ran past its bound (`phase` and `setting` in its event), the stuck rank was
+  // restarted, and the job healed to `world`.
+  void ExpectPhaseTimedOutAndHealed(const JobStatus& s, const JobSpec& spec,
+                                    const std::vector<double>& baseline, int world,
+                                    const std::string& phase, const std::string& setting) {
+    PrintEvents(s, "phase_timeout");
+    ExpectHealed(s, spec, baseline, world);
+    EXPECT_TRUE(HasEvent(s, "phase_timeout", phase)) << FormatStatus(s);
+    EXPECT_TRUE(HasEvent(s, "phase_timeout", setting)) << FormatStatus(s);
+    EXPECT_GE(s.restarts, 1) << FormatStatus(s);
+  }
+
   // Checkpoints every 10 steps into <test dir>/ckpt, and RegressionTrainer's exitTrigger (a
   // rank exits when it next loads a state once <prefix>.<rank> or <prefix>.any exists): returns
   // the prefix.
