@@ -158,6 +158,7 @@ void ActorClient::WriteQueuedLocked() {
       c->set_method(call.method);
       c->set_args(call.args);
       c->set_encoding(call.encoding);
+      call.sent = true;
       inflight_.emplace(call.seq, std::move(call));
     }
     queue_.clear();
@@ -277,7 +278,17 @@ void ActorClient::SettleOrphansLocked() {
     FailAllLocked(DeadStatusLocked());
     return;
   }
-  if (orphans_.empty() || info_.num_restarts() <= lost_attempt_) return;
+  if (info_.num_restarts() <= lost_attempt_) return;
+  // Calls queued to go again to the lost worker (a connection lost) are orphans of it too.
+  for (auto it = queue_.begin(); lost_attempt_ >= 0 && it != queue_.end();) {
+    if (!it->sent) {
+      ++it;
+      continue;
+    }
+    orphans_.emplace(it->seq, std::move(*it));
+    it = queue_.erase(it);
+  }
+  if (orphans_.empty()) return;
   // The worker the orphans went to is gone and a newer attempt exists (or is coming).
   std::deque<Call> retry;
   for (auto& [seq, call] : orphans_) {
@@ -290,6 +301,7 @@ void ActorClient::SettleOrphansLocked() {
       continue;
     }
     if (call.retries_left > 0) --call.retries_left;
+    call.sent = false;  // not yet to the new worker
     retry.push_back(std::move(call));
   }
   orphans_.clear();

@@ -55,6 +55,9 @@ class ActorClient : public std::enable_shared_from_this<ActorClient> {
     int encoding;
     int retries_left;  // -1: forever
     std::shared_ptr<ObjectState> result;
+    // Sent to a worker before (queued again to go to the same worker on a new connection):
+    // if that worker is replaced first, it counts as a retry.
+    bool sent = false;
   };
   struct Connection;
 
