@@ -11,15 +11,13 @@ void ResultSink::Expect(const rpc::CallBatch& batch) {
   for (const auto& call : batch.calls()) expected_.insert(call.seq());
 }
 
-bool ResultSink::PushMany(std::vector<rpc::CallResult> results) {
+void ResultSink::PushMany(std::vector<rpc::CallResult> results) {
   absl::MutexLock lock(&mu_);
-  bool any = false;
   for (auto& r : results) {
     if (closed_ || expected_.erase(r.seq()) == 0) continue;
     queue_.push_back(std::move(r));
-    any = true;
   }
-  if (writing_) return any;
+  if (writing_) return;
   writing_ = true;
   while (!queue_.empty()) {
     rpc::ResultBatch batch;
@@ -32,7 +30,6 @@ bool ResultSink::PushMany(std::vector<rpc::CallResult> results) {
     broken_ = broken_ || broken;
   }
   writing_ = false;
-  return any && !broken_;
 }
 
 void ResultSink::Supersede() {
@@ -147,12 +144,6 @@ void CallLedger::ExpireLocked(absl::Time now) {
     bool idle = c.sink == nullptr && c.running.empty() && c.kept.empty();
     it = idle && now - c.last_seen > kCallResultKeep ? callers_.erase(it) : std::next(it);
   }
-}
-
-size_t CallLedger::KeptForTest(const std::string& caller) {
-  absl::MutexLock lock(&mu_);
-  auto it = callers_.find(caller);
-  return it == callers_.end() ? 0 : it->second.kept.size();
 }
 
 }  // namespace phalanx::worker

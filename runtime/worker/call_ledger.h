@@ -38,9 +38,9 @@ class ResultSink {
 
   // The calls of a batch that came on this stream: each is answered on it once.
   void Expect(const rpc::CallBatch& batch);
-  // Writes those of `results` this stream expects; false for a stream that expects none of
-  // them (closed, superseded or broken: the caller gets them from the ledger if it asks).
-  bool PushMany(std::vector<rpc::CallResult> results);
+  // Writes those of `results` this stream expects (the others, and any once it is closed or
+  // broken, the caller gets from the ledger if it sends their calls again).
+  void PushMany(std::vector<rpc::CallResult> results);
   // A newer stream of the caller answers the calls still out.
   void Supersede();
   // Until every expected call answered, or Supersede.
@@ -73,8 +73,6 @@ class CallLedger {
   // Calls of `caller` ended: their results go to its newest stream and are kept until
   // acknowledged.
   void Done(const std::string& caller, std::vector<rpc::CallResult> results);
-
-  size_t KeptForTest(const std::string& caller);
 
  private:
   struct Kept {
