@@ -432,8 +432,45 @@ class RedisStore : public Store {
         if (auto acked = CheckReplicaAck(ctx, reply.get()); !acked.ok()) return acked;
       }
     }
+    if (refused < static_cast<int>(batch.size())) {
+      if (auto s = CheckAofWritten(ctx); !s.ok()) {
+        if (absl::IsUnavailable(s)) return s;
+        // Applied in Redis's memory, not on its disk: not acknowledged. A later write is
+        // refused (MISCONF) until Redis writes its log again.
+        for (size_t i = 0; i < batch.size(); ++i) {
+          if (!results[i].ok()) continue;
+          spdlog::error("Redis took {} of {}/{} but could not append it to its log: {}",
+                        batch[i].put ? "HSET" : "HDEL", TableOf(batch[i]), batch[i].key,
+                        s.message());
+          results[i] = absl::FailedPreconditionError(absl::StrCat(
+              "not persisted: ", TableOf(batch[i]), "/", batch[i].key, ": ", s.message()));
+          ++refused;
+        }
+      }
+    }
     failed_writes_.fetch_add(refused, std::memory_order_relaxed);
     return results;
+  }
+
+  // Whether Redis wrote what it was sent to its append-only file. Redis appends a command's
+  // effect to the file before it sends the command's reply, but when the append fails (a full
+  // disk) it sends the reply all the same and only notes the failure (aof_last_write_status);
+  // the writes after it are refused (MISCONF). So, once a batch's replies are in, a second
+  // round trip asks: OK when the append went well (or the AOF is off), FailedPrecondition
+  // naming the failure otherwise, Unavailable when the connection broke.
+  absl::Status CheckAofWritten(redisContext* ctx) {
+    Reply info(static_cast<redisReply*>(redisCommand(ctx, "INFO persistence")));
+    if (!info) return absl::UnavailableError(absl::StrCat(Where(ctx), ": ", ctx->errstr));
+    if (info->type != REDIS_REPLY_STRING) {
+      return absl::OkStatus();  // INFO renamed or refused: nothing more to learn
+    }
+    absl::string_view text(info->str, info->len);
+    if (!absl::StrContains(text, "aof_enabled:1")) return absl::OkStatus();
+    if (!absl::StrContains(text, "aof_last_write_status:err")) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Redis at ", Where(ctx),
+        " could not write its append-only file (aof_last_write_status:err; is its disk full?), "
+        "so a restart of Redis would lose the write; free space on the disk of Redis's dir"));
   }
 
   // The number of connected replicas in a primary's ROLE reply.

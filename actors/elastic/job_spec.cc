@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "runtime/common/utf8.h"
 #include "runtime/rpc/rpc.h"
 
 namespace phalanx::elastic {
@@ -24,39 +25,6 @@ absl::Status Bad(const std::string& field, const std::string& value, const std::
 }
 
 const std::set<std::string> kEvents = {"oom", "nodeDied", "straggler", "hang", "exited"};
-
-// True when `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past
-// U+10FFFF). JobSpecToYaml's emitter cannot write other bytes so that they parse back.
-bool IsUtf8(absl::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    int extra;
-    uint32_t cp;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      extra = 1, cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      extra = 2, cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      extra = 3, cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (s.size() - i <= static_cast<size_t>(extra)) return false;  // cut short
-    for (int k = 1; k <= extra; ++k) {
-      const auto b = static_cast<unsigned char>(s[i + k]);
-      if ((b & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += extra + 1;
-  }
-  return true;
-}
 
 absl::StatusOr<Action> ParseAction(const std::string& field, const std::string& text) {
   if (text == "restart") return Action::kRestart;
@@ -247,6 +215,32 @@ absl::Status ReadPhases(const YAML::Node& ph, JobSpec* spec_out) {
 
 absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root);
 
+namespace {
+
+// A spec's nodes as a reader that follows every alias sees them. Anchors and aliases let a
+// few lines stand for billions of nodes (a "billion laughs" document); a spec past this is
+// refused before anything walks it.
+constexpr int64_t kMaxSpecNodes = 100000;
+
+// Counts `node` and what it holds into *count, and stops once it passes kMaxSpecNodes.
+void CountNodes(const YAML::Node& node, int64_t* count) {
+  if (++*count > kMaxSpecNodes) return;
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      CountNodes(kv.first, count);
+      CountNodes(kv.second, count);
+      if (*count > kMaxSpecNodes) return;
+    }
+  } else if (node.IsSequence()) {
+    for (const auto& item : node) {
+      CountNodes(item, count);
+      if (*count > kMaxSpecNodes) return;
+    }
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml) {
   if (yaml.size() > rpc::kMaxJobSpecBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -254,7 +248,16 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml) {
         " KiB (put large data in files the trainer reads, and name them in config)"));
   }
   try {
-    return ParseSpecNode(YAML::Load(yaml));
+    YAML::Node root = YAML::Load(yaml);
+    int64_t nodes = 0;
+    CountNodes(root, &nodes);
+    if (nodes > kMaxSpecNodes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job spec expands to more than ", kMaxSpecNodes,
+          " YAML nodes once its aliases (*name) are followed: write the values out, or put "
+          "large data in files the trainer reads"));
+    }
+    return ParseSpecNode(root);
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("job spec is not valid YAML (line ",
                                                    e.mark.line + 1, ", column ", e.mark.column + 1,
@@ -480,7 +483,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     texts.push_back({absl::StrCat("config.", key), &value});
   }
   for (const auto& [field, text] : texts) {
-    if (!IsUtf8(*text)) {
+    if (FirstInvalidUtf8(*text) != absl::string_view::npos) {
       return Bad(field, absl::StrCat("'", absl::CHexEscape(*text), "' is not UTF-8"),
                  "write the spec as UTF-8 text");
     }

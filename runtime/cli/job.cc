@@ -20,6 +20,7 @@
 #include "runtime/common/ids.h"
 #include "runtime/common/session.h"
 #include "runtime/common/system.h"
+#include "runtime/common/utf8.h"
 #include "runtime/rpc/describe.h"
 #include "runtime/rpc/job_status.h"
 #include "runtime/rpc/rpc.h"
@@ -366,6 +367,13 @@ int RunJobSubmit(const JobSubmitOptions& o) {
                                          " KiB: put large data in files the trainer "
                                          "reads)")
                           : "")));
+    }
+    // A request carries text as UTF-8 only: a bad byte is named here, with its line and field.
+    if (size_t bad = FirstInvalidUtf8(*yaml); bad != absl::string_view::npos) {
+      return Fail("submit",
+                  absl::InvalidArgumentError(absl::StrCat("-f ", o.spec_file, ": not UTF-8 at ",
+                                                          DescribeInvalidUtf8(*yaml, bad),
+                                                          ": write the spec as UTF-8 text")));
     }
     // The GCS checks it (errors name the field); relative paths in it (codePath) are
     // relative to the spec file.

@@ -8,9 +8,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iostream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "tests/elastic/elastic_fixture.h"
 
 using phalanx::examples::RegressionTrainer;
@@ -717,6 +719,22 @@ TEST_F(ElasticTest, MalformedSpecsAreRefusedBeforeAnythingStarts) {
                            "  c: [*b, *b, *b]\n");
   ASSERT_FALSE(bomb.ok());
   EXPECT_NE(bomb.status().message().find("'config.a': a list"), std::string::npos) << bomb.status();
+  // A "billion laughs": six levels of ten aliases each, a million nodes from 7 lines, refused
+  // before anything walks them.
+  std::string laughs = "x0: &a0 [l, l, l, l, l, l, l, l, l, l]\n";
+  for (int i = 1; i <= 6; ++i) {
+    std::string prev = absl::StrCat("*a", i - 1);
+    laughs += absl::StrCat("x", i, ": &a", i, " [",
+                           absl::StrJoin(std::vector<std::string>(10, prev), ", "), "]\n");
+  }
+  absl::Time parsing = absl::Now();
+  auto laughed = ParseJobSpec(job + laughs);
+  ASSERT_FALSE(laughed.ok());
+  EXPECT_NE(laughed.status().message().find("expands to more than 100000 YAML nodes"),
+            std::string::npos)
+      << laughed.status();
+  std::cout << "# a billion-laughs spec refused in " << absl::FormatDuration(absl::Now() - parsing)
+            << "\n";
   // phases: each bound in seconds > 0; an unknown phase is named; kept through the round trip.
   auto phase_typo = ParseJobSpec(job + "phases: {startSecs: 5}\n");
   ASSERT_FALSE(phase_typo.ok());

@@ -324,6 +324,18 @@ TEST_F(JobTest, BadInputGetsClearErrors) {
   EXPECT_EQ(endless.exit_code, 1);
   EXPECT_TRUE(absl::StrContains(endless.output, "a job spec is at most 256 KiB")) << endless.output;
 
+  // A byte that is not UTF-8: named with its line, column and field, before anything is sent
+  // (before, a protobuf log line named none of them).
+  testing::TempDir latin1_dir;
+  ASSERT_TRUE(WriteFile(latin1_dir.path() + "/latin1.yaml",
+                        "name: x\ntrainer: T\nconfig:\n  city: \"Z\xfcrich\"\n")
+                  .ok());
+  auto latin1 = Phalanx({"job", "submit", "-f", latin1_dir.path() + "/latin1.yaml"});
+  EXPECT_EQ(latin1.exit_code, 1);
+  EXPECT_TRUE(
+      absl::StrContains(latin1.output, "not UTF-8 at line 4, column 11 (byte 0xfc) in 'city'"))
+      << latin1.output;
+
   auto bad_env = Phalanx({"job", "submit", "--env", "NOVALUE", "--", "true"});
   EXPECT_TRUE(absl::StrContains(bad_env.output, "--env 'NOVALUE': write it as NAME=VALUE"))
       << bad_env.output;

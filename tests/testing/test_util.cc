@@ -104,8 +104,13 @@ int ChildProcess::WaitExit(absl::Duration timeout) {
   return -1;
 }
 
-RedisServer::RedisServer(const std::string& password, bool aof, std::string appendfsync)
-    : port_(FreePort()), password_(password), aof_(aof), appendfsync_(std::move(appendfsync)) {
+RedisServer::RedisServer(const std::string& password, bool aof, std::string appendfsync,
+                         std::string data_dir)
+    : port_(FreePort()),
+      password_(password),
+      aof_(aof),
+      appendfsync_(std::move(appendfsync)),
+      data_dir_(data_dir.empty() ? dir_.path() : std::move(data_dir)) {
   Start();
 }
 
@@ -116,7 +121,7 @@ void RedisServer::Start() {
                                    "--bind",
                                    "127.0.0.1",
                                    "--dir",
-                                   dir_.path(),
+                                   data_dir_,
                                    "--save",
                                    "",
                                    "--appendonly",

@@ -56,8 +56,9 @@ class ChildProcess {
 // password-protected.
 class RedisServer {
  public:
+  // `data_dir`: where Redis keeps its files (its AOF), if not a temporary dir of its own.
   explicit RedisServer(const std::string& password = "", bool aof = false,
-                       std::string appendfsync = "everysec");
+                       std::string appendfsync = "everysec", std::string data_dir = "");
   int port() const { return port_; }
   const std::string& password() const { return password_; }
   void Kill() { process_.KillAndWait(); }
@@ -71,6 +72,7 @@ class RedisServer {
   std::string password_;
   bool aof_;
   std::string appendfsync_;
+  std::string data_dir_;
   ChildProcess process_;
 };
 
