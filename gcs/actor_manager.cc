@@ -22,6 +22,9 @@ bool Placed(const rpc::ActorInfo& a) {
 // An actor whose process ended before it was created this many times in a row is not started
 // again: its program exits at once or does not host the class (CREATION_FAILED).
 constexpr int kExitsBeforeCreated = 3;
+// The wait before the first try again of an actor whose process ended before it was
+// created; it doubles with each such end in a row (0.25 s, then 0.5 s, before the third).
+constexpr absl::Duration kCreationRetryBackoff = absl::Milliseconds(250);
 
 bool RestartsLeft(const rpc::ActorInfo& a) {
   return a.max_restarts() == -1 || a.num_restarts() < a.max_restarts();
@@ -236,11 +239,23 @@ absl::StatusOr<rpc::ActorInfo> GcsActorManager::Create(rpc::ActorInfo spec) {
 
 void GcsActorManager::ScheduleLocked(Effects* effects) {
   std::deque<std::string> still_pending;
+  absl::Time now = absl::Now(), next_try = absl::InfiniteFuture();
   while (!pending_.empty()) {
     std::string id = pending_.front();
     pending_.pop_front();
     const rpc::ActorInfo* found = actors_.Find(id);
-    if (found == nullptr || found->state() == rpc::ACTOR_DEAD || Placed(*found)) continue;
+    if (found == nullptr || found->state() == rpc::ACTOR_DEAD || Placed(*found)) {
+      not_before_.erase(id);
+      continue;
+    }
+    if (auto wait = not_before_.find(id); wait != not_before_.end()) {
+      if (wait->second > now) {
+        next_try = std::min(next_try, wait->second);
+        still_pending.push_back(id);
+        continue;
+      }
+      not_before_.erase(wait);
+    }
     rpc::ActorInfo actor = *found;
     placement::ActorPlacement placed = scheduler_->PlaceActor(RequestFor(actor));
     const placement::Placement& placement = placed.placement;
@@ -269,6 +284,9 @@ void GcsActorManager::ScheduleLocked(Effects* effects) {
     effects->starts.push_back(std::move(d));
   }
   pending_ = std::move(still_pending);
+  if (next_try != absl::InfiniteFuture()) {
+    timers_.RunAfter(next_try - now, [this] { ScheduleNow(); });
+  }
 }
 
 void GcsActorManager::ReleaseLocked(const rpc::ActorInfo& actor, Effects* effects) {
@@ -320,10 +338,24 @@ void GcsActorManager::HandleDeathLocked(rpc::ActorInfo actor, rpc::DeathCause ca
     actor.clear_node_id();
     actor.clear_worker_address();
     actor.set_pid(0);
-    spdlog::info("{} died ({}); restarting ({} of {})", rpc::DescribeActor(actor),
+    absl::Duration backoff;
+    if (cause.before_created()) {
+      int in_a_row = 0;
+      for (auto it = actor.history().rbegin(); it != actor.history().rend() && it->before_created();
+           ++it) {
+        ++in_a_row;
+      }
+      backoff = kCreationRetryBackoff * (1 << std::min(in_a_row - 1, 6));
+      not_before_[actor.actor_id()] = absl::Now() + backoff;
+    }
+    spdlog::info("{} died ({}); restarting ({} of {}){}", rpc::DescribeActor(actor),
                  rpc::DescribeCause(cause), actor.num_restarts(),
                  actor.max_restarts() == -1 ? std::string("unlimited")
-                                            : std::to_string(actor.max_restarts()));
+                                            : std::to_string(actor.max_restarts()),
+                 backoff > absl::ZeroDuration()
+                     ? absl::StrCat(" in ", absl::FormatDuration(backoff),
+                                    ": its process ended before it was created")
+                     : "");
     SaveLocked(actor, effects);
     pending_.push_back(actor.actor_id());
     return;
@@ -558,6 +590,15 @@ void GcsActorManager::ExpireLeases() {
         continue;
       }
       const rpc::ActorInfo* actor = actors_.Find(id);
+      // The actor's node is silent too: a partition (or the node's death), not the actor's
+      // fault. The node timeout and the partition timeout judge the node; the lease waits,
+      // and runs again from when the node is heard.
+      if (actor != nullptr && Placed(*actor) &&
+          nodes_->SilentFor(actor->node_id()) > lease.timeout / 2) {
+        it->second.deadline = now + lease.timeout;
+        it = next;
+        continue;
+      }
       if (actor != nullptr && Placed(*actor) && actor->num_restarts() == lease.attempt) {
         auto node = nodes_->Get(actor->node_id());
         rpc::KillActorRequest kill;

@@ -95,7 +95,9 @@ class GcsActorManager {
   // an actor's attempt for `timeout`; *stale is set when that attempt is no longer the actor's
   // current one (it was replaced: the caller must exit). ExpireLeases, called by the health
   // checker, kills every attempt whose lease ran out (cause LEASE_EXPIRED), and the actor
-  // restarts as its max_restarts allows. Leases live in memory: after a GCS restart a lease
+  // restarts as its max_restarts allows; a lease whose actor's node is silent too waits for
+  // the node to be heard again or declared dead (a partition is not the actor's fault). Leases
+  // live in memory: after a GCS restart a lease
   // exists again at the attempt's next renewal.
   absl::Status RenewLease(const std::string& actor_id, int attempt, absl::Duration timeout,
                           bool* stale);
@@ -144,7 +146,6 @@ class GcsActorManager {
   GcsNodeManager* const nodes_;
   NodeClientPool* const node_clients_;
   placement::ResourceScheduler* const scheduler_;
-  TimerQueue timers_;
   std::function<absl::Status(const std::string&, int, const Resources&)> pg_check_;
   std::function<void()> on_freed_;
   std::function<void(const rpc::ActorInfo&)> on_dead_;
@@ -158,6 +159,12 @@ class GcsActorManager {
     absl::Time deadline;
   };
   absl::flat_hash_map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);  // by actor id
+  // Actors whose process ended before they were created wait this long before the next try
+  // (kCreationRetryBackoff, doubling): a program that exits at once is not restarted in a
+  // tight loop. By actor id; pending actors are placed once their time is up.
+  absl::flat_hash_map<std::string, absl::Time> not_before_ ABSL_GUARDED_BY(mu_);
+  // Last: destroyed first, so that no timer runs on a half-destroyed manager.
+  TimerQueue timers_;
 };
 
 // Checks an actor request's fields; the error names the field and the fix.

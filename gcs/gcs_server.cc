@@ -264,6 +264,7 @@ class GcsServerImpl final : public GcsServer {
     GcsNodeManager::Options o;
     o.node_timeout = options.node_timeout;
     o.restart_grace = options.restart_grace;
+    o.partition_timeout = options.partition_timeout;
     o.knock_after = options.node_timeout / kKnocksPerNodeTimeout;
     return o;
   }

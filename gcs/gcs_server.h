@@ -25,6 +25,10 @@ struct GcsServerOptions {
   // connection (gcs/node_manager.h).
   absl::Duration node_timeout = absl::Seconds(3);
   absl::Duration restart_grace = absl::Seconds(10);
+  // When more than half the alive nodes are silent at once, they are declared dead only
+  // after this much longer (gcs/node_manager.h); nodes cut off together with a majority keep
+  // their workers as long.
+  absl::Duration partition_timeout = absl::Seconds(60);
   // A driver silent for the node timeout whose port refuses connections is gone, and what it
   // made goes at once; one silent this long goes whatever its port says (gcs/driver_leases.h).
   absl::Duration driver_lease_timeout = absl::Seconds(60);

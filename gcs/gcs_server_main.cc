@@ -54,6 +54,12 @@ int main(int argc, char** argv) {
                  "release a silent driver's actors after this long even if its process may live")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  int64_t partition_timeout_ms = 60000;
+  app.add_option("--partition-timeout-ms", partition_timeout_ms,
+                 "when most nodes fall silent at once, declare them dead only after this much "
+                 "longer than the node timeout (this GCS may be the one cut off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--restart-grace-ms", restart_grace_ms,
                  "after a restart, how long live nodes have to heartbeat again");
   app.add_option("--log-file", log_file, "log here instead of stderr");
@@ -136,6 +142,7 @@ int main(int argc, char** argv) {
   }
   options.node_timeout = absl::Milliseconds(node_timeout_ms);
   options.driver_lease_timeout = absl::Milliseconds(driver_lease_timeout_ms);
+  options.partition_timeout = absl::Milliseconds(partition_timeout_ms);
   options.max_working_dir_bytes = static_cast<int64_t>(max_working_dir_mb * (1 << 20));
   options.restart_grace = absl::Milliseconds(restart_grace_ms);
   options.shutdown_timeout = absl::Seconds(shutdown_timeout_s);

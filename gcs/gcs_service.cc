@@ -118,13 +118,16 @@ class GcsServiceImpl final : public GcsServiceHandlers {
     reply->set_incarnation(publisher_->incarnation());
     reply->set_cluster_id(cluster_id_);
     reply->set_node_timeout_ms(absl::ToInt64Milliseconds(node_timeout_));
+    reply->set_partition_timeout_ms(absl::ToInt64Milliseconds(nodes_->partition_timeout()));
     return grpc::Status::OK;
   }
 
   grpc::Status Heartbeat(grpc::ServerContext*, const rpc::HeartbeatRequest* request,
                          rpc::HeartbeatReply* reply) override {
     bool unknown = false, dead = false;
-    if (auto s = nodes_->Heartbeat(*request, &unknown, &dead); !s.ok()) return rpc::ToGrpc(s);
+    if (auto s = nodes_->Heartbeat(*request, &unknown, &dead, reply); !s.ok()) {
+      return rpc::ToGrpc(s);
+    }
     reply->set_incarnation(publisher_->incarnation());
     reply->set_unknown_node(unknown);
     reply->set_declared_dead(dead);

@@ -235,7 +235,7 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::SubmitDriver(const rpc::SubmitJobReq
   // The job's directory is new (not `mkdir -p`): a concurrent submission of the same id, or a
   // directory left by an earlier job, is refused, and the cleanup below removes only what
   // this submission created.
-  if (::mkdir(dir.c_str(), 0755) != 0) {
+  if (::mkdir(dir.c_str(), 0700) != 0) {
     if (errno == EEXIST) {
       return absl::AlreadyExistsError(
           absl::StrCat("--submission-id '", job_id, "': the head already holds a directory for ",

@@ -11,7 +11,10 @@
 namespace phalanx::gcs {
 
 GcsNodeManager::GcsNodeManager(Store* store, GcsPublisher* publisher, Options options)
-    : publisher_(publisher), options_(options), nodes_(store, "nodes") {
+    : publisher_(publisher),
+      options_(options),
+      nodes_(store, "nodes"),
+      members_version_(absl::ToUnixNanos(absl::Now())) {
   publisher_->SetSnapshotProvider(rpc::NODE, [this](const auto& consume) {
     absl::MutexLock lock(&mu_);
     std::vector<rpc::PubMessage> out;
@@ -134,6 +137,7 @@ absl::Status GcsNodeManager::Register(rpc::NodeInfo node) {
         node, first_time ? rpc::ResourceEvent::NODE_ADDED : rpc::ResourceEvent::RESOURCES_CHANGED);
     deadline_[node.node_id()] = absl::Now() + options_.node_timeout;
     heard_[node.node_id()] = absl::Now();
+    ++members_version_;
   }
   if (auto s = write.WaitOrUndo(&mu_); !s.ok()) return s;
   spdlog::info("node {} {} at {} with {}", ShortId(node.node_id()),
@@ -149,7 +153,7 @@ absl::Status GcsNodeManager::Register(rpc::NodeInfo node) {
 }
 
 absl::Status GcsNodeManager::Heartbeat(const rpc::HeartbeatRequest& request, bool* unknown,
-                                       bool* declared_dead) {
+                                       bool* declared_dead, rpc::HeartbeatReply* reply) {
   *unknown = false;
   *declared_dead = false;
   PendingWrite write;
@@ -166,6 +170,15 @@ absl::Status GcsNodeManager::Heartbeat(const rpc::HeartbeatRequest& request, boo
     }
     deadline_[request.node_id()] = absl::Now() + options_.node_timeout;
     heard_[request.node_id()] = absl::Now();
+    if (reply != nullptr) {
+      reply->set_members_version(members_version_);
+      reply->set_voters(static_cast<int32_t>(VotersLocked()));
+      if (request.members_version() != members_version_) {
+        for (const auto& [id, d] : deadline_) {
+          if (const rpc::NodeInfo* member = nodes_.Find(id)) reply->add_members(member->address());
+        }
+      }
+    }
     if (request.has_available() && !SameAmounts(request.available(), node->available())) {
       rpc::NodeInfo updated = *node;
       *updated.mutable_available() = request.available();
@@ -212,6 +225,7 @@ PendingWrite GcsNodeManager::MarkDeadLocked(const std::string& node_id, const st
   deadline_.erase(node_id);
   heard_.erase(node_id);
   knocked_.erase(node_id);
+  ++members_version_;
   PendingWrite write = SaveLocked(updated, rpc::ResourceEvent::NODE_REMOVED);
   *dead = updated;
   return write;
@@ -265,19 +279,57 @@ void GcsNodeManager::Stalled(absl::Duration how_long) {
 }
 
 void GcsNodeManager::CheckHeartbeats() {
-  std::vector<std::string> expired;
+  std::vector<std::string> expired, overdue;
+  size_t alive = 0, silent = 0;
+  bool majority = false;
   {
     absl::MutexLock lock(&mu_);
     absl::Time now = absl::Now();
+    alive = VotersLocked();
     for (const auto& [id, deadline] : deadline_) {
-      if (now > deadline) expired.push_back(id);
+      // Silent: unheard for half the node timeout. Nodes cut off together expire a heartbeat
+      // period or so apart; counted by expiry alone, the first would be a minority. The head
+      // node shares this GCS's host: its silence is its own, never a partition's.
+      const rpc::NodeInfo* node = nodes_.Find(id);
+      bool head = node != nullptr && node->is_head();
+      if (!head && now > deadline - options_.node_timeout / 2) ++silent;
+      if (now <= deadline) continue;
+      expired.push_back(id);
+      if (now > deadline + options_.partition_timeout) overdue.push_back(id);
     }
+    // A silent majority: this GCS (with whichever nodes still heartbeat) is more likely the
+    // side that is cut off than most of the cluster dead at once. Ties go to this side, so
+    // that a head and one other node can still declare that node dead.
+    majority = !expired.empty() && silent * 2 > alive;
+    if (majority && !holding_majority_) {
+      spdlog::warn(
+          "{} of the cluster's {} votes (its alive nodes) are silent at once: this GCS may be "
+          "the one cut off; they are declared dead only after {} more without heartbeats "
+          "(partition timeout), unless their hosts refuse connections",
+          silent, alive, absl::FormatDuration(options_.partition_timeout));
+    } else if (!majority && holding_majority_) {
+      // The partition healed for some: those still silent were cut off as long, and their
+      // heartbeats may be a moment behind. Each gets a node timeout from now, as after a
+      // restart of this GCS.
+      for (const auto& id : expired) deadline_[id] = now + options_.node_timeout;
+      spdlog::info("most nodes heartbeat again; the {} still silent get {} to do so too",
+                   expired.size(), absl::FormatDuration(options_.node_timeout));
+      expired.clear();
+    }
+    holding_majority_ = majority;
+    if (majority) expired.swap(overdue);
   }
   if (expired.empty()) return;
   // One batch, however many expired: a storm of failures costs one pass of the listeners
   // (one scan of the actor table, one round of scheduling), not one per node.
-  MarkAllDead(expired,
-              absl::StrCat("missed heartbeats for ", absl::FormatDuration(options_.node_timeout)))
+  MarkAllDead(
+      expired,
+      !majority
+          ? absl::StrCat("missed heartbeats for ", absl::FormatDuration(options_.node_timeout))
+          : absl::StrCat("missed heartbeats for ",
+                         absl::FormatDuration(options_.node_timeout + options_.partition_timeout),
+                         " while most nodes were silent (node timeout + partition "
+                         "timeout)"))
       .IgnoreError();  // logged per node
 }
 
@@ -341,6 +393,21 @@ std::vector<rpc::NodeInfo> GcsNodeManager::GetAll(bool alive_only) const {
            std::make_tuple(b.start_time_ms(), b.node_id());
   });
   return out;
+}
+
+size_t GcsNodeManager::VotersLocked() const {
+  bool head = false;
+  for (const auto& [id, d] : deadline_) {
+    const rpc::NodeInfo* node = nodes_.Find(id);
+    if (node != nullptr && node->is_head()) head = true;
+  }
+  return deadline_.size() + (head ? 0 : 1);
+}
+
+absl::Duration GcsNodeManager::SilentFor(const std::string& node_id) const {
+  absl::MutexLock lock(&mu_);
+  auto h = heard_.find(node_id);
+  return h == heard_.end() ? absl::ZeroDuration() : absl::Now() - h->second;
 }
 
 std::optional<rpc::NodeInfo> GcsNodeManager::Get(const std::string& node_id) const {

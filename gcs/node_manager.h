@@ -4,7 +4,12 @@
 // its node manager's port knocked on: when its host answers that nothing listens there any
 // more, its node manager is gone and the node is declared dead at once, not at the timeout
 // (a cut-off host, or a stopped node manager whose kernel still accepts, is left to the
-// timeout). After a GCS restart every node loaded as ALIVE gets `restart_grace` to heartbeat
+// timeout). Silence alone declares nodes dead only while they are at most half the votes (the
+// alive nodes, plus this GCS when no node is the head; the head's own silence is never a
+// partition's): when more are silent at once, this GCS is more likely the one cut off, and they
+// get `partition_timeout` more (their node managers keep their workers as long as a
+// majority of the cluster, cut off together, vouches for them: runtime/node/node_manager.h).
+// After a GCS restart every node loaded as ALIVE gets `restart_grace` to heartbeat
 // again before it is declared dead. Thread-safe.
 #pragma once
 
@@ -33,6 +38,9 @@ class GcsNodeManager {
     absl::Duration knock_after = absl::ZeroDuration();
     // How long a knock waits for the handshake of a node's host.
     absl::Duration knock_timeout = absl::Milliseconds(200);
+    // How much longer than node_timeout nodes that are most of the alive ones get when they
+    // fall silent together (see above). The nodes are told it at registration.
+    absl::Duration partition_timeout = absl::Seconds(60);
   };
 
   GcsNodeManager(Store* store, GcsPublisher* publisher, Options options);
@@ -45,7 +53,9 @@ class GcsNodeManager {
   absl::Status Register(rpc::NodeInfo node);
 
   // Records a heartbeat. Sets *unknown / *declared_dead for the reply.
-  absl::Status Heartbeat(const rpc::HeartbeatRequest& request, bool* unknown, bool* declared_dead);
+  // Fills reply's members when the request's members_version is stale.
+  absl::Status Heartbeat(const rpc::HeartbeatRequest& request, bool* unknown, bool* declared_dead,
+                         rpc::HeartbeatReply* reply = nullptr);
 
   // Marks the node DEAD with `reason` (no-op if already dead or unknown). Returns once the
   // record is persisted and the dead listeners ran; the error is the write's (the node is
@@ -53,11 +63,16 @@ class GcsNodeManager {
   absl::Status MarkDead(const std::string& node_id, const std::string& reason);
 
   std::vector<rpc::NodeInfo> GetAll(bool alive_only) const;
+  absl::Duration partition_timeout() const { return options_.partition_timeout; }
+  // How long since this GCS last heard the node (zero for an unknown or dead node, and for a
+  // node loaded at a restart that has not heartbeat yet).
+  absl::Duration SilentFor(const std::string& node_id) const;
   std::optional<rpc::NodeInfo> Get(const std::string& node_id) const;
 
   // Declares dead every node whose heartbeat deadline passed, all at once: their writes go
-  // out together and the dead listeners hear of them in one call. Called by the health
-  // checker.
+  // out together and the dead listeners hear of them in one call; when they are more than
+  // half the alive nodes, only those silent past the partition timeout too. Called by the
+  // health checker.
   void CheckHeartbeats();
 
   // Knocks on the node manager port of each node silent for knock_after, all at once (a TCP
@@ -88,6 +103,9 @@ class GcsNodeManager {
   absl::Status UpdateAvailable(const std::string& node_id, const rpc::ResourceSet& available);
 
  private:
+  // How many votes a majority is counted out of: the alive nodes, and this GCS itself when
+  // none of them is the head (whose node manager shares its host and stands for it).
+  size_t VotersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes `node`'s record; once persisted, it is published on the NODE channel and as a
   // `kind` event on the RESOURCES channel.
   PendingWrite SaveLocked(const rpc::NodeInfo& node, rpc::ResourceEvent::Kind kind)
@@ -110,6 +128,11 @@ class GcsNodeManager {
   // When this GCS last heard each node (registration or heartbeat; none after a restart until
   // the node's next heartbeat): NodeInfo.heartbeat_age_ms.
   absl::flat_hash_map<std::string, absl::Time> heard_ ABSL_GUARDED_BY(mu_);
+  // Bumped whenever the set of alive nodes changes (HeartbeatReply.members_version); starts at
+  // the clock, so that a restarted GCS's versions do not repeat its predecessor's.
+  int64_t members_version_ ABSL_GUARDED_BY(mu_);
+  // Whether the last heartbeat check held back a silent majority (logged once per episode).
+  bool holding_majority_ ABSL_GUARDED_BY(mu_) = false;
   // When each silent node was last knocked on.
   absl::flat_hash_map<std::string, absl::Time> knocked_ ABSL_GUARDED_BY(mu_);
   // Each node's latest write of its record (UpdateAvailable publishes without one only once

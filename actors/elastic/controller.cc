@@ -196,6 +196,31 @@ bool Controller::PlaceAndStart() {
     auto strategy = ParsePlacementStrategy(spec_.placement_strategy, "placementStrategy");
     auto pg = strategy.ok() ? CreatePlacementGroup(bundles, *strategy, GroupName())
                             : absl::StatusOr<PlacementGroup>(strategy.status());
+    // A job that ran before (its ranks were lost with their nodes) waits for nodes to come
+    // back, up to phases.placeSeconds (failPolicy.belowMinTimeoutSeconds by default), instead
+    // of failing because the nodes left are too small; a new job is told at once.
+    absl::Time began = absl::Now();
+    absl::Time deadline = began + absl::Seconds(spec_.PlaceSeconds());
+    bool waiting = false;
+    while (had_members_ && strategy.ok() && !pg.ok() && absl::IsFailedPrecondition(pg.status()) &&
+           absl::Now() < deadline) {
+      if (!waiting) {
+        Condition("Pending", "WaitingForNodes",
+                  absl::StrFormat("%s; waiting up to %g s (phases.placeSeconds) for nodes to "
+                                  "come back",
+                                  pg.status().message(), spec_.PlaceSeconds()));
+        waiting = true;
+      }
+      // Asked again each second; a stop is seen within stop_check.
+      for (absl::Time next = absl::Now() + absl::Seconds(1); absl::Now() < next;) {
+        absl::SleepFor(kTimeouts.stop_check);
+        if (recorder_.StopAsked()) {
+          StoppedWhile("waiting for nodes to place its ranks");
+          return false;
+        }
+      }
+      pg = CreatePlacementGroup(bundles, *strategy, GroupName());
+    }
     if (!pg.ok()) {
       Condition("Failed", "Unplaceable", std::string(pg.status().message()));
       recorder_.SetState(rpc::JOB_FAILED, std::string(pg.status().message()), 1);
@@ -204,8 +229,6 @@ bool Controller::PlaceAndStart() {
     pg_ = *pg;
     PublishStatus();  // the record names the reservation (a restarted controller frees it)
     // In slices, so that `phalanx job stop` ends a job still waiting for room.
-    absl::Time began = absl::Now();
-    absl::Time deadline = began + absl::Seconds(spec_.PlaceSeconds());
     absl::Status ready = absl::DeadlineExceededError("");
     while (true) {
       absl::Duration left = deadline - absl::Now();

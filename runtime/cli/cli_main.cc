@@ -17,8 +17,13 @@ int main(int argc, char** argv) {
   start_cmd->add_flag("--head", start.head, "start a new cluster with this machine as head");
   start_cmd->add_option("--address", start.address, "join the cluster whose GCS is HOST:PORT");
   start_cmd->add_option("--token", start.token,
-                        "join: the cluster token (or $PHALANX_TOKEN); head: use this token "
-                        "instead of a random one (at least 16 characters)");
+                        "join: the cluster token; head: use this token instead of a random one "
+                        "(at least 16 characters). Visible to other users in `ps` until this "
+                        "command masks it: prefer $PHALANX_TOKEN or --token-file");
+  std::string start_token_file;
+  start_cmd->add_option("--token-file", start_token_file,
+                        "read the token (as for --token) from this file, or from standard input "
+                        "with -");
   start_cmd->add_option("--port", start.port, "head: the GCS port")->capture_default_str();
   start_cmd->add_option("--ca-fingerprint", start.ca_fingerprint,
                         "join: the SHA-256 fingerprint of the cluster's CA, as the head's join "
@@ -55,6 +60,13 @@ int main(int argc, char** argv) {
   start_cmd
       ->add_option("--node-timeout-ms", start.node_timeout_ms,
                    "head: declare a node dead after this long without heartbeats")
+      ->capture_default_str();
+  start_cmd
+      ->add_option("--partition-timeout-ms", start.partition_timeout_ms,
+                   "head: when most nodes fall silent at once (the head may be the one cut "
+                   "off), declare them dead only after this much longer than the node timeout; "
+                   "nodes cut off together with a majority of the cluster keep training as long")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   start_cmd
       ->add_option("--driver-lease-timeout-ms", start.driver_lease_timeout_ms,
@@ -163,13 +175,39 @@ int main(int argc, char** argv) {
                     job_stop, job_list, job_scale}) {
     auto& flags = cmd == job_submit ? submit.cluster : cluster;
     cmd->add_option("--address", flags.address, "GCS HOST:PORT (default: this machine's)");
-    cmd->add_option("--token", flags.token, "cluster token (default: this machine's)");
+    cmd->add_option("--token", flags.token,
+                    "cluster token (default: $PHALANX_TOKEN, or this machine's)");
+    cmd->add_option("--token-file", flags.token_file,
+                    "read the cluster token from this file, or from standard input with -");
   }
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  // A token on the command line shows in `ps` to every user of the machine: it is masked in
+  // this process's arguments at once (`start --block` lives as long as its node), and the
+  // token is better passed another way.
+  if (MaskTokenArguments(argc, argv) && *start_cmd) {
+    std::cerr << "phalanx: warning: --token on a command line can be read by every user of "
+                 "this machine (ps, /proc) until it is masked; pass it in $PHALANX_TOKEN or "
+                 "--token-file instead\n";
+  }
+  for (auto [file, token] :
+       {std::pair{&start_token_file, &start.token}, std::pair{&cluster.token_file, &cluster.token},
+        std::pair{&submit.cluster.token_file, &submit.cluster.token}}) {
+    if (file->empty()) continue;
+    if (!token->empty()) {
+      std::cerr << "phalanx: give --token or --token-file, not both\n";
+      return 2;
+    }
+    auto read = ReadTokenFile(*file);
+    if (!read.ok()) {
+      std::cerr << "phalanx: --token-file: " << read.status().message() << "\n";
+      return 2;
+    }
+    *token = *read;
   }
   start.dashboard_port_given = dashboard_port->count() > 0;
   if (*start_cmd) return RunStart(start);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace phalanx::cli {
 
 struct StartOptions {
@@ -33,6 +35,7 @@ struct StartOptions {
   std::string node_ip;
   int64_t node_timeout_ms = 3000;
   int64_t driver_lease_timeout_ms = 60000;
+  int64_t partition_timeout_ms = 60000;
   int64_t heartbeat_ms = 500;
   // TLS (default): the head makes the cluster's CA and prints its fingerprint in the join
   // command; a joining machine checks the CA against it (--ca-fingerprint) and gets its own
@@ -80,7 +83,15 @@ bool StopSessions(const std::vector<std::string>& sessions, const StopOptions& o
 struct ClusterFlags {
   std::string address;
   std::string token;
+  std::string token_file;  // --token-file: read into token
 };
+
+// Overwrites the value of every --token (and --token=) in argv with '*', so that the token
+// does not show in `ps` for the rest of this process's life. Whether there was one.
+bool MaskTokenArguments(int argc, char** argv);
+// The token in `path` (standard input for "-"), surrounding whitespace removed. Errors name
+// the file and say what is wrong (missing, unreadable, empty, over 4 KiB).
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 int RunStatus(const ClusterFlags& flags);
 // `phalanx metrics-config`: a Prometheus scrape config for the cluster.
 int RunMetricsConfig(const ClusterFlags& flags);

@@ -142,6 +142,11 @@ class Starter {
                                                        "CA's certificate"));
       }
     }
+    if (o_.head && o_.token.empty()) {
+      // A head given its token in the environment (a Kubernetes Secret): never on its
+      // command line.
+      if (const char* env = std::getenv("PHALANX_TOKEN"); env && *env) o_.token = env;
+    }
     if (o_.head && !o_.token.empty()) {
       if (auto s = CheckToken(o_.token); !s.ok()) return s;
     }
@@ -217,6 +222,9 @@ class Starter {
     spawn.argv = std::move(argv);
     spawn.stdout_path = absl::StrCat(session_, "/logs/", name, ".out");
     spawn.new_session = true;
+    // Redis writes its log and AOF with the umask's modes: private, as Phalanx's own files are.
+    // (The GCS and node managers set theirs; a worker keeps the user's umask for its files.)
+    if (name == "redis") spawn.umask = 077;
     auto pid = phalanx::Spawn(spawn);
     if (!pid.ok()) return pid.status();
     started_.push_back({name, *pid});
@@ -398,6 +406,8 @@ class Starter {
                                          absl::StrCat(o_.node_timeout_ms),
                                          "--driver-lease-timeout-ms",
                                          absl::StrCat(o_.driver_lease_timeout_ms),
+                                         "--partition-timeout-ms",
+                                         absl::StrCat(o_.partition_timeout_ms),
                                          "--log-file",
                                          session_ + "/logs/gcs.log",
                                          "--session-dir",
@@ -450,10 +460,11 @@ class Starter {
               << "  Dashboard     " << dashboard << "\n"
               << "  Session dir   " << session_ << "\n"
               << "  Logs          " << session_ << "/logs\n\n"
-              << "To add another machine to this cluster, run on it:\n"
-              << "  phalanx start --address " << gcs_address << " --token " << token
-              << (o_.no_tls ? " --no-tls" : absl::StrCat(" --ca-fingerprint ", fingerprint))
-              << "\n\n"
+              << "To add another machine to this cluster, run on it (the token in the "
+                 "environment, not on a command line: `ps` shows command lines to every user):\n"
+              << "  PHALANX_TOKEN=" << token << " phalanx start --address " << gcs_address
+              << (o_.no_tls ? " --no-tls" : absl::StrCat(" --ca-fingerprint ", fingerprint)) << "\n"
+              << "or put the token in a file only you can read and pass --token-file FILE.\n\n"
               << "Programs on this machine find the cluster by themselves; elsewhere set\n"
               << "  PHALANX_ADDRESS=" << gcs_address << " PHALANX_TOKEN=" << token
               << (o_.no_tls ? "" : " PHALANX_TLS_DIR=<a dir with a copy of tls/ca.pem>") << "\n\n"
@@ -618,7 +629,7 @@ class Starter {
     return rc;
   }
 
-  const StartOptions& o_;
+  StartOptions o_;                           // a copy: the token may come from the environment
   std::optional<rpc::KeyAndCert> given_ca_;  // head, --ca-dir
   std::string tls_dir_;                      // this machine's TLS dir (empty: --no-tls)
   Resources resources_;

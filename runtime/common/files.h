@@ -20,10 +20,10 @@ absl::StatusOr<std::string> ReadFileAtMost(const std::string& path, size_t max);
 // Writes `content` to `path` atomically (a temporary file renamed over it) with file mode
 // `mode`. The mode is applied before any byte is written, so a secret never sits in a
 // world-readable file.
-absl::Status WriteFile(const std::string& path, const std::string& content, mode_t mode = 0644);
+absl::Status WriteFile(const std::string& path, const std::string& content, mode_t mode = 0600);
 
-// Creates `path` and its missing parents (like `mkdir -p`).
-absl::Status MakeDirs(const std::string& path, mode_t mode = 0755);
+// Creates `path` and its missing parents (like `mkdir -p`); `path` itself gets `mode`.
+absl::Status MakeDirs(const std::string& path, mode_t mode = 0700);
 
 // Removes `path` recursively; a missing path is not an error.
 absl::Status RemoveAll(const std::string& path);

@@ -1,5 +1,9 @@
 #include "runtime/common/logging.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <memory>
 
@@ -15,6 +19,12 @@ void InitLogging(const std::string& component, const std::string& log_file) {
     logger = std::make_shared<spdlog::logger>(component,
                                               std::make_shared<spdlog::sinks::stderr_sink_mt>());
   } else {
+    // Private whatever the umask: a log may name the cluster's secrets' paths and its jobs.
+    int fd = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      ::fchmod(fd, 0600);
+      ::close(fd);
+    }
     logger = std::make_shared<spdlog::logger>(
         component, std::make_shared<spdlog::sinks::basic_file_sink_mt>(log_file, false));
   }

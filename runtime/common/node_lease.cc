@@ -1,14 +1,20 @@
 #include "runtime/common/node_lease.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "runtime/common/system.h"
 
 namespace phalanx {
@@ -81,6 +87,33 @@ absl::Duration NodeLease::timeout() const { return absl::Nanoseconds(page_->time
 
 bool HostAnswers(const std::string& host_port, absl::Duration timeout) {
   return KnockTcp({host_port}, timeout).front() != Knock::kSilent;
+}
+
+int RemoveStaleLeases(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (absl::StartsWith(name, "phalanx-node-") && absl::EndsWith(name, ".lease")) {
+      names.push_back(std::move(name));
+    }
+  }
+  ::closedir(d);
+  int removed = 0;
+  for (const auto& name : names) {
+    // phalanx-node-<id>-<pid>-<tag>.lease: the pid is the second field from the end.
+    std::vector<std::string> parts =
+        absl::StrSplit(name.substr(0, name.size() - std::strlen(".lease")), '-');
+    int pid = 0;
+    if (parts.size() < 5 || !absl::SimpleAtoi(parts[parts.size() - 2], &pid) || pid <= 0) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    std::string path = absl::StrCat(dir, "/", name);
+    auto lease = NodeLease::Open(path);
+    if (!lease.ok() || !(*lease)->Expired()) continue;
+    if (::unlink(path.c_str()) == 0) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace phalanx

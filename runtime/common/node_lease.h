@@ -67,6 +67,13 @@ class NodeLease {
 // its kernel; a partitioned host completes none).
 bool HostAnswers(const std::string& host_port, absl::Duration timeout);
 
+// Removes the lease pages in `dir` (`phalanx-node-<id>-<pid>-<tag>.lease`) left by node
+// managers that ended without removing theirs (SIGKILL, a crash, a machine's power): a page
+// goes when the pid in its name is not a live process and the lease in it has expired. A
+// page that cannot be opened (another user's) stays. Returns how many were removed. Each
+// node manager calls it at start.
+int RemoveStaleLeases(const std::string& dir = "/dev/shm");
+
 // The environment variable that tells a worker where its node's lease is.
 inline constexpr char kNodeLeaseEnv[] = "PHALANX_NODE_LEASE";
 

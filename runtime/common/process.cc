@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,14 +47,14 @@ absl::StatusOr<pid_t> Spawn(const SpawnOptions& options) {
 
   int out_fd = -1, err_fd = -1;
   if (!options.stdout_path.empty()) {
-    out_fd = ::open(options.stdout_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    out_fd = ::open(options.stdout_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (out_fd < 0) {
       return absl::UnavailableError(
           absl::StrCat("cannot open log ", options.stdout_path, ": ", std::strerror(errno)));
     }
   }
   if (!options.stderr_path.empty() && options.stderr_path != options.stdout_path) {
-    err_fd = ::open(options.stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    err_fd = ::open(options.stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (err_fd < 0) {
       if (out_fd >= 0) ::close(out_fd);
       return absl::UnavailableError(
@@ -93,6 +94,7 @@ absl::StatusOr<pid_t> Spawn(const SpawnOptions& options) {
     }
     if (out_fd >= 0) ::dup2(out_fd, 1);
     if (err_fd >= 0) ::dup2(err_fd, 2);
+    if (options.umask >= 0) ::umask(static_cast<mode_t>(options.umask));
     if (!options.cwd.empty() && ::chdir(options.cwd.c_str()) != 0) {
       int err = errno;
       (void)!::write(status_pipe[1], &err, sizeof(err));

@@ -23,6 +23,7 @@ struct SpawnOptions {
   bool new_session = false;      // setsid(): detach from our terminal and process group
   bool die_with_parent = false;  // the kernel SIGKILLs the child when we die
   int stdin_fd = -1;             // the child's stdin (-1: /dev/null); the caller keeps it open
+  int umask = -1;                // the child's umask (-1: ours)
 };
 
 // Starts a process. Returns its pid, or an error naming the program when it cannot be

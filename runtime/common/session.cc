@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <iostream>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -109,6 +110,23 @@ absl::StatusOr<std::string> EnsureSessionRoot() {
     checked = CheckSessionRoot(root);
   }
   if (!checked.ok()) return checked;
+  // Ours, and nobody else can write it (checked above); one that others can read or enter
+  // (`mkdir -p` under a umask of 022 makes 0755) would show them every session's token, logs
+  // and job files: it is made 0700, and the user told.
+  struct stat st;
+  if (::stat(root.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+    if (::chmod(root.c_str(), 0700) != 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "the session root %s can be read by others (mode %04o) and cannot be made 0700 (%s): "
+          "it holds the cluster token; run `chmod 700 %s`, or set PHALANX_TMPDIR to a private "
+          "directory",
+          root, st.st_mode & 07777, std::strerror(errno), root));
+    }
+    std::cerr << absl::StrFormat(
+        "phalanx: the session root %s could be read by others (mode %04o); it is now 0700 "
+        "(it holds the cluster token, logs and job files)\n",
+        root, st.st_mode & 07777);
+  }
   return root;
 }
 

@@ -57,6 +57,8 @@ class NodeServiceImpl final : public rpc::NodeManagerService::Service {
                            rpc::ListWorkersReply* reply) override;
   grpc::Status UpdateBundles(grpc::ServerContext* context, const rpc::UpdateBundlesRequest* request,
                              rpc::UpdateBundlesReply* reply) override;
+  grpc::Status Vouch(grpc::ServerContext* context, const rpc::VouchRequest* request,
+                     rpc::VouchReply* reply) override;
 
  private:
   NodeManagerImpl* node_;
@@ -92,6 +94,10 @@ class NodeManagerImpl final : public NodeManager {
     auto gcs = gcs::GcsClient::Connect(client_options, options_.register_timeout);
     if (!gcs.ok()) return gcs.status();
     gcs_ = std::move(*gcs);
+    // Pages that node managers killed before they could remove theirs left behind.
+    if (int stale = RemoveStaleLeases(); stale > 0) {
+      spdlog::info("removed {} stale node lease page(s) from /dev/shm", stale);
+    }
     // The node's lease (see NodeLease), until the GCS says its node timeout at registration.
     // One file per node manager instance (node ids repeat across clusters, e.g. in tests).
     std::string lease_path = absl::StrCat("/dev/shm/phalanx-node-", node_id_, "-", getpid(), "-",
@@ -141,6 +147,11 @@ class NodeManagerImpl final : public NodeManager {
 
   const std::string& node_id() const override { return node_id_; }
   int port() const override { return port_; }
+
+  // How long since this node last heard from the GCS (VouchReply).
+  absl::Duration GcsSilence() const {
+    return absl::Nanoseconds(NodeLease::NowNs() - gcs_heard_ns_.load());
+  }
 
   bool Wait() override {
     absl::MutexLock lock(&mu_);
@@ -423,7 +434,9 @@ class NodeManagerImpl final : public NodeManager {
     if (options_.fence_timeout <= absl::ZeroDuration() && reply->node_timeout_ms() > 0) {
       lease_->SetTimeout(absl::Milliseconds(reply->node_timeout_ms()));
     }
+    partition_timeout_ns_ = reply->partition_timeout_ms() * 1000000;
     lease_->Renew(sent);
+    HeardGcs(sent);
     return absl::OkStatus();
   }
 
@@ -443,31 +456,136 @@ class NodeManagerImpl final : public NodeManager {
     stop_requested_ = true;
   }
 
+  void HeardGcs(int64_t seen_ns) {
+    int64_t prev = gcs_heard_ns_.load();
+    while (prev < seen_ns && !gcs_heard_ns_.compare_exchange_weak(prev, seen_ns)) {
+    }
+  }
+
+  // How many of the cluster's alive nodes (as the GCS last listed them) vouch that they are
+  // cut off from the GCS too, this node included, out of how many votes (HeartbeatReply.voters).
+  struct Vouches {
+    size_t vouched = 0;
+    size_t voters = 0;
+  };
+
+  // Asks every other member, all at once (each call bounded by `timeout`), how long it has
+  // not heard from the GCS; a member silent for over half the node timeout vouches.
+  Vouches AskPeersToVouch(absl::Duration timeout) {
+    std::vector<std::string> peers;
+    Vouches out;
+    std::string self = absl::StrCat(options_.node_ip, ":", port_);
+    {
+      absl::MutexLock lock(&members_mu_);
+      out.voters = members_.size();
+      for (const auto& a : members_) {
+        if (a != self) peers.push_back(a);
+      }
+      out.voters = std::max<size_t>(out.voters, voters_);
+    }
+    if (out.voters == 0) return out;  // no membership heard yet: nobody to ask
+    out.vouched = 1;
+    struct Count {
+      absl::Mutex mu;
+      size_t pending ABSL_GUARDED_BY(mu) = 0;
+      size_t vouched ABSL_GUARDED_BY(mu) = 0;
+    };
+    struct Call {
+      grpc::ClientContext context;
+      rpc::VouchRequest request;
+      rpc::VouchReply reply;
+    };
+    auto count = std::make_shared<Count>();
+    {
+      absl::MutexLock lock(&count->mu);
+      count->pending = peers.size();
+    }
+    int64_t silent_ms = absl::ToInt64Milliseconds(lease_->timeout() / 2);
+    for (const auto& peer : peers) {
+      auto& stub = peer_stubs_[peer];
+      if (!stub) stub = rpc::NodeManagerService::NewStub(rpc::MakeChannel(peer));
+      auto call = std::make_shared<Call>();
+      rpc::PrepareContext(&call->context, options_.token, timeout, /*wait_for_ready=*/false);
+      call->request.set_node_id(node_id_);
+      stub->async()->Vouch(&call->context, &call->request, &call->reply,
+                           [count, call, silent_ms](grpc::Status status) {
+                             absl::MutexLock lock(&count->mu);
+                             if (status.ok() && call->reply.gcs_silent_ms() > silent_ms) {
+                               ++count->vouched;
+                             }
+                             --count->pending;
+                           });
+    }
+    absl::MutexLock lock(&count->mu);
+    count->mu.AwaitWithTimeout(
+        absl::Condition(
+            +[](Count* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) { return c->pending == 0; },
+            count.get()),
+        timeout + absl::Milliseconds(100));
+    out.vouched += count->vouched;
+    return out;
+  }
+
   // A node cut off from the GCS for its node timeout may have been declared dead, and its
-  // actors started elsewhere: it stops them before they can meet their replacements.
+  // actors started elsewhere: it stops them before they can meet their replacements. Unless
+  // a majority of the cluster's nodes, this one included, vouch that they are cut off from
+  // the GCS too: then the GCS's side is the minority, and it declares no node dead on a
+  // silent majority before the partition timeout (gcs/node_manager.h). Such a node keeps its
+  // workers, renewing its lease on the vouches, for up to the partition timeout.
   void FenceLoop() {
     absl::Duration period = std::min(absl::Milliseconds(100), options_.heartbeat_period / 2);
+    Vouches last;
+    bool holding = false;
     while (true) {
       {
         absl::MutexLock lock(&mu_);
         mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), period);
         if (stop_requested_) return;
       }
+      absl::Duration partition_timeout = absl::Nanoseconds(partition_timeout_ns_.load());
       // No heartbeat taken for half the lease (the GCS may be stopped, restarting or slow: a
       // heartbeat call can wait for it longer than the lease): a stopped or restarting GCS is
       // not a partition, and while its host completes a TCP handshake this node keeps its
       // lease. Only a host cut off from the GCS's host lets it run out.
       if (lease_->Age() > lease_->timeout() / 2) {
+        absl::Duration probe = std::min(lease_->timeout() / 4, absl::Milliseconds(500));
         int64_t asked = NodeLease::NowNs();
-        if (HostAnswers(options_.gcs_address,
-                        std::min(lease_->timeout() / 4, absl::Milliseconds(500)))) {
+        if (HostAnswers(options_.gcs_address, probe)) {
           lease_->Renew(asked);
+          HeardGcs(asked);
+        } else if (GcsSilence() < partition_timeout) {
+          asked = NodeLease::NowNs();
+          last = AskPeersToVouch(probe);
+          if (last.vouched * 2 > last.voters) {
+            lease_->Renew(asked);
+            if (!holding) {
+              spdlog::warn(
+                  "node {}: cut off from the GCS for {}, with {} of the cluster's {} votes (a "
+                  "majority of its nodes, all cut off): keeping its workers for up to the "
+                  "partition timeout ({})",
+                  ShortId(node_id_), absl::FormatDuration(GcsSilence()), last.vouched, last.voters,
+                  absl::FormatDuration(partition_timeout));
+            }
+            holding = true;
+          }
         }
       }
+      if (holding && GcsSilence() < lease_->timeout() / 2) {
+        spdlog::info("node {}: the GCS answers again", ShortId(node_id_));
+        holding = false;
+      }
       if (lease_->Expired()) {
-        Fence(absl::StrCat("cut off from the GCS for ", absl::FormatDuration(lease_->Age()),
-                           " (node timeout ", absl::FormatDuration(lease_->timeout()),
-                           "): the cluster may have declared this node dead"));
+        std::string why =
+            GcsSilence() >= partition_timeout && holding
+                ? absl::StrCat("past the partition timeout (",
+                               absl::FormatDuration(partition_timeout),
+                               ") that a majority's vouching covers")
+                : absl::StrCat(last.vouched, " of the cluster's ", last.voters,
+                               " votes (this node's, and its peers' cut off with it) are not a "
+                               "majority");
+        Fence(absl::StrCat("cut off from the GCS for ", absl::FormatDuration(GcsSilence()),
+                           " (node timeout ", absl::FormatDuration(lease_->timeout()), "); ", why,
+                           ": the cluster may have declared this node dead"));
         return;
       }
     }
@@ -483,6 +601,10 @@ class NodeManagerImpl final : public NodeManager {
       }
       rpc::HeartbeatRequest request;
       request.set_node_id(node_id_);
+      {
+        absl::MutexLock lock(&members_mu_);
+        request.set_members_version(members_version_);
+      }
       int64_t sent = NodeLease::NowNs();
       auto reply = gcs_->Heartbeat(request);
       if (!reply.ok()) {
@@ -498,6 +620,16 @@ class NodeManagerImpl final : public NodeManager {
         return;
       }
       lease_->Renew(sent);
+      HeardGcs(sent);
+      if (reply->members_size() > 0) {
+        absl::MutexLock lock(&members_mu_);
+        members_.assign(reply->members().begin(), reply->members().end());
+        members_version_ = reply->members_version();
+      }
+      if (reply->voters() > 0) {
+        absl::MutexLock lock(&members_mu_);
+        voters_ = reply->voters();
+      }
       if (reply->unknown_node() || reply->incarnation() != incarnation_) {
         spdlog::info("GCS incarnation {} (was {}): registering again", reply->incarnation(),
                      incarnation_);
@@ -515,6 +647,17 @@ class NodeManagerImpl final : public NodeManager {
   std::unique_ptr<gcs::GcsClient> gcs_;
   std::string incarnation_;  // touched by Init, then the heartbeat thread only
   std::unique_ptr<NodeLease> lease_;
+  // When this node last heard from the GCS (NodeLease's clock): a heartbeat taken, or the GCS's
+  // host answering a handshake. Unlike the lease, vouches do not renew it.
+  std::atomic<int64_t> gcs_heard_ns_{NodeLease::NowNs()};
+  std::atomic<int64_t> partition_timeout_ns_{0};  // told at registration
+  // The alive nodes' addresses as the GCS last sent them (HeartbeatReply.members).
+  absl::Mutex members_mu_;
+  std::vector<std::string> members_ ABSL_GUARDED_BY(members_mu_);
+  int64_t members_version_ ABSL_GUARDED_BY(members_mu_) = 0;
+  size_t voters_ ABSL_GUARDED_BY(members_mu_) = 0;  // HeartbeatReply.voters
+  // The fence thread's clients to the other members (AskPeersToVouch).
+  std::map<std::string, std::unique_ptr<rpc::NodeManagerService::Stub>> peer_stubs_;
   std::thread heartbeat_thread_;
   std::thread fence_thread_;
   std::thread report_thread_;
@@ -603,6 +746,13 @@ grpc::Status NodeServiceImpl::UpdateBundles(grpc::ServerContext* context,
     result->set_code(static_cast<int>(s.code()));
     result->set_message(std::string(s.message()));
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeServiceImpl::Vouch(grpc::ServerContext*, const rpc::VouchRequest*,
+                                    rpc::VouchReply* reply) {
+  reply->set_node_id(node_->node_id());
+  reply->set_gcs_silent_ms(absl::ToInt64Milliseconds(node_->GcsSilence()));
   return grpc::Status::OK;
 }
 

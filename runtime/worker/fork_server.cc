@@ -52,7 +52,7 @@ void BecomeWorker(pid_t node, pid_t middle, const std::vector<std::string>& requ
   ::prctl(PR_SET_NAME, name);
   int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd >= 0) ::dup2(null_fd, 0);
-  int log = ::open(request[0].c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int log = ::open(request[0].c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (log >= 0) {
     ::dup2(log, 1);
     ::dup2(log, 2);

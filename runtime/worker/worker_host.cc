@@ -40,7 +40,7 @@ std::string Env(const char* name) {
 
 // Sends stdout and stderr to `path` (a prestarted worker moves to its actor's log).
 void RedirectOutput(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return;
   std::fflush(stdout);
   std::fflush(stderr);

@@ -37,7 +37,9 @@ class CliTest : public ::testing::Test {
     args.insert(args.begin(), testing::BinDir() + "/phalanx");
     env.emplace_back("PHALANX_TMPDIR", root_.path());
     env.emplace_back("PHALANX_ADDRESS", "");
-    env.emplace_back("PHALANX_TOKEN", "");
+    bool token_given = false;
+    for (const auto& [k, v] : env) token_given |= k == "PHALANX_TOKEN";
+    if (!token_given) env.emplace_back("PHALANX_TOKEN", "");
     return RunCommand(args, env, absl::Seconds(60));
   }
 
@@ -52,16 +54,23 @@ TEST_F(CliTest, HeadPlusSecondNodeStatusAndStop) {
                        "127.0.0.1", "--num-cpus", "2", "--resources", R"({"accel": 1})"});
   ASSERT_EQ(head.exit_code, 0) << head.output;
   std::string address = absl::StrCat("127.0.0.1:", port_);
-  EXPECT_NE(head.output.find("phalanx start --address " + address + " --token "), std::string::npos)
-      << head.output;
   struct stat st;
   ASSERT_EQ(::stat((Latest() + "/token").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   std::string token(absl::StripAsciiWhitespace(*ReadFile(Latest() + "/token")));
+  // The join command it prints keeps the token off the command line (`ps` shows those).
+  EXPECT_NE(head.output.find("PHALANX_TOKEN=" + token + " phalanx start --address " + address),
+            std::string::npos)
+      << head.output;
+  EXPECT_EQ(head.output.find("--token " + token), std::string::npos) << head.output;
 
+  // A token given on the command line anyway works, with a warning.
   auto join = Phalanx({"start", "--address", address, "--token", token, "--node-ip-address",
                        "127.0.0.1", "--num-cpus", "3"});
   ASSERT_EQ(join.exit_code, 0) << join.output;
+  EXPECT_NE(join.output.find("--token on a command line can be read by every user"),
+            std::string::npos)
+      << join.output;
 
   auto status = Phalanx({"status"});
   ASSERT_EQ(status.exit_code, 0) << status.output;
@@ -241,20 +250,25 @@ TEST_F(CliTest, AGivenTokenAndCaAreUsedAndTheHeadsMachineFindsItsToken) {
   std::string fingerprint = made.output.substr(made.output.find("fingerprint ") + 12, 64);
   EXPECT_EQ(Phalanx({"make-ca", ca}).exit_code, 1);  // never overwritten
   std::string token = "0123456789abcdef-token";
+  // The head takes its token from the environment (a Kubernetes Secret), never from its
+  // command line.
   auto head = Phalanx({"start", "--head", "--port", absl::StrCat(port_), "--node-ip-address",
-                       "127.0.0.1", "--num-cpus", "1", "--token", token, "--ca-dir", ca});
+                       "127.0.0.1", "--num-cpus", "1", "--ca-dir", ca},
+                      {{"PHALANX_TOKEN", token}});
   ASSERT_EQ(head.exit_code, 0) << head.output;
-  EXPECT_NE(head.output.find("--token " + token + " --ca-fingerprint " + fingerprint),
+  EXPECT_NE(head.output.find("PHALANX_TOKEN=" + token + " phalanx start --address 127.0.0.1:" +
+                             absl::StrCat(port_) + " --ca-fingerprint " + fingerprint),
             std::string::npos)
       << head.output;
   std::string localhost = absl::StrCat("localhost:", port_);
   auto join = Phalanx({"start", "--address", localhost, "--num-cpus", "1"});
   ASSERT_EQ(join.exit_code, 0) << join.output;  // the token and CA of the local head
   testing::TempDir elsewhere;                   // a machine with no session of the cluster
+  ASSERT_TRUE(WriteFile(elsewhere.path() + "/token", token + "\n").ok());
   auto trusted = RunCommand(
       {testing::BinDir() + "/phalanx", "start", "--address", absl::StrCat("127.0.0.1:", port_),
-       "--token", token, "--ca-dir", ca, "--num-cpus", "1"},
-      {{"PHALANX_TMPDIR", elsewhere.path()}}, absl::Seconds(60));
+       "--token-file", elsewhere.path() + "/token", "--ca-dir", ca, "--num-cpus", "1"},
+      {{"PHALANX_TMPDIR", elsewhere.path()}, {"PHALANX_TOKEN", ""}}, absl::Seconds(60));
   ASSERT_EQ(trusted.exit_code, 0) << trusted.output;
   auto status = Phalanx({"status", "--address", localhost});
   EXPECT_EQ(status.exit_code, 0) << status.output;

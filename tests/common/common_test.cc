@@ -1,9 +1,14 @@
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "runtime/common/files.h"
 #include "runtime/common/mutex_check.h"
+#include "runtime/common/node_lease.h"
 #include "runtime/common/process.h"
 #include "runtime/common/resources.h"
 #include "runtime/common/sha256.h"
@@ -82,6 +87,40 @@ TEST(Files, WriteFileAppliesTheMode) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(*ReadFile(path), "s3cret");
   EXPECT_TRUE(absl::IsNotFound(ReadFile(dir.path() + "/missing").status()));
+}
+
+// Issue 49: a SIGKILLed node manager leaves its lease page in /dev/shm. The next node manager
+// removes the pages whose process is gone and whose lease expired, and leaves the others.
+TEST(NodeLease, StalePagesOfGoneNodeManagersAreRemoved) {
+  testing::TempDir tmp;
+  const std::string& dir = tmp.path();
+  // A node manager that dies without removing its page (_exit: no destructor runs).
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto lease =
+        NodeLease::Create(absl::StrCat(dir, "/phalanx-node-deadbeef-", getpid(), "-abcd.lease"),
+                          absl::Milliseconds(1));
+    _exit(lease.ok() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::string gone = absl::StrCat(dir, "/phalanx-node-deadbeef-", child, "-abcd.lease");
+  // A live one (this process), expired or not, and a file that is not a lease page.
+  auto live = NodeLease::Create(absl::StrCat(dir, "/phalanx-node-cafe-", getpid(), "-ef01.lease"),
+                                absl::Milliseconds(1));
+  ASSERT_TRUE(live.ok());
+  ASSERT_TRUE(WriteFile(dir + "/phalanx-node-notes.txt", "x").ok());
+  absl::SleepFor(absl::Milliseconds(5));
+  struct stat st;
+  ASSERT_EQ(::stat(gone.c_str(), &st), 0);
+  EXPECT_EQ(RemoveStaleLeases(dir), 1);
+  EXPECT_NE(::stat(gone.c_str(), &st), 0);
+  EXPECT_EQ(::stat(absl::StrCat(dir, "/phalanx-node-cafe-", getpid(), "-ef01.lease").c_str(), &st),
+            0);
+  EXPECT_EQ(::stat((dir + "/phalanx-node-notes.txt").c_str(), &st), 0);
+  EXPECT_EQ(RemoveStaleLeases(dir), 0);
 }
 
 TEST(Process, SpawnReportsExecFailures) {

@@ -222,6 +222,83 @@ TEST_F(NodeManagerTest, AStalledGcsDoesNotBlameTheNodes) {
   FAIL() << "each of " << kTimedAttempts << " attempts stalled past the node's deadline";
 }
 
+// Issue 49: the head's link cut for 30 s. The GCS then hears only the head, and the other
+// nodes all fall silent together: this GCS is the side that is cut off. They are held (alive)
+// for the partition timeout, not declared dead at the node timeout; past it, they are.
+TEST_F(NodeManagerTest, ASilentMajorityIsHeldForThePartitionTimeout) {
+  for (int attempt = 0; attempt < kTimedAttempts; ++attempt) {
+    auto store = NewInMemoryStore();
+    GcsNodeManager::Options o = options_;  // node timeout 200 ms
+    o.partition_timeout = absl::Milliseconds(1500);
+    GcsNodeManager nodes(store.get(), &publisher_, o);
+    rpc::NodeInfo head = Node("h");
+    head.set_is_head(true);
+    ASSERT_TRUE(nodes.Register(head).ok());
+    ASSERT_TRUE(nodes.Register(Node("a")).ok());
+    ASSERT_TRUE(nodes.Register(Node("b")).ok());
+    absl::Time silent_from = absl::Now();
+    ASSERT_NO_FATAL_FAILURE(
+        HeartbeatFor(nodes, "h", absl::Milliseconds(600), [&] { nodes.CheckHeartbeats(); }));
+    // Inconclusive when this test stalled past the partition timeout.
+    if (absl::Now() - silent_from >= o.node_timeout + o.partition_timeout) continue;
+    EXPECT_EQ(nodes.Get("a")->state(), rpc::NODE_ALIVE);
+    EXPECT_EQ(nodes.Get("b")->state(), rpc::NODE_ALIVE);
+    ASSERT_NO_FATAL_FAILURE(
+        HeartbeatFor(nodes, "h", absl::Milliseconds(1600), [&] { nodes.CheckHeartbeats(); }));
+    EXPECT_EQ(nodes.Get("a")->state(), rpc::NODE_DEAD);
+    EXPECT_EQ(nodes.Get("b")->state(), rpc::NODE_DEAD);
+    EXPECT_NE(nodes.Get("a")->death_reason().find("while most nodes were silent"),
+              std::string::npos)
+        << nodes.Get("a")->death_reason();
+    EXPECT_EQ(nodes.Get("h")->state(), rpc::NODE_ALIVE);
+    return;
+  }
+  FAIL() << "each of " << kTimedAttempts << " attempts stalled past the partition timeout";
+}
+
+// When the cut heals, the nodes' heartbeats come back a moment apart: the first to arrive
+// ends the hold, and those still silent get a node timeout of their own to heartbeat, not
+// death at once. One that stays silent is then declared dead (a minority now).
+TEST_F(NodeManagerTest, WhenTheMajorityIsHeardAgainTheRestGetANodeTimeout) {
+  for (int attempt = 0; attempt < kTimedAttempts; ++attempt) {
+    auto store = NewInMemoryStore();
+    GcsNodeManager::Options o = options_;  // node timeout 200 ms
+    o.partition_timeout = absl::Seconds(60);
+    GcsNodeManager nodes(store.get(), &publisher_, o);
+    rpc::NodeInfo head = Node("h");
+    head.set_is_head(true);
+    ASSERT_TRUE(nodes.Register(head).ok());
+    ASSERT_TRUE(nodes.Register(Node("a")).ok());
+    ASSERT_TRUE(nodes.Register(Node("b")).ok());
+    ASSERT_NO_FATAL_FAILURE(
+        HeartbeatFor(nodes, "h", absl::Milliseconds(500), [&] { nodes.CheckHeartbeats(); }));
+    bool unknown, declared_dead;
+    rpc::HeartbeatRequest hb;
+    hb.set_node_id("a");
+    ASSERT_TRUE(nodes.Heartbeat(hb, &unknown, &declared_dead).ok());
+    EXPECT_FALSE(declared_dead);
+    absl::Time healed = absl::Now();
+    nodes.CheckHeartbeats();
+    if (absl::Now() - healed >= o.node_timeout) continue;  // stalled: inconclusive
+    EXPECT_EQ(nodes.Get("b")->state(), rpc::NODE_ALIVE) << nodes.Get("b")->death_reason();
+    absl::Time until = absl::Now() + absl::Milliseconds(400);
+    while (absl::Now() < until) {
+      for (const char* id : {"h", "a"}) {
+        hb.set_node_id(id);
+        ASSERT_TRUE(nodes.Heartbeat(hb, &unknown, &declared_dead).ok());
+      }
+      nodes.CheckHeartbeats();
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_EQ(nodes.Get("a")->state(), rpc::NODE_ALIVE);
+    EXPECT_EQ(nodes.Get("b")->state(), rpc::NODE_DEAD);
+    EXPECT_NE(nodes.Get("b")->death_reason().find("missed heartbeats for 200ms"), std::string::npos)
+        << nodes.Get("b")->death_reason();
+    return;
+  }
+  FAIL() << "each of " << kTimedAttempts << " attempts stalled past the node timeout";
+}
+
 TEST_F(NodeManagerTest, BadRegistrationsAreRefused) {
   GcsNodeManager nodes(store_.get(), &publisher_, options_);
   rpc::NodeInfo no_id = Node("");

@@ -552,10 +552,11 @@ class Cluster:
     left; `c.check_no_strays()` raises if something is)."""
 
     def __init__(self, hosts, port=6380, num_cpus=2, node_timeout_ms=2000, heartbeat_ms=250,
-                 extra_head_args=(), start_timeout=60):
+                 extra_head_args=(), start_timeout=60, head_num_cpus=None):
         self.hosts = hosts
         self.port = port
         self.num_cpus = num_cpus
+        self.head_num_cpus = num_cpus if head_num_cpus is None else head_num_cpus
         self.node_timeout_ms = node_timeout_ms
         self.heartbeat_ms = heartbeat_ms
         self.extra_head_args = list(extra_head_args)
@@ -588,16 +589,19 @@ class Cluster:
 
     def _start_one(self, i):
         h = self.hosts[i]
-        common = ["--node-ip-address", h.ip, "--num-cpus", str(self.num_cpus),
+        cpus = self.head_num_cpus if i == 0 else self.num_cpus
+        common = ["--node-ip-address", h.ip, "--num-cpus", str(cpus),
                   "--heartbeat-ms", str(self.heartbeat_ms)]
         if i == 0:
             args = ["start", "--head", "--port", str(self.port),
                     "--node-timeout-ms", str(self.node_timeout_ms), *common,
                     *self.extra_head_args]
         else:
-            args = ["start", "--address", self.address, "--token", self.token, *self.join_args,
-                    *common]
-        r = self.phalanx(i, *args, timeout=self.start_timeout)
+            # As the head's join command says: the token in the environment, never on a
+            # command line (`ps` shows those to every user).
+            args = ["start", "--address", self.address, *self.join_args, *common]
+        env = {"PHALANX_TOKEN": self.token} if i else None
+        r = self.phalanx(i, *args, timeout=self.start_timeout, env=env)
         if r.returncode != 0:
             raise RuntimeError(f"`phalanx {' '.join(args)}` on {h.name} failed "
                                f"({r.returncode}):\n{r.stdout}\n{r.stderr}")
