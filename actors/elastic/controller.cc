@@ -165,6 +165,7 @@ void Controller::Main() {
   // The ranks and their reservation go with the job.
   for (auto& m : members_) Kill(m.handle).IgnoreError();
   for (auto& m : joining_) Kill(m.handle).IgnoreError();
+  for (auto& m : cut_off_) Kill(m.handle).IgnoreError();
   if (!pg_.id().empty()) RemovePlacementGroup(pg_).IgnoreError();
   PublishStatus();
   recorder_.Finish();
@@ -502,7 +503,10 @@ void Controller::Train() {
       if (!FormEpoch(epoch_ == 0 ? "start" : "recovery")) {
         std::vector<size_t> all(members_.size());
         std::iota(all.begin(), all.end(), 0);
+        size_t alive = members_.size();
         RemoveDead(all, /*only_confirmed=*/true);
+        // Every member alive, and still no epoch: some may not reach the others.
+        if (members_.size() == alive && LeaveOutTheCutOff()) continue;
         if (++consecutive_failures_ > 5) {
           Fail(absl::StrCat(
               "the group could not be formed five times in a row",
@@ -551,6 +555,15 @@ void Controller::Train() {
     step_failed_ = std::min(step_failed_, absl::Now());
     size_t before = members_.size();
     RemoveDead(lost, /*only_confirmed=*/false);
+    if (members_.size() == before && LeaveOutTheCutOff()) {
+      // Nobody died: the step failed because some members cannot reach others. The largest
+      // set that reaches each other goes on; the others wait to rejoin.
+      Condition("Restarting", "Partitioned",
+                absl::StrCat("step ", agreed_, " failed; world size now ", members_.size(), " (",
+                             cut_off_.size(), " cut off)"));
+      need_epoch = true;
+      continue;
+    }
     if (members_.size() == before && ++consecutive_failures_ >= 3) {
       // Nobody died, yet the step keeps failing: a bug, not a fault to heal.
       Fail(absl::StrCat("step ", agreed_, " failed three times without a rank dying: ", error));

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -127,6 +128,10 @@ struct Timeouts {
   absl::Duration record_finish = absl::Seconds(30);
   // How often a wait for the GCS's view (a death, ready joiners) looks again.
   absl::Duration poll = absl::Milliseconds(20);
+  // The members' answers to which hosts they reach (each knocks for kReachTimeoutMs).
+  absl::Duration reach = absl::Seconds(1);
+  // How often ranks left out by a partition are asked whether they reach everyone again.
+  absl::Duration rejoin_check = absl::Seconds(2);
 };
 constexpr Timeouts kTimeouts;
 
@@ -231,6 +236,27 @@ class Controller {
   // Forms epoch `epoch_ + 1` with `members_` (in rank order) and rolls everyone back to the
   // agreed state; newcomers then receive it from rank 0. Returns false if it failed.
   bool FormEpoch(const std::string& why);
+  // After a step or an epoch failed with every member alive: asks each member which members'
+  // hosts it reaches (trainer_query::kReachPrefix). When some pair cannot reach each other
+  // (both ways checked), the members of the largest set that all reach each other stay, and
+  // the others leave the group for cut_off_ (alive; they rejoin once their paths heal). True
+  // when some left.
+  bool LeaveOutTheCutOff();
+  // Which of `ranks` reach which of `targets`' hosts: reach[i][j]. A rank that does not
+  // answer in time (or is null: not asked) reaches nothing.
+  std::vector<std::vector<bool>> Reach(const std::vector<Member*>& ranks,
+                                       const std::vector<std::string>& targets);
+  // Cut-off ranks whose paths to every member healed join again (at a boundary). The question
+  // goes out every kTimeouts.rejoin_check and its answers are read at a later boundary: the
+  // steps do not wait for knocks that a partition leaves unanswered.
+  void RejoinHealed(std::vector<Member>* ready);
+  // Whether RejoinHealed has something to do at the next boundary.
+  bool RejoinDue() const;
+  // Whether this controller's host cannot open a TCP connection to member r's host at all
+  // (a handshake with its worker's port gets no answer within probe_knock): a rank that does
+  // not answer for that reason is cut off from here, not frozen or stuck, and is not
+  // restarted for it (LeaveOutTheCutOff finds it when the step fails).
+  bool CutOffFromHere(size_t r);
 
   void CheckNetwork();
 
@@ -437,6 +463,18 @@ class Controller {
   std::vector<Member> members_;  // rank order
   std::vector<Member> joining_;
   std::vector<Member> retiring_;
+  // Members left out because they cannot reach others while the GCS sees them all (a
+  // data-plane partition); alive, and asked again every kTimeouts.rejoin_check.
+  std::vector<Member> cut_off_;
+  absl::Time cut_off_checked_ = absl::InfinitePast();
+  // RejoinHealed's question in flight: the cut-off ranks' answers about the members' hosts,
+  // the members' about theirs, and who was asked (actor ids, in order).
+  struct RejoinCheck {
+    std::vector<ObjectRef<std::string>> out_in, in_out;
+    std::vector<std::string> outside, inside;
+    absl::Time asked = absl::InfinitePast();
+  };
+  std::optional<RejoinCheck> rejoin_;
   std::set<std::string> hung_;  // actors killed for hanging (their death is a "hang")
   // Members whose Reconfigure failed in the last epoch formed because the actor died or its
   // connection broke (RemoveDead confirms their deaths).

@@ -7,6 +7,7 @@
 #include "actors/elastic/controller_internal.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
+#include "runtime/common/system.h"
 #include "runtime/common/worker_env.h"
 #include "runtime/rpc/describe.h"
 
@@ -206,6 +207,7 @@ void Controller::PhaseTimedOut(const std::vector<ObjectRef<int64_t>>& refs,
     size_t r = ranks[waited[k]];
     bool answers = pings[k].Ready() && Get(pings[k], absl::ZeroDuration()).ok();
     (answers ? answering : silent).push_back(r);
+    if (!answers && CutOffFromHere(r)) continue;  // unreachable from here, not stuck
     if (!answers || others_done) restart.push_back(r);
   }
   auto names = [](const std::vector<size_t>& rs) {
@@ -558,6 +560,7 @@ Controller::Change Controller::Boundary() {
     ready.push_back(std::move(*it));
     it = joining_.erase(it);
   }
+  RejoinHealed(&ready);
   std::vector<std::string> changes;
   // Stragglers leave when their replacement is ready.
   for (auto& r : ready) {
@@ -618,7 +621,8 @@ Controller::Change Controller::Boundary() {
 // Grows toward the target when some node has room for a rank (after a debounce since the
 // last resource event), keeping the new ranks warm until they join.
 int Controller::GrowWanted() const {
-  int want = target_ - static_cast<int>(members_.size() + joining_.size());
+  // A rank cut off by a partition holds its room: it rejoins when its paths heal.
+  int want = target_ - static_cast<int>(members_.size() + joining_.size() + cut_off_.size());
   return want > 0 && absl::Now() >= grow_after_ ? want : 0;
 }
 
@@ -731,6 +735,172 @@ void Controller::RemoveDead(const std::vector<size_t>& suspects, bool only_confi
   for (const auto& m : gone)
     HandleDeath(m, AwaitDead(m.actor_id, kTimeouts.death_record), world_before);
   PublishStatus();
+}
+
+std::vector<std::vector<bool>> Controller::Reach(const std::vector<Member*>& ranks,
+                                                 const std::vector<std::string>& targets) {
+  std::string key = absl::StrCat(trainer_query::kReachPrefix, absl::StrJoin(targets, ","));
+  std::vector<ObjectRef<std::string>> refs;
+  for (Member* m : ranks) {
+    refs.push_back(m != nullptr ? m->trainer().Query(key) : ObjectRef<std::string>());
+  }
+  absl::Time deadline = absl::Now() + kTimeouts.reach;
+  std::vector<std::vector<bool>> out(ranks.size(), std::vector<bool>(targets.size(), false));
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == nullptr) continue;
+    auto answer = Get(refs[i], std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    if (!answer.ok() || answer->size() != targets.size()) continue;
+    for (size_t j = 0; j < targets.size(); ++j) out[i][j] = (*answer)[j] == '1';
+  }
+  return out;
+}
+
+bool Controller::LeaveOutTheCutOff() {
+  size_t n = members_.size();
+  if (n < 2) return false;
+  std::vector<Member*> ranks;
+  std::vector<std::string> addresses;
+  for (auto& m : members_) {
+    ranks.push_back(&m);
+    addresses.push_back(ActorState(m.actor_id).worker_address());
+  }
+  // Members this host cannot reach at all are not asked (their answers would not come).
+  std::vector<Knock> knocks = KnockTcp(addresses, kTimeouts.probe_knock);
+  std::vector<Member*> askable;
+  for (size_t r = 0; r < n; ++r)
+    askable.push_back(knocks[r] == Knock::kSilent ? nullptr : ranks[r]);
+  auto reach = Reach(askable, addresses);
+  // Both ways: a collective needs each pair's path to carry traffic both ways.
+  auto pair = [&](size_t a, size_t b) { return reach[a][b] && reach[b][a]; };
+  std::vector<std::string> cut_pairs;
+  for (size_t a = 0; a < n; ++a) {
+    for (size_t b = a + 1; b < n; ++b) {
+      if (!pair(a, b)) cut_pairs.push_back(absl::StrCat(a, "-", b));
+    }
+  }
+  if (cut_pairs.empty()) return false;
+  // The largest set whose members all reach each other, found greedily: the member that
+  // misses the most of the others leaves first, the highest rank of a tie (rank 0 holds the
+  // state the others catch up from), until the rest reach each other.
+  std::vector<size_t> keep(n);
+  std::iota(keep.begin(), keep.end(), 0);
+  while (keep.size() > 1) {
+    size_t worst = n;
+    int worst_missing = 0;
+    for (size_t a : keep) {
+      int missing = 0;
+      for (size_t b : keep) missing += a != b && !pair(a, b) ? 1 : 0;
+      if (missing > 0 && missing >= worst_missing) {
+        worst = a;
+        worst_missing = missing;
+      }
+    }
+    if (worst == n) break;
+    keep.erase(std::find(keep.begin(), keep.end(), worst));
+  }
+  std::vector<Member> staying;
+  std::vector<std::string> left;
+  for (size_t r = 0; r < n; ++r) {
+    if (std::find(keep.begin(), keep.end(), r) != keep.end()) {
+      staying.push_back(std::move(members_[r]));
+      continue;
+    }
+    left.push_back(absl::StrCat(r, " (node ", ShortId(members_[r].node_id), ")"));
+    cut_off_.push_back(std::move(members_[r]));
+  }
+  members_ = std::move(staying);
+  cut_off_checked_ = absl::Now();
+  Event("partition",
+        absl::StrCat("ranks that cannot reach each other while the GCS sees them all (pairs ",
+                     absl::StrJoin(cut_pairs, ", "), "): rank(s) ", absl::StrJoin(left, ", "),
+                     " left out; the other ", members_.size(),
+                     " go on, and the left-out rejoin once they reach every member"));
+  return true;
+}
+
+bool Controller::RejoinDue() const {
+  if (cut_off_.empty()) return false;
+  if (!rejoin_) return absl::Now() - cut_off_checked_ >= kTimeouts.rejoin_check;
+  if (absl::Now() - rejoin_->asked >= kTimeouts.reach) return true;
+  for (const auto& r : rejoin_->out_in) {
+    if (!r.Ready()) return false;
+  }
+  for (const auto& r : rejoin_->in_out) {
+    if (!r.Ready()) return false;
+  }
+  return true;
+}
+
+void Controller::RejoinHealed(std::vector<Member>* ready) {
+  if (cut_off_.empty() || members_.empty()) {
+    rejoin_.reset();
+    return;
+  }
+  std::vector<std::string> inside, outside;
+  for (auto& m : members_) inside.push_back(m.actor_id);
+  for (auto& m : cut_off_) outside.push_back(m.actor_id);
+  if (!rejoin_) {
+    if (absl::Now() - cut_off_checked_ < kTimeouts.rejoin_check) return;
+    cut_off_checked_ = absl::Now();
+    // A cut-off rank that died meanwhile is handled as any lost rank (its policy replaces it).
+    std::vector<std::string> outside_at;
+    for (auto it = cut_off_.begin(); it != cut_off_.end();) {
+      rpc::ActorInfo info = ActorState(it->actor_id);
+      if (info.state() != rpc::ACTOR_DEAD) {
+        outside_at.push_back(info.worker_address());
+        ++it;
+        continue;
+      }
+      Member dead = std::move(*it);
+      it = cut_off_.erase(it);
+      HandleDeath(dead, info, /*world_before=*/-1);
+    }
+    if (cut_off_.empty()) return;
+    outside.clear();
+    for (auto& m : cut_off_) outside.push_back(m.actor_id);
+    std::vector<std::string> inside_at;
+    for (auto& m : members_) inside_at.push_back(ActorState(m.actor_id).worker_address());
+    RejoinCheck check;
+    std::string to_inside =
+        absl::StrCat(trainer_query::kReachPrefix, absl::StrJoin(inside_at, ","));
+    std::string to_outside =
+        absl::StrCat(trainer_query::kReachPrefix, absl::StrJoin(outside_at, ","));
+    for (auto& m : cut_off_) check.out_in.push_back(m.trainer().Query(to_inside));
+    for (auto& m : members_) check.in_out.push_back(m.trainer().Query(to_outside));
+    check.outside = outside;
+    check.inside = inside;
+    check.asked = absl::Now();
+    rejoin_ = std::move(check);
+    return;
+  }
+  if (!RejoinDue()) return;
+  RejoinCheck check = std::move(*rejoin_);
+  rejoin_.reset();
+  if (check.inside != inside || check.outside != outside) return;  // asked of others: again
+  auto answers = [](const std::vector<ObjectRef<std::string>>& refs, size_t n) {
+    std::vector<std::string> out;
+    for (const auto& r : refs) {
+      auto a = r.Ready() ? Get(r, absl::ZeroDuration()) : absl::StatusOr<std::string>("");
+      out.push_back(a.ok() && a->size() == n ? *a : std::string(n, '0'));
+    }
+    return out;
+  };
+  std::vector<std::string> out_in = answers(check.out_in, inside.size());
+  std::vector<std::string> in_out = answers(check.in_out, outside.size());
+  for (size_t c = cut_off_.size(); c-- > 0;) {
+    bool healed = true;
+    for (size_t m = 0; m < members_.size(); ++m) {
+      healed &= out_in[c][m] == '1' && in_out[m][c] == '1';
+    }
+    if (!healed) continue;
+    Member back = std::move(cut_off_[c]);
+    cut_off_.erase(cut_off_.begin() + static_cast<std::ptrdiff_t>(c));
+    Event("partition_healed",
+          absl::StrCat("rank ", ShortId(back.actor_id), " on node ", ShortId(back.node_id),
+                       " reaches every member again: it rejoins"));
+    back.why = "its paths healed";
+    ready->push_back(std::move(back));
+  }
 }
 
 }  // namespace phalanx::elastic

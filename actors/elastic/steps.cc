@@ -45,6 +45,7 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
                                               : absl::InfiniteFuture());
   bool all_ready = false;
   bool frozen_killed = false;
+  std::set<size_t> unreachable;  // ranks this host cannot reach: their answers are not awaited
   while (absl::Now() < std::min(hang_at, death_grace)) {
     auto waited = Wait(refs, static_cast<int>(refs.size()), kTimeouts.step_wait_slice);
     if (waited.not_ready.empty()) {
@@ -80,6 +81,11 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
     }
     if (death_grace == absl::InfiniteFuture()) {
       death_grace = absl::Now() + kTimeouts.aborted_step_grace;
+      for (size_t r = 0; r < refs.size(); ++r) {
+        if (!refs[r].Ready() && dead.count(members_[r].actor_id) == 0 && CutOffFromHere(r)) {
+          unreachable.insert(r);
+        }
+      }
       // A published death has its survivors aborted already (OnActorMessage); a failed call
       // has not.
       if (dead.empty()) {
@@ -94,7 +100,8 @@ bool Controller::RunStep(int64_t* ran, std::vector<size_t>* lost, std::string* e
     }
     bool survivors_answered = true;
     for (size_t r = 0; r < refs.size(); ++r) {
-      survivors_answered &= dead.count(members_[r].actor_id) > 0 || refs[r].Ready();
+      survivors_answered &=
+          dead.count(members_[r].actor_id) > 0 || refs[r].Ready() || unreachable.count(r) > 0;
     }
     if (survivors_answered) break;
   }
@@ -166,8 +173,10 @@ bool Controller::MayRunAhead(int64_t next) {
     absl::MutexLock lock(&mu_);
     if (resource_event_ || !dead_members_.empty()) return false;
   }
-  // A joiner whose Setup answered (ready, or failed) is taken at the boundary.
-  return GrowWanted() == 0 && ReadyJoiners() == 0;
+  // A joiner whose Setup answered (ready, or failed) is taken at the boundary, and so is a
+  // rank a partition left out, when it is to be asked whether it reaches everyone again or
+  // its answer is in.
+  return GrowWanted() == 0 && ReadyJoiners() == 0 && !RejoinDue();
 }
 
 // No step finished within the hang timeout: find the stuck ranks (they do not answer, or
@@ -190,6 +199,7 @@ std::vector<size_t> Controller::HandleHang(const std::vector<ObjectRef<Metrics>>
     bool silent = phase[r] < 0;
     bool computing_alone = phase[r] == kComputing && someone_waits;
     if (refs[r].Ready() || !(silent || computing_alone)) continue;
+    if (silent && CutOffFromHere(r)) continue;  // not stuck: unreachable from here
     KillHung(r,
              absl::StrCat("rank ", r, " made no progress for ", spec_.hang_timeout_s, " s (",
                           silent ? "does not answer" : "stuck computing", "); restarting it"),
@@ -203,6 +213,12 @@ std::vector<size_t> Controller::HandleHang(const std::vector<ObjectRef<Metrics>>
                          spec_.hang_timeout_s, " s and were restarted");
   for (auto& m : members_) m.trainer().Abort(reason);
   return killed;
+}
+
+bool Controller::CutOffFromHere(size_t r) {
+  std::string address = ActorState(members_[r].actor_id).worker_address();
+  if (address.empty()) return false;
+  return KnockTcp({address}, kTimeouts.probe_knock)[0] == Knock::kSilent;
 }
 
 void Controller::KillHung(size_t r, const std::string& what, absl::Time last_progress, bool event) {
@@ -342,6 +358,9 @@ std::vector<Controller::Frozen> Controller::FrozenRanks(const std::vector<size_t
       probe->confirms.emplace(r, std::move(confirm));
       continue;
     }
+    // Its host heartbeats to the GCS, but not even a handshake from here gets an answer: the
+    // path between the two is cut, and the rank may be well (a data-plane partition).
+    if (CutOffFromHere(r)) continue;
     frozen.push_back(
         {r, absl::StrFormat("%s; a Ping on a fresh connection, made %.1f s ago while its host "
                             "was up, got no answer either",

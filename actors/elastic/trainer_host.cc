@@ -6,14 +6,17 @@
 #include <numeric>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "actors/elastic/controller.h"
 #include "actors/elastic/job_recorder.h"
 #include "actors/elastic/trainer_protocol.h"
 #include "gcs/gcs_client.h"
 #include "runtime/common/files.h"
 #include "runtime/common/logging.h"
+#include "runtime/common/system.h"
 #include "runtime/worker/actor_registry.h"
 #include "runtime/worker/core_worker.h"
 
@@ -317,6 +320,15 @@ bool TrainerHostBase::Abort(std::string reason) {
 }
 
 std::string TrainerHostBase::Query(std::string key) {
+  if (absl::StartsWith(key, trainer_query::kReachPrefix)) {
+    std::vector<std::string> addresses = absl::StrSplit(
+        key.substr(std::strlen(trainer_query::kReachPrefix)), ',', absl::SkipEmpty());
+    std::string out;
+    for (Knock k : KnockTcp(addresses, absl::Milliseconds(trainer_query::kReachTimeoutMs))) {
+      out.push_back(k == Knock::kSilent ? '0' : '1');
+    }
+    return out;
+  }
   absl::MutexLock lock(&mu_);
   if (key == "committed_step") return std::to_string(committed_step_);
   // The newest step this rank holds: a finished step not yet committed counts (every rank

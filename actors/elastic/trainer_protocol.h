@@ -32,6 +32,12 @@ inline constexpr char kResults[] = "results";     // what the trainer wants driv
 // The last network check's slowest rank over the median (what the straggler policy compares
 // with straggler.factor); "0" before any.
 inline constexpr char kNetworkCheckSkew[] = "network_check_skew";
+// "reach:HOST:PORT,HOST:PORT,...": whether this rank's host completes a TCP handshake with each
+// (or is refused by it: the host answered), within kReachTimeoutMs, all at once; the answer
+// has a '1' or a '0' per address, in order. How the controller finds ranks that cannot reach
+// each other while the GCS sees them all (a data-plane partition).
+inline constexpr char kReachPrefix[] = "reach:";
+inline constexpr int kReachTimeoutMs = 500;
 }  // namespace trainer_query
 
 // What every rank adds to its step's result, for the job's metrics.

@@ -319,6 +319,17 @@ class Host:
         return "state UP" in _ip("-n", self.name, "link", "show", self.dev).stdout or \
             ",UP" in _ip("-n", self.name, "link", "show", self.dev).stdout
 
+    def block_host(self, ip):
+        """Drops every packet from `ip` arriving at this host (an iptables rule in this host's
+        namespace, gone with it). On both hosts of a pair: they cannot reach each other,
+        while both still reach every other host (a data-plane partition)."""
+        subprocess.run(["ip", "netns", "exec", self.name, "iptables", "-I", "INPUT", "-s", ip,
+                        "-j", "DROP"], check=True, capture_output=True, text=True, timeout=20)
+
+    def unblock_host(self, ip):
+        subprocess.run(["ip", "netns", "exec", self.name, "iptables", "-D", "INPUT", "-s", ip,
+                        "-j", "DROP"], check=True, capture_output=True, text=True, timeout=20)
+
     def block_tcp(self, port, from_ip):
         """Drops TCP packets from `from_ip` to this host's `port` (an iptables rule in this
         host's namespace, gone with it): a firewall that lets everything else through."""

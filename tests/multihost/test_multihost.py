@@ -353,3 +353,43 @@ def test_the_heads_link_down_for_30s_costs_no_step(hosts):
         if left:
             pytest.fail(f"processes left after `phalanx stop` on every host: {left}",
                         pytrace=False)
+
+
+def test_two_rank_hosts_that_cannot_reach_each_other_leave_one_out(cluster, hosts):
+    """Issue 49: two rank hosts that cannot reach each other while the GCS (and the third
+    host) reach both. Before, the step hung the hang timeout, then the same 3 ranks were formed
+    5 times, 20 s each, and the job failed. Now the failed step (at the group timeout, the hang
+    timeout here: 5 s) leads the controller to ask every rank which ranks' hosts it reaches;
+    the two that reach each other and the third go on at world size 2, and the left-out rank
+    rejoins once the path heals: world size 3 again."""
+    run = ElasticRun(cluster, hosts.dir, steps=1500, step_ms=40, hang_s=5)
+    run.submit()
+    run.wait_world(3, timeout=60)
+    ctl = wait_controller(cluster, run.job_id)
+    # The pair: the two hosts that are not the head (the GCS hears both). The controller is
+    # wherever it landed: on one of them, its calls to the other's rank fail too.
+    a, b = 1, 2
+    run.wait_step(FAULT_STEP)
+    fault_ms = now_ms()
+    hosts[a].block_host(hosts[b].ip)
+    hosts[b].block_host(hosts[a].ip)
+    try:
+        shrunk = run.wait_world(2, after_ms=fault_ms, timeout=60)
+    finally:
+        heal_ms = now_ms()
+        hosts[a].unblock_host(hosts[b].ip)
+        hosts[b].unblock_host(hosts[a].ip)
+    status = run.status_text()
+    print(f"\n[partition] hosts {a} and {b} cut from each other (controller on host {ctl[0]}); "
+          f"world size 2 after "
+          f"{(shrunk[1] - fault_ms) / 1000.0 if shrunk else None} s (group timeout 5 s)")
+    assert shrunk, f"the job did not go on at world size 2:\n{status}"
+    assert "partition" in status, status
+    grown = run.wait_world(3, after_ms=heal_ms, timeout=60)
+    print(f"[partition] path healed -> world size 3 again after "
+          f"{(grown[1] - heal_ms) / 1000.0 if grown else None} s")
+    rc = run.wait_done(timeout=150)
+    a_ = report("partition", run, fault_ms)
+    status = check_succeeded(run, rc, a_)
+    assert grown, f"the left-out rank did not rejoin:\n{status}"
+    assert "partition_healed" in status, status

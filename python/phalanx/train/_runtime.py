@@ -34,6 +34,35 @@ from datetime import timedelta
 import _phalanx
 
 
+# The controller's question "which of these hosts does yours reach?" (trainer_protocol.h,
+# trainer_query::kReachPrefix): a '1' per address whose host completes a TCP handshake or
+# refuses it within REACH_TIMEOUT_S, else '0', all at once.
+REACH_PREFIX = "reach:"
+REACH_TIMEOUT_S = 0.5
+
+
+def _reach(addresses):
+    answers = ["0"] * len(addresses)
+
+    def knock(i, address):
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S):
+                answers[i] = "1"
+        except ConnectionRefusedError:
+            answers[i] = "1"  # the host answered: nothing listens there
+        except (OSError, ValueError):
+            pass
+
+    threads = [threading.Thread(target=knock, args=(i, a), daemon=True)
+               for i, a in enumerate(addresses)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(REACH_TIMEOUT_S + 0.5)
+    return "".join(answers)
+
+
 class _Reset(BaseException):
     """Stops a loop at its commit(): the group changed (BaseException, so that a user's
     ``except Exception`` does not catch it)."""
@@ -304,6 +333,8 @@ class Runtime:
     def query(self, key):
         if key == "results":
             return json.dumps(self.last_report, default=str)
+        if key.startswith(REACH_PREFIX):
+            return _reach([a for a in key[len(REACH_PREFIX):].split(",") if a])
         return ""
 
     # ---- the loop --------------------------------------------------------------------
