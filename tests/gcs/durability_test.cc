@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -47,6 +48,74 @@ struct KvSeen {
     absl::MutexLock lock(&mu);
     return std::find(values.begin(), values.end(), kv) != values.end();
   }
+};
+
+// Writers that put KV entries (namespace "acked", keys w<writer>-<i>) through the GCS without
+// pause, each keeping what was acknowledged and counting what was refused, until Stop().
+class AckedWriters {
+ public:
+  AckedWriters(const GcsProcess& gcs, int writers, std::function<std::string(int)> value_of) {
+    for (int w = 0; w < writers; ++w) {
+      threads_.emplace_back([this, &gcs, w, value_of] {
+        auto client = GcsClient::Connect({gcs.address(), gcs.token()});
+        ASSERT_TRUE(client.ok()) << client.status();
+        for (int i = 0; !stop_; ++i) {
+          std::string key = absl::StrCat("w", w, "-", i), value = value_of(i);
+          bool ok = (*client)->KvPut("acked", key, value).ok();
+          absl::MutexLock lock(&mu_);
+          if (ok) {
+            acknowledged_[key] = value;
+          } else {
+            ++refused_;
+          }
+        }
+      });
+    }
+  }
+  ~AckedWriters() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+  size_t acknowledged() {
+    absl::MutexLock lock(&mu_);
+    return acknowledged_.size();
+  }
+  int refused() {
+    absl::MutexLock lock(&mu_);
+    return refused_;
+  }
+  // How many acknowledged writes a GCS started afresh from Redis (kill -9, then again) does
+  // not hold as they were written; *first names the first such key.
+  int LostAfterGcsRestart(GcsProcess& gcs, std::string* first) {
+    gcs.Kill9();
+    gcs.Restart();
+    auto client = GcsClient::Connect({gcs.address(), gcs.token()});
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!client.ok()) return -1;
+    auto stored = (*client)->KvList("acked");
+    EXPECT_TRUE(stored.ok()) << stored.status();
+    if (!stored.ok()) return -1;
+    std::map<std::string, std::string> found;
+    for (const auto& e : *stored) found[e.key()] = e.value();
+    absl::MutexLock lock(&mu_);
+    int lost = 0;
+    for (const auto& [key, value] : acknowledged_) {
+      auto it = found.find(key);
+      if (it != found.end() && it->second == value) continue;
+      if (lost++ == 0 && first != nullptr) *first = key;
+    }
+    return lost;
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  absl::Mutex mu_;
+  std::map<std::string, std::string> acknowledged_ ABSL_GUARDED_BY(mu_);
+  int refused_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::thread> threads_;
 };
 
 TEST(Durability, AWriteRedisRefusesIsNeitherAcknowledgedNorPublishedAndLeavesMemoryAsItWas) {
@@ -128,60 +197,24 @@ TEST(Durability, SigtermEndsTheGcsWithinItsBoundWhileRedisIsStopped) {
 TEST(Durability, NoAcknowledgedWriteIsLostAcrossKill9OfTheGcsAndOfRedis) {
   RedisServer redis("pw", /*aof=*/true, "always");
   GcsProcess gcs(redis);
-  constexpr int kWriters = 4;
-  std::atomic<bool> stop{false};
-  absl::Mutex mu;
-  std::map<std::string, std::string> acknowledged;
-  int failed = 0;
-  std::vector<std::thread> writers;
-  for (int w = 0; w < kWriters; ++w) {
-    writers.emplace_back([&, w] {
-      auto client = GcsClient::Connect({gcs.address(), gcs.token()});
-      ASSERT_TRUE(client.ok()) << client.status();
-      for (int i = 0; !stop; ++i) {
-        std::string key = absl::StrCat("w", w, "-", i), value = absl::StrCat(i * 7919);
-        bool ok = (*client)->KvPut("acked", key, value).ok();
-        absl::MutexLock lock(&mu);
-        if (ok) {
-          acknowledged[key] = value;
-        } else {
-          ++failed;
-        }
-      }
-    });
-  }
-  auto count = [&] {
-    absl::MutexLock lock(&mu);
-    return acknowledged.size();
-  };
-  ASSERT_TRUE(WaitFor([&] { return count() >= 200; }, absl::Seconds(20)));
-  size_t before_gcs_kill = count();
+  AckedWriters writers(gcs, 4, [](int i) { return absl::StrCat(i * 7919); });
+  ASSERT_TRUE(WaitFor([&] { return writers.acknowledged() >= 200; }, absl::Seconds(20)));
+  size_t before_gcs_kill = writers.acknowledged();
   gcs.Kill9();
   gcs.Restart();
-  ASSERT_TRUE(WaitFor([&] { return count() >= before_gcs_kill + 200; }, absl::Seconds(30)));
-  size_t before_redis_kill = count();
+  ASSERT_TRUE(
+      WaitFor([&] { return writers.acknowledged() >= before_gcs_kill + 200; }, absl::Seconds(30)));
+  size_t before_redis_kill = writers.acknowledged();
   redis.Restart();  // kill -9, then the same port and data dir
-  ASSERT_TRUE(WaitFor([&] { return count() >= before_redis_kill + 200; }, absl::Seconds(30)));
-  stop = true;
-  for (auto& t : writers) t.join();
+  ASSERT_TRUE(WaitFor([&] { return writers.acknowledged() >= before_redis_kill + 200; },
+                      absl::Seconds(30)));
+  writers.Stop();
 
   // What Redis has, as a GCS started from it sees it.
-  gcs.Kill9();
-  gcs.Restart();
-  auto client = GcsClient::Connect({gcs.address(), gcs.token()});
-  ASSERT_TRUE(client.ok()) << client.status();
-  auto stored = (*client)->KvList("acked");
-  ASSERT_TRUE(stored.ok()) << stored.status();
-  std::map<std::string, std::string> found;
-  for (const auto& e : *stored) found[e.key()] = e.value();
-  int lost = 0;
-  for (const auto& [key, value] : acknowledged) {
-    auto it = found.find(key);
-    if (it == found.end() || it->second != value) ++lost;
-  }
-  std::cout << "# " << acknowledged.size() << " writes acknowledged (" << before_gcs_kill
+  int lost = writers.LostAfterGcsRestart(gcs, nullptr);
+  std::cout << "# " << writers.acknowledged() << " writes acknowledged (" << before_gcs_kill
             << " before the GCS kill -9, " << before_redis_kill << " before the Redis kill -9), "
-            << failed << " refused, " << lost << " lost\n";
+            << writers.refused() << " refused, " << lost << " lost\n";
   EXPECT_EQ(lost, 0);
 }
 
@@ -239,66 +272,25 @@ TEST(Durability, NoAcknowledgedWriteIsLostWhenRedissDiskFillsAndRedisIsKilled) {
   if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here: " << disk.error();
   RedisServer redis("pw", /*aof=*/true, "everysec", disk.path());
   GcsProcess gcs(redis);
-  constexpr int kWriters = 3;
-  std::atomic<bool> stop{false};
-  absl::Mutex mu;
-  std::map<std::string, std::string> acknowledged;
-  int refused = 0;
-  std::vector<std::thread> writers;
-  for (int w = 0; w < kWriters; ++w) {
-    writers.emplace_back([&, w] {
-      auto client = GcsClient::Connect({gcs.address(), gcs.token()});
-      ASSERT_TRUE(client.ok()) << client.status();
-      for (int i = 0; !stop; ++i) {
-        std::string key = absl::StrCat("w", w, "-", i);
-        std::string value = absl::StrCat(i, "-", std::string(2048, 'v'));
-        auto put = (*client)->KvPut("acked", key, value);
-        absl::MutexLock lock(&mu);
-        if (put.ok()) {
-          acknowledged[key] = value;
-        } else {
-          ++refused;
-        }
-      }
-    });
-  }
-  auto counts = [&] {
-    absl::MutexLock lock(&mu);
-    return std::make_pair(acknowledged.size(), refused);
-  };
-  ASSERT_TRUE(WaitFor([&] { return counts().first >= 100; }, absl::Seconds(20)));
+  AckedWriters writers(gcs, 3, [](int i) { return absl::StrCat(i, "-", std::string(2048, 'v')); });
+  ASSERT_TRUE(WaitFor([&] { return writers.acknowledged() >= 100; }, absl::Seconds(20)));
   ASSERT_TRUE(FillDisk(disk.path() + "/filler")) << "the disk did not fill";
   // Writes go on against the full disk until some are refused (and a while after).
-  ASSERT_TRUE(WaitFor([&] { return counts().second >= 20; }, absl::Seconds(30)))
+  ASSERT_TRUE(WaitFor([&] { return writers.refused() >= 20; }, absl::Seconds(30)))
       << "no write was refused on a full disk";
   absl::SleepFor(absl::Milliseconds(500));
   redis.Kill();  // kill -9 while the disk is full
-  stop = true;
-  for (auto& t : writers) t.join();
-  auto [acked, failed] = counts();
+  writers.Stop();
   ::unlink((disk.path() + "/filler").c_str());
   redis.Restart();  // same port and data dir, space back
 
   // What Redis has, as a GCS started from it sees it.
-  gcs.Kill9();
-  gcs.Restart();
-  auto client = GcsClient::Connect({gcs.address(), gcs.token()});
-  ASSERT_TRUE(client.ok()) << client.status();
-  auto stored = (*client)->KvList("acked");
-  ASSERT_TRUE(stored.ok()) << stored.status();
-  std::map<std::string, std::string> found;
-  for (const auto& e : *stored) found[e.key()] = e.value();
-  int lost = 0;
   std::string first_lost;
-  for (const auto& [key, value] : acknowledged) {
-    auto it = found.find(key);
-    if (it == found.end() || it->second != value) {
-      if (lost++ == 0) first_lost = key;
-    }
-  }
-  std::cout << "# disk full, then Redis kill -9: " << acked << " writes acknowledged, " << failed
-            << " refused, " << lost << " acknowledged writes lost" << (lost ? " (first: " : "")
-            << first_lost << (lost ? ")" : "") << "\n";
+  int lost = writers.LostAfterGcsRestart(gcs, &first_lost);
+  std::cout << "# disk full, then Redis kill -9: " << writers.acknowledged()
+            << " writes acknowledged, " << writers.refused() << " refused, " << lost
+            << " acknowledged writes lost" << (lost > 0 ? " (first: " + first_lost + ")" : "")
+            << "\n";
   EXPECT_EQ(lost, 0);
 }
 

@@ -222,6 +222,15 @@ TEST_F(NodeManagerTest, AStalledGcsDoesNotBlameTheNodes) {
   FAIL() << "each of " << kTimedAttempts << " attempts stalled past the node's deadline";
 }
 
+// A head ("h") and two other nodes ("a", "b").
+void RegisterHeadAB(GcsNodeManager& nodes) {
+  rpc::NodeInfo head = Node("h");
+  head.set_is_head(true);
+  ASSERT_TRUE(nodes.Register(head).ok());
+  ASSERT_TRUE(nodes.Register(Node("a")).ok());
+  ASSERT_TRUE(nodes.Register(Node("b")).ok());
+}
+
 // Issue 49: the head's link cut for 30 s. The GCS then hears only the head, and the other
 // nodes all fall silent together: this GCS is the side that is cut off. They are held (alive)
 // for the partition timeout, not declared dead at the node timeout; past it, they are.
@@ -231,11 +240,7 @@ TEST_F(NodeManagerTest, ASilentMajorityIsHeldForThePartitionTimeout) {
     GcsNodeManager::Options o = options_;  // node timeout 200 ms
     o.partition_timeout = absl::Milliseconds(1500);
     GcsNodeManager nodes(store.get(), &publisher_, o);
-    rpc::NodeInfo head = Node("h");
-    head.set_is_head(true);
-    ASSERT_TRUE(nodes.Register(head).ok());
-    ASSERT_TRUE(nodes.Register(Node("a")).ok());
-    ASSERT_TRUE(nodes.Register(Node("b")).ok());
+    ASSERT_NO_FATAL_FAILURE(RegisterHeadAB(nodes));
     absl::Time silent_from = absl::Now();
     ASSERT_NO_FATAL_FAILURE(
         HeartbeatFor(nodes, "h", absl::Milliseconds(600), [&] { nodes.CheckHeartbeats(); }));
@@ -265,11 +270,7 @@ TEST_F(NodeManagerTest, WhenTheMajorityIsHeardAgainTheRestGetANodeTimeout) {
     GcsNodeManager::Options o = options_;  // node timeout 200 ms
     o.partition_timeout = absl::Seconds(60);
     GcsNodeManager nodes(store.get(), &publisher_, o);
-    rpc::NodeInfo head = Node("h");
-    head.set_is_head(true);
-    ASSERT_TRUE(nodes.Register(head).ok());
-    ASSERT_TRUE(nodes.Register(Node("a")).ok());
-    ASSERT_TRUE(nodes.Register(Node("b")).ok());
+    ASSERT_NO_FATAL_FAILURE(RegisterHeadAB(nodes));
     ASSERT_NO_FATAL_FAILURE(
         HeartbeatFor(nodes, "h", absl::Milliseconds(500), [&] { nodes.CheckHeartbeats(); }));
     bool unknown, declared_dead;

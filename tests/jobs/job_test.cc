@@ -326,11 +326,11 @@ TEST_F(JobTest, BadInputGetsClearErrors) {
 
   // A byte that is not UTF-8: named with its line, column and field, before anything is sent
   // (before, a protobuf log line named none of them).
-  testing::TempDir latin1_dir;
-  ASSERT_TRUE(WriteFile(latin1_dir.path() + "/latin1.yaml",
+  testing::TempDir specs;
+  ASSERT_TRUE(WriteFile(specs.path() + "/latin1.yaml",
                         "name: x\ntrainer: T\nconfig:\n  city: \"Z\xfcrich\"\n")
                   .ok());
-  auto latin1 = Phalanx({"job", "submit", "-f", latin1_dir.path() + "/latin1.yaml"});
+  auto latin1 = Phalanx({"job", "submit", "-f", specs.path() + "/latin1.yaml"});
   EXPECT_EQ(latin1.exit_code, 1);
   EXPECT_TRUE(
       absl::StrContains(latin1.output, "not UTF-8 at line 4, column 11 (byte 0xfc) in 'city'"))
@@ -373,7 +373,6 @@ TEST_F(JobTest, BadInputGetsClearErrors) {
   EXPECT_TRUE(absl::StrContains(StatusOf("nocmd"), "exit code 127")) << StatusOf("nocmd");
 
   // An elastic spec with a mistake, refused before anything starts.
-  testing::TempDir specs;
   ASSERT_TRUE(WriteFile(specs.path() + "/bad.yaml",
                         "name: x\ntrainer: T\nreplicas: 3\nminReplicas: 5\nmaxReplicas: 4\n")
                   .ok());
