@@ -172,8 +172,9 @@ absl::Status GcsNodeManager::Heartbeat(const rpc::HeartbeatRequest& request, boo
     heard_[request.node_id()] = absl::Now();
     if (reply != nullptr) {
       reply->set_members_version(members_version_);
-      reply->set_voters(static_cast<int32_t>(VotersLocked()));
+      // Only when they changed (every change bumps the version): the count walks the nodes.
       if (request.members_version() != members_version_) {
+        reply->set_voters(static_cast<int32_t>(VotersLocked()));
         for (const auto& [id, d] : deadline_) {
           if (const rpc::NodeInfo* member = nodes_.Find(id)) reply->add_members(member->address());
         }

@@ -86,8 +86,8 @@ struct ClusterFlags {
   std::string token_file;  // --token-file: read into token
 };
 
-// Overwrites the value of every --token (and --token=) in argv with '*', so that the token
-// does not show in `ps` for the rest of this process's life. Whether there was one.
+// Overwrites the value of every --token (and --token=) in argv before a `--` with '*', so that
+// the token does not show in `ps` for the rest of this process's life. Whether there was one.
 bool MaskTokenArguments(int argc, char** argv);
 // The token in `path` (standard input for "-"), surrounding whitespace removed. Errors name
 // the file and say what is wrong (missing, unreadable, empty, over 4 KiB).

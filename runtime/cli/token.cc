@@ -14,6 +14,7 @@ namespace phalanx::cli {
 bool MaskTokenArguments(int argc, char** argv) {
   bool masked = false;
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) break;  // a job's entrypoint: its arguments are its own
     char* value = nullptr;
     if (std::strcmp(argv[i], "--token") == 0 && i + 1 < argc) {
       value = argv[i + 1];
