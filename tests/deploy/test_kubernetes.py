@@ -248,10 +248,15 @@ def test_the_secret_is_named_alike_everywhere_and_workers_never_get_the_ca_key()
                      if "secretKeyRef" in e.get("valueFrom", {})]
             names += [e["secretRef"]["name"] for e in c.get("envFrom", []) if "secretRef" in e]
             assert set(names) <= {SECRET}, f"{c['name']}: secrets {names}"
-            # --token on the head too: the token must survive the head pod, or the workers
-            # are refused by its replacement.
-            token = env_behind(c, "--token").get("valueFrom", {}).get("secretKeyRef")
-            assert token == {"name": SECRET, "key": "token"}, f"{c['name']}: --token from {token}"
+            # The token from the Secret on the head too (it must survive the head pod, or the
+            # workers are refused by its replacement), in PHALANX_TOKEN, which `phalanx start`
+            # reads: never on the command line, where `ps` shows it to every user.
+            token = env_of(c).get("PHALANX_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef")
+            assert token == {"name": SECRET, "key": "token"}, \
+                f"{c['name']}: PHALANX_TOKEN from {token}"
+            args = [str(a) for a in c.get("args", []) + c.get("command", [])]
+            assert not any(a == "--token" or a.startswith("--token=") for a in args), \
+                f"{c['name']}: the token is on the command line: {args}"
         volumes = [v for v in spec.get("volumes", []) if "secret" in v]
         assert [v["secret"]["secretName"] for v in volumes] == [SECRET], \
             f"{w['metadata']['name']}: secret volumes {volumes}"
