@@ -737,20 +737,29 @@ void Controller::RemoveDead(const std::vector<size_t>& suspects, bool only_confi
   PublishStatus();
 }
 
+namespace {
+
+// A rank's answer to TrainerClient::Reach about `n` addresses, waiting up to `wait` for it:
+// '0' for every address when it did not answer (in time) or answered something else.
+std::string ReachAnswer(const ObjectRef<std::string>& ref, size_t n, absl::Duration wait) {
+  auto answer = Get(ref, std::max(wait, absl::ZeroDuration()));
+  return answer.ok() && answer->size() == n ? *answer : std::string(n, '0');
+}
+
+}  // namespace
+
 std::vector<std::vector<bool>> Controller::Reach(const std::vector<Member*>& ranks,
                                                  const std::vector<std::string>& targets) {
-  std::string key = absl::StrCat(trainer_query::kReachPrefix, absl::StrJoin(targets, ","));
   std::vector<ObjectRef<std::string>> refs;
   for (Member* m : ranks) {
-    refs.push_back(m != nullptr ? m->trainer().Query(key) : ObjectRef<std::string>());
+    refs.push_back(m != nullptr ? m->trainer().Reach(targets) : ObjectRef<std::string>());
   }
   absl::Time deadline = absl::Now() + kTimeouts.reach;
   std::vector<std::vector<bool>> out(ranks.size(), std::vector<bool>(targets.size(), false));
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] == nullptr) continue;
-    auto answer = Get(refs[i], std::max(deadline - absl::Now(), absl::ZeroDuration()));
-    if (!answer.ok() || answer->size() != targets.size()) continue;
-    for (size_t j = 0; j < targets.size(); ++j) out[i][j] = (*answer)[j] == '1';
+    std::string answer = ReachAnswer(refs[i], targets.size(), deadline - absl::Now());
+    for (size_t j = 0; j < targets.size(); ++j) out[i][j] = answer[j] == '1';
   }
   return out;
 }
@@ -861,12 +870,8 @@ void Controller::RejoinHealed(std::vector<Member>* ready) {
     std::vector<std::string> inside_at;
     for (auto& m : members_) inside_at.push_back(ActorState(m.actor_id).worker_address());
     RejoinCheck check;
-    std::string to_inside =
-        absl::StrCat(trainer_query::kReachPrefix, absl::StrJoin(inside_at, ","));
-    std::string to_outside =
-        absl::StrCat(trainer_query::kReachPrefix, absl::StrJoin(outside_at, ","));
-    for (auto& m : cut_off_) check.out_in.push_back(m.trainer().Query(to_inside));
-    for (auto& m : members_) check.in_out.push_back(m.trainer().Query(to_outside));
+    for (auto& m : cut_off_) check.out_in.push_back(m.trainer().Reach(inside_at));
+    for (auto& m : members_) check.in_out.push_back(m.trainer().Reach(outside_at));
     check.outside = outside;
     check.inside = inside;
     check.asked = absl::Now();
@@ -877,11 +882,11 @@ void Controller::RejoinHealed(std::vector<Member>* ready) {
   RejoinCheck check = std::move(*rejoin_);
   rejoin_.reset();
   if (check.inside != inside || check.outside != outside) return;  // asked of others: again
+  // Ready ones only: the wait for the rest is over (RejoinDue).
   auto answers = [](const std::vector<ObjectRef<std::string>>& refs, size_t n) {
     std::vector<std::string> out;
     for (const auto& r : refs) {
-      auto a = r.Ready() ? Get(r, absl::ZeroDuration()) : absl::StatusOr<std::string>("");
-      out.push_back(a.ok() && a->size() == n ? *a : std::string(n, '0'));
+      out.push_back(r.Ready() ? ReachAnswer(r, n, absl::ZeroDuration()) : std::string(n, '0'));
     }
     return out;
   };

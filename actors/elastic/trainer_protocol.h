@@ -104,6 +104,13 @@ class TrainerClient {
   ObjectRef<std::string> Query(const std::string& key) const {
     return Call<std::string>(trainer_method::kQuery, key);
   }
+  // Which of `addresses`' hosts this rank reaches (trainer_query::kReachPrefix): a '1' or a '0'
+  // per address.
+  ObjectRef<std::string> Reach(const std::vector<std::string>& addresses) const {
+    std::string key = trainer_query::kReachPrefix;
+    for (size_t i = 0; i < addresses.size(); ++i) key += (i ? "," : "") + addresses[i];
+    return Query(key);
+  }
 
  private:
   template <typename R, typename... Args>
