@@ -5,7 +5,9 @@
 #include <pybind11/stl.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "actors/elastic/elastic.h"
 #include "actors/elastic/job_spec.h"
@@ -152,6 +154,35 @@ void BindJobs(py::module_& m) {
     google::protobuf::util::JsonPrintOptions options;
     options.preserve_proto_field_names = true;
     (void)google::protobuf::util::MessageToJsonString(job, &out, options);
+    return out;
+  });
+  // Resizes an elastic job (as `phalanx job scale`): `replicas` ranks, taking `remove_ranks`
+  // out gracefully.
+  m.def(
+      "scale_job",
+      [](const std::string& job_id, int replicas, const std::vector<int>& remove_ranks) {
+        CallBlocking([&] { return Worker().gcs().ScaleJob(job_id, replicas, remove_ranks); });
+      },
+      py::arg("job_id"), py::arg("replicas"), py::arg("remove_ranks") = std::vector<int>{});
+  // The cluster's nodes as the GCS knows them, dead ones included (Ray's `ray.nodes()`).
+  m.def("nodes", [] {
+    auto nodes = CallBlocking([] { return Worker().gcs().GetAllNodes(); });
+    py::list out;
+    for (const rpc::NodeInfo& n : nodes) {
+      py::dict d;
+      d["node_id"] = n.node_id();
+      d["address"] = n.address();
+      d["hostname"] = n.hostname();
+      d["alive"] = n.state() == rpc::NODE_ALIVE;
+      d["is_head"] = n.is_head();
+      d["session_dir"] = n.session_dir();
+      std::map<std::string, double> total(n.total().amounts().begin(), n.total().amounts().end());
+      std::map<std::string, double> available(n.available().amounts().begin(),
+                                              n.available().amounts().end());
+      d["resources"] = total;
+      d["available"] = available;
+      out.append(d);
+    }
     return out;
   });
   m.def("stop_job", [](const std::string& job_id) {

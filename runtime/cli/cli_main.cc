@@ -1,6 +1,9 @@
 // phalanx: the command-line interface. One binary; the daemons (phalanx-gcs, phalanx-node)
 // live next to it.
+#include <algorithm>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "runtime/cli/commands.h"
@@ -9,6 +12,20 @@
 int main(int argc, char** argv) {
   phalanx::ConfigureMutexDeadlockCheck();
   using namespace phalanx::cli;
+  // torchrun's and horovodrun's options are the launcher's to parse, all of them.
+  if (argc >= 2 && std::string(argv[1]) == "run") {
+    return ExecPythonLauncher(std::vector<std::string>(argv + 2, argv + argc));
+  }
+  if (argc >= 4 && std::string(argv[1]) == "job" && std::string(argv[2]) == "submit") {
+    std::vector<std::string> rest(argv + 3, argv + argc);
+    auto dashes = std::find(rest.begin(), rest.end(), std::string("--"));
+    auto torchrun = std::find(rest.begin(), dashes, std::string("--torchrun"));
+    if (torchrun != dashes) {
+      rest.erase(torchrun);
+      rest.insert(rest.begin(), "--no-follow");
+      return ExecPythonLauncher(rest);
+    }
+  }
   CLI::App app{"phalanx: an actor runtime for elastic, fault-tolerant distributed training"};
   app.require_subcommand(1);
 
@@ -128,6 +145,10 @@ int main(int argc, char** argv) {
   bool list_all = false;
   list_actors->add_flag("--all", list_all, "include every dead actor");
 
+  app.add_subcommand("run",
+                     "run a torchrun program on the cluster: `phalanx run [torchrun's options] "
+                     "script.py ARGS...` (`phalanx run --help`), or a Horovod elastic one: "
+                     "`phalanx run --horovod -np N python prog.py`");
   auto* job_cmd =
       app.add_subcommand("job", "submit and manage jobs (drivers and elastic training)");
   job_cmd->require_subcommand(1);
@@ -135,7 +156,8 @@ int main(int argc, char** argv) {
   auto* job_submit = job_cmd->add_subcommand(
       "submit",
       "run a program on the head: `phalanx job submit [--working-dir DIR] -- COMMAND ARGS...`, "
-      "or an elastic training job: `phalanx job submit -f job.yaml`");
+      "an elastic training job: `phalanx job submit -f job.yaml`, or a torchrun program: "
+      "`phalanx job submit --torchrun [torchrun's options] -- script.py ARGS...`");
   job_submit->add_option("--working-dir", submit.working_dir,
                          "a directory to copy to the head; the job runs in the copy");
   job_submit->add_option("--env", submit.env, "NAME=VALUE for the job (repeatable)")

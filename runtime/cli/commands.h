@@ -115,4 +115,8 @@ int RunJobStop(const ClusterFlags& flags, const std::string& job_id, double grac
 int RunJobScale(const ClusterFlags& flags, const std::string& job_id, int replicas,
                 const std::vector<int>& ranks);
 
+// `phalanx run ARGS` (and `job submit --torchrun`): replaces this process with
+// `python3 -m phalanx.run ARGS`; returns only when that cannot start (the exit code, 127).
+int ExecPythonLauncher(const std::vector<std::string>& args);
+
 }  // namespace phalanx::cli

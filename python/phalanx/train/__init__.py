@@ -1034,6 +1034,7 @@ class ElasticTrainer:
                    "num_to_keep": getattr(self.run_config.checkpoint_config, "num_to_keep", None),
                    "resume_from_checkpoint": (self.resume_from_checkpoint.path
                                               if self.resume_from_checkpoint else None)}
+        options.update(getattr(self, "_runtime_options", {}))  # phalanx run's
         inner = dumps_function(self.train_loop, self.train_loop_config, options,
                                what="train_loop")
         key = f"pyfn/{self.name}-{secrets.token_hex(6)}"

@@ -154,7 +154,9 @@ class Runtime:
         self.fn_config = None
         # How the loop's torch.distributed is set up (ElasticTrainer's torch_config and
         # scaling_config): {"backend": "phalanx"|"gloo"|"nccl"|None, "use_gpu": bool,
-        # "torch": whether the loop uses torch at all}.
+        # "torch": whether the loop uses torch at all; `phalanx run`'s: "init_group": False
+        # when the program forms its own default group, "cuda_visible": False to leave
+        # CUDA_VISIBLE_DEVICES as torchrun does}.
         self.options = {}
         # Where this rank is (set per loop start, as torchrun sets its variables).
         self.local_rank = 0
@@ -511,10 +513,13 @@ class Runtime:
                "GROUP_RANK": self.node_rank, "ROLE_RANK": rank, "ROLE_WORLD_SIZE": world,
                "MASTER_ADDR": _ipv4_str(int(every[0, 0])), "MASTER_PORT": int(every[0, 2])}
         os.environ.update({k: str(v) for k, v in env.items()})
-        if self.options.get("use_gpu") and "PHALANX_CUDA_VISIBLE_DEVICES_SET" not in os.environ:
+        if (self.options.get("use_gpu") and self.options.get("cuda_visible", True) and
+                "PHALANX_CUDA_VISIBLE_DEVICES_SET" not in os.environ):
             # Set before torch first touches CUDA in this process (a worker serves one rank).
             os.environ["CUDA_VISIBLE_DEVICES"] = str(self.local_rank)
             os.environ["PHALANX_CUDA_VISIBLE_DEVICES_SET"] = "1"
+        if not self.options.get("init_group", True):
+            return  # the program forms its own (`phalanx run` without --backend phalanx)
         if backend == "phalanx":
             from .. import distributed
             with self.pg_lock:

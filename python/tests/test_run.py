@@ -1,0 +1,248 @@
+"""`phalanx run`: a torchrun program (examples/python/torchrun_ddp.py, pytorch/examples' DDP
+tutorial in shape) run unchanged on a real cluster, under real torchrun in the same test, and
+through SIGKILL and SIGSTOP of a worker; bad command lines; `job submit --torchrun`."""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import _phalanx
+import phalanx
+
+from conftest import PHALANX, Cluster, _processes_with, wait_for
+
+torch = pytest.importorskip("torch")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAM = os.path.join(HERE, "..", "..", "examples", "python", "torchrun_ddp.py")
+# Every run is bounded; a run that passes this is killed and fails its test.
+RUN_TIMEOUT_S = 240
+EPOCHS = 8
+STEP_S = 0.1
+STEP_LINE = re.compile(r"\(rank 0\) step (\d+)\.(\d+) t=([\d.]+)")
+
+
+@pytest.fixture(scope="module")
+def run_cluster(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("phx-run"), num_cpus=4)
+    os.environ["PHALANX_TLS_DIR"] = c.tls_dir
+    try:
+        phalanx.init(c.address, token=c.token)
+        yield c
+    finally:
+        phalanx.shutdown()
+        os.environ.pop("PHALANX_TLS_DIR", None)
+        c.stop()
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    """A directory holding only the program, as a user's would."""
+    d = tmp_path / "job"
+    d.mkdir()
+    shutil.copy(PROGRAM, d / "torchrun_ddp.py")
+    return d
+
+
+class Launch:
+    """`phalanx run ...` in a process of its own, its output collected line by line."""
+
+    def __init__(self, cluster, args, cwd):
+        self.lines = []
+        self.proc = subprocess.Popen([PHALANX, "run", *args], cwd=cwd, env=cluster.env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append((time.time(), line.rstrip("\n")))
+
+    def wait(self, timeout=RUN_TIMEOUT_S):
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            raise AssertionError("phalanx run did not end in time:\n" + self.text())
+        self.reader.join(10)
+        return rc
+
+    def text(self):
+        return "\n".join(line for _, line in self.lines)
+
+    def job_id(self):
+        for _, line in self.lines:
+            m = re.match(r"\[phalanx run\] job (\S+):", line)
+            if m:
+                return m.group(1)
+        return None
+
+    def steps(self):
+        """(epoch, batch, the time rank 0 printed it) of every step line."""
+        return [(int(m.group(1)), int(m.group(2)), float(m.group(3)))
+                for _, line in self.lines for m in [STEP_LINE.search(line)] if m]
+
+    def weights(self):
+        found = re.findall(r"weights_sum=([-\d.]+)", self.text())
+        return float(found[-1]) if found else None
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _program_args(snapshot):
+    return ["torchrun_ddp.py", str(EPOCHS), "1", "--snapshot_path", str(snapshot),
+            "--step_s", str(STEP_S)]
+
+
+def _rank_pid(job_id, rank):
+    status = _phalanx.job_status(job_id)
+    for m in status.ranks:
+        if m.rank == rank and m.actor_id:
+            return _phalanx.actor_info(m.actor_id)["pid"]
+    return None
+
+
+@pytest.fixture(scope="module")
+def reference(run_cluster, tmp_path_factory):
+    """The program's weights under real torchrun (2 workers, no fault)."""
+    d = tmp_path_factory.mktemp("torchrun")
+    shutil.copy(PROGRAM, d / "torchrun_ddp.py")
+    # torch 1.13 on Python 3.11 crashes on torchrun's default --redirects/--tee (see
+    # bench/peers/torchrun_recovery.sh): 2 keeps stdout on the console.
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--redirects=2", "--tee=2",
+         "--nproc_per_node", "2", *_program_args(d / "snapshot.pt")], cwd=d,
+        env=dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1"),
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert out.returncode == 0, out.stdout + out.stderr
+    found = re.findall(r"weights_sum=([-\d.]+)", out.stdout)
+    assert found, out.stdout + out.stderr
+    return float(found[-1])
+
+
+def test_a_torchrun_program_runs_unchanged_as_under_torchrun(run_cluster, workdir, tmp_path,
+                                                             reference):
+    run = Launch(run_cluster, ["--nproc_per_node", "2", *_program_args(tmp_path / "s.pt")],
+                 workdir)
+    assert run.wait() == 0, run.text()
+    assert run.weights() == pytest.approx(reference, abs=1e-6), run.text()
+    assert len(run.steps()) == EPOCHS * 4, run.text()
+    # Every rank printed, prefixed by its rank; the job left no snapshot in the user's dir.
+    assert "(rank 1) [rank1] Epoch 0" in run.text()
+    assert sorted(os.listdir(workdir)) == ["torchrun_ddp.py"]
+
+
+def _kill_and_heal(cluster, workdir, tmp_path, reference, sig, backend):
+    args = ["--nproc-per-node", "2", "--max-restarts", "3", "--backend", backend,
+            *_program_args(tmp_path / "s.pt")]
+    run = Launch(cluster, args, workdir)
+    try:
+        assert wait_for(lambda: any(e >= 3 for e, _, _ in run.steps()), timeout=120), run.text()
+        pid = _rank_pid(run.job_id(), 1)
+        assert pid, run.text()
+        fault = time.time()
+        os.kill(pid, sig)
+        assert run.wait() == 0, run.text()
+    finally:
+        run.kill()
+    # Rank 0's first step of the restarted group: after it resumed from the snapshot.
+    resumed = next(i for i, (t, line) in enumerate(run.lines)
+                   if t > fault and "(rank 0) Resuming training from snapshot" in line)
+    first = next(float(m.group(3)) for _, line in run.lines[resumed:]
+                 for m in [STEP_LINE.search(line)] if m)
+    print(f"\n{signal.Signals(sig).name} of rank 1, backend {backend}: rank 0's first step "
+          f"of the restarted group {first - fault:.2f} s after the fault")
+    assert run.weights() == pytest.approx(reference, abs=1e-6), run.text()
+    return first - fault
+
+
+def test_a_sigkilled_worker_restarts_the_group_from_its_snapshot(run_cluster, workdir, tmp_path,
+                                                                 reference):
+    _kill_and_heal(run_cluster, workdir, tmp_path, reference, signal.SIGKILL, "script")
+
+
+def test_a_sigstopped_worker_on_the_phalanx_backend_heals(run_cluster, workdir, tmp_path,
+                                                          reference):
+    _kill_and_heal(run_cluster, workdir, tmp_path, reference, signal.SIGSTOP, "phalanx")
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--nproc-per-node", "2", "--bogus", "torchrun_ddp.py"], "--bogus"),
+    (["--nnodes", "3:2", "torchrun_ddp.py"], "--nnodes 3:2"),
+    (["--nproc-per-node", "two", "torchrun_ddp.py"], "--nproc-per-node two"),
+    (["--redirects", "7", "torchrun_ddp.py"], "--redirects 7"),
+    (["no_such_script.py"], "no_such_script.py: no such file"),
+    (["--no-python", "torchrun_ddp.py"], "--no-python"),
+    (["--nproc-per-node", "9", "torchrun_ddp.py"], "--cpus-per-worker"),
+])
+def test_a_bad_command_line_is_refused_naming_the_option(run_cluster, workdir, args, says):
+    before = {p for p, _ in _processes_with("phalanx", "worker")}
+    out = subprocess.run([PHALANX, "run", *args], cwd=workdir, env=run_cluster.env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert says in out.stderr, out.stderr
+    assert out.stderr.startswith("phalanx run: "), out.stderr
+    assert {p for p, _ in _processes_with("phalanx", "worker")} <= before
+
+
+def test_log_dir_tee_and_the_torchelastic_environment(run_cluster, tmp_path):
+    d = tmp_path / "env"
+    d.mkdir()
+    (d / "show_env.py").write_text(
+        "import os, sys\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "names = ['RANK', 'LOCAL_RANK', 'GROUP_RANK', 'ROLE_RANK', 'WORLD_SIZE',\n"
+        "         'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', 'TORCHELASTIC_RUN_ID',\n"
+        "         'TORCHELASTIC_RESTART_COUNT', 'TORCHELASTIC_MAX_RESTARTS']\n"
+        "print(' '.join(f'{n}={os.environ[n]}' for n in names), 'args=' + ','.join(sys.argv[1:]))\n"
+        "print('to stderr', file=sys.stderr)\n"
+        "t = __import__('torch').ones(1); dist.all_reduce(t); print('sum', int(t.item()))\n"
+        "dist.destroy_process_group()\n")
+    logs = tmp_path / "logs"
+    run = Launch(run_cluster, ["--nproc_per_node=2", "--rdzv_id", "myrun", "--max_restarts=2",
+                               "--log_dir", str(logs), "--redirects", "2", "--tee", "1",
+                               "show_env.py", "a", "b"], d)
+    assert run.wait() == 0, run.text()
+    text = run.text()
+    for rank in (0, 1):
+        assert (f"(rank {rank}) RANK={rank} LOCAL_RANK={rank} GROUP_RANK=0 ROLE_RANK={rank} "
+                f"WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1") in text, text
+        assert f"(rank {rank}) sum 2" in text, text
+    assert "TORCHELASTIC_RUN_ID=myrun TORCHELASTIC_RESTART_COUNT=0 " \
+           "TORCHELASTIC_MAX_RESTARTS=2 args=a,b" in text, text
+    # stderr only in the files (--redirects 2), stdout in both (--tee 1): torchrun's layout.
+    assert "to stderr" not in text, text
+    for rank in (0, 1):
+        base = logs / "myrun" / "attempt_0" / str(rank)
+        assert (base / "stderr.log").read_text() == "to stderr\n"
+        assert f"RANK={rank} " in (base / "stdout.log").read_text()
+
+
+def test_job_submit_torchrun_is_a_job_with_status_and_logs(run_cluster, workdir, tmp_path):
+    out = subprocess.run([PHALANX, "job", "submit", "--torchrun", "--nproc-per-node", "2", "--",
+                          *_program_args(tmp_path / "s.pt")], cwd=workdir, env=run_cluster.env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    job_id = re.search(r"submitted job (\S+)", out.stdout).group(1)
+    done = wait_for(lambda: _phalanx.job_status(job_id).done(), timeout=RUN_TIMEOUT_S,
+                    interval=0.5)
+    assert done and _phalanx.job_status(job_id).state == "SUCCEEDED", \
+        _phalanx.job_status(job_id).message
+    logs = run_cluster.cli("job", "logs", job_id)
+    assert "(rank 0) weights_sum=" in logs.stdout, logs.stdout + logs.stderr
+    status = run_cluster.cli("job", "status", job_id)
+    assert "SUCCEEDED" in status.stdout, status.stdout
