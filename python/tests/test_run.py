@@ -246,3 +246,82 @@ def test_job_submit_torchrun_is_a_job_with_status_and_logs(run_cluster, workdir,
     assert "(rank 0) weights_sum=" in logs.stdout, logs.stdout + logs.stderr
     status = run_cluster.cli("job", "status", job_id)
     assert "SUCCEEDED" in status.stdout, status.stdout
+
+
+HOROVOD_PROGRAM = os.path.join(HERE, "..", "..", "examples", "python", "horovod_elastic.py")
+HVD_LINE = re.compile(r"\(rank 0\) step (\d+)\.(\d+) size=(\d+) lr=([\d.]+) t=([\d.]+)")
+BASE_LR = 0.01
+
+
+def _hvd_steps(run):
+    """(size, lr, time) of every step rank 0 printed."""
+    return [(int(m.group(3)), float(m.group(4)), float(m.group(5)))
+            for _, line in run.lines for m in [HVD_LINE.search(line)] if m]
+
+
+def test_a_horovod_elastic_program_scales_through_discovery_and_heals(run_cluster, tmp_path):
+    """Horovod's synthetic benchmark in shape, unchanged (`import horovod.torch as hvd`):
+    2 workers, then 3 when the discovery script lists 3 slots, a SIGKILLed worker replaced,
+    then 1 worker; the learning rate after each resize is the reset callback's (lr x size)."""
+    d = tmp_path / "hvd"
+    d.mkdir()
+    shutil.copy(HOROVOD_PROGRAM, d / "horovod_elastic.py")
+    hosts = d / "hosts.txt"
+    hosts.write_text("localhost:2\n")
+    discover = d / "discover_hosts.sh"
+    discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    discover.chmod(0o755)
+    run = Launch(run_cluster, ["--horovod", "-np", "2", "--min-np", "1", "--max-np", "3",
+                               "--host-discovery-script", str(discover), "--cpus-per-worker",
+                               "0.5", "python", "horovod_elastic.py", "--epochs", "6",
+                               "--num-batches-per-epoch", "40", "--step-s", "0.05"], d)
+    try:
+        def seen(size, count):
+            return wait_for(lambda: sum(1 for s, _, _ in _hvd_steps(run) if s == size) >= count,
+                            timeout=120)
+        assert seen(2, 10), run.text()
+        hosts.write_text("localhost:3\n")
+        assert seen(3, 10), run.text()
+        pid = _rank_pid(run.job_id(), 1)
+        fault = time.time()
+        os.kill(pid, signal.SIGKILL)
+        assert wait_for(lambda: any(t > fault + 0.5 and s == 3 for s, _, t in _hvd_steps(run)),
+                        timeout=60), run.text()
+        hosts.write_text("localhost:1\n")
+        assert seen(1, 5), run.text()
+        assert run.wait() == 0, run.text()
+    finally:
+        run.kill()
+    steps = _hvd_steps(run)
+    wrong = [(s, lr) for s, lr, _ in steps if abs(lr - BASE_LR * s) > 1e-9]
+    assert not wrong, f"learning rates not lr x size: {wrong[:5]}\n" + run.text()
+    sizes = [s for s, _, _ in steps]
+    assert sizes[0] == 2 and 3 in sizes and sizes[-1] == 1, sizes
+    healed = [r for r in _phalanx.job_status(run.job_id()).recoveries
+              if r.fault_ms >= fault * 1000 - 1000 and r.resumed_ms]
+    assert healed, run.text()
+    print(f"\nhorovod: sizes {sorted(set(sizes))}; SIGKILL at size 3 ({healed[0].kind}): "
+          f"survivors' next step {(healed[0].resumed_ms - healed[0].fault_ms) / 1000:.2f} s, "
+          f"full strength {(healed[0].full_strength_ms - healed[0].fault_ms) / 1000:.2f} s "
+          f"after it")
+    assert "(rank 0) done" in run.text()
+
+
+def test_a_horovod_program_with_its_import_changed_runs_alone_and_under_phalanx_run(
+        run_cluster, tmp_path):
+    d = tmp_path / "hvd1"
+    d.mkdir()
+    text = open(HOROVOD_PROGRAM).read()
+    assert "import horovod.torch as hvd\n" in text
+    (d / "prog.py").write_text(text.replace("import horovod.torch as hvd\n",
+                                            "import phalanx.horovod.torch as hvd\n"))
+    alone = subprocess.run([sys.executable, "prog.py", "--epochs", "1",
+                            "--num-batches-per-epoch", "3"], cwd=d, capture_output=True,
+                           text=True, timeout=120)
+    assert alone.returncode == 0 and "size=1 lr=0.010000" in alone.stdout, \
+        alone.stdout + alone.stderr
+    run = Launch(run_cluster, ["--horovod", "-np", "2", "--cpus-per-worker", "0.5", "python",
+                               "prog.py", "--epochs", "1", "--num-batches-per-epoch", "5",
+                               "--fp16-allreduce"], d)
+    assert run.wait() == 0, run.text()
+    assert [s for s, _, _ in _hvd_steps(run)] == [2] * 5, run.text()
