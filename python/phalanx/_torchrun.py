@@ -242,7 +242,8 @@ class ScriptLoop:
             "TORCHELASTIC_RESTART_COUNT": str(restarts),
             "TORCHELASTIC_MAX_RESTARTS": str(self.max_restarts),
             "TORCHELASTIC_RUN_ID": self.run_id,
-            "TORCHELASTIC_USE_AGENT_STORE": "False",
+            # Rank 0 serves the store at MASTER_PORT, as torchrun's agent does.
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
             "PHALANX_RUN": "1",
         })
         if self.omp_threads and "OMP_NUM_THREADS" not in os.environ:

@@ -36,6 +36,8 @@ NO_HANG_TIMEOUT_S = 7 * 24 * 3600
 # Horovod: how often the host discovery script runs (horovodrun's default is 1 s).
 DISCOVERY_INTERVAL_S = 1.0
 DISCOVERY_TIMEOUT_S = 10.0
+# A restarted rank waits this long for its previous run of the script to unwind.
+RESTART_UNWIND_S = 0.1
 
 
 class UsageError(Exception):
@@ -300,7 +302,11 @@ def _submit(plan, nodes):
         prestart_imports=["torch"], step_call_ms=0, verbose=False)
     trainer._runtime_options = {
         "torch": True, "backend": plan.backend if plan.backend == "phalanx" else "gloo",
-        "init_group": plan.backend == "phalanx", "cuda_visible": False}
+        "init_group": plan.backend == "phalanx", "cuda_visible": False, "agent_store": True,
+        # A survivor of a lost peer may sit in torch's own Gloo op until its timeout, which
+        # nothing can abort: the restarted script does not wait for it (torchrun would have
+        # killed the process).
+        "unwind_s": RESTART_UNWIND_S}
     return trainer.submit()
 
 

@@ -297,9 +297,10 @@ def test_a_horovod_elastic_program_scales_through_discovery_and_heals(run_cluste
     assert not wrong, f"learning rates not lr x size: {wrong[:5]}\n" + run.text()
     sizes = [s for s, _, _ in steps]
     assert sizes[0] == 2 and 3 in sizes and sizes[-1] == 1, sizes
-    healed = [r for r in _phalanx.job_status(run.job_id()).recoveries
-              if r.fault_ms >= fault * 1000 - 1000 and r.resumed_ms]
-    assert healed, run.text()
+    # The recovery of the kill: the one whose fault is nearest to it.
+    healed = sorted((r for r in _phalanx.job_status(run.job_id()).recoveries if r.resumed_ms),
+                    key=lambda r: abs(r.fault_ms - fault * 1000))
+    assert healed and abs(healed[0].fault_ms - fault * 1000) < 1000, run.text()
     print(f"\nhorovod: sizes {sorted(set(sizes))}; SIGKILL at size 3 ({healed[0].kind}): "
           f"survivors' next step {(healed[0].resumed_ms - healed[0].fault_ms) / 1000:.2f} s, "
           f"full strength {(healed[0].full_strength_ms - healed[0].fault_ms) / 1000:.2f} s "

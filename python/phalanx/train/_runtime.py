@@ -63,6 +63,10 @@ def _reach(addresses):
     return "".join(answers)
 
 
+# How long a new loop waits for the previous one to unwind before it starts without it.
+UNWIND_S = 10.0
+
+
 class _Reset(BaseException):
     """Stops a loop at its commit(): the group changed (BaseException, so that a user's
     ``except Exception`` does not catch it)."""
@@ -201,6 +205,8 @@ class Runtime:
         self.rank_nodes = []
         self.zero_group = None
         self.zero_store = {}
+        # `phalanx run`: rank 0's TCPStore of this epoch, at MASTER_PORT (torchrun's agent's).
+        self.agent_store = None
 
     # ---- called by the native trainer -------------------------------------------------
 
@@ -347,7 +353,9 @@ class Runtime:
             old = self.thread
             self.cond.notify_all()  # an old loop waiting in commit() resets
         if old is not None and old.is_alive():
-            old.join(timeout=10)  # one stuck in a collective of a dead group is left behind
+            # One stuck in a collective of a dead group is left behind: phalanx's own groups
+            # fail at once when aborted, torch's Gloo and NCCL groups only at their timeout.
+            old.join(timeout=self.options.get("unwind_s", UNWIND_S))
         with self.cond:
             self.progress = {}
             self.reset_callbacks = []
@@ -497,7 +505,16 @@ class Runtime:
         import numpy as np
         host = _node_host()
         node = os.environ.get("PHALANX_NODE_ID") or os.environ.get("PHALANX_NODE_ADDRESS", host)
-        port = _free_port(host) if rank == 0 else 0
+        if rank == 0 and self.options.get("agent_store"):
+            # torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE): served here before any
+            # rank learns its port, so no rank's env:// init is refused and waits to retry.
+            import torch.distributed as dist
+            self.agent_store = None  # the previous epoch's first
+            self.agent_store = dist.TCPStore(host, 0, world, True, timedelta(seconds=60),
+                                             wait_for_workers=False)
+            port = self.agent_store.port
+        else:
+            port = _free_port(host) if rank == 0 else 0
         mine = np.array([_ipv4(host), _hash64(node), port], dtype=np.int64)
         every = np.empty(3 * world, dtype=np.int64)
         group.allgather(mine, every)
