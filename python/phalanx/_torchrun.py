@@ -14,6 +14,7 @@ with MASTER_ADDR and MASTER_PORT; with ``--backend phalanx`` the call is answere
 fails the survivors' pending ops at once instead of at torch's timeout.
 """
 
+import contextlib
 import hashlib
 import io
 import os
@@ -22,11 +23,12 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import zipfile
 
 import _phalanx
 
-from .train._runtime import RUNTIME
+from .train._runtime import RUNTIME, _RankOutput, _Reset
 
 # What the launcher ships (the script's directory): at most this many bytes, compressed.
 MAX_WORKING_DIR_BYTES = 32 << 20
@@ -34,6 +36,9 @@ _SKIPPED_DIRS = frozenset((".git", "__pycache__", ".mypy_cache", ".pytest_cache"
 # How often a worker looks for files its script wrote into the shipped copy (a relative
 # snapshot path), to warn that a restart on another node will not find them.
 WRITE_CHECK_S = 2.0
+# A script that raised waits this long for the job's controller to abort its step (a peer was
+# lost) before it counts as failed on its own and its worker exits, as under torchrun.
+ABORT_WAIT_S = 1.0
 # `phalanx run --horovod` puts this first on a rank's path: its `horovod` package is
 # phalanx.horovod under Horovod's name, so a Horovod program runs with no line changed.
 HOROVOD_SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "horovod", "_shim")
@@ -268,12 +273,37 @@ class ScriptLoop:
                 runpy.run_path(script, run_name="__main__")
         except SystemExit as e:
             if e.code not in (None, 0):
-                raise RuntimeError(f"the script exited with code {e.code}") from None
+                self._fail(f"the script exited with code {e.code}",
+                           e.code if isinstance(e.code, int) else 1)
+        except _Reset:
+            raise
+        except BaseException:  # noqa: BLE001 - a peer's loss, or the script's own failure
+            self._fail(traceback.format_exc(), 1)
         finally:
             sys.argv, sys.path[:] = argv, path
             for name, stream in streams:
                 stream.flush()
                 setattr(sys, name, _original(stream))
+
+    def _fail(self, what, code):
+        """The script failed. After a lost peer (the controller aborts this rank's step within
+        ABORT_WAIT_S) the error goes to the runtime, and the group restarts in warm processes.
+        Failed on its own, the worker process exits with the script's code, as a torchrun
+        worker does: the job's controller sees it exit, restarts the group within
+        --max-restarts, and names the exit in the job's events."""
+        generation = RUNTIME.generation
+        deadline = time.time() + ABORT_WAIT_S
+        while time.time() < deadline:
+            if RUNTIME.aborted or RUNTIME.generation != generation:
+                raise RuntimeError(what.strip().splitlines()[-1])
+            time.sleep(0.01)
+        print(what if "Traceback" in what else f"phalanx run: {what}", file=sys.stderr,
+              end="" if what.endswith("\n") else "\n", flush=True)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        _RankOutput.send()
+        os._exit(code if isinstance(code, int) and 0 < code < 256 else 1)
 
     def _open_logs(self, restarts):
         """Installs the per-rank log files of --log-dir for this attempt."""

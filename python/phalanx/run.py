@@ -33,6 +33,12 @@ STOP_WAIT_S = 30.0
 # What --hang-timeout defaults to: torchrun finds no hangs; Phalanx's frozen-rank probe still
 # restarts a stopped worker within about a second (hang.silentSeconds).
 NO_HANG_TIMEOUT_S = 7 * 24 * 3600
+# Below the fewest workers (--nnodes MIN, --min-np) with the restarts used up or no room for
+# a replacement: how long the job waits for a node before it fails (torchrun fails at once
+# when its restarts are used up; its agents wait join_timeout, 600 s, for missing nodes).
+BELOW_MIN_TIMEOUT_S = 10.0
+# How long the first placement of the workers may wait for room (torchrun's join_timeout).
+PLACE_TIMEOUT_S = 600.0
 # Horovod: how often the host discovery script runs (horovodrun's default is 1 s).
 DISCOVERY_INTERVAL_S = 1.0
 DISCOVERY_TIMEOUT_S = 10.0
@@ -114,6 +120,9 @@ def _parser(horovod):
     _add(p, "--hang-timeout", type=float, default=NO_HANG_TIMEOUT_S,
          help="restart the group when a worker's script makes no progress this long "
               "(seconds; default: never, as torchrun)")
+    _add(p, "--below-min-timeout", type=float, default=BELOW_MIN_TIMEOUT_S,
+         help="fail when the job has been below its fewest workers this long (seconds): "
+              "restarts used up, or nodes lost and none to replace them")
     _add(p, "--working-dir", help="the directory shipped to every node (default: the "
                                   "script's; with -m, this one)")
     _add(p, "--name", help="the job's name (default: the script's)")
@@ -225,6 +234,8 @@ class Plan:
             self.run_id = args.rdzv_id
         if args.cpus_per_worker < 0:
             raise UsageError(f"--cpus-per-worker {args.cpus_per_worker}: give 0 or more")
+        if not args.below_min_timeout > 0:
+            raise UsageError(f"--below-min-timeout {args.below_min_timeout}: give seconds > 0")
         if not args.hang_timeout > 0:
             raise UsageError(f"--hang-timeout {args.hang_timeout}: give seconds > 0")
         self.target, self.args_after = command[0], command[1:]
@@ -298,7 +309,9 @@ def _submit(plan, nodes):
             num_workers=(plan.min_workers, plan.max_workers), initial_workers=plan.initial,
             resources_per_worker=resources, use_gpu=plan.use_gpu),
         run_config=train.RunConfig(name=plan.name, failure_config=train.FailureConfig(
-            max_failures=plan.max_restarts, hang_timeout_s=plan.args.hang_timeout)),
+            max_failures=plan.max_restarts, hang_timeout_s=plan.args.hang_timeout,
+            below_min_timeout_s=plan.args.below_min_timeout,
+            phase_timeouts={"place": PLACE_TIMEOUT_S})),
         prestart_imports=["torch"], step_call_ms=0, verbose=False)
     trainer._runtime_options = {
         "torch": True, "backend": plan.backend if plan.backend == "phalanx" else "gloo",

@@ -326,3 +326,33 @@ def test_a_horovod_program_with_its_import_changed_runs_alone_and_under_phalanx_
                                "--fp16-allreduce"], d)
     assert run.wait() == 0, run.text()
     assert [s for s, _, _ in _hvd_steps(run)] == [2] * 5, run.text()
+
+
+def test_a_module_runs_with_dash_m_from_the_shipped_directory(run_cluster, tmp_path):
+    d = tmp_path / "mod"
+    (d / "pkg").mkdir(parents=True)
+    (d / "pkg" / "__init__.py").write_text("")
+    (d / "pkg" / "helper.py").write_text("GREETING = 'hello from pkg.helper'\n")
+    (d / "pkg" / "main.py").write_text(
+        "import os, sys\n"
+        "from pkg.helper import GREETING\n"
+        "print(GREETING, __name__, os.environ['RANK'], sys.argv[1:])\n")
+    run = Launch(run_cluster, ["--nproc-per-node", "2", "-m", "pkg.main", "--flag", "x"], d)
+    assert run.wait() == 0, run.text()
+    for rank in (0, 1):
+        assert f"(rank {rank}) hello from pkg.helper __main__ {rank} ['--flag', 'x']" in \
+            run.text(), run.text()
+
+
+def test_a_failing_script_exits_1_after_its_restarts(run_cluster, tmp_path):
+    d = tmp_path / "fail"
+    d.mkdir()
+    (d / "fail.py").write_text(
+        "import os, sys\n"
+        "print('attempt', os.environ['TORCHELASTIC_RESTART_COUNT'])\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    raise ValueError('rank 1 fails on purpose')\n")
+    run = Launch(run_cluster, ["--nproc-per-node", "2", "--max-restarts", "1", "fail.py"], d)
+    assert run.wait() == 1, run.text()
+    assert "ValueError: rank 1 fails on purpose" in run.text(), run.text()
+    assert "FAILED" in run.text(), run.text()

@@ -76,3 +76,24 @@ def test_a_torchrun_program_on_two_hosts_heals_a_cut_host(cluster, hosts):
           f"(node timeout 2 s)")
     # Loose: the point is "not torch's timeout" (a busy machine cannot fail it).
     assert took < 30, took
+
+
+def test_a_relative_write_on_a_cluster_of_several_nodes_is_warned_about(cluster, hosts):
+    """torchrun's tutorial keeps its snapshot at a relative path: under `phalanx run` on
+    several nodes that file stays on the node that wrote it, and the worker says so."""
+    work = os.path.join(hosts.dir, "rel")
+    os.makedirs(work)
+    with open(os.path.join(work, "writes.py"), "w") as f:
+        f.write("import time\nopen('snapshot.pt', 'w').write('x')\ntime.sleep(5)\n")
+    log = os.path.join(hosts.dir, "rel.log")
+    launcher = hosts[0].spawn(
+        ["sh", "-c", f'cd "{work}" && exec "$0" "$@"', os.path.realpath(PHALANX), "run",
+         "--address", cluster.address, "--nproc-per-node", "1", "writes.py"],
+        env={"PHALANX_TOKEN": cluster.token}, log=log)
+    launcher.wait(timeout=90)
+    text = _read(log)
+    assert launcher.returncode == 0, text
+    assert re.search(r"\(rank 0\) phalanx run: warning: the script wrote snapshot\.pt to its "
+                     r"working directory on node \S+; it stays on that node", text), text
+    # The user's directory holds only the script: the write went to the node's copy.
+    assert os.listdir(work) == ["writes.py"]
