@@ -266,11 +266,12 @@ def _connect(address, workers, cpus):
     if address or os.environ.get("PHALANX_ADDRESS"):
         phalanx.init(address)
         return False
+    from .exceptions import NotFoundError
     try:
         phalanx.init("auto")
         return False
-    except phalanx.PhalanxError:
-        pass
+    except NotFoundError:
+        pass  # no session on this machine; any other error (TLS, a dead GCS) is the user's
     phalanx.init(num_cpus=max(os.cpu_count() or 1, int(workers * cpus + 0.999)))
     return True
 
@@ -450,6 +451,10 @@ def main(argv=None):
         print(f"phalanx run: {e}", file=sys.stderr)
         phalanx.shutdown()
         return 2
+    except phalanx.PhalanxError as e:
+        print(f"phalanx run: {e}", file=sys.stderr)
+        phalanx.shutdown()
+        return 1
     if args.no_follow:
         print(f"submitted job {job_id} ({plan.min_workers}..{plan.max_workers} workers); "
               f"`phalanx job status {job_id}` and `phalanx job logs -f {job_id}` follow it")

@@ -33,6 +33,7 @@ STEP_LINE = re.compile(r"\(rank 0\) step (\d+)\.(\d+) t=([\d.]+)")
 def run_cluster(tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("phx-run"), num_cpus=4)
     os.environ["PHALANX_TLS_DIR"] = c.tls_dir
+    c.env["PHALANX_TLS_DIR"] = c.tls_dir  # not an earlier module's, left in os.environ
     try:
         phalanx.init(c.address, token=c.token)
         yield c
