@@ -47,6 +47,8 @@ ROOT = os.path.join(HERE, "..")
 sys.path.insert(0, os.path.join(ROOT, "tests", "multihost"))
 sys.path.insert(0, HERE)
 
+from multihost_recovery import kill_host_processes, median, wait_for  # noqa: E402
+
 PYTHON = "/usr/bin/python3"
 PHALANX = os.path.join(ROOT, "build", "bin", "phalanx")
 PROGRAM = os.path.join(ROOT, "examples", "python", "torchrun_ddp.py")
@@ -93,16 +95,6 @@ def steps(text, start=0):
     """[(epoch, batch, unix s, end offset)] of rank 0's step lines from `start`."""
     return [(int(m.group(1)), int(m.group(2)), float(m.group(3)), m.end())
             for m in STEP_RE.finditer(text, start)]
-
-
-def wait_for(pred, bound):
-    deadline = time.time() + bound
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    return pred()
 
 
 def measure(out, apply, undo, per_epoch, bound):
@@ -321,10 +313,7 @@ def run_torchrun_cut(hosts, victim, bound):
                 h.link_up()
         for o in outs:
             o.kill()
-        for h in hosts:
-            for pid in h.pids():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        kill_host_processes(hosts)
 
 
 class _Ordered:
@@ -351,11 +340,6 @@ class _Ordered:
 
 
 # ---- report ------------------------------------------------------------------------------
-
-def median(values):
-    v = sorted(x for x in values if x is not None)
-    return v[len(v) // 2] if v else None
-
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])

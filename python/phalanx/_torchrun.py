@@ -253,7 +253,6 @@ class ScriptLoop:
         })
         if self.omp_threads and "OMP_NUM_THREADS" not in os.environ:
             os.environ["OMP_NUM_THREADS"] = str(self.omp_threads)
-        import torch  # noqa: F401 - the workers' prestart already imported it
         _patch_torch_distributed()
         if self.backend != "phalanx":
             _leave_old_group()

@@ -2,6 +2,7 @@
 loopback port in a temporary directory, stopped by `phalanx stop` (and checked: no process
 of it is left) when the module's tests are done."""
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -69,10 +70,13 @@ class Cluster:
         assert not left, f"processes left behind: {left}"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("phx"))
+@contextlib.contextmanager
+def connected_cluster(root, num_cpus=4):
+    """A Cluster in `root` with this process connected to it as a driver; disconnected and
+    stopped (and checked: nothing left) at the end."""
+    c = Cluster(root, num_cpus=num_cpus)
     os.environ["PHALANX_TLS_DIR"] = c.tls_dir
+    c.env["PHALANX_TLS_DIR"] = c.tls_dir  # not one an earlier module left in os.environ
     try:
         # Inside the try: a cluster whose init fails is stopped too.
         phalanx.init(c.address, token=c.token)
@@ -81,6 +85,12 @@ def cluster(tmp_path_factory):
         phalanx.shutdown()
         os.environ.pop("PHALANX_TLS_DIR", None)
         c.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with connected_cluster(tmp_path_factory.mktemp("phx")) as c:
+        yield c
 
 
 def wait_for(condition, timeout=30.0, interval=0.05):

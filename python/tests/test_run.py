@@ -14,9 +14,8 @@ import time
 import pytest
 
 import _phalanx
-import phalanx
 
-from conftest import PHALANX, Cluster, _processes_with, wait_for
+from conftest import PHALANX, _processes_with, connected_cluster, wait_for
 
 torch = pytest.importorskip("torch")
 
@@ -31,16 +30,8 @@ STEP_LINE = re.compile(r"\(rank 0\) step (\d+)\.(\d+) t=([\d.]+)")
 
 @pytest.fixture(scope="module")
 def run_cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("phx-run"), num_cpus=4)
-    os.environ["PHALANX_TLS_DIR"] = c.tls_dir
-    c.env["PHALANX_TLS_DIR"] = c.tls_dir  # not an earlier module's, left in os.environ
-    try:
-        phalanx.init(c.address, token=c.token)
+    with connected_cluster(tmp_path_factory.mktemp("phx-run")) as c:
         yield c
-    finally:
-        phalanx.shutdown()
-        os.environ.pop("PHALANX_TLS_DIR", None)
-        c.stop()
 
 
 @pytest.fixture

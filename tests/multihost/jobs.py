@@ -35,6 +35,17 @@ def now_ms():
     return int(time.time() * 1000)
 
 
+def wait_for(cond, timeout, interval=0.05):
+    """cond()'s first truthy value within `timeout` seconds, else its last value."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(interval)
+    return cond()
+
+
 def int_rows(lines, width):
     """The lines of exactly `width` integers among `lines`, as tuples; any other line (one
     still being written, a note) is skipped."""

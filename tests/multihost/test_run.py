@@ -8,10 +8,9 @@ snapshot at the size the cluster can give, where torchrun would wait out torch's
 import os
 import re
 import shutil
-import time
 
 import cluster_info
-from jobs import now_ms
+from jobs import now_ms, wait_for
 
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
                        "python", "torchrun_ddp.py")
@@ -28,16 +27,6 @@ def _read(log):
         return ""
 
 
-def _wait(cond, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.1)
-    return cond()
-
-
 def test_a_torchrun_program_on_two_hosts_heals_a_cut_host(cluster, hosts):
     work = os.path.join(hosts.dir, "job")
     os.makedirs(work)
@@ -51,7 +40,7 @@ def test_a_torchrun_program_on_two_hosts_heals_a_cut_host(cluster, hosts):
          "--max-restarts", "3", "--backend", "phalanx", "torchrun_ddp.py", "40", "1",
          "--snapshot_path", snapshot, "--step_s", "0.1"],
         env={"PHALANX_TOKEN": cluster.token}, log=log)
-    assert _wait(lambda: re.search(r"\(rank 0\) step 4\.", _read(log)), 90), _read(log)
+    assert wait_for(lambda: re.search(r"\(rank 0\) step 4\.", _read(log)), 90), _read(log)
     job_id = re.search(r"\[phalanx run\] job (\S+):", _read(log)).group(1)
     ctl = cluster_info.wait_controller(cluster, job_id, 30)
     assert ctl is not None, cluster.phalanx(0, "list", "actors").stdout

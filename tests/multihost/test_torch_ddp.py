@@ -9,10 +9,9 @@ where there is room) and ends with equal weights on every rank. The time from th
 
 import json
 import os
-import time
 
 import cluster_info
-from jobs import now_ms
+from jobs import now_ms, wait_for
 
 PYTHON = "/usr/bin/python3"
 DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_driver.py")
@@ -40,16 +39,6 @@ def survivors_next_step(out, cut_ms):
             if t > cut_ms and world == 2:
                 return (t - cut_ms) / 1000
     return None
-
-
-def wait_for(cond, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    return cond()
 
 
 def cut_a_rank_host(cluster, hosts, out, log, timeout=90):
