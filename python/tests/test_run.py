@@ -348,3 +348,78 @@ def test_a_failing_script_exits_1_after_its_restarts(run_cluster, tmp_path):
     assert run.wait() == 1, run.text()
     assert "ValueError: rank 1 fails on purpose" in run.text(), run.text()
     assert "FAILED" in run.text(), run.text()
+
+
+HVD_OPS = r'''
+import torch
+import horovod.torch as hvd
+
+hvd.init()
+n, r = hvd.size(), hvd.rank()
+assert n == 2 and hvd.local_size() == 2 and hvd.local_rank() == r, (n, r)
+assert hvd.cross_size() == 1 and hvd.cross_rank() == 0
+
+t = torch.tensor([float(r + 1), 10.0])
+assert torch.equal(hvd.allreduce(t), torch.tensor([1.5, 10.0]))           # Average
+assert torch.equal(hvd.allreduce(t, op=hvd.Sum), torch.tensor([3.0, 20.0]))
+assert torch.equal(hvd.allreduce(t, average=False), torch.tensor([3.0, 20.0]))
+half = hvd.allreduce(t, compression=hvd.Compression.fp16)
+assert half.dtype == torch.float32 and torch.equal(half, torch.tensor([1.5, 10.0]))
+u = t.clone(); hvd.allreduce_(u, op=hvd.Max); assert torch.equal(u, torch.tensor([2.0, 10.0]))
+h = hvd.allreduce_async(t, op=hvd.Sum); assert torch.equal(hvd.synchronize(h), t * 0 + torch.tensor([3.0, 20.0]))
+g = hvd.grouped_allreduce([t, t * 2], op=hvd.Sum)
+assert torch.equal(g[1], torch.tensor([6.0, 40.0]))
+i = hvd.allreduce(torch.tensor([r + 1]), op=hvd.Sum); assert i.item() == 3
+
+rows = torch.full((r + 1, 2), float(r))                                    # uneven
+assert torch.equal(hvd.allgather(rows), torch.tensor([[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]]))
+assert hvd.allgather_object({"r": r}) == [{"r": 0}, {"r": 1}]
+
+b = torch.tensor([float(r)] * 3)
+assert torch.equal(hvd.broadcast(b, root_rank=1), torch.ones(3)) and b[0] == r
+hvd.broadcast_(b, root_rank=0); assert torch.equal(b, torch.zeros(3))
+assert hvd.broadcast_object({"from": r}, root_rank=1) == {"from": 1}
+
+sent = torch.arange(3.0) + 10 * r           # rank 0 sends [0] to 0 and [1, 2] to 1
+got = hvd.alltoall(sent, splits=[1, 2])
+assert torch.equal(got, torch.tensor([0.0, 10.0]) if r == 0 else torch.tensor([1.0, 2.0, 11.0, 12.0])), got
+hvd.barrier()
+
+# DistributedOptimizer: each rank's own batch; the step applies the ranks' mean gradient,
+# the same on both ranks as plain SGD on the two batches' mean gradient.
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+ref = torch.nn.Linear(4, 1); ref.load_state_dict(model.state_dict())
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                               named_parameters=model.named_parameters(),
+                               backward_passes_per_step=2)
+assert isinstance(opt, torch.optim.SGD)
+hvd.broadcast_optimizer_state(opt, root_rank=0)
+data = [torch.randn(8, 4, generator=torch.Generator().manual_seed(k)) for k in range(4)]
+for k in (2 * r, 2 * r + 1):                 # two backward passes, then one step
+    model(data[k]).pow(2).mean().backward()
+opt.step()
+ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+for k in range(4):
+    ref(data[k]).pow(2).mean().backward()
+for p in ref.parameters():
+    p.grad /= 2                               # the mean over ranks of each rank's sum of 2
+ref_opt.step()
+for p, q in zip(model.parameters(), ref.parameters()):
+    assert torch.allclose(p, q, atol=1e-6), (p, q)
+mine = torch.cat([p.detach().flatten() for p in model.parameters()])
+both = hvd.allgather(mine.unsqueeze(0))
+assert torch.equal(both[0], both[1])
+print("HVD_OK", r, flush=True)
+'''
+
+
+def test_every_horovod_op_gives_horovods_result(run_cluster, tmp_path):
+    d = tmp_path / "ops"
+    d.mkdir()
+    (d / "ops.py").write_text(HVD_OPS)
+    run = Launch(run_cluster, ["--horovod", "-np", "2", "--cpus-per-worker", "0.5", "python",
+                               "ops.py"], d)
+    assert run.wait() == 0, run.text()
+    assert "(rank 0) HVD_OK 0" in run.text() and "(rank 1) HVD_OK 1" in run.text(), run.text()
