@@ -160,7 +160,8 @@ class Runtime:
         # scaling_config): {"backend": "phalanx"|"gloo"|"nccl"|None, "use_gpu": bool,
         # "torch": whether the loop uses torch at all; `phalanx run`'s: "init_group": False
         # when the program forms its own default group, "cuda_visible": False to leave
-        # CUDA_VISIBLE_DEVICES as torchrun does}.
+        # CUDA_VISIBLE_DEVICES as torchrun does, "agent_store": rank 0 serves a TCPStore at
+        # MASTER_PORT, "unwind_s": the wait for a previous loop to end (UNWIND_S)}.
         self.options = {}
         # Where this rank is (set per loop start, as torchrun sets its variables).
         self.local_rank = 0
