@@ -70,17 +70,19 @@ def pack_directory(root):
 
 def _unpack(job_id, key):
     """The node's copy of the shipped directory (made once per node and archive; ranks on the
-    same node share it, as torchrun's workers share their node's working directory)."""
-    blob = _phalanx.kv_get("elastic", key)
-    if blob is None:
-        raise RuntimeError(f"the working directory of job {job_id} is not in the GCS (KV "
-                           f"elastic/{key}): run the program again with phalanx run")
-    digest = hashlib.sha256(blob).hexdigest()[:16]
+    same node share it, as torchrun's workers share their node's working directory). Named
+    after the archive's KV key, which is new per launch, so a restarted script finds its copy
+    without fetching the archive again."""
     tls = os.environ.get("PHALANX_TLS_DIR", "")
     root = os.path.join(os.path.dirname(tls), "runtime_resources") if tls else \
         os.path.join(tempfile.gettempdir(), f"phalanx-run-{os.getuid()}")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     target = os.path.join(root, "working_dir", f"{job_id}-{digest}")
     if not os.path.isdir(target):
+        blob = _phalanx.kv_get("elastic", key)
+        if blob is None:
+            raise RuntimeError(f"the working directory of job {job_id} is not in the GCS (KV "
+                               f"elastic/{key}): run the program again with phalanx run")
         os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
         staging = tempfile.mkdtemp(prefix=".unpack-", dir=os.path.dirname(target))
         with zipfile.ZipFile(io.BytesIO(blob)) as archive:

@@ -324,17 +324,22 @@ def _submit(plan, nodes):
     return trainer.submit()
 
 
-def _follow(job_id, plan, discovery):
+def _follow(job_id, discovery):
     """Prints the ranks' output and the job's events until it ends; torchrun's exit code."""
     import _phalanx
     offset = 0
     shown = 0
-    while True:
-        status = _phalanx.job_status(job_id)
+
+    def print_log():
+        nonlocal offset
         text, offset = _phalanx.job_log(job_id, offset)
         if text:
             sys.stdout.write(text.decode(errors="replace"))
             sys.stdout.flush()
+
+    while True:
+        status = _phalanx.job_status(job_id)
+        print_log()
         for e in status.events[shown:]:
             if e.kind not in ("step", "checkpoint"):
                 print(f"[phalanx run] {e.kind}: {e.message}", file=sys.stderr, flush=True)
@@ -342,10 +347,7 @@ def _follow(job_id, plan, discovery):
         if discovery is not None:
             discovery.poll(status)
         if status.done():
-            text, offset = _phalanx.job_log(job_id, offset)
-            if text:
-                sys.stdout.write(text.decode(errors="replace"))
-                sys.stdout.flush()
+            print_log()  # what the ranks wrote between the status read and the end
             if status.state == "SUCCEEDED":
                 return 0
             print(f"[phalanx run] job {job_id} {status.state}: {status.message}",
@@ -474,7 +476,7 @@ def main(argv=None):
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        return _follow(job_id, plan, discovery)
+        return _follow(job_id, discovery)
     except KeyboardInterrupt:
         import _phalanx
         print(f"[phalanx run] stopping job {job_id}", file=sys.stderr, flush=True)
