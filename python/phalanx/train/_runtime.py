@@ -82,6 +82,7 @@ class _RankOutput:
     FLUSH_S = 0.1
     BATCH_BYTES = 64 << 10
     _lock = threading.Lock()
+    _send_lock = threading.Lock()
     _pending = []
     _size = 0
     _thread = None
@@ -121,13 +122,17 @@ class _RankOutput:
 
     @classmethod
     def send(cls):
-        with cls._lock:
-            batch, cls._pending, cls._size = "".join(cls._pending), [], 0
-        if batch and cls._job_id:
-            try:
-                _phalanx.append_job_log(cls._job_id, batch.encode(errors="replace"))
-            except Exception:  # noqa: BLE001 - the worker's own log has it
-                pass
+        # One sender at a time: the loop's last send() (before its step answers) must not
+        # return while the flusher's batch, taken just before, is still on its way: the job
+        # could end, and its log be read, without those lines.
+        with cls._send_lock:
+            with cls._lock:
+                batch, cls._pending, cls._size = "".join(cls._pending), [], 0
+            if batch and cls._job_id:
+                try:
+                    _phalanx.append_job_log(cls._job_id, batch.encode(errors="replace"))
+                except Exception:  # noqa: BLE001 - the worker's own log has it
+                    pass
 
     @classmethod
     def _flusher(cls):
