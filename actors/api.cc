@@ -274,6 +274,7 @@ absl::StatusOr<std::string> CreateActor(const std::string& class_name, const Act
   spec.set_language(std::string(ToString(o.language)));
   spec.set_namespace_(o.namespace_);
   for (const auto& n : o.avoid_node_ids) spec.add_avoid_node_ids(n);
+  for (const auto& n : o.allowed_node_ids) spec.add_allowed_node_ids(n);
   spec.set_init_args(std::move(packed_args));
   auto created = cw->CreateActor(std::move(spec));
   if (!created.ok()) return created.status();

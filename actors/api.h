@@ -286,6 +286,8 @@ class ActorCreator {
   ActorCreator& SetEnv(const std::string& key, const std::string& value);
   // Never place the actor on these nodes (e.g. where its predecessor was slow).
   ActorCreator& SetAvoidNodes(const std::vector<std::string>& node_ids);
+  // Place the actor only on these nodes (empty: any); it waits while none has room.
+  ActorCreator& SetAllowedNodes(const std::vector<std::string>& node_ids);
   // kPython: the actor runs in a Python worker (python3 -m phalanx._worker), which also
   // hosts the C++ classes of the phalanx module (the elastic controller and trainer hosts).
   ActorCreator& SetLanguage(Language language);

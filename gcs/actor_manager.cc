@@ -38,6 +38,7 @@ placement::ActorRequest RequestFor(const rpc::ActorInfo& a) {
   r.scheduling.affinity_node_id = a.affinity_node_id();
   r.scheduling.affinity_soft = a.affinity_soft();
   r.scheduling.avoid_node_ids.assign(a.avoid_node_ids().begin(), a.avoid_node_ids().end());
+  r.scheduling.allowed_node_ids.assign(a.allowed_node_ids().begin(), a.allowed_node_ids().end());
   r.placement_group_id = a.placement_group_id();
   r.bundle_index = a.placement_group_id().empty() ? -1 : a.bundle_index();
   return r;

@@ -371,12 +371,8 @@ class GcsClientImpl final : public GcsClient {
     return reply->job();
   }
 
-  absl::StatusOr<rpc::JobInfo> ScaleJob(const std::string& job_id, int replicas,
-                                        const std::vector<int>& ranks) override {
-    rpc::ScaleJobRequest request;
-    request.set_job_id(job_id);
-    request.set_replicas(replicas);
-    for (int r : ranks) request.add_ranks(r);
+  using GcsClient::ScaleJob;
+  absl::StatusOr<rpc::JobInfo> ScaleJob(const rpc::ScaleJobRequest& request) override {
     auto reply = Call(&Stub::ScaleJob, request);
     if (!reply.ok()) return reply.status();
     return reply->job();

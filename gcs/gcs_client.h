@@ -111,8 +111,15 @@ class GcsClient {
   virtual absl::StatusOr<rpc::JobInfo> SubmitJob(const rpc::SubmitJobRequest& request) = 0;
   virtual absl::StatusOr<rpc::JobInfo> StopJob(const std::string& job_id, double grace_s) = 0;
   // A running job's new size (elastic training jobs): `replicas`, or without `ranks`.
-  virtual absl::StatusOr<rpc::JobInfo> ScaleJob(const std::string& job_id, int replicas,
-                                                const std::vector<int>& ranks) = 0;
+  virtual absl::StatusOr<rpc::JobInfo> ScaleJob(const rpc::ScaleJobRequest& request) = 0;
+  absl::StatusOr<rpc::JobInfo> ScaleJob(const std::string& job_id, int replicas,
+                                        const std::vector<int>& ranks) {
+    rpc::ScaleJobRequest request;
+    request.set_job_id(job_id);
+    request.set_replicas(replicas);
+    for (int r : ranks) request.add_ranks(r);
+    return ScaleJob(request);
+  }
   virtual absl::Status ReportJob(const rpc::ReportJobRequest& report) = 0;
   // Calls `on_chunk` with the job's log from `offset` (with `follow`: until the job ended).
   // A GCS restart in the middle resumes where it stopped. `on_chunk` returning false stops.

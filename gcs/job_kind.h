@@ -45,8 +45,8 @@ class JobKind {
   virtual absl::Status RequestStop(const rpc::JobInfo& job, GcsKvManager& kv) const = 0;
 
   // Passes a scale request on (ScaleJobRequest); Unimplemented for a kind that cannot scale.
-  virtual absl::Status RequestScale(const rpc::JobInfo& job, int replicas,
-                                    const std::vector<int>& ranks, GcsKvManager& kv) const = 0;
+  virtual absl::Status RequestScale(const rpc::JobInfo& job, const rpc::ScaleJobRequest& request,
+                                    GcsKvManager& kv) const = 0;
 };
 
 }  // namespace phalanx::gcs

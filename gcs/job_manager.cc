@@ -460,8 +460,7 @@ absl::StatusOr<rpc::JobInfo> GcsJobManager::Scale(const rpc::ScaleJobRequest& re
                                                       rpc::JobState_Name(job->state()).substr(4),
                                                       "); nothing to scale"));
   }
-  std::vector<int> ranks(request.ranks().begin(), request.ranks().end());
-  if (auto s = kind->RequestScale(*job, request.replicas(), ranks, *kv_); !s.ok()) return s;
+  if (auto s = kind->RequestScale(*job, request, *kv_); !s.ok()) return s;
   return *job;
 }
 

@@ -71,12 +71,16 @@ bool FitsNow(const NodeResources& node, const Resources& request, double* utiliz
 const std::vector<NodeSelector::NodeFit>& NodeSelector::Evaluate(const ClusterResourceView& view,
                                                                  const SchedulingRequest& request) {
   auto evaluate = [&](NodeFit& f) {
-    f.fits = std::find(request.avoid_node_ids.begin(), request.avoid_node_ids.end(), *f.id) ==
-                 request.avoid_node_ids.end() &&
+    auto named = [&](const std::vector<std::string>& ids) {
+      return std::find(ids.begin(), ids.end(), *f.id) != ids.end();
+    };
+    f.fits = !named(request.avoid_node_ids) &&
+             (request.allowed_node_ids.empty() || named(request.allowed_node_ids)) &&
              FitsNow(*f.node, request.resources, &f.utilization);
   };
   bool same_request = memo_.view == &view && memo_.resources == request.resources &&
-                      memo_.avoid_node_ids == request.avoid_node_ids;
+                      memo_.avoid_node_ids == request.avoid_node_ids &&
+                      memo_.allowed_node_ids == request.allowed_node_ids;
   if (same_request && memo_.version == view.version()) return memo_.nodes;
   if (same_request && memo_.version + 1 == view.version() && !view.last_changed().empty()) {
     // One change since, to one node's available resources: the node set is the same (so are
@@ -92,6 +96,7 @@ const std::vector<NodeSelector::NodeFit>& NodeSelector::Evaluate(const ClusterRe
   memo_.version = view.version();
   memo_.resources = request.resources;
   memo_.avoid_node_ids = request.avoid_node_ids;
+  memo_.allowed_node_ids = request.allowed_node_ids;
   memo_.nodes.clear();
   memo_.nodes.reserve(view.nodes().size());
   for (const auto& [id, node] : view.nodes()) {
@@ -142,6 +147,10 @@ Placement NodeSelector::Select(const ClusterResourceView& view, const Scheduling
   const std::vector<NodeFit>& nodes = Evaluate(view, request);
   if (std::none_of(nodes.begin(), nodes.end(), [](const NodeFit& f) { return f.fits; })) {
     out.reason = WhyPending(view, request.resources);
+    if (!request.allowed_node_ids.empty()) {
+      out.reason = absl::StrCat("none of the ", request.allowed_node_ids.size(),
+                                " node(s) it may use has room: ", out.reason);
+    }
     return out;
   }
 

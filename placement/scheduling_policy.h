@@ -26,7 +26,8 @@ struct SchedulingRequest {
   Strategy strategy = Strategy::kDefault;
   std::string affinity_node_id;
   bool affinity_soft = false;
-  std::vector<std::string> avoid_node_ids;  // never these nodes
+  std::vector<std::string> avoid_node_ids;    // never these nodes
+  std::vector<std::string> allowed_node_ids;  // only these nodes (empty: any)
 };
 
 struct SchedulingOptions {
@@ -57,8 +58,8 @@ class NodeSelector {
     double utilization = 0;
   };
   // Every node's fit for `request`, in the view's order. Remembered for the last request's
-  // resources and avoided nodes, as of the view's version: when the view moved by one change
-  // to one node's available resources since (typically the allocation that placed the last
+  // resources and avoided and allowed nodes, as of the view's version: when the view moved by one
+  // change to one node's available resources since (typically the allocation that placed the last
   // request), only that node is looked at again; any other change, or another request,
   // starts afresh. So a pass that places thousands of like actors (after a storm of node
   // deaths) looks at each node once, not once per actor.
@@ -72,6 +73,7 @@ class NodeSelector {
     uint64_t version = 0;
     Resources resources;
     std::vector<std::string> avoid_node_ids;
+    std::vector<std::string> allowed_node_ids;
     std::vector<NodeFit> nodes;
   };
   Memo memo_;

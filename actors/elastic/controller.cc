@@ -154,6 +154,7 @@ void Controller::Main() {
     step_log_ = std::make_unique<std::ofstream>(log->second, std::ios::app);
   }
   target_ = spec_.max_replicas;
+  allowed_nodes_ = spec_.nodes;
   if (auto me = worker::CurrentHostedActor()) {
     absl::Duration lease = absl::Seconds(spec_.ControllerLeaseSeconds());
     lease_thread_ = std::thread([this, me = *me, lease] { LeaseLoop(me, lease); });
@@ -191,7 +192,9 @@ bool Controller::PlaceAndStart() {
               return absl::StrJoin(r, ", ");
             }()));
   std::vector<std::map<std::string, double>> bundles(spec_.replicas, spec_.resources);
-  bool use_pg = !spec_.resources.empty();
+  // A job limited to some nodes places its ranks one by one on them (Spawn): a placement
+  // group's bundles could land anywhere.
+  bool use_pg = !spec_.resources.empty() && allowed_nodes_.empty();
   if (use_pg) {
     // The spec's placementStrategy was checked by job_spec.cc; an error here names it too.
     auto strategy = ParsePlacementStrategy(spec_.placement_strategy, "placementStrategy");
@@ -289,6 +292,9 @@ void Controller::StoppedWhile(const std::string& phase) {
 // False when no rank is left to adopt (the job then restarts from its last checkpoint).
 bool Controller::Adopt(const rpc::ElasticStatus& previous) {
   pg_ = PlacementGroup(previous.placement_group_id());
+  if (previous.allowed_nodes_size() > 0) {  // a scale request's, or the spec's
+    allowed_nodes_.assign(previous.allowed_nodes().begin(), previous.allowed_nodes().end());
+  }
   std::vector<Member> alive, lost;
   std::set<std::string> known;
   for (const auto& pm : previous.members()) {

@@ -232,6 +232,14 @@ class Controller {
                const std::string& why);
 
   rpc::ActorInfo ActorState(const std::string& actor_id);
+  // The ids of the live nodes in `nodes` that allowed_nodes_ names (by node id, a node id's
+  // first 8 or more characters, hostname or IP address); every live node when it names none.
+  std::vector<std::string> AllowedNodeIds(const std::vector<rpc::NodeInfo>& nodes) const;
+  // Sets the nodes the ranks may use (a scale request's): ranks on other nodes leave at the
+  // next membership change and joiners there are dropped.
+  void SetAllowedNodes(const std::vector<std::string>& names);
+  // The members that count toward the target: those not displaced.
+  int Placed() const;
 
   // Forms epoch `epoch_ + 1` with `members_` (in rank order) and rolls everyone back to the
   // agreed state; newcomers then receive it from rank 0. Returns false if it failed.
@@ -480,6 +488,10 @@ class Controller {
   // connection broke (RemoveDead confirms their deaths).
   std::set<std::string> unreachable_;
   std::vector<int> scale_in_ranks_;
+  // The nodes the ranks may use, as named (spec_.nodes, then scale requests); empty: any.
+  std::vector<std::string> allowed_nodes_;
+  // Members on nodes the job may no longer use that stay until others hold the state.
+  std::set<std::string> displaced_;
   RestartBudget budget_{0, absl::ZeroDuration()};  // set from the spec
   int64_t epoch_ = 0;
   int64_t agreed_ = 0;

@@ -69,6 +69,19 @@ absl::Status Scale(const std::string& job_id, int replicas, const std::vector<in
   return (*gcs)->ScaleJob(job_id, replicas, ranks).status();
 }
 
+absl::Status Scale(const std::string& job_id, int replicas, const std::vector<int>& ranks,
+                   const std::vector<std::string>& nodes) {
+  auto gcs = Gcs();
+  if (!gcs.ok()) return gcs.status();
+  rpc::ScaleJobRequest request;
+  request.set_job_id(job_id);
+  request.set_replicas(replicas);
+  for (int r : ranks) request.add_ranks(r);
+  request.set_set_nodes(true);
+  for (const auto& n : nodes) request.add_nodes(n);
+  return (*gcs)->ScaleJob(request).status();
+}
+
 absl::Status Stop(const std::string& job_id) {
   auto gcs = Gcs();
   if (!gcs.ok()) return gcs.status();

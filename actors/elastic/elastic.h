@@ -34,6 +34,10 @@ absl::StatusOr<JobStatus> Status(const std::string& job_id);
 // Asks for `replicas` ranks (clamped to min..max); with `ranks`, those ranks leave instead.
 // Graceful: leaving ranks finish their step before their actors go.
 absl::Status Scale(const std::string& job_id, int replicas, const std::vector<int>& ranks = {});
+// The same, and from now on the ranks run only on `nodes` (node ids, hostnames or IP
+// addresses; empty: any node): ranks elsewhere leave gracefully, new ones start there.
+absl::Status Scale(const std::string& job_id, int replicas, const std::vector<int>& ranks,
+                   const std::vector<std::string>& nodes);
 absl::Status Stop(const std::string& job_id);
 
 // Waits until the job ends or `timeout` passes (then DeadlineExceeded with the status in

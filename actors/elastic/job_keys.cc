@@ -9,8 +9,12 @@ namespace phalanx::elastic::keys {
 
 std::string Scale(const std::string& job_id) { return absl::StrCat(job_id, "/scale"); }
 
-std::string ScaleValue(int replicas, const std::vector<int>& leaving_ranks) {
-  return absl::StrCat(RandomHex(4), ":", replicas, ":", absl::StrJoin(leaving_ranks, ","));
+std::string ScaleValue(int replicas, const std::vector<int>& leaving_ranks,
+                       const std::optional<std::vector<std::string>>& nodes) {
+  std::string value =
+      absl::StrCat(RandomHex(4), ":", replicas, ":", absl::StrJoin(leaving_ranks, ","));
+  if (nodes) absl::StrAppend(&value, ":=", absl::StrJoin(*nodes, ","));
+  return value;
 }
 
 std::string Stop(const std::string& job_id) { return absl::StrCat(job_id, "/stop"); }

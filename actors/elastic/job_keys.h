@@ -14,10 +14,12 @@ namespace phalanx::elastic::keys {
 
 inline constexpr char kNamespace[] = "elastic";
 
-// "<job>/scale": "<request id>:<replicas>[:<rank>,<rank>…]" (a new id per request, so the
-// same size asked twice is two requests); parsed by ParseScaleRequest (policy.h).
+// "<job>/scale": "<request id>:<replicas>[:<rank>,<rank>…[:=<node>,<node>…]]" (a new id
+// per request, so the same size asked twice is two requests; "=" and the nodes, possibly
+// none, set the nodes the ranks may use); parsed by ParseScaleRequest (policy.h).
 std::string Scale(const std::string& job_id);
-std::string ScaleValue(int replicas, const std::vector<int>& leaving_ranks);
+std::string ScaleValue(int replicas, const std::vector<int>& leaving_ranks,
+                       const std::optional<std::vector<std::string>>& nodes = std::nullopt);
 
 // "<job>/stop": exists once a stop was asked.
 std::string Stop(const std::string& job_id);

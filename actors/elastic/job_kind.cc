@@ -77,11 +77,13 @@ absl::Status ElasticJobKind::RequestStop(const rpc::JobInfo& job, gcs::GcsKvMana
   return kv.Put(keys::kNamespace, keys::Stop(job.job_id()), "1", true).status();
 }
 
-absl::Status ElasticJobKind::RequestScale(const rpc::JobInfo& job, int replicas,
-                                          const std::vector<int>& ranks,
+absl::Status ElasticJobKind::RequestScale(const rpc::JobInfo& job,
+                                          const rpc::ScaleJobRequest& request,
                                           gcs::GcsKvManager& kv) const {
   auto spec = ParseJobSpec(job.spec_yaml());
   if (!spec.ok()) return spec.status();
+  int replicas = request.replicas();
+  std::vector<int> ranks(request.ranks().begin(), request.ranks().end());
   if (ranks.empty() && (replicas < spec->min_replicas || replicas > spec->max_replicas)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--replicas ", replicas, " is outside the job's minReplicas..maxReplicas (",
@@ -94,8 +96,14 @@ absl::Status ElasticJobKind::RequestScale(const rpc::JobInfo& job, int replicas,
                                                      job.elastic().world_size(), ")"));
     }
   }
+  std::optional<std::vector<std::string>> nodes;
+  if (request.set_nodes()) {
+    nodes.emplace(request.nodes().begin(), request.nodes().end());
+    if (auto s = CheckNodeNames(*nodes, "--nodes"); !s.ok()) return s;
+  }
   return kv
-      .Put(keys::kNamespace, keys::Scale(job.job_id()), keys::ScaleValue(replicas, ranks), true)
+      .Put(keys::kNamespace, keys::Scale(job.job_id()), keys::ScaleValue(replicas, ranks, nodes),
+           true)
       .status();
 }
 

@@ -17,7 +17,7 @@ class ElasticJobKind final : public gcs::JobKind {
   absl::StatusOr<Launch> Prepare(const rpc::SubmitJobRequest& request,
                                  const std::string& job_id) const override;
   absl::Status RequestStop(const rpc::JobInfo& job, gcs::GcsKvManager& kv) const override;
-  absl::Status RequestScale(const rpc::JobInfo& job, int replicas, const std::vector<int>& ranks,
+  absl::Status RequestScale(const rpc::JobInfo& job, const rpc::ScaleJobRequest& request,
                             gcs::GcsKvManager& kv) const override;
 };
 

@@ -97,6 +97,7 @@ const std::set<std::string> kTopLevel = {"name",
                                          "codePath",
                                          "language",
                                          "preimports",
+                                         "nodes",
                                          "replicas",
                                          "minReplicas",
                                          "maxReplicas",
@@ -295,6 +296,19 @@ absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root) {
       spec.preimports.push_back(item.as<std::string>());
     }
   }
+  if (YAML::Node nodes = root["nodes"]) {
+    if (!nodes.IsSequence()) {
+      return Bad("nodes", "not a list",
+                 "give a list of node ids, hostnames or IP addresses, e.g. [host-a, host-b]");
+    }
+    for (const auto& item : nodes) {
+      if (!item.IsScalar()) {
+        return Bad("nodes", "an item that is not a name",
+                   "give node ids, hostnames or IP addresses");
+      }
+      spec.nodes.push_back(item.as<std::string>());
+    }
+  }
   spec.placement_strategy =
       root["placementStrategy"] ? Scalar(root["placementStrategy"]) : spec.placement_strategy;
   if (auto s = Read(root, "replicas", "replicas", "a whole number", ToInt, &spec.replicas); !s.ok())
@@ -469,6 +483,22 @@ absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root) {
   return spec;
 }
 
+absl::Status CheckNodeNames(const std::vector<std::string>& nodes, const std::string& field) {
+  if (nodes.size() > kMaxJobNodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", nodes.size(), " nodes; give at most ", kMaxJobNodes));
+  }
+  for (const auto& n : nodes) {
+    if (n.empty() || n.size() > 253 || n.find_first_of(":, \t\n") != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": '", n.substr(0, 64),
+                       "' is not a node name; give node ids (`phalanx status`), hostnames or IPv4 "
+                       "addresses, of at most 253 characters, without ':', ',' or spaces"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.name.empty()) return Bad("name", "missing", "name the job, e.g. name: regression");
   // A spec is text: the job kind passes it on as YAML (JobSpecToYaml), which must read back
@@ -517,6 +547,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return Bad("preimports", absl::StrJoin(spec.preimports, ","),
                "remove it: only Python trainers (language: python) import modules");
   }
+  if (auto s = CheckNodeNames(spec.nodes, "nodes"); !s.ok()) return s;
   // A Python trainer runs its own loop over its own data until it returns.
   const bool trainer_driven = spec.language == "python";
   if (spec.replicas < 1) return Bad("replicas", std::to_string(spec.replicas), "give 1 or more");
@@ -763,6 +794,9 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "checkpointSeconds" << YAML::Value << spec.checkpoint_timeout_s;
   out << YAML::EndMap;
   out << YAML::Key << "placementStrategy" << YAML::Value << spec.placement_strategy;
+  if (!spec.nodes.empty()) {
+    out << YAML::Key << "nodes" << YAML::Value << YAML::Flow << spec.nodes;
+  }
   out << YAML::Key << "scaleOutDebounceSeconds" << YAML::Value << spec.scale_out_debounce_s;
   out << YAML::Key << "stepCallMs" << YAML::Value << spec.step_call_ms;
   if (!spec.config.empty()) {

@@ -123,6 +123,10 @@ struct JobSpec {
   int64_t data_epochs = 0;  // or after this many passes over the data
   std::map<std::string, std::string> config;
   std::string placement_strategy = "SPREAD";
+  // The nodes the ranks may use (`nodes`): node ids, hostnames or IP addresses; empty: any.
+  // A scale request may change them while the job runs (ranks on other nodes then leave).
+  // Ranks of a job that names nodes are placed one by one, not as a placement group.
+  std::vector<std::string> nodes;
   double scale_out_debounce_s = 2.0;
   // How much training one call from the controller to each rank covers (`stepCallMs`): as
   // many steps as fit in this many milliseconds at the pace the last call measured (at least
@@ -145,6 +149,12 @@ struct JobSpec {
 
 // The job id is the name, '-' and 6 hex digits, and ids are at most 64 characters.
 inline constexpr size_t kMaxJobNameLength = 57;
+
+// The most nodes a spec's `nodes` or a scale request may name.
+inline constexpr size_t kMaxJobNodes = 4096;
+
+// InvalidArgument naming `field` unless every entry is a node id, hostname or IPv4 address.
+absl::Status CheckNodeNames(const std::vector<std::string>& nodes, const std::string& field);
 
 // Parses and validates a YAML spec. Errors name the field, the value and the fix.
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml);

@@ -1,9 +1,12 @@
 #include <algorithm>
 #include <numeric>
+#include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "actors/elastic/controller_internal.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
@@ -51,6 +54,8 @@ void Controller::PublishStatus() {
       m->set_bundle(members_[r].bundle);
     }
     el->set_placement_group_id(pg_.id());
+    el->clear_allowed_nodes();
+    for (const auto& n : allowed_nodes_) el->add_allowed_nodes(n);
     el->clear_step_times();
     for (const auto& t : step_times_) *el->add_step_times() = t;
     el->set_step_skew(step_skew_);
@@ -108,7 +113,23 @@ Member Controller::Spawn(int bundle, double memory, const std::vector<std::strin
   if (!spec_.preimports.empty()) {
     creator.SetEnv(kWorkerImportsEnv, absl::StrJoin(spec_.preimports, ","));
   }
-  if (bundle >= 0) {
+  if (!allowed_nodes_.empty()) {
+    auto nodes = gcs_->GetAllNodes(true);
+    std::vector<std::string> allowed =
+        nodes.ok() ? AllowedNodeIds(*nodes) : std::vector<std::string>{};
+    if (allowed.empty()) {
+      Event("spawn_waiting",
+            absl::StrCat("no node the job may use is alive (", absl::StrJoin(allowed_nodes_, ","),
+                         "); a rank starts once one joins"));
+      return m;
+    }
+    // Outside the placement group: its bundles may be on other nodes. A bundle the rank
+    // would have taken is given back.
+    if (bundle >= 0 && !pg_.id().empty()) ReleaseBundle(pg_, bundle).IgnoreError();
+    m.bundle = -1;
+    creator.SetAllowedNodes(allowed);
+    if (!avoid.empty()) creator.SetAvoidNodes(avoid);
+  } else if (bundle >= 0) {
     creator.SetPlacementGroup(pg_, bundle);
   } else if (!avoid.empty()) {
     creator.SetAvoidNodes(avoid);
@@ -123,6 +144,74 @@ Member Controller::Spawn(int bundle, double memory, const std::vector<std::strin
   m.setup = m.trainer().Setup(job_id_, spec_yaml_);
   m.spawned = absl::Now();
   return m;
+}
+
+std::vector<std::string> Controller::AllowedNodeIds(const std::vector<rpc::NodeInfo>& nodes) const {
+  std::vector<std::string> ids;
+  for (const auto& n : nodes) {
+    if (n.state() != rpc::NODE_ALIVE) continue;
+    std::string ip = n.address().substr(0, n.address().rfind(':'));
+    ip = std::string(absl::StripPrefix(absl::StripSuffix(ip, "]"), "["));
+    bool named = allowed_nodes_.empty();
+    for (const auto& a : allowed_nodes_) {
+      named = named || a == n.node_id() || a == n.hostname() || a == ip ||
+              (a.size() >= 8 && absl::StartsWith(n.node_id(), a));
+    }
+    if (named) ids.push_back(n.node_id());
+  }
+  return ids;
+}
+
+void Controller::SetAllowedNodes(const std::vector<std::string>& names) {
+  allowed_nodes_ = names;
+  if (names.empty()) {
+    Event("nodes", "the ranks may use any node");
+    return;
+  }
+  auto nodes = gcs_->GetAllNodes(true);
+  if (!nodes.ok()) {
+    spdlog::warn("job {}: cannot read the nodes: {}", job_id_, nodes.status());
+    return;
+  }
+  std::vector<std::string> ids = AllowedNodeIds(*nodes);
+  std::set<std::string> allowed(ids.begin(), ids.end());
+  // Ranks elsewhere leave at the next step boundary, down to minReplicas; the rest are
+  // displaced: they train on until ranks on the allowed nodes have joined and received the
+  // state, then leave (Boundary).
+  std::vector<int> leaving, displaced;
+  displaced_.clear();
+  int can_leave = static_cast<int>(members_.size()) - std::max(1, spec_.min_replicas);
+  for (size_t r = 0; r < members_.size(); ++r) {
+    const Member& m = members_[r];
+    if (m.node_id.empty() || allowed.count(m.node_id)) continue;
+    bool named = std::find(scale_in_ranks_.begin(), scale_in_ranks_.end(), static_cast<int>(r)) !=
+                 scale_in_ranks_.end();
+    if (named || can_leave > 0) {
+      if (!named) scale_in_ranks_.push_back(static_cast<int>(r));
+      leaving.push_back(static_cast<int>(r));
+      --can_leave;
+    } else {
+      displaced_.insert(m.actor_id);
+      displaced.push_back(static_cast<int>(r));
+    }
+  }
+  for (auto it = joining_.begin(); it != joining_.end();) {
+    if (!it->node_id.empty() && !allowed.count(it->node_id)) {
+      Kill(it->handle).IgnoreError();
+      it = joining_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  Event("nodes",
+        absl::StrCat(
+            "the ranks may use ", absl::StrJoin(names, ","), " (", ids.size(), " live node(s))",
+            leaving.empty()
+                ? ""
+                : absl::StrCat("; ranks ", absl::StrJoin(leaving, ","), " leave their nodes"),
+            displaced.empty() ? ""
+                              : absl::StrCat("; ranks ", absl::StrJoin(displaced, ","),
+                                             " stay until ranks there hold the state")));
 }
 
 rpc::ActorInfo Controller::ActorState(const std::string& actor_id) {
@@ -562,6 +651,27 @@ Controller::Change Controller::Boundary() {
   }
   RejoinHealed(&ready);
   std::vector<std::string> changes;
+  // Ranks on nodes the job may no longer use leave once a rank that holds the state stays
+  // (one that is neither displaced nor named to leave now). Named ranks' indices follow.
+  auto named = [&](int r) {
+    return std::find(scale_in_ranks_.begin(), scale_in_ranks_.end(), r) != scale_in_ranks_.end();
+  };
+  int holders = 0;
+  for (size_t r = 0; r < members_.size(); ++r) {
+    holders += !displaced_.count(members_[r].actor_id) && !named(static_cast<int>(r)) ? 1 : 0;
+  }
+  for (size_t r = members_.size(); holders > 0 && r-- > 0;) {
+    if (!displaced_.count(members_[r].actor_id)) continue;
+    displaced_.erase(members_[r].actor_id);
+    retiring_.push_back(members_[r]);
+    changes.push_back(absl::StrCat("-rank ", r, " (its node is not one the job may use)"));
+    members_.erase(members_.begin() + static_cast<std::ptrdiff_t>(r));
+    std::vector<int> shifted;
+    for (int k : scale_in_ranks_) {
+      if (k != static_cast<int>(r)) shifted.push_back(k > static_cast<int>(r) ? k - 1 : k);
+    }
+    scale_in_ranks_ = std::move(shifted);
+  }
   // Stragglers leave when their replacement is ready.
   for (auto& r : ready) {
     if (r.replaces.empty()) continue;
@@ -573,7 +683,7 @@ Controller::Change Controller::Boundary() {
       members_.erase(gone);
     }
   }
-  int room = target_ - static_cast<int>(members_.size());
+  int room = target_ - Placed();
   for (auto& r : ready) {
     if (room <= 0 && r.replaces.empty()) {
       joining_.push_back(std::move(r));  // not needed now; keep it warm
@@ -599,7 +709,7 @@ Controller::Change Controller::Boundary() {
     members_.erase(members_.begin() + r);
   }
   scale_in_ranks_.clear();
-  while (static_cast<int>(members_.size()) > target_ && members_.size() > 1) {
+  while (Placed() > target_ && members_.size() > 1) {
     retiring_.push_back(members_.back());
     changes.push_back(absl::StrCat("-rank ", members_.size() - 1, " (scale in)"));
     members_.pop_back();
@@ -618,11 +728,17 @@ Controller::Change Controller::Boundary() {
   return ok ? Change::kFormed : Change::kFailed;
 }
 
+int Controller::Placed() const {
+  int placed = 0;
+  for (const auto& m : members_) placed += displaced_.count(m.actor_id) ? 0 : 1;
+  return placed;
+}
+
 // Grows toward the target when some node has room for a rank (after a debounce since the
 // last resource event), keeping the new ranks warm until they join.
 int Controller::GrowWanted() const {
   // A rank cut off by a partition holds its room: it rejoins when its paths heal.
-  int want = target_ - static_cast<int>(members_.size() + joining_.size() + cut_off_.size());
+  int want = target_ - Placed() - static_cast<int>(joining_.size() + cut_off_.size());
   return want > 0 && absl::Now() >= grow_after_ ? want : 0;
 }
 
@@ -633,7 +749,9 @@ void Controller::MaybeGrow() {
   auto nodes = gcs_->GetAllNodes(true);
   if (!nodes.ok()) return;
   int fits = 0;
+  std::vector<std::string> allowed = AllowedNodeIds(*nodes);
   for (const auto& n : *nodes) {
+    if (std::find(allowed.begin(), allowed.end(), n.node_id()) == allowed.end()) continue;
     Resources available = rpc::FromProto(n.available());
     Resources need;
     for (const auto& [k, v] : spec_.resources) need.Set(k, v);
@@ -661,6 +779,7 @@ void Controller::TakeRequests() {
     return;
   }
   scale_in_ranks_ = parsed->leaving;
+  if (parsed->nodes) SetAllowedNodes(*parsed->nodes);
   int clamped = parsed->replicas;
   Condition(
       "Scaling", "ScaleRequested",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -110,6 +111,9 @@ absl::StatusOr<ScaleRequest> ParseScaleRequest(const std::string& text, int worl
       }
     }
     r.asked = world - static_cast<int>(r.leaving.size());
+  }
+  if (f.size() >= 4 && absl::StartsWith(f[3], "=")) {
+    r.nodes = absl::StrSplit(f[3].substr(1), ',', absl::SkipEmpty());
   }
   r.replicas = std::clamp(r.asked, spec.min_replicas, spec.max_replicas);
   return r;

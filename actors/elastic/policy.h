@@ -11,6 +11,7 @@
 #pragma once
 
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,12 +88,15 @@ double GrownMemory(const FaultPolicy& policy, double memory);
 inline constexpr size_t kStepHistory = 5;
 double TypicalStepMs(const std::deque<double>& slowest);
 
-// A scale request, as `phalanx job scale` writes it to the job's "scale" key:
-// "<request id>:<replicas>[:<rank>,<rank>…]" (named ranks leave; the others keep their order).
+// A scale request, as `phalanx job scale` writes it to the job's "scale" key (job_keys.h):
+// "<request id>:<replicas>[:<rank>,<rank>…[:=<node>,<node>…]]" (named ranks leave; the
+// others keep their order; "=" sets the nodes the ranks may use).
 struct ScaleRequest {
   int asked = 0;             // the replicas asked for (world size minus the leavers, if named)
   int replicas = 0;          // clamped to [minReplicas, maxReplicas]
   std::vector<int> leaving;  // ranks of the current world, in the order named
+  // Set: the nodes the ranks may use from now on (empty: any).
+  std::optional<std::vector<std::string>> nodes;
 };
 // InvalidArgument for text that is not such a request. Ranks outside [0, world) are ignored.
 absl::StatusOr<ScaleRequest> ParseScaleRequest(const std::string& text, int world,

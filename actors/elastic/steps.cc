@@ -169,6 +169,7 @@ bool Controller::MayRunAhead(int64_t next) {
   if (CheckpointDueAt(next)) return false;
   if (trainer_done_ || stop_requested_ || !scale_in_ranks_.empty()) return false;
   if (recorder_.RequestWaiting()) return false;
+  if (!displaced_.empty() && Placed() > 0) return false;  // they may leave now (Boundary)
   {
     absl::MutexLock lock(&mu_);
     if (resource_event_ || !dead_members_.empty()) return false;

@@ -35,7 +35,8 @@ struct ActorOptions {
   std::string code_path;
   Language language{};  // kCpp
   std::vector<std::string> avoid_node_ids;
-  std::string namespace_;  // for `name`; "": this process's namespace
+  std::vector<std::string> allowed_node_ids;  // empty: any node
+  std::string namespace_;                     // for `name`; "": this process's namespace
 };
 
 absl::StatusOr<std::string> CreateActor(const std::string& class_name, const ActorOptions& options,

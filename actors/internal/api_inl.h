@@ -169,6 +169,11 @@ ActorCreator<T>& ActorCreator<T>::SetAvoidNodes(const std::vector<std::string>& 
   return *this;
 }
 template <typename T>
+ActorCreator<T>& ActorCreator<T>::SetAllowedNodes(const std::vector<std::string>& node_ids) {
+  options_.allowed_node_ids = node_ids;
+  return *this;
+}
+template <typename T>
 ActorCreator<T>& ActorCreator<T>::SetLanguage(Language language) {
   options_.language = language;
   return *this;

@@ -290,7 +290,7 @@ def _check_fit(plan):
     return len(alive)
 
 
-def _submit(plan, nodes):
+def _submit(plan, nodes, allowed=None):
     import secrets
     import _phalanx
     from . import _torchrun, train
@@ -314,6 +314,8 @@ def _submit(plan, nodes):
             below_min_timeout_s=plan.args.below_min_timeout,
             phase_timeouts={"place": PLACE_TIMEOUT_S})),
         prestart_imports=["torch"], step_call_ms=0, verbose=False)
+    if allowed:
+        trainer._spec_extra = {"nodes": allowed}  # the discovered hosts' nodes
     trainer._runtime_options = {
         "torch": True, "backend": plan.backend if plan.backend == "phalanx" else "gloo",
         "init_group": plan.backend == "phalanx", "cuda_visible": False, "agent_store": True,
@@ -358,15 +360,17 @@ def _follow(job_id, discovery):
 
 class HostDiscovery:
     """horovodrun's --host-discovery-script: the hosts it prints (HOST[:SLOTS], one per
-    line) are the nodes the job may use. The job is resized to their slots (within --min-np
-    and --max-np); ranks on a host that left are taken out gracefully. A host is a node's
-    hostname or IP address (127.0.0.1 and localhost name this machine's node)."""
+    line) are the nodes the job may use. The job is limited to those nodes (the spec's
+    `nodes`, then a scale request's) and resized to their slots (within --min-np and
+    --max-np): ranks on a host that left are taken out gracefully, and new ranks start only
+    on listed hosts. A host is a node's hostname, IP address or id (127.0.0.1 and localhost
+    name this machine's node)."""
 
-    def __init__(self, script, slots_per_host, min_np, max_np, job_id):
+    def __init__(self, script, slots_per_host, min_np, max_np):
         self.script = script
         self.slots_per_host = slots_per_host
         self.min_np, self.max_np = min_np, max_np
-        self.job_id = job_id
+        self.job_id = None
         self.next_run = 0.0
         self.applied = None
 
@@ -390,6 +394,32 @@ class HostDiscovery:
             names |= {"localhost", "127.0.0.1", _hostname()}
         return names
 
+    def resolve(self):
+        """Runs the script: (the live nodes it names, by id, sorted; the workers their slots
+        give, within --min-np..--max-np; their slots)."""
+        import _phalanx
+        hosts = self.hosts()
+        usable, slots = [], 0
+        for n in _phalanx.nodes():
+            named = self._node_names(n) & set(hosts) if n["alive"] else set()
+            if named:
+                usable.append(n["node_id"])
+                slots += max(hosts[h] for h in named)
+        return sorted(usable), max(self.min_np, min(self.max_np, slots)), slots
+
+    def first(self):
+        """The nodes and size to start with; UsageError when the script fails or names no
+        live node of the cluster."""
+        try:
+            usable, target, slots = self.resolve()
+        except (RuntimeError, OSError, subprocess.TimeoutExpired, ValueError) as e:
+            raise UsageError(f"--host-discovery-script: {e}") from None
+        if not usable:
+            raise UsageError("--host-discovery-script names no live node of the cluster: "
+                             "print the nodes' hostnames or IP addresses (`phalanx status` "
+                             "lists them), one per line as HOST:SLOTS")
+        return usable, target, slots
+
     def poll(self, status):
         import _phalanx
         now = time.time()
@@ -397,31 +427,23 @@ class HostDiscovery:
             return
         self.next_run = now + DISCOVERY_INTERVAL_S
         try:
-            hosts = self.hosts()
+            usable, target, slots = self.resolve()
         except (RuntimeError, OSError, subprocess.TimeoutExpired, ValueError) as e:
             print(f"[phalanx run] host discovery: {e}; keeping the last hosts", file=sys.stderr)
             return
-        alive = [n for n in _phalanx.nodes() if n["alive"]]
-        usable, slots = set(), 0
-        for n in alive:
-            named = self._node_names(n) & set(hosts)
-            if named:
-                usable.add(n["node_id"])
-                slots += max(hosts[h] for h in named)
-        target = max(self.min_np, min(self.max_np, slots))
-        leaving = sorted(r.rank for r in status.ranks if r.node_id and r.node_id not in usable)
-        key = (target, tuple(sorted(usable)))
+        if not usable:
+            return  # no listed host is up now: the ranks stay where they are
+        key = (target, tuple(usable))
         if key == self.applied:
             return
         try:
-            _phalanx.scale_job(self.job_id, target, leaving)
+            _phalanx.scale_job(self.job_id, target, [], nodes=usable)
         except Exception as e:  # noqa: BLE001 - tried again at the next run
             print(f"[phalanx run] host discovery: resizing to {target}: {e}", file=sys.stderr)
             return
         self.applied = key
         print(f"[phalanx run] host discovery: {len(usable)} host(s), {slots} slot(s): "
-              f"{target} workers" + (f", taking out ranks {leaving}" if leaving else ""),
-              file=sys.stderr, flush=True)
+              f"{target} workers", file=sys.stderr, flush=True)
 
 
 def _hostname():
@@ -448,7 +470,15 @@ def main(argv=None):
             raise UsageError("--no-follow: no cluster to leave the job on (no --address, no "
                              "$PHALANX_ADDRESS, no `phalanx start` on this machine)")
         nodes = _check_fit(plan)
-        job_id = _submit(plan, nodes)
+        discovery, allowed = None, None
+        if plan.horovod and args.host_discovery_script:
+            discovery = HostDiscovery(os.path.abspath(args.host_discovery_script),
+                                      args.slots_per_host, plan.min_workers, plan.max_workers)
+            allowed, target, _ = discovery.first()
+            plan.initial = min(plan.initial, target)
+            discovery.applied = (plan.initial, tuple(allowed))  # grows at its first poll
+            nodes = len(allowed)
+        job_id = _submit(plan, nodes, allowed)
     except (UsageError, ValueError) as e:
         print(f"phalanx run: {e}", file=sys.stderr)
         phalanx.shutdown()
@@ -463,11 +493,8 @@ def main(argv=None):
         return 0
     print(f"[phalanx run] job {job_id}: {plan.initial} workers of {shlex.join([plan.target] + plan.args_after)}",
           file=sys.stderr, flush=True)
-    discovery = None
-    if plan.horovod and args.host_discovery_script:
-        discovery = HostDiscovery(os.path.abspath(args.host_discovery_script),
-                                  args.slots_per_host, plan.min_workers, plan.max_workers,
-                                  job_id)
+    if discovery is not None:
+        discovery.job_id = job_id
     terminated = []
 
     def on_sigterm(*_):

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -160,10 +161,20 @@ void BindJobs(py::module_& m) {
   // out gracefully.
   m.def(
       "scale_job",
-      [](const std::string& job_id, int replicas, const std::vector<int>& remove_ranks) {
-        CallBlocking([&] { return Worker().gcs().ScaleJob(job_id, replicas, remove_ranks); });
+      [](const std::string& job_id, int replicas, const std::vector<int>& remove_ranks,
+         const std::optional<std::vector<std::string>>& nodes) {
+        rpc::ScaleJobRequest request;
+        request.set_job_id(job_id);
+        request.set_replicas(replicas);
+        for (int r : remove_ranks) request.add_ranks(r);
+        if (nodes) {  // the nodes the ranks may use from now on ([]: any)
+          request.set_set_nodes(true);
+          for (const auto& n : *nodes) request.add_nodes(n);
+        }
+        CallBlocking([&] { return Worker().gcs().ScaleJob(request); });
       },
-      py::arg("job_id"), py::arg("replicas"), py::arg("remove_ranks") = std::vector<int>{});
+      py::arg("job_id"), py::arg("replicas"), py::arg("remove_ranks") = std::vector<int>{},
+      py::arg("nodes") = std::nullopt);
   // The cluster's nodes as the GCS knows them, dead ones included (Ray's `ray.nodes()`).
   m.def("nodes", [] {
     auto nodes = CallBlocking([] { return Worker().gcs().GetAllNodes(); });

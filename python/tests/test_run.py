@@ -179,8 +179,13 @@ def test_a_sigstopped_worker_on_the_phalanx_backend_heals(run_cluster, workdir, 
     (["no_such_script.py"], "no_such_script.py: no such file"),
     (["--no-python", "torchrun_ddp.py"], "--no-python"),
     (["--nproc-per-node", "9", "torchrun_ddp.py"], "--cpus-per-worker"),
+    (["--horovod", "-np", "1", "--host-discovery-script", "discover_nowhere.sh", "python",
+      "torchrun_ddp.py"], "--host-discovery-script names no live node"),
 ])
 def test_a_bad_command_line_is_refused_naming_the_option(run_cluster, workdir, args, says):
+    nowhere = workdir / "discover_nowhere.sh"  # a discovery script naming no node of the cluster
+    nowhere.write_text("#!/bin/sh\necho no-such-host.invalid:2\n")
+    nowhere.chmod(0o755)
     before = {p for p, _ in _processes_with("phalanx", "worker")}
     out = subprocess.run([PHALANX, "run", *args], cwd=workdir, env=run_cluster.env,
                          capture_output=True, text=True, timeout=60)

@@ -2,10 +2,12 @@
 // live next to it.
 #include <algorithm>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_split.h"
 #include "runtime/cli/commands.h"
 #include "runtime/common/mutex_check.h"
 
@@ -190,6 +192,11 @@ int main(int argc, char** argv) {
   job_scale->add_option("--remove-ranks", remove_ranks, "take these ranks out (graceful)")
       ->delimiter(',')
       ->allow_extra_args(false);
+  std::string scale_nodes;
+  auto* nodes_option = job_scale->add_option(
+      "--nodes", scale_nodes,
+      "the nodes the ranks may use from now on: node ids, hostnames or IPs, comma-separated; "
+      "'*' for any node. Ranks on other nodes leave gracefully");
   for (auto* cmd : {job_status, job_logs, job_stop, job_scale}) {
     cmd->add_option("job_id", job_id, "the job's id (`phalanx job list`)")->required();
   }
@@ -243,6 +250,13 @@ int main(int argc, char** argv) {
   if (*job_logs) return RunJobLogs(cluster, job_id, follow);
   if (*job_stop) return RunJobStop(cluster, job_id, stop_grace, stop_no_wait);
   if (*job_list) return RunJobList(cluster);
-  if (*job_scale) return RunJobScale(cluster, job_id, scale_replicas, remove_ranks);
+  if (*job_scale) {
+    std::optional<std::vector<std::string>> nodes;
+    if (*nodes_option) {
+      nodes.emplace();
+      if (scale_nodes != "*") nodes = absl::StrSplit(scale_nodes, ',', absl::SkipEmpty());
+    }
+    return RunJobScale(cluster, job_id, scale_replicas, remove_ranks, nodes);
+  }
   return 2;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -113,7 +114,8 @@ int RunJobStatus(const ClusterFlags& flags, const std::string& job_id);
 int RunJobLogs(const ClusterFlags& flags, const std::string& job_id, bool follow);
 int RunJobStop(const ClusterFlags& flags, const std::string& job_id, double grace_s, bool no_wait);
 int RunJobScale(const ClusterFlags& flags, const std::string& job_id, int replicas,
-                const std::vector<int>& ranks);
+                const std::vector<int>& ranks,
+                const std::optional<std::vector<std::string>>& nodes = std::nullopt);
 
 // `phalanx run ARGS` (and `job submit --torchrun`): replaces this process with
 // `python3 -m phalanx.run ARGS`; returns only when that cannot start (the exit code, 127).

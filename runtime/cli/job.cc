@@ -114,24 +114,38 @@ int RunJobStatus(const ClusterFlags& flags, const std::string& job_id) {
 }
 
 int RunJobScale(const ClusterFlags& flags, const std::string& job_id, int replicas,
-                const std::vector<int>& ranks) {
-  if (replicas < 0 && ranks.empty()) {
+                const std::vector<int>& ranks,
+                const std::optional<std::vector<std::string>>& nodes) {
+  if (replicas < 0 && ranks.empty() && !nodes) {
     return Fail("scale", absl::InvalidArgumentError(
-                             "give --replicas N (the new world size) or --remove-ranks R,... "
-                             "(the ranks to take out)"));
+                             "give --replicas N (the new world size), --remove-ranks R,... "
+                             "(the ranks to take out) or --nodes N,... (the nodes to use)"));
   }
   auto gcs = Connect(flags);
   if (!gcs.ok()) return Fail("scale", gcs.status());
   if (replicas < 0) {
     auto job = (*gcs)->GetJob(job_id);
     if (!job.ok()) return Fail("scale", job.status());
-    replicas = job->elastic().world_size() - static_cast<int>(ranks.size());
+    replicas = nodes && ranks.empty()
+                   ? job->elastic().target_replicas()
+                   : job->elastic().world_size() - static_cast<int>(ranks.size());
   }
-  if (auto scaled = (*gcs)->ScaleJob(job_id, replicas, ranks); !scaled.ok()) {
+  rpc::ScaleJobRequest request;
+  request.set_job_id(job_id);
+  request.set_replicas(replicas);
+  for (int r : ranks) request.add_ranks(r);
+  if (nodes) {
+    request.set_set_nodes(true);
+    for (const auto& n : *nodes) request.add_nodes(n);
+  }
+  if (auto scaled = (*gcs)->ScaleJob(request); !scaled.ok()) {
     return Fail("scale", scaled.status());
   }
   std::cout << "asked job " << job_id << " to scale to " << replicas << " replicas"
             << (ranks.empty() ? "" : absl::StrCat(" without ranks ", absl::StrJoin(ranks, ",")))
+            << (!nodes           ? ""
+                : nodes->empty() ? " on any node"
+                                 : absl::StrCat(" on nodes ", absl::StrJoin(*nodes, ",")))
             << "; `phalanx job status " << job_id << "` shows the progress\n";
   return 0;
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/system.h"
 #include "runtime/proto/common.pb.h"
@@ -45,6 +46,7 @@ JobStatus ToStatus(const rpc::JobInfo& job) {
   s.last_checkpoint_step = el.last_checkpoint_step();
   s.steps_per_second = el.steps_per_second();
   s.steps_per_call = el.steps_per_call();
+  s.allowed_nodes.assign(el.allowed_nodes().begin(), el.allowed_nodes().end());
   s.results = el.results();
   s.total_steps = el.total_steps();
   s.controller_actor_id = job.controller_actor_id();
@@ -80,6 +82,9 @@ std::string FormatStatus(const JobStatus& s, bool with_events) {
   if (s.steps_per_call > 1) absl::StrAppendFormat(&out, " (%d a call)", s.steps_per_call);
   if (!s.message.empty()) absl::StrAppend(&out, "\n  ", s.message);
   absl::StrAppend(&out, "\nRanks:");
+  if (!s.allowed_nodes.empty()) {
+    absl::StrAppend(&out, " (on nodes ", absl::StrJoin(s.allowed_nodes, ","), " only)");
+  }
   for (const auto& r : s.ranks) {
     absl::StrAppendFormat(
         &out, "\n  %d  actor %s  node %s%s", r.rank, ShortId(r.actor_id), ShortId(r.node_id),

@@ -67,6 +67,7 @@ struct JobStatus {
   std::string results;         // rank 0's Query("results") at completion
   std::string controller_actor_id;
   std::vector<RankStatus> ranks;
+  std::vector<std::string> allowed_nodes;  // the nodes the ranks may use (empty: any)
   std::vector<JobCondition> conditions;
   std::vector<JobEvent> events;
   std::vector<RecoveryStatus> recoveries;  // oldest first

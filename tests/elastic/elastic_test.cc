@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <iostream>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -632,6 +633,42 @@ TEST_F(ElasticTest, ScaleRequestsAreGraceful) {
   EXPECT_EQ(scales, 2) << FormatStatus(s);
   auto late = Scale(s.job_id, 3);  // the job has ended
   EXPECT_TRUE(absl::IsFailedPrecondition(late)) << late;
+}
+
+// The spec's `nodes` keeps the ranks on the nodes it names, though another has room; a scale
+// request naming other nodes moves them there (the old ones leave gracefully), and the job
+// ends with the weights of an undisturbed run.
+TEST_F(ElasticTest, RanksRunOnlyOnTheNodesTheJobMayUseAndMoveWhenTheyChange) {
+  AddNode("node-a", 2);
+  AddNode("node-b", 2);
+  JobSpec spec = Spec(2, 1, 2);
+  spec.nodes = {"node-b"};
+  spec.data_epochs = 12;
+  auto baseline = Baseline(spec);
+  auto on = [](const JobStatus& s) {
+    std::set<std::string> nodes;
+    for (const auto& r : s.ranks) nodes.insert(r.node_id);
+    return nodes;
+  };
+  int phase = 0;
+  JobStatus s = Run(spec, [&](const JobStatus& now) {
+    if (now.world_size == 0) return;
+    if (phase == 0 && now.step >= 10) {
+      EXPECT_EQ(on(now), std::set<std::string>{"node-b"}) << FormatStatus(now);
+      auto bad = Scale(now.job_id, 2, {}, {"node-a:1"});
+      EXPECT_TRUE(absl::IsInvalidArgument(bad)) << bad;
+      EXPECT_NE(bad.message().find("--nodes"), std::string::npos) << bad;
+      ASSERT_TRUE(Scale(now.job_id, 2, {}, {"node-a"}).ok());
+      phase = 1;
+    } else if (phase == 1 && now.world_size == 2 && on(now) == std::set<std::string>{"node-a"}) {
+      phase = 2;
+    }
+  });
+  EXPECT_EQ(phase, 2) << FormatStatus(s);
+  ExpectHealed(s, spec, baseline, 2);
+  EXPECT_TRUE(HasEvent(s, "nodes")) << FormatStatus(s);
+  // The last rank on node-b stayed until the ranks on node-a held the state: none was lost.
+  EXPECT_FALSE(HasEvent(s, "restart_from_checkpoint")) << FormatStatus(s);
 }
 
 TEST_F(ElasticTest, MalformedSpecsAreRefusedBeforeAnythingStarts) {

@@ -232,6 +232,41 @@ TEST(PolicyTest, AScaleRequestWrittenByTheJobKindParsesBackAndEachIsNew) {
   EXPECT_EQ(named->leaving, (std::vector<int>{1}));
 }
 
+TEST(PolicyTest, AScaleRequestCarriesTheNodesTheRanksMayUse) {
+  JobSpec spec = Spec();
+  auto plain = ParseScaleRequest(keys::ScaleValue(3, {}), 4, spec);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->nodes.has_value());  // no nodes named: they stay as they were
+  auto set = ParseScaleRequest(
+      keys::ScaleValue(3, {}, std::vector<std::string>{"host-a", "10.0.0.2"}), 4, spec);
+  ASSERT_TRUE(set.ok()) << set.status();
+  ASSERT_TRUE(set->nodes.has_value());
+  EXPECT_EQ(*set->nodes, (std::vector<std::string>{"host-a", "10.0.0.2"}));
+  EXPECT_EQ(set->replicas, 3);  // the size asked, not one following from leavers
+  EXPECT_TRUE(set->leaving.empty());
+  auto any = ParseScaleRequest(keys::ScaleValue(3, {}, std::vector<std::string>{}), 4, spec);
+  ASSERT_TRUE(any.ok()) << any.status();
+  ASSERT_TRUE(any->nodes.has_value());  // set, to none: any node
+  EXPECT_TRUE(any->nodes->empty());
+}
+
+TEST(JobSpecTest, NodesRoundTripAndABadNameIsRefusedNamingTheField) {
+  const std::string base = "name: j\ntrainer: T\nsteps: 1\ndata: {numSamples: 4, globalBatch: 2}\n";
+  auto spec = ParseJobSpec(base + "nodes: [host-a, 10.0.0.2, 3f9c0a1b]\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->nodes, (std::vector<std::string>{"host-a", "10.0.0.2", "3f9c0a1b"}));
+  auto again = ParseJobSpec(JobSpecToYaml(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->nodes, spec->nodes);
+  EXPECT_TRUE(ParseJobSpec(base)->nodes.empty());
+  for (const char* bad : {"nodes: host-a\n", "nodes: [[a]]\n", "nodes: ['a:1']\n",
+                          "nodes: ['a,b']\n", "nodes: ['']\n"}) {
+    auto refused = ParseJobSpec(base + bad);
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("nodes"), std::string::npos) << refused.status();
+  }
+}
+
 TEST(PolicyTest, TheCheckpointPointerHoldsStepAndPathInOneValue) {
   std::string value = keys::Encode({120, "/ckpt/job step 120.ckpt"});
   auto back = keys::DecodeCheckpoint(value);

@@ -86,3 +86,70 @@ def test_a_relative_write_on_a_cluster_of_several_nodes_is_warned_about(cluster,
                      r"working directory on node \S+; it stays on that node", text), text
     # The user's directory holds only the script: the write went to the node's copy.
     assert os.listdir(work) == ["writes.py"]
+
+
+HOROVOD_PROGRAM = os.path.join(os.path.dirname(PROGRAM), "horovod_elastic.py")
+HVD_LINE = re.compile(r"\(rank 0\) step \d+\.\d+ size=(\d+) lr=([\d.]+)")
+
+
+def test_a_horovod_program_runs_only_on_the_hosts_its_discovery_script_lists(cluster, hosts):
+    """horovodrun's --host-discovery-script on three hosts: the job's ranks run only on the
+    hosts the script prints (by hostname or IP), move when the list changes (the ranks of a
+    host that left are taken out, new ones start on the host that came), and the learning
+    rate is the reset callback's (lr x size) at every size."""
+    work = os.path.join(hosts.dir, "hvd")
+    os.makedirs(work)
+    shutil.copy(HOROVOD_PROGRAM, os.path.join(work, "horovod_elastic.py"))
+    listed = os.path.join(hosts.dir, "hosts.txt")
+    script = os.path.join(hosts.dir, "discover_hosts.sh")
+    with open(script, "w") as f:
+        f.write(f"#!/bin/sh\ncat {listed}\n")
+    os.chmod(script, 0o755)
+
+    def listing(*lines):
+        with open(listed + ".new", "w") as f:
+            f.write("".join(f"{line}\n" for line in lines))
+        os.replace(listed + ".new", listed)
+
+    listing(f"{hosts[1].hostname}:2")
+    log = os.path.join(hosts.dir, "hvd.log")
+    launcher = hosts[0].spawn(
+        ["sh", "-c", f'cd "{work}" && exec "$0" "$@"', os.path.realpath(PHALANX), "run",
+         "--address", cluster.address, "--horovod", "-np", "2", "--min-np", "1", "--max-np",
+         "4", "--host-discovery-script", script, "--cpus-per-worker", "1", "python",
+         "horovod_elastic.py", "--epochs", "25", "--num-batches-per-epoch", "40", "--step-s",
+         "0.05"],
+        env={"PHALANX_TOKEN": cluster.token}, log=log)
+
+    def sizes():
+        return [int(m.group(1)) for m in HVD_LINE.finditer(_read(log))]
+
+    def stage(size, expected_hosts):
+        """Waits for 5 steps at `size` past those already printed, then for the ranks to sit
+        on exactly `expected_hosts` (warm joiners included)."""
+        seen = len(sizes())
+        assert wait_for(lambda: sum(1 for s in sizes()[seen:] if s == size) >= 5, 120), \
+            _read(log)[-4000:]
+        assert wait_for(lambda: {h for h, _, _ in cluster_info.ranks(cluster)} ==
+                        expected_hosts, 30), \
+            (expected_hosts, cluster_info.ranks(cluster), _read(log)[-3000:])
+
+    try:
+        stage(2, {1})
+        listing(f"{hosts[1].hostname}:2", f"{hosts[2].ip}:2")
+        stage(4, {1, 2})
+        listing(f"{hosts[2].hostname}:2")
+        stage(2, {2})
+        launcher.wait(timeout=240)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    text = _read(log)
+    assert launcher.returncode == 0, text[-4000:]
+    assert "(rank 0) done" in text, text[-4000:]
+    wrong = [(int(m.group(1)), m.group(2)) for m in HVD_LINE.finditer(text)
+             if abs(float(m.group(2)) - 0.01 * int(m.group(1))) > 1e-9]
+    assert not wrong, wrong[:5]
+    print(f"\n[phalanx run --horovod] hosts 1 -> 1,2 -> 2; sizes seen {sorted(set(sizes()))}")
+    print("\n".join(line for line in text.split("\n")
+                    if "host discovery" in line or "] nodes:" in line or "scaled_in" in line))

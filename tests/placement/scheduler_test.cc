@@ -43,6 +43,30 @@ TEST(SchedulerTest, SpreadRotatesAmongTheLeastUtilizedNodes) {
   EXPECT_EQ(scheduler.PlaceActor(Request(Strategy::kSpread, {{"CPU", 1}})).placement.node_id, "b");
 }
 
+TEST(SchedulerTest, AnActorLimitedToSomeNodesGoesOnlyThereAndWaitsWhileTheyAreFull) {
+  ResourceScheduler scheduler;
+  for (const char* id : {"a", "b", "c"}) scheduler.AddNode(id, R({{"CPU", 2}}));
+  auto limited = [](Strategy strategy) {
+    ActorRequest r = Request(strategy, {{"CPU", 1}});
+    r.scheduling.allowed_node_ids = {"b", "c"};
+    return r;
+  };
+  std::vector<std::string> placed;
+  for (int i = 0; i < 4; ++i) {
+    placed.push_back(scheduler.PlaceActor(limited(i % 2 ? Strategy::kSpread : Strategy::kDefault))
+                         .placement.node_id);
+  }
+  std::sort(placed.begin(), placed.end());
+  EXPECT_EQ(placed, (std::vector<std::string>{"b", "b", "c", "c"}));
+  // b and c are full; a has room but is not allowed: pending (not infeasible), saying why.
+  auto waiting = scheduler.PlaceActor(limited(Strategy::kDefault)).placement;
+  EXPECT_TRUE(waiting.node_id.empty());
+  EXPECT_FALSE(waiting.infeasible);
+  EXPECT_NE(waiting.reason.find("2 node(s) it may use"), std::string::npos) << waiting.reason;
+  // The same look, unlimited, takes a (the remembered look is not reused across the lists).
+  EXPECT_EQ(scheduler.PlaceActor(Request(Strategy::kDefault, {{"CPU", 1}})).placement.node_id, "a");
+}
+
 TEST(SchedulerTest, AReleaseOfAResourceTheNodeNoLongerHasLeavesNoneOfIt) {
   ResourceScheduler scheduler;
   scheduler.AddNode("a", R({{"CPU", 4}, {"GPU", 1}}));

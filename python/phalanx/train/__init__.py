@@ -1017,6 +1017,7 @@ class ElasticTrainer:
             spec["checkpoint"] = {"dir": self.checkpoint_dir,
                                   "intervalSteps": self.checkpoint_interval,
                                   "atEnd": self.checkpoint_at_end}
+        spec.update(getattr(self, "_spec_extra", {}))  # phalanx run's (the nodes it may use)
         return _phalanx.parse_job_spec(json.dumps(spec))
 
     def submit(self):
