@@ -97,6 +97,11 @@ struct Timeouts {
   double probe_factor = 4;
   absl::Duration probe_after = absl::Milliseconds(100);
   absl::Duration probe_check = absl::Milliseconds(100);
+  // A rank whose probe has not answered within this (or half the silence, if shorter) gets a
+  // fresh Ping, once its host is seen up; the rank is frozen when that one goes unanswered
+  // for the whole silence. Early costs only a Ping and a knock: a live rank answers in
+  // milliseconds, and the verdict still waits out the silence.
+  absl::Duration probe_first_look = absl::Milliseconds(250);
   // A silent rank's node manager's port is knocked on (a TCP handshake) and waited for this
   // long: a host that answers is up and reachable now. One that does not is left to its
   // heartbeats and the node timeout.

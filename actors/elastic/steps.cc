@@ -255,9 +255,10 @@ std::vector<Controller::Frozen> Controller::Probe(LivenessProbe* probe,
     for (auto& m : members_) probe->pings.push_back(m.trainer().Ping());
     probe->probed = now;
     probe->EndConfirms();
-    // The first look comes halfway through the silence: a rank silent by then whose host is
-    // up gets its fresh Ping early (FrozenRanks).
-    probe->check_at = now + absl::Seconds(spec_.hang_silent_s) / 2;
+    // The first look comes soon (probe_first_look): a rank silent by then whose host is up
+    // gets its fresh Ping (FrozenRanks), whose silence is the verdict's.
+    probe->check_at =
+        now + std::min(kTimeouts.probe_first_look, absl::Seconds(spec_.hang_silent_s) / 2);
     return {};
   }
   if (now < probe->check_at) return {};

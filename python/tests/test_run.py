@@ -155,8 +155,13 @@ def _kill_and_heal(cluster, workdir, tmp_path, reference, sig, backend):
                    if t > fault and "(rank 0) Resuming training from snapshot" in line)
     first = next(float(m.group(3)) for _, line in run.lines[resumed:]
                  for m in [STEP_LINE.search(line)] if m)
+    rec = min((r for r in _phalanx.job_status(run.job_id()).recoveries if r.resumed_ms),
+              key=lambda r: abs(r.fault_ms - fault * 1000), default=None)
+    phases = (f" (the controller: fault {rec.fault_ms / 1000 - fault:+.2f} s, detected "
+              f"{(rec.detected_ms - rec.fault_ms) / 1000:.2f} s, resumed "
+              f"{(rec.resumed_ms - rec.fault_ms) / 1000:.2f} s)" if rec else "")
     print(f"\n{signal.Signals(sig).name} of rank 1, backend {backend}: rank 0's first step "
-          f"of the restarted group {first - fault:.2f} s after the fault")
+          f"of the restarted group {first - fault:.2f} s after the fault" + phases)
     assert run.weights() == pytest.approx(reference, abs=1e-6), run.text()
     return first - fault
 
