@@ -29,7 +29,8 @@ from ._api import (ActorClass, ActorHandle, NodeAffinitySchedulingStrategy, Obje
                    get, get_actor, init, is_initialized, kill, placement_group,
                    remove_placement_group, remote, shutdown, wait)
 from ._task import RemoteFunction
-from .exceptions import (ActorDiedError, ActorError, ActorUnavailableError, CollectiveError,
+from .exceptions import (ActorDiedError, ActorError, ActorUnavailableError, AlreadyExistsError,
+                         CollectiveError,
                          GetTimeoutError, InvalidArgumentError, InvalidCallError, NotFoundError,
                          PhalanxError, PlacementGroupError, TaskError)
 
@@ -38,7 +39,8 @@ __all__ = [
     "actor_info", "placement_group", "remove_placement_group", "cpp_actor_class",
     "ActorClass", "ActorHandle", "ObjectRef", "RemoteFunction", "PlacementGroup",
     "PlacementGroupSchedulingStrategy", "NodeAffinitySchedulingStrategy",
-    "PhalanxError", "ActorError", "ActorDiedError", "ActorUnavailableError", "TaskError",
+    "PhalanxError", "AlreadyExistsError", "ActorError", "ActorDiedError",
+    "ActorUnavailableError", "TaskError",
     "InvalidCallError", "GetTimeoutError", "PlacementGroupError", "CollectiveError",
     "NotFoundError", "InvalidArgumentError",
 ]

@@ -195,6 +195,9 @@ def get(refs, *, timeout=None):
     if isinstance(refs, _PlacementGroupReady):
         return refs._get(timeout)
     single = isinstance(refs, ObjectRef)
+    if not single and not isinstance(refs, (list, tuple)):
+        raise ValueError(f"phalanx.get takes an ObjectRef or a list of ObjectRefs, not "
+                         f"{type(refs).__name__} ({refs!r:.60})")
     items = [refs] if single else list(refs)
     for r in items:
         if not isinstance(r, ObjectRef):
@@ -209,7 +212,12 @@ def get(refs, *, timeout=None):
 def wait(refs, *, num_returns=1, timeout=None):
     """(ready, not_ready): the first ``num_returns`` refs done, or whatever is done when
     ``timeout`` seconds pass. Order within each list follows ``refs``."""
+    if isinstance(refs, ObjectRef) or not isinstance(refs, (list, tuple)):
+        raise TypeError(f"phalanx.wait takes a list of ObjectRefs, not {type(refs).__name__}")
     refs = list(refs)
+    for r in refs:
+        if not isinstance(r, ObjectRef):
+            raise TypeError(f"phalanx.wait takes ObjectRefs, not {type(r).__name__}")
     if num_returns < 0 or num_returns > len(refs):
         raise ValueError(f"num_returns={num_returns} must be between 0 and len(refs)="
                          f"{len(refs)}")

@@ -117,11 +117,12 @@ class TaskWorker:
             if inspect.iscoroutine(result):
                 result = asyncio.run(result)
         except Exception as e:  # noqa: BLE001 - handed to the caller as a TaskError
-            detail = type(e).__name__
+            from .exceptions import _remote_detail
+            detail = _remote_detail(e)  # the class name and the pickled exception
             if retry is True or (retry and isinstance(e, retry)):
-                detail += _RETRYABLE_MARK
+                detail += _RETRYABLE_MARK.encode()  # last: the runtime strips it
             tb = traceback.format_exc().rstrip()
-            return False, detail.encode(), "TaskError", \
+            return False, detail, "TaskError", \
                 f"{type(e).__name__}: {e}\n\ntask {name} raised:\n{tb}"
         try:
             return True, _dumps(result), "", ""
@@ -186,6 +187,16 @@ class RemoteFunction:
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"remote functions are called with .remote(): {self._name}.remote(...)")
+
+    # A remote function travels (in the globals of another task's function, of an actor's
+    # class, or as an argument) as its function and options; the lock and the cluster's key
+    # are this process's. State, not __reduce__ arguments: pickle remembers the object before
+    # its state, so a function that starts itself (fib.remote(n - 1)) pickles.
+    def __getstate__(self):
+        return {"fn": self._fn, "options": self._options}
+
+    def __setstate__(self, state):
+        self.__init__(state["fn"], state["options"])
 
     def _function_key(self):
         cluster = _phalanx.cluster()[0]

@@ -32,7 +32,7 @@ def create(init_args: bytes):
 
 def call(obj, method: str, payload: bytes):
     """Runs ``obj.method`` on the decoded arguments: (ok, value, error kind, message); with an
-    error, ``value`` is its detail (a TaskError's exception class name)."""
+    error, ``value`` is its detail (a TaskError's exception, see _cause_type)."""
     if method == _TASK_METHOD and isinstance(obj, _TaskWorker):
         return obj._phalanx_run_task(payload)
     fn = getattr(obj, method, None) if not method.startswith("_") else None
@@ -65,8 +65,10 @@ def call(obj, method: str, payload: bytes):
 
 
 def _cause_type(e):
-    """A TaskError's detail, which travels beside its message: the exception's class name."""
-    return type(e).__name__.encode()
+    """A TaskError's detail, which travels beside its message: the exception's class name
+    and the pickled exception (phalanx.exceptions._remote_detail)."""
+    from .exceptions import _remote_detail
+    return _remote_detail(e)
 
 
 def _preimport():

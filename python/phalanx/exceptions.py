@@ -31,13 +31,17 @@ class ActorUnavailableError(ActorError):
 
 
 class TaskError(PhalanxError):
-    """The actor's method raised. ``cause_type`` is the remote exception's class name and
-    ``remote_traceback`` its traceback."""
+    """A task or an actor's method raised. ``cause`` is the remote exception itself (None
+    where it could not be sent back), ``cause_type`` its class name and ``remote_traceback``
+    its traceback. As Ray's RayTaskError, the error raised is also an instance of the cause's
+    class where one can be made: ``except ValueError`` around ``get`` catches a remote
+    ValueError."""
 
-    def __init__(self, message, cause_type="", remote_traceback=""):
+    def __init__(self, message, cause_type="", remote_traceback="", cause=None):
         super().__init__(message)
         self.cause_type = cause_type
         self.remote_traceback = remote_traceback
+        self.cause = cause
 
 
 class InvalidCallError(PhalanxError, TypeError):
@@ -60,5 +64,94 @@ class NotFoundError(PhalanxError, LookupError):
     """The cluster does not know the actor, job or key asked for."""
 
 
+class AlreadyExistsError(PhalanxError, ValueError):
+    """The name is taken (an actor's in its namespace, a placement group's), as Ray's
+    ValueError says."""
+
+
 class InvalidArgumentError(PhalanxError, ValueError):
     """The cluster refused a request as malformed (e.g. a job spec, with the field and fix)."""
+
+
+# ---- a remote exception as the caller sees it -------------------------------------------------
+
+_AS_CAUSE = {}  # the cause's class -> the TaskError subclass that is also one (None: cannot be)
+
+
+def _class_as_cause(cause_cls):
+    """A subclass of both TaskError and ``cause_cls`` (Ray's as_instanceof_cause), made once
+    per class; None where Python cannot combine them (an instance layout conflict)."""
+    if cause_cls in _AS_CAUSE:
+        return _AS_CAUSE[cause_cls]
+    made = None
+    if issubclass(cause_cls, Exception) and not issubclass(cause_cls, PhalanxError):
+        def __init__(self, message, cause_type, remote_traceback, cause):
+            # Not the bases' __init__: the cause's class may want other arguments.
+            self._message = message
+            self.cause_type = cause_type
+            self.remote_traceback = remote_traceback
+            self.cause = cause
+            self.args = cause.args  # as the user's own exception has them
+
+        def __str__(self):
+            return self._message
+
+        def __getattr__(self, name):  # the cause's own attributes (only those not found)
+            if name.startswith("__") or name == "cause":
+                raise AttributeError(name)
+            return getattr(self.cause, name)
+
+        def __reduce__(self):  # travels on (a nested task's error) as what it is
+            return (_as_cause, (self._message, self.cause_type, self.remote_traceback,
+                                self.cause))
+        try:
+            made = type(f"TaskError({cause_cls.__name__})", (TaskError, cause_cls),
+                        {"__init__": __init__, "__str__": __str__, "__getattr__": __getattr__,
+                         "__reduce__": __reduce__, "__module__": __name__})
+        except TypeError:
+            made = None
+    _AS_CAUSE[cause_cls] = made
+    return made
+
+
+def _as_cause(message, cause_type, remote_traceback, cause):
+    cls = _class_as_cause(type(cause)) if isinstance(cause, BaseException) else None
+    if cls is None:
+        return TaskError(message, cause_type, remote_traceback, cause)
+    try:
+        error = cls.__new__(cls)
+        cls.__init__(error, message, cause_type, remote_traceback, cause)
+        return error
+    except Exception:  # noqa: BLE001 - a class whose __new__ wants its own arguments
+        return TaskError(message, cause_type, remote_traceback, cause)
+
+
+def _task_error(message, detail):
+    """The error for a remote exception (the native module raises it): ``detail`` is the
+    class name, then, after a NUL, the pickled exception where the worker could pickle it."""
+    import pickle
+    name, _, blob = bytes(detail).partition(b"\0")
+    cause = None
+    if blob:
+        try:
+            cause = pickle.loads(blob)
+        except Exception:  # noqa: BLE001 - a class this process cannot import
+            cause = None
+    return _as_cause(message, name.decode(errors="replace"), message, cause)
+
+
+def _remote_detail(e):
+    """What a worker sends beside a TaskError's message: the class name, a NUL and the
+    pickled exception (a nested task's TaskError: its cause), or the name alone where it
+    cannot be pickled or is over 1 MiB."""
+    import pickle
+
+    import cloudpickle  # a class of the driver's __main__ travels by value
+    cause = e.cause if isinstance(e, TaskError) and e.cause is not None else e
+    name = type(cause).__name__.encode()
+    try:
+        blob = cloudpickle.dumps(cause, protocol=5)
+        pickle.loads(blob)  # an exception whose __init__ wants other arguments fails here
+    except Exception:  # noqa: BLE001
+        return name
+    return name + b"\0" + blob if len(blob) <= (1 << 20) else name

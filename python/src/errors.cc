@@ -35,6 +35,8 @@ const char* ExceptionClassFor(const absl::Status& status, ErrorDomain domain) {
       return "NotFoundError";
     case absl::StatusCode::kInvalidArgument:
       return "InvalidArgumentError";
+    case absl::StatusCode::kAlreadyExists:
+      return "AlreadyExistsError";
     default:
       return "PhalanxError";
   }
@@ -69,7 +71,10 @@ void SetPythonError(const StatusError& e) {
   } else if (std::string(name) == "ActorUnavailableError") {
     error = cls(message, py::arg("actor_id") = e.actor_id);
   } else if (std::string(name) == "TaskError") {
-    error = cls(message, py::arg("cause_type") = e.detail, py::arg("remote_traceback") = message);
+    // Also an instance of the remote exception's class where one can be made.
+    error = py::module_::import("phalanx.exceptions").attr("_task_error")(message,
+                                                                         py::bytes(e.detail));
+    cls = py::type::of(error);
   } else {
     error = cls(message);
   }

@@ -22,6 +22,10 @@ def test_create_call_and_named_lookup(cluster):
     assert phalanx.get(same.get.remote()) == 10
     with pytest.raises(ValueError, match="no-such-actor"):
         phalanx.get_actor("no-such-actor")
+    # A taken name is a ValueError, as in Ray, and leaves the first actor as it was.
+    with pytest.raises(ValueError, match="counter-a") as taken:
+        phalanx.get(Counter.options(name="counter-a", num_cpus=0.5).remote(1).get.remote())
+    assert isinstance(taken.value, phalanx.AlreadyExistsError)
     info = phalanx.actor_info(c)
     assert info["state"] == "ALIVE" and info["pid"] > 0
 

@@ -55,6 +55,49 @@ class Box:
         return self.v
 
 
+@phalanx.remote(num_cpus=0.25)
+def fib(n):  # Ray's nested-task shape: a task that starts itself
+    if n < 2:
+        return n
+    return sum(phalanx.get([fib.remote(n - 1), fib.remote(n - 2)]))
+
+
+@phalanx.remote(num_cpus=0.5)
+def outer(x):  # starts another remote function of this module
+    return phalanx.get(square.remote(x)) + 1
+
+
+@phalanx.remote(num_cpus=0.5)
+class Starter:  # an actor whose method starts tasks
+    def run(self, n):
+        return phalanx.get([square.remote(i) for i in range(n)])
+
+
+class Overdrawn(Exception):
+    """A user's exception whose constructor takes two arguments."""
+
+    def __init__(self, account, amount):
+        super().__init__(account, amount)
+        self.account = account
+        self.amount = amount
+
+
+@phalanx.remote
+def withdraw(account, amount):
+    raise Overdrawn(account, amount)
+
+
+@phalanx.remote
+def calls_withdraw():
+    return phalanx.get(withdraw.remote("acct-1", 5))
+
+
+@phalanx.remote
+class Teller:
+    def withdraw(self, amount):
+        raise Overdrawn("acct-2", amount)
+
+
 def task_stats():
     return {s["worker_class"]: s for s in _phalanx.task_pool_stats()}
 
@@ -108,6 +151,32 @@ def test_exceptions_and_retry_exceptions(cluster, tmp_path):
                                                                       KeyError), timeout=30)
 
 
+def test_nested_and_recursive_tasks_and_an_actor_that_starts_tasks(cluster):
+    """Issue 51's bug: a remote function in another's globals did not pickle (its lock)."""
+    assert phalanx.get(outer.remote(4), timeout=60) == 17
+    assert phalanx.get(fib.remote(6), timeout=120) == 8
+    assert phalanx.get(Starter.remote().run.remote(5), timeout=60) == [0, 1, 4, 9, 16]
+    # A remote function as an argument, used by the task.
+    assert phalanx.get(add.remote(3, 4), timeout=30) == 7
+
+
+def test_a_remote_exception_is_caught_as_its_own_class(cluster, tmp_path):
+    """As Ray's: ``except ValueError`` around get catches a task's ValueError; the error is
+    a TaskError too, with the exception itself as ``cause``."""
+    with pytest.raises(ValueError) as e:
+        phalanx.get(flaky.remote(str(tmp_path / "v"), ValueError), timeout=30)
+    assert isinstance(e.value, phalanx.TaskError) and isinstance(e.value.cause, ValueError)
+    assert e.value.args == ("transient",) and e.value.cause_type == "ValueError"
+    assert "flaky" in str(e.value)  # the message holds the remote traceback
+    # The user's own class, with its attributes, from a task, from a task's task, from a
+    # method.
+    for ref in (withdraw.remote("acct-1", 5), calls_withdraw.remote(),
+                Teller.remote().withdraw.remote(7)):
+        with pytest.raises(Overdrawn) as e:
+            phalanx.get(ref, timeout=30)
+        assert isinstance(e.value, phalanx.TaskError) and e.value.account.startswith("acct-")
+
+
 def test_bad_use_is_refused_clearly(cluster):
     with pytest.raises(TypeError, match=r"\.remote\(\)"):
         square(3)
@@ -119,6 +188,10 @@ def test_bad_use_is_refused_clearly(cluster):
         square.options(retry_exceptions=["KeyError"])
     with pytest.raises(TypeError, match="top-level argument"):
         square.remote([square.remote(1)])
+    with pytest.raises(ValueError, match="an ObjectRef or a list of ObjectRefs, not int"):
+        phalanx.get(1)
+    with pytest.raises(TypeError, match="ObjectRefs, not int"):
+        phalanx.wait([1])
 
 
 
