@@ -301,6 +301,7 @@ void GcsActorManager::ReleaseLocked(const rpc::ActorInfo& actor, Effects* effect
 void GcsActorManager::HandleDeathLocked(rpc::ActorInfo actor, rpc::DeathCause cause,
                                         Effects* effects) {
   ReleaseLocked(actor, effects);
+  effects->owners_gone.push_back(actor.actor_id());
   if (cause.time_ms() == 0) cause.set_time_ms(NowMs());
   bool final_cause = cause.kind() == rpc::DeathCause::CREATION_FAILED ||
                      cause.kind() == rpc::DeathCause::OWNER_DIED ||
@@ -555,6 +556,12 @@ absl::Status GcsActorManager::Apply(Effects effects) {
   if (effects.freed && on_freed_) on_freed_();
   if (on_dead_) {
     for (const auto& a : effects.dead) on_dead_(a);
+  }
+  // Ray's ownership: what an actor created (not detached) dies with its process.
+  for (const auto& owner : effects.owners_gone) {
+    int killed = KillOwnedBy(owner, absl::StrCat("its owner, actor ", ShortId(owner), ", died"));
+    if (killed > 0)
+      spdlog::info("actor {} died: killed the {} actor(s) it owned", ShortId(owner), killed);
   }
   return persisted;
 }

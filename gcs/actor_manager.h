@@ -121,6 +121,8 @@ class GcsActorManager {
     std::vector<std::string> availability_changed;                     // node ids
     bool freed = false;                                                // resources were given back
     std::vector<rpc::ActorInfo> dead;                                  // died for good
+    // Actors whose process died (each death, restarted or not): what they own dies too.
+    std::vector<std::string> owners_gone;
     std::vector<PendingWrite> writes;  // the records changed, in order: persisted before acting
   };
 

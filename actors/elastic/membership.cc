@@ -102,6 +102,9 @@ Member Controller::Spawn(int bundle, double memory, const std::vector<std::strin
   auto creator = ActorOf(spec_.trainer)
                      .SetResources(resources)
                      .SetMaxRestarts(0)
+                     // The job's, not this controller's: a restarted controller adopts them,
+                     // and the job's end kills them (they would die with their owner).
+                     .SetDetached(true)
                      .SetEnv("PHALANX_JOB_ID", job_id_);
   if (!spec_.code_path.empty()) creator.SetCodePath(spec_.code_path);
   auto language = ParseLanguage(spec_.language, "language");  // checked by job_spec.cc

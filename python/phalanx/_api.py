@@ -174,6 +174,13 @@ class ObjectRef:
                         "(f.remote(ref), resolved before the task runs); pass phalanx.get(ref) "
                         "inside lists, dicts or actor calls")
 
+    def __await__(self):
+        """``await ref`` in a coroutine (an async actor's method, or a driver's): the result,
+        without blocking the event loop."""
+        import asyncio
+        return asyncio.get_running_loop().run_in_executor(_await_pool(), get,
+                                                          self).__await__()
+
     def future(self):
         """A concurrent.futures.Future of the result."""
         import concurrent.futures
@@ -186,6 +193,21 @@ class ObjectRef:
                 f.set_exception(e)
         threading.Thread(target=fill, daemon=True).start()
         return f
+
+
+_await_executor = None
+
+
+def _await_pool():
+    """The threads that wait for awaited refs (each waits in the native get, without the
+    GIL): enough for many awaits at once, started as they are needed."""
+    global _await_executor
+    with _lock:
+        if _await_executor is None:
+            import concurrent.futures
+            _await_executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=256, thread_name_prefix="phalanx-await")
+        return _await_executor
 
 
 def get(refs, *, timeout=None):
@@ -358,6 +380,19 @@ class ActorHandle:
         return hash(self._actor_id)
 
 
+# An async actor (a class with an ``async def`` method) takes this many calls at once unless
+# max_concurrency says otherwise: Ray's default. Its coroutines share one event loop, and a
+# thread waits for each call only while it runs (the worker starts them as calls need them).
+ASYNC_MAX_CONCURRENCY = 1000
+
+
+def _is_async_class(cls):
+    return cls is not None and any(
+        inspect.iscoroutinefunction(getattr(cls, name, None)) or
+        inspect.isasyncgenfunction(getattr(cls, name, None))
+        for name in dir(cls) if not name.startswith("__"))
+
+
 class ActorClass:
     """What ``@phalanx.remote`` makes of a class: ``.remote(*args)`` creates an actor,
     ``.options(...)`` overrides the decorator's options for one creation."""
@@ -387,6 +422,9 @@ class ActorClass:
         else:
             init_args = ser.dumps_call(args, kwargs, ser.MSGPACK)
         options = _native_options(self._options)
+        if (self._language == "python" and self._options.get("max_concurrency") is None
+                and _is_async_class(self._cls)):
+            options["max_concurrency"] = ASYNC_MAX_CONCURRENCY
         actor_id = _phalanx.create_actor(self._class_name, self._language, init_args, options)
         return ActorHandle(actor_id, self._class_name, self._language)
 

@@ -7,6 +7,7 @@ import inspect
 import os
 import pickle
 import sys
+import threading
 import traceback
 
 from . import _serialization as ser
@@ -52,7 +53,7 @@ def call(obj, method: str, payload: bytes):
     try:
         result = fn(*args, **kwargs)
         if inspect.iscoroutine(result):
-            result = asyncio.run(result)
+            result = _run_coroutine(result)
     except Exception as e:  # noqa: BLE001 - handed to the caller as a TaskError
         tb = traceback.format_exc().rstrip()
         return (False, _cause_type(e), "TaskError",
@@ -62,6 +63,24 @@ def call(obj, method: str, payload: bytes):
     except Exception as e:  # noqa: BLE001
         return False, _cause_type(e), "TaskError", f"{type(obj).__name__}.{method}: the result " \
                                                    f"cannot be sent back ({type(e).__name__}: {e})"
+
+
+_loop = None
+_loop_lock = threading.Lock()
+
+
+def _run_coroutine(coroutine):
+    """Runs an async method's coroutine on the actor's one event loop (a thread of its own,
+    started with the first), as Ray's async actors do: calls interleave at their awaits, and
+    what one creates (asyncio.Lock, Queue, tasks) the next can use. This call's thread waits
+    for it, without the GIL."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="phalanx-asyncio",
+                             daemon=True).start()
+    return asyncio.run_coroutine_threadsafe(coroutine, _loop).result()
 
 
 def _cause_type(e):

@@ -1,6 +1,7 @@
 """The Python actor API against a real cluster: basics, ordering, errors with causes,
 kill -9 and restarts, OOM kills, C++ actors from Python, wait, placement groups."""
 
+import asyncio
 import os
 import signal
 import time
@@ -306,3 +307,113 @@ def test_a_stopped_driver_keeps_its_actors(cluster):
     finally:
         proc.kill()
         proc.wait()
+
+
+@phalanx.remote(num_cpus=0.25)
+class AsyncActor:
+    """Ray's async actor, in the shape of its documentation's."""
+
+    def __init__(self):
+        self.spans = []
+        self.lock = asyncio.Lock()  # made by the constructor, used by every call's coroutine
+        self.inside = 0
+        self.most_inside = 0
+
+    async def run_concurrent(self, i, seconds):
+        start = time.time()
+        await asyncio.sleep(seconds)
+        self.spans.append((start, time.time()))
+        return i
+
+    async def locked(self):
+        async with self.lock:
+            self.inside += 1
+            self.most_inside = max(self.most_inside, self.inside)
+            await asyncio.sleep(0.05)
+            self.inside -= 1
+
+    async def doubled(self, x):
+        return 2 * await slow_value.remote(x)  # a task's ref awaited, not got
+
+    def report(self):
+        return self.spans, self.most_inside
+
+
+@phalanx.remote(num_cpus=0.25)
+def slow_value(x):
+    time.sleep(0.2)
+    return x
+
+
+def test_an_async_actor_interleaves_its_calls_at_their_awaits(cluster):
+    a = AsyncActor.remote()
+    assert phalanx.get([a.run_concurrent.remote(i, 1.0) for i in range(4)], timeout=60) == \
+        [0, 1, 2, 3]
+    spans, _ = phalanx.get(a.report.remote(), timeout=30)
+    # All four were inside their sleep at once (not one after another: 8 s before).
+    assert max(s for s, _ in spans) < min(e for _, e in spans), spans
+    # One event loop: the constructor's asyncio.Lock serializes the calls that take it.
+    phalanx.get([a.locked.remote() for _ in range(6)], timeout=60)
+    assert phalanx.get(a.report.remote(), timeout=30)[1] == 1
+    # max_concurrency=1 makes it serial again, as in Ray.
+    serial = AsyncActor.options(max_concurrency=1).remote()
+    phalanx.get([serial.run_concurrent.remote(i, 0.2) for i in range(3)], timeout=60)
+    spans, _ = phalanx.get(serial.report.remote(), timeout=30)
+    spans.sort()
+    assert all(spans[i][1] <= spans[i + 1][0] + 1e-3 for i in range(len(spans) - 1)), spans
+
+
+def test_a_ref_is_awaitable_in_an_actor_and_in_the_driver(cluster):
+    a = AsyncActor.remote()
+    assert phalanx.get([a.doubled.remote(i) for i in range(4)], timeout=60) == [0, 2, 4, 6]
+
+    async def driver():
+        return await asyncio.gather(*(slow_value.remote(i) for i in range(3)))
+    assert asyncio.run(driver()) == [0, 1, 2]
+
+
+@phalanx.remote(num_cpus=0.25)
+class Parent:
+    """Creates actors of its own (Ray's ownership: they die with it unless detached)."""
+
+    def __init__(self):
+        self.children = []
+
+    def spawn(self, detached):
+        options = {"num_cpus": 0.25}
+        if detached:
+            options["lifetime"] = "detached"
+        child = Counter.options(**options).remote()
+        phalanx.get(child.pid.remote())
+        self.children.append(child)
+        return child
+
+    def pid(self):
+        return os.getpid()
+
+
+def test_an_actors_actors_die_with_it_unless_detached(cluster):
+    parent = Parent.remote()
+    owned = phalanx.get(parent.spawn.remote(False), timeout=60)
+    kept = phalanx.get(parent.spawn.remote(True), timeout=60)
+    owned_pid = phalanx.get(owned.pid.remote(), timeout=30)
+    killed_at = time.time()
+    os.kill(phalanx.get(parent.pid.remote(), timeout=30), signal.SIGKILL)
+    assert wait_for(lambda: phalanx.actor_info(owned)["state"] == "DEAD", timeout=30), \
+        phalanx.actor_info(owned)
+    took = time.time() - killed_at
+    info = phalanx.actor_info(owned)
+    assert "OWNER_DIED" in str(info["death_cause"]), info
+    assert wait_for(lambda: not _alive(owned_pid), timeout=30)
+    print(f"\nan actor's actor: dead {took:.2f} s after its owner's SIGKILL")
+    # The detached one lives on, and answers.
+    assert phalanx.get(kept.add.remote(1), timeout=30) == 1
+    phalanx.kill(kept)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False

@@ -9,6 +9,7 @@
 #include "runtime/common/logging.h"
 #include "runtime/common/system.h"
 #include "runtime/worker/driver_lease.h"
+#include "runtime/worker/worker_host.h"
 
 namespace phalanx::worker {
 namespace {
@@ -154,6 +155,13 @@ absl::StatusOr<rpc::ActorInfo> CoreWorker::CreateActor(rpc::ActorInfo spec) {
   if (spec.language().empty()) spec.set_language("cpp");
   if (spec.code_path().empty() && spec.language() == "cpp") spec.set_code_path(o.code_path);
   spec.set_owner_address(caller_id_);
+  // Ray's ownership: an actor created by an actor is that actor's, and dies with its process
+  // unless detached (the GCS kills what a dead actor owned). A task worker's creations stay
+  // this process's: the pool returns idle task workers, and a task may hand its actor on.
+  if (auto hosted = CurrentHostedActor(); hosted && hosted->class_name != "phalanx.TaskWorker" &&
+                                          hosted->class_name != "phalanx._task.TaskWorker") {
+    spec.set_owner_address(hosted->actor_id);
+  }
   auto created = gcs_->CreateActor(spec);
   if (!created.ok()) return created.status();
   {

@@ -17,31 +17,37 @@ void NameThread(const std::string& name) {
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
 }
 
-// One or more threads taking tasks in order (one thread: strictly one at a time).
+// One or more threads taking tasks in order (one thread: strictly one at a time). Threads
+// start as calls need them, up to `threads`: an async Python actor may take 1000 calls at
+// once (Ray's default) and most actors never have more than a few.
 class SerialExecutor final : public Executor {
  public:
-  SerialExecutor(std::string name, int threads) {
-    for (int i = 0; i < threads; ++i) {
-      threads_.emplace_back([this, name] {
-        NameThread(name);
-        Loop();
-      });
-    }
-  }
+  SerialExecutor(std::string name, int threads) : name_(std::move(name)), max_threads_(threads) {}
   ~SerialExecutor() override { Stop(); }
 
   void Post(std::function<void()> task) override {
     absl::MutexLock lock(&mu_);
     queue_.push_back(std::move(task));
+    if (stopping_ || idle_ >= static_cast<int>(queue_.size()) ||
+        static_cast<int>(threads_.size()) >= max_threads_) {
+      return;
+    }
+    ++idle_;  // counted idle until it takes a task
+    threads_.emplace_back([this] {
+      NameThread(name_);
+      Loop();
+    });
   }
 
   void Stop() override {
+    std::vector<std::thread> threads;
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
       stopping_ = true;
+      threads.swap(threads_);
     }
-    for (auto& t : threads_) {
+    for (auto& t : threads) {
       if (t.joinable()) t.join();
     }
   }
@@ -60,15 +66,21 @@ class SerialExecutor final : public Executor {
         if (queue_.empty()) return;
         task = std::move(queue_.front());
         queue_.pop_front();
+        --idle_;
       }
       task();
+      absl::MutexLock lock(&mu_);
+      ++idle_;
     }
   }
 
+  const std::string name_;
+  const int max_threads_;
   absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;  // threads started and not running a task
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
 };
 
 class FiberExecutor final : public Executor {

@@ -193,7 +193,7 @@ class Host {
     }
     {
       absl::MutexLock lock(&hosted_mu);
-      hosted = HostedActor{actor_id_, attempt_};
+      hosted = HostedActor{actor_id_, attempt_, actor_.class_name()};
     }
     absl::StatusOr<std::unique_ptr<ActorInstance>> instance;
     try {

@@ -14,6 +14,7 @@ namespace phalanx::worker {
 struct HostedActor {
   std::string actor_id;
   int attempt = 0;
+  std::string class_name;
 };
 std::optional<HostedActor> CurrentHostedActor();
 
