@@ -28,6 +28,8 @@ from ._api import (ActorClass, ActorHandle, NodeAffinitySchedulingStrategy, Obje
                    PlacementGroup, PlacementGroupSchedulingStrategy, actor_info, cpp_actor_class,
                    get, get_actor, init, is_initialized, kill, placement_group,
                    remove_placement_group, remote, shutdown, wait)
+from ._context import (RuntimeContext, available_resources, cluster_resources, get_gpu_ids,
+                       get_runtime_context, nodes)
 from ._task import RemoteFunction
 from .exceptions import (ActorDiedError, ActorError, ActorUnavailableError, AlreadyExistsError,
                          CollectiveError,
@@ -42,5 +44,6 @@ __all__ = [
     "PhalanxError", "AlreadyExistsError", "ActorError", "ActorDiedError",
     "ActorUnavailableError", "TaskError",
     "InvalidCallError", "GetTimeoutError", "PlacementGroupError", "CollectiveError",
-    "NotFoundError", "InvalidArgumentError",
+    "NotFoundError", "InvalidArgumentError", "get_runtime_context", "RuntimeContext",
+    "get_gpu_ids", "nodes", "cluster_resources", "available_resources",
 ]

@@ -22,6 +22,7 @@
 #include "runtime/worker/core_worker.h"
 #include "runtime/worker/errors.h"
 #include "runtime/worker/object_state.h"
+#include "runtime/worker/worker_host.h"
 
 namespace phalanx::python {
 namespace {
@@ -220,6 +221,12 @@ void BindRuntime(py::module_& m) {
       py::arg("address") = "", py::arg("token") = "", py::arg("namespace") = "");
   m.def("is_initialized", [] { return worker::CoreWorker::Get() != nullptr; });
   m.def("shutdown", [] { CallBlocking([] { Shutdown(); }); });
+  // The actor this process hosts: (actor id, attempt, class name), or None in a driver.
+  m.def("hosted_actor", []() -> py::object {
+    auto hosted = worker::CurrentHostedActor();
+    if (!hosted) return py::none();
+    return py::make_tuple(hosted->actor_id, hosted->attempt, hosted->class_name);
+  });
   m.def("cluster", [] {
     auto o = Worker().options();
     return py::make_tuple(o.address, o.token, o.job_id, o.namespace_);

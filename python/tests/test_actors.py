@@ -417,3 +417,34 @@ def _alive(pid):
         return True
     except ProcessLookupError:
         return False
+
+
+@phalanx.remote(num_cpus=0.25)
+class Introspect:
+    def ids(self):
+        c = phalanx.get_runtime_context()
+        return (c.get_actor_id(), c.get_node_id(), c.get_job_id(), c.namespace,
+                c.get_task_id(), phalanx.get_gpu_ids())
+
+
+@phalanx.remote(num_cpus=0.25)
+def task_ids():
+    c = phalanx.get_runtime_context()
+    return c.get_actor_id(), c.get_task_id(), c.get_node_id()
+
+
+def test_runtime_context_nodes_and_resources_as_in_ray(cluster):
+    (node,) = phalanx.nodes()
+    assert node["Alive"] and node["NodeManagerAddress"] == "127.0.0.1"
+    assert node["Resources"]["CPU"] == 4 and phalanx.cluster_resources()["CPU"] == 4
+    assert 0 <= phalanx.available_resources().get("CPU", 0) <= 4
+    me = phalanx.get_runtime_context()
+    assert me.get_actor_id() is None and me.get_task_id() is None
+    assert me.get_node_id() in (node["NodeID"], None)
+    a = Introspect.remote()
+    actor_id, node_id, job_id, namespace, task_id, gpus = phalanx.get(a.ids.remote(), timeout=30)
+    assert actor_id == a.actor_id and node_id == node["NodeID"] and task_id is None
+    assert job_id == me.get_job_id() and namespace == me.namespace and gpus == []
+    actor_id, task_id, node_id = phalanx.get(task_ids.remote(), timeout=30)
+    assert actor_id is None and task_id and node_id == node["NodeID"]
+    phalanx.kill(a)

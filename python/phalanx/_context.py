@@ -1,0 +1,110 @@
+"""Ray's introspection calls: ``get_runtime_context()``, ``get_gpu_ids()``, ``nodes()``,
+``cluster_resources()`` and ``available_resources()``."""
+
+import os
+import socket
+
+import _phalanx
+
+
+class RuntimeContext:
+    """What this process is, in Ray's terms (``phalanx.get_runtime_context()``)."""
+
+    def get_job_id(self):
+        """The id of the job this process belongs to (a driver's own, or its actor's)."""
+        return os.environ.get("PHALANX_JOB_ID") or _phalanx.cluster()[2]
+
+    def get_node_id(self):
+        """The id of the node this process runs on (None where no node of the cluster runs
+        on this machine)."""
+        node = os.environ.get("PHALANX_NODE_ID")
+        if node:
+            return node
+        here = socket.gethostname()
+        for n in _phalanx.nodes():
+            if n["alive"] and n["hostname"] == here:
+                return n["node_id"]
+        return None
+
+    def get_actor_id(self):
+        """The id of the actor this process hosts; None in a driver or a task."""
+        hosted = _phalanx.hosted_actor()
+        if hosted is None or hosted[2].endswith("TaskWorker"):
+            return None
+        return hosted[0]
+
+    def get_actor_name(self):
+        actor_id = self.get_actor_id()
+        return _phalanx.actor_info(actor_id).get("name") or None if actor_id else None
+
+    def get_task_id(self):
+        """The task running in this process (its worker's id), or None in a driver."""
+        hosted = _phalanx.hosted_actor()
+        return hosted[0] if hosted is not None and hosted[2].endswith("TaskWorker") else None
+
+    def was_current_actor_reconstructed(self):
+        hosted = _phalanx.hosted_actor()
+        return bool(hosted and hosted[1] > 0)
+
+    @property
+    def namespace(self):
+        return _phalanx.cluster()[3]
+
+    def get_namespace(self):
+        return self.namespace
+
+    def get_accelerator_ids(self):
+        return {"GPU": [str(g) for g in get_gpu_ids()]}
+
+
+def get_runtime_context():
+    from ._api import _ensure_init
+    _ensure_init()
+    return RuntimeContext()
+
+
+def get_gpu_ids():
+    """The GPUs this process was given (CUDA_VISIBLE_DEVICES, as the node set it for an actor
+    or task with num_gpus); [] where none."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    ids = []
+    for part in visible.split(","):
+        part = part.strip()
+        if part:
+            ids.append(int(part) if part.isdigit() else part)
+    return ids
+
+
+def nodes():
+    """Every node the cluster knows, dead ones included, in Ray's shape."""
+    from ._api import _ensure_init
+    _ensure_init()
+    out = []
+    for n in _phalanx.nodes():
+        host, _, port = n["address"].rpartition(":")
+        out.append({"NodeID": n["node_id"], "Alive": n["alive"],
+                    "NodeManagerAddress": host.strip("[]"), "NodeManagerPort": int(port or 0),
+                    "NodeManagerHostname": n["hostname"], "IsHead": n["is_head"],
+                    "Resources": dict(n["resources"]) if n["alive"] else {}})
+    return out
+
+
+def _sum(field):
+    from ._api import _ensure_init
+    _ensure_init()
+    total = {}
+    for n in _phalanx.nodes():
+        if n["alive"]:
+            for k, v in n[field].items():
+                total[k] = total.get(k, 0.0) + v
+    return total
+
+
+def cluster_resources():
+    """The resources of the cluster's live nodes, summed."""
+    return _sum("resources")
+
+
+def available_resources():
+    """What the live nodes have free now, summed."""
+    return {k: v for k, v in _sum("available").items() if v > 0}
