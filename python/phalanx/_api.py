@@ -16,7 +16,7 @@ import cloudpickle
 import _phalanx
 
 from . import _serialization as ser
-from .exceptions import NotFoundError, PhalanxError
+from .exceptions import AlreadyExistsError, NotFoundError, PhalanxError
 
 _lock = threading.Lock()
 _local_cluster = None  # (tmpdir, port, watchdog) of a cluster init() started for this script
@@ -93,8 +93,26 @@ def _stop_local_cluster():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+_job_runtime_env = None  # init(runtime_env=...): every actor's and task's default
+
+
+def _check_runtime_env(runtime_env, where):
+    if runtime_env is None:
+        return
+    if not isinstance(runtime_env, dict):
+        raise ValueError(f"{where}: runtime_env must be a dict, e.g. "
+                         f"{{'env_vars': {{'OMP_NUM_THREADS': '1'}}}}")
+    unknown = sorted(set(runtime_env) - {"env_vars"})
+    if unknown:
+        raise ValueError(f"{where}: runtime_env key(s) {unknown} are not supported; give "
+                         f"env_vars (ship code with `phalanx job submit --working-dir`)")
+    env = runtime_env.get("env_vars") or {}
+    if not isinstance(env, dict):
+        raise ValueError(f"{where}: runtime_env['env_vars'] must be a dict of strings")
+
+
 def init(address=None, *, token=None, namespace="", num_cpus=None, num_gpus=None,
-         resources=None, ignore_reinit_error=False):
+         resources=None, ignore_reinit_error=False, runtime_env=None):
     """Connects this process to a cluster, like ``ray.init()``.
 
     ``address``: ``None`` connects to ``$PHALANX_ADDRESS`` when set (a job submitted with
@@ -102,8 +120,11 @@ def init(address=None, *, token=None, namespace="", num_cpus=None, num_gpus=None
     at exit; ``num_cpus``/``num_gpus``/``resources`` size it); ``"auto"`` connects to the
     cluster this machine runs (``phalanx start``); ``"host:port"`` to that GCS. The token comes
     from ``token``, ``$PHALANX_TOKEN`` or this machine's session of that address.
+    ``runtime_env={"env_vars": {...}}`` is every actor's and task's environment this driver
+    starts (theirs are added on top).
     """
-    global _local_cluster
+    global _local_cluster, _job_runtime_env
+    _check_runtime_env(runtime_env, "init")
     with _lock:
         if _phalanx.is_initialized():
             if ignore_reinit_error or _phalanx.in_worker_mode():
@@ -127,6 +148,7 @@ def init(address=None, *, token=None, namespace="", num_cpus=None, num_gpus=None
         except PhalanxError:
             _stop_local_cluster()
             raise
+        _job_runtime_env = runtime_env
         atexit.register(shutdown)
 
 
@@ -137,10 +159,12 @@ def is_initialized():
 def shutdown():
     """Disconnects; the actors this driver created (unless detached) are killed, and a local
     cluster started by init() is stopped."""
+    global _job_runtime_env
     with _lock:
         if _phalanx.is_initialized() and not _phalanx.in_worker_mode():
             _phalanx.shutdown()
         _stop_local_cluster()
+        _job_runtime_env = None
 
 
 def _ensure_init():
@@ -271,7 +295,7 @@ class NodeAffinitySchedulingStrategy:
 _OPTION_NAMES = {"num_cpus", "num_gpus", "memory", "resources", "max_restarts",
                  "max_task_retries", "max_concurrency", "name", "namespace", "lifetime",
                  "placement_group", "placement_group_bundle_index", "scheduling_strategy",
-                 "runtime_env", "code_path"}
+                 "runtime_env", "code_path", "get_if_exists"}
 
 
 def _check_known_and_amounts(options, names, what):
@@ -308,7 +332,9 @@ def _native_options(options):
         if options.get(key) is not None:
             o[key] = options[key]
     o["detached"] = options.get("lifetime") == "detached"
-    env = ((options.get("runtime_env") or {}).get("env_vars")) or {}
+    # The job's runtime_env (init's), then this actor's or task's on top.
+    env = dict((_job_runtime_env or {}).get("env_vars") or {})
+    env.update(((options.get("runtime_env") or {}).get("env_vars")) or {})
     if env:
         o["env"] = {str(k): str(v) for k, v in env.items()}
     strategy = options.get("scheduling_strategy")
@@ -411,6 +437,18 @@ class ActorClass:
 
     def remote(self, *args, **kwargs):
         _ensure_init()
+        name = self._options.get("name")
+        if self._options.get("get_if_exists") and name:
+            # Ray's get-or-create: the live actor of that name, else a new one (and if another
+            # caller created it meanwhile, that one).
+            try:
+                return get_actor(name, self._options.get("namespace"))
+            except ValueError:
+                pass
+            try:
+                return self.options(get_if_exists=False).remote(*args, **kwargs)
+            except AlreadyExistsError:
+                return get_actor(name, self._options.get("namespace"))
         if self._language == "python":
             # The driver's import path travels along, so the worker can import the modules
             # the class comes from (classes of __main__ travel by value).

@@ -448,3 +448,41 @@ def test_runtime_context_nodes_and_resources_as_in_ray(cluster):
     actor_id, task_id, node_id = phalanx.get(task_ids.remote(), timeout=30)
     assert actor_id is None and task_id and node_id == node["NodeID"]
     phalanx.kill(a)
+
+
+@phalanx.remote(num_cpus=0.25)
+class Doubler:
+    def double(self, v):
+        time.sleep(0.01 * (v % 3))
+        return 2 * v
+
+    def env(self, name):
+        return os.environ.get(name)
+
+
+def test_actor_pool_get_if_exists_and_a_jobs_runtime_env(cluster):
+    from phalanx.util import ActorPool
+    pool = ActorPool([Doubler.remote() for _ in range(3)])
+    assert list(pool.map(lambda a, v: a.double.remote(v), range(20))) == [2 * v for v in range(20)]
+    assert sorted(pool.map_unordered(lambda a, v: a.double.remote(v), range(10))) == \
+        [2 * v for v in range(10)]
+    pool.submit(lambda a, v: a.double.remote(v), 21)
+    assert pool.has_next() and pool.get_next(timeout=30) == 42 and not pool.has_next()
+    # get_if_exists: the second call gets the first actor, not an error.
+    first = Doubler.options(name="only-one", get_if_exists=True).remote()
+    again = Doubler.options(name="only-one", get_if_exists=True).remote()
+    assert first == again
+    phalanx.kill(first)
+    # init(runtime_env=...) is every actor's and task's, under their own.
+    phalanx.shutdown()
+    phalanx.init(cluster.address, token=cluster.token,
+                 runtime_env={"env_vars": {"JOB_WIDE": "yes", "MINE": "job"}})
+    try:
+        a = Doubler.options(runtime_env={"env_vars": {"MINE": "actor"}}).remote()
+        assert phalanx.get([a.env.remote("JOB_WIDE"), a.env.remote("MINE")], timeout=30) == \
+            ["yes", "actor"]
+    finally:
+        phalanx.shutdown()
+        phalanx.init(cluster.address, token=cluster.token)
+    with pytest.raises(ValueError, match="working_dir"):
+        phalanx.init(runtime_env={"working_dir": "."})
