@@ -24,19 +24,18 @@ class ActorPool:
 
     def map(self, fn, values):
         """Results of ``fn(actor, v)`` for each value, in the values' order."""
-        self._drain()
-        for v in values:
-            self.submit(fn, v)
-        while self.has_next():
-            yield self.get_next()
+        return self._map(fn, values, self.get_next)
 
     def map_unordered(self, fn, values):
         """The same results, as they finish."""
-        self._drain()
+        return self._map(fn, values, self.get_next_unordered)
+
+    def _map(self, fn, values, take):
+        self._drain()  # what an earlier submit left is dropped, as Ray's map does
         for v in values:
             self.submit(fn, v)
         while self.has_next():
-            yield self.get_next_unordered()
+            yield take()
 
     def submit(self, fn, value):
         """Schedules ``fn(actor, value)`` on a free actor, or once one is free."""
