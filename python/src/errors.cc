@@ -72,8 +72,8 @@ void SetPythonError(const StatusError& e) {
     error = cls(message, py::arg("actor_id") = e.actor_id);
   } else if (std::string(name) == "TaskError") {
     // Also an instance of the remote exception's class where one can be made.
-    error = py::module_::import("phalanx.exceptions").attr("_task_error")(message,
-                                                                         py::bytes(e.detail));
+    error =
+        py::module_::import("phalanx.exceptions").attr("_task_error")(message, py::bytes(e.detail));
     cls = py::type::of(error);
   } else {
     error = cls(message);
