@@ -17,11 +17,12 @@
 #include "actors/internal/serialization.h"
 #include "runtime/worker/actor_registry.h"
 #include "runtime/worker/errors.h"
+#include "runtime/worker/worker_host.h"
 
 namespace phalanx::internal {
 
 // The actor class of a C++ program's task workers, and the call that asks one if it is up.
-inline constexpr char kCppTaskWorkerClass[] = "phalanx.TaskWorker";
+using worker::kCppTaskWorkerClass;  // runtime/worker/worker_host.h
 inline constexpr char kTaskWorkerReadyMethod[] = "__ready__";
 
 // Registers kCppTaskWorkerClass in this program (once; task_pool.cc).

@@ -202,8 +202,7 @@ class ObjectRef:
         """``await ref`` in a coroutine (an async actor's method, or a driver's): the result,
         without blocking the event loop."""
         import asyncio
-        return asyncio.get_running_loop().run_in_executor(_await_pool(), get,
-                                                          self).__await__()
+        return asyncio.wrap_future(self.future()).__await__()
 
     def future(self):
         """A concurrent.futures.Future of the result."""
@@ -217,21 +216,6 @@ class ObjectRef:
                 f.set_exception(e)
         threading.Thread(target=fill, daemon=True).start()
         return f
-
-
-_await_executor = None
-
-
-def _await_pool():
-    """The threads that wait for awaited refs (each waits in the native get, without the
-    GIL): enough for many awaits at once, started as they are needed."""
-    global _await_executor
-    with _lock:
-        if _await_executor is None:
-            import concurrent.futures
-            _await_executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=256, thread_name_prefix="phalanx-await")
-        return _await_executor
 
 
 def get(refs, *, timeout=None):

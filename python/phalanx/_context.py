@@ -7,6 +7,11 @@ import socket
 import _phalanx
 
 
+def _is_task_worker(hosted):
+    from ._task import _TASK_WORKER_CLASS
+    return hosted[2] == _TASK_WORKER_CLASS
+
+
 class RuntimeContext:
     """What this process is, in Ray's terms (``phalanx.get_runtime_context()``)."""
 
@@ -29,9 +34,7 @@ class RuntimeContext:
     def get_actor_id(self):
         """The id of the actor this process hosts; None in a driver or a task."""
         hosted = _phalanx.hosted_actor()
-        if hosted is None or hosted[2].endswith("TaskWorker"):
-            return None
-        return hosted[0]
+        return None if hosted is None or _is_task_worker(hosted) else hosted[0]
 
     def get_actor_name(self):
         actor_id = self.get_actor_id()
@@ -40,7 +43,7 @@ class RuntimeContext:
     def get_task_id(self):
         """The task running in this process (its worker's id), or None in a driver."""
         hosted = _phalanx.hosted_actor()
-        return hosted[0] if hosted is not None and hosted[2].endswith("TaskWorker") else None
+        return hosted[0] if hosted is not None and _is_task_worker(hosted) else None
 
     def was_current_actor_reconstructed(self):
         hosted = _phalanx.hosted_actor()

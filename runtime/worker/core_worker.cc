@@ -158,8 +158,7 @@ absl::StatusOr<rpc::ActorInfo> CoreWorker::CreateActor(rpc::ActorInfo spec) {
   // Ray's ownership: an actor created by an actor is that actor's, and dies with its process
   // unless detached (the GCS kills what a dead actor owned). A task worker's creations stay
   // this process's: the pool returns idle task workers, and a task may hand its actor on.
-  if (auto hosted = CurrentHostedActor(); hosted && hosted->class_name != "phalanx.TaskWorker" &&
-                                          hosted->class_name != "phalanx._task.TaskWorker") {
+  if (auto hosted = CurrentHostedActor(); hosted && !IsTaskWorkerClass(hosted->class_name)) {
     spec.set_owner_address(hosted->actor_id);
   }
   auto created = gcs_->CreateActor(spec);

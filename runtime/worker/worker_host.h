@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace phalanx::worker {
 
@@ -17,6 +18,14 @@ struct HostedActor {
   std::string class_name;
 };
 std::optional<HostedActor> CurrentHostedActor();
+
+// The built-in task worker classes, of C++ programs and of Python: actors that run a pool's
+// tasks rather than an object of their own.
+inline constexpr char kCppTaskWorkerClass[] = "phalanx.TaskWorker";
+inline constexpr char kPythonTaskWorkerClass[] = "phalanx._task.TaskWorker";
+inline bool IsTaskWorkerClass(std::string_view class_name) {
+  return class_name == kCppTaskWorkerClass || class_name == kPythonTaskWorkerClass;
+}
 
 // True when this process was started by a node manager to host an actor.
 bool InWorkerMode();
