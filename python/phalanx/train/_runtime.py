@@ -398,20 +398,23 @@ class Runtime:
                     if self.generation == generation and self.reached == last:
                         self._name_zero(snapshot, last)
                         self.snapshots[last] = snapshot
+            # The loop's last lines go before the step can answer (the notify below lets
+            # it): the job may end, and its log be read, once it has.
+            _RankOutput.send()
             with self.cond:
                 if self.generation == generation:
                     self.finished = True
                     self.cond.notify_all()
         except _Reset:
-            pass
+            _RankOutput.send()
         except BaseException as e:  # noqa: BLE001 - the step reports it
             traceback.print_exc()  # to the worker's log and, as the rank's output, the driver
+            error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+            _RankOutput.send()  # the traceback too, before the step answers
             with self.cond:
                 if self.generation == generation:
-                    self.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+                    self.error = error
                     self.cond.notify_all()
-        finally:
-            _RankOutput.send()  # the loop's last lines before the step answers
 
     def commit(self, take_snapshot):
         """The loop's step boundary: keep the snapshot (``take_snapshot()``, unless the commit
