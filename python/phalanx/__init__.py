@@ -27,23 +27,25 @@ See phalanx.collective for collective groups and phalanx.train for elastic train
 from ._api import (ActorClass, ActorHandle, NodeAffinitySchedulingStrategy, ObjectRef,
                    PlacementGroup, PlacementGroupSchedulingStrategy, actor_info, cpp_actor_class,
                    get, get_actor, init, is_initialized, kill, placement_group,
-                   remove_placement_group, remote, shutdown, wait)
+                   put, remove_placement_group, remote, shutdown, wait)
 from ._context import (RuntimeContext, available_resources, cluster_resources, get_gpu_ids,
                        get_runtime_context, nodes)
 from ._task import RemoteFunction
 from .exceptions import (ActorDiedError, ActorError, ActorUnavailableError, AlreadyExistsError,
                          CollectiveError,
                          GetTimeoutError, InvalidArgumentError, InvalidCallError, NotFoundError,
+                         ObjectFreedError, ObjectLostError, ObjectStoreFullError, OwnerDiedError,
                          PhalanxError, PlacementGroupError, TaskError)
 
 __all__ = [
-    "init", "shutdown", "is_initialized", "remote", "get", "wait", "kill", "get_actor",
+    "init", "shutdown", "is_initialized", "remote", "put", "get", "wait", "kill", "get_actor",
     "actor_info", "placement_group", "remove_placement_group", "cpp_actor_class",
     "ActorClass", "ActorHandle", "ObjectRef", "RemoteFunction", "PlacementGroup",
     "PlacementGroupSchedulingStrategy", "NodeAffinitySchedulingStrategy",
     "PhalanxError", "AlreadyExistsError", "ActorError", "ActorDiedError",
     "ActorUnavailableError", "TaskError",
     "InvalidCallError", "GetTimeoutError", "PlacementGroupError", "CollectiveError",
-    "NotFoundError", "InvalidArgumentError", "get_runtime_context", "RuntimeContext",
+    "NotFoundError", "InvalidArgumentError", "ObjectLostError", "OwnerDiedError",
+    "ObjectFreedError", "ObjectStoreFullError", "get_runtime_context", "RuntimeContext",
     "get_gpu_ids", "nodes", "cluster_resources", "available_resources",
 ]

@@ -2,6 +2,7 @@
 
 import atexit
 import inspect
+import itertools
 import os
 import shutil
 import socket
@@ -15,6 +16,7 @@ import cloudpickle
 
 import _phalanx
 
+from . import _objects
 from . import _serialization as ser
 from .exceptions import AlreadyExistsError, NotFoundError, PhalanxError
 
@@ -175,28 +177,58 @@ def _ensure_init():
 # ---- object refs, get, wait ----------------------------------------------------------------
 
 class ObjectRef:
-    """The future result of an actor call (``handle.method.remote(...)``) or of a task
-    (``f.remote(...)``)."""
+    """A value by reference: the future result of an actor call (``handle.method.remote(...)``)
+    or of a task (``f.remote(...)``), or a value given to ``phalanx.put``. A ref may travel
+    anywhere a value does (inside lists, dicts, arguments and results); as a top-level
+    argument of a task or actor call it is replaced by its value before the call runs."""
 
-    __slots__ = ("_ref", "_encoding")
+    __slots__ = ("_ref", "_encoding", "_obj", "_pins")
 
-    def __init__(self, ref, encoding):
-        self._ref = ref
+    def __init__(self, ref, encoding, obj=None, pins=None):
+        self._ref = ref          # the runtime's ref of a call of this process (or None)
         self._encoding = encoding
+        self._obj = obj          # its place in the object store (_objects.Obj), once it has one
+        self._pins = pins        # refs this call's arguments carried: kept while this one is
+        if obj is not None and _objects.is_owned(obj):
+            _objects._here.hold(obj.id)
+
+    def __del__(self):
+        obj = getattr(self, "_obj", None)
+        if obj is not None and _objects.is_owned(obj):
+            _objects._here.release(obj.id)
 
     def done(self):
-        return self._ref.done()
+        if self._ref is not None:
+            return self._ref.done()
+        return _objects.ready(self._obj)
+
+    def hex(self):
+        """The ref's id (Ray's ObjectRef.hex())."""
+        return self._store_obj().id if self._ref is None else f"{id(self._ref):x}"
 
     def __repr__(self):
+        if self._ref is None:
+            return f"ObjectRef({self._obj.id} of {self._obj.label})"
         state = "done" if self._ref.done() else "pending"
         if not self._ref.actor_id:
             return f"ObjectRef(task {self._ref.method}, {state})"
         return f"ObjectRef({self._ref.method} on actor {self._ref.actor_id[:8]}, {state})"
 
+    def _store_obj(self):
+        """Its Obj, publishing a call's result to the store the first time."""
+        if self._obj is None:
+            with _publish_lock:
+                if self._obj is None:
+                    obj = _objects.publish(self._ref, self._encoding)
+                    self._obj = obj  # publish() counted it for this ref
+        return self._obj
+
     def __reduce__(self):
-        raise TypeError("an ObjectRef travels only as a top-level argument of a task "
-                        "(f.remote(ref), resolved before the task runs); pass phalanx.get(ref) "
-                        "inside lists, dicts or actor calls")
+        # Sent inside a value: the receiver may keep it, so its value lives as long as its
+        # owner (borrowers are not counted).
+        obj = self._store_obj()
+        _objects.mark_escaped(obj)
+        return _ref_from_obj, (obj,)
 
     def __await__(self):
         """``await ref`` in a coroutine (an async actor's method, or a driver's): the result,
@@ -218,10 +250,68 @@ class ObjectRef:
         return f
 
 
+_publish_lock = threading.Lock()
+
+
+def _ref_from_obj(obj):
+    return ObjectRef(None, ser.PICKLE, obj)
+
+
+class _ArgRef:
+    """Stands for a top-level ObjectRef argument of a call: the callee reads its value before
+    the call runs (resolve_args), and the caller's ref stays pinned until the result is
+    dropped."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __reduce__(self):
+        return _ArgRef, (self.obj,)
+
+
+def _swap_ref_args(args, kwargs):
+    """(args, kwargs, pins): top-level ObjectRefs as _ArgRefs."""
+    pins = []
+
+    def swap(v):
+        if isinstance(v, ObjectRef):
+            pins.append(v)
+            return _ArgRef(v._store_obj())
+        return v
+    if not any(isinstance(v, ObjectRef) for v in itertools.chain(args, kwargs.values())):
+        return args, kwargs, None
+    return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}, pins
+
+
+def resolve_args(args, kwargs):
+    """The callee's side of _swap_ref_args: each _ArgRef's value."""
+    if not any(isinstance(v, _ArgRef) for v in itertools.chain(args, kwargs.values())):
+        return args, kwargs
+
+    def value(v):
+        return _objects.read(v.obj, None) if isinstance(v, _ArgRef) else v
+    return tuple(value(a) for a in args), {k: value(v) for k, v in kwargs.items()}
+
+
+def put(value, *, _owner=None):
+    """Stores `value` once and returns an ObjectRef to it, as Ray's ``put``. Large numpy
+    arrays and torch CPU tensors are shared with readers on the same machine, not copied."""
+    if isinstance(value, ObjectRef):
+        raise TypeError("phalanx.put takes a value, not an ObjectRef (the ref already names a "
+                        "value)")
+    if _owner is not None:
+        raise ValueError("_owner= is not supported: a value is owned by the process that "
+                         "puts it")
+    _ensure_init()
+    return ObjectRef(None, ser.PICKLE, _objects.put(value))
+
+
 def get(refs, *, timeout=None):
-    """The result of one ref, or the results of a list of refs (in order). Raises the first
-    call's error (``ActorDiedError``, ``TaskError``, ...), or ``GetTimeoutError`` after
-    ``timeout`` seconds."""
+    """The value of one ref, or the values of a list of refs (in order). Raises the first
+    call's error (``ActorDiedError``, the task's own exception class, ...), ``OwnerDiedError``
+    for a value whose owner died, or ``GetTimeoutError`` after ``timeout`` seconds."""
     if isinstance(refs, _PlacementGroupReady):
         return refs._get(timeout)
     single = isinstance(refs, ObjectRef)
@@ -233,13 +323,22 @@ def get(refs, *, timeout=None):
         if not isinstance(r, ObjectRef):
             raise TypeError(f"phalanx.get takes ObjectRefs (or a list of them), not "
                             f"{type(r).__name__}")
-    # The native get raises the first failed call's error as its phalanx class.
-    results = _phalanx.get([r._ref for r in items], -1.0 if timeout is None else float(timeout))
-    values = [ser.loads_value(v, r._encoding) for r, v in zip(items, results)]
+    deadline = None if timeout is None else time.monotonic() + float(timeout)
+    values = [None] * len(items)
+    calls = [i for i, r in enumerate(items) if r._ref is not None]
+    if calls:
+        # The native get raises the first failed call's error as its phalanx class.
+        results = _phalanx.get([items[i]._ref for i in calls],
+                               -1.0 if timeout is None else float(timeout))
+        for i, v in zip(calls, results):
+            values[i] = ser.loads_value(v, items[i]._encoding)
+    for i, r in enumerate(items):
+        if r._ref is None:
+            values[i] = _objects.read(r._obj, deadline)
     return values[0] if single else values
 
 
-def wait(refs, *, num_returns=1, timeout=None):
+def wait(refs, *, num_returns=1, timeout=None, fetch_local=True):
     """(ready, not_ready): the first ``num_returns`` refs done, or whatever is done when
     ``timeout`` seconds pass. Order within each list follows ``refs``."""
     if isinstance(refs, ObjectRef) or not isinstance(refs, (list, tuple)):
@@ -251,8 +350,21 @@ def wait(refs, *, num_returns=1, timeout=None):
     if num_returns < 0 or num_returns > len(refs):
         raise ValueError(f"num_returns={num_returns} must be between 0 and len(refs)="
                          f"{len(refs)}")
-    done = _phalanx.wait([r._ref for r in refs], num_returns,
-                         -1.0 if timeout is None else float(timeout))
+    calls = [r for r in refs if r._ref is not None]
+    if len(calls) == len(refs):
+        done = _phalanx.wait([r._ref for r in refs], num_returns,
+                             -1.0 if timeout is None else float(timeout))
+    else:
+        # Refs of the store are polled, the calls asked without waiting, until enough are done.
+        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        pause = 0.001
+        while True:
+            done = [r.done() for r in refs]
+            if sum(done) >= num_returns or (deadline is not None and
+                                            time.monotonic() >= deadline):
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, _objects.POLL_MAX_S)
     ready = [r for r, d in zip(refs, done) if d][:num_returns]
     taken = set(map(id, ready))
     return ready, [r for r in refs if id(r) not in taken]
@@ -351,8 +463,13 @@ class ActorMethod:
     def remote(self, *args, **kwargs):
         h = self._handle
         encoding = ser.PICKLE if h._language == "python" else ser.MSGPACK
+        pins = None
+        if encoding == ser.PICKLE:
+            args, kwargs, pins = _swap_ref_args(args, kwargs)
+        elif any(isinstance(a, ObjectRef) for a in args):
+            args = tuple(get(a) if isinstance(a, ObjectRef) else a for a in args)  # C++: values
         payload = ser.dumps_call(args, kwargs, encoding)
-        return ObjectRef(_phalanx.submit(h._actor_id, self._name, payload), encoding)
+        return ObjectRef(_phalanx.submit(h._actor_id, self._name, payload), encoding, pins=pins)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"actor methods are called with .remote(): "

@@ -112,6 +112,8 @@ class TaskWorker:
             values = [ser.loads_value(v, e) for v, e in zip(frames[1:], encodings)]
             args = [values[a.index] if isinstance(a, _Dep) else a for a in args]
             kwargs = {k: values[v.index] if isinstance(v, _Dep) else v for k, v in kwargs.items()}
+            from ._api import resolve_args
+            args, kwargs = resolve_args(args, kwargs)
             fn = self._function(key)
             result = fn(*args, **kwargs)
             if inspect.iscoroutine(result):
@@ -209,13 +211,18 @@ class RemoteFunction:
             return self._key
 
     def remote(self, *args, **kwargs):
-        from ._api import ObjectRef, _ensure_init, _native_options
+        from ._api import ObjectRef, _ArgRef, _ensure_init, _native_options
         _ensure_init()
         key = self._function_key()
         deps, encodings = [], []
 
+        pins = []
+
         def swap(value):
             if isinstance(value, ObjectRef):
+                if value._ref is None:  # a value of the store: the worker reads it
+                    pins.append(value)
+                    return _ArgRef(value._obj)
                 deps.append(value._ref)
                 encodings.append(value._encoding)
                 return _Dep(len(deps) - 1)
@@ -237,7 +244,7 @@ class RemoteFunction:
         ref = _phalanx.submit_task(self._name, _TASK_WORKER_CLASS, _worker_init_args(),
                                    _READY_ARGS, self._native, TASK_METHOD, call, deps,
                                    int(o.get("max_retries", 3)))
-        return ObjectRef(ref, ser.PICKLE)
+        return ObjectRef(ref, ser.PICKLE, pins=pins or None)
 
     def __repr__(self):
         return f"RemoteFunction({self._name})"

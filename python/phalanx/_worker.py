@@ -11,6 +11,7 @@ import threading
 import traceback
 
 from . import _serialization as ser
+from ._api import resolve_args
 from ._task import TASK_METHOD as _TASK_METHOD
 from ._task import TaskWorker as _TaskWorker
 
@@ -51,6 +52,7 @@ def call(obj, method: str, payload: bytes):
     except ValueError:
         pass  # builtins without a signature: let the call say it
     try:
+        args, kwargs = resolve_args(args, kwargs)
         result = fn(*args, **kwargs)
         if inspect.iscoroutine(result):
             result = _run_coroutine(result)

@@ -73,6 +73,30 @@ class InvalidArgumentError(PhalanxError, ValueError):
     """The cluster refused a request as malformed (e.g. a job spec, with the field and fix)."""
 
 
+class ObjectLostError(PhalanxError):
+    """A value of the object store is gone (Ray's ObjectLostError)."""
+
+    def __init__(self, message, object_id="", owner=""):
+        super().__init__(message)
+        self.object_id = object_id
+        self.owner = owner
+
+    def __reduce__(self):
+        return type(self), (str(self), self.object_id, self.owner)
+
+
+class OwnerDiedError(ObjectLostError):
+    """The process that owned the value (put it, or made the call) died, and the value with it."""
+
+
+class ObjectFreedError(ObjectLostError):
+    """The value was freed: its owner held no ref to it any more."""
+
+
+class ObjectStoreFullError(PhalanxError, MemoryError):
+    """No room for a value in the node's store (/dev/shm)."""
+
+
 # ---- a remote exception as the caller sees it -------------------------------------------------
 
 _AS_CAUSE = {}  # the cause's class -> the TaskError subclass that is also one (None: cannot be)

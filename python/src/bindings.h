@@ -32,6 +32,7 @@ void BindWorker(py::module_& m);       // worker.cc: hosting Python actors
 void BindCollectives(py::module_& m);  // collectives.cc: groups on numpy arrays and tensors
 void BindJobs(py::module_& m);         // jobs.cc: elastic job specs and status
 void BindErrors(py::module_& m);       // errors.cc: the exception translator
+void BindObjects(py::module_& m);      // objects.cc: reading another node's objects
 
 // Where an error comes from, for statuses that carry no error kind: a placement group's
 // failure is a PlacementGroupError and a collective's a CollectiveError, whatever the code.

@@ -51,4 +51,5 @@ PYBIND11_MODULE(_phalanx, m) {
   python::BindWorker(m);
   python::BindCollectives(m);
   python::BindJobs(m);
+  python::BindObjects(m);
 }

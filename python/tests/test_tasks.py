@@ -192,8 +192,8 @@ def test_bad_use_is_refused_clearly(cluster):
         square.options(max_retries=-5)
     with pytest.raises(ValueError, match="retry_exceptions"):
         square.options(retry_exceptions=["KeyError"])
-    with pytest.raises(TypeError, match="top-level argument"):
-        square.remote([square.remote(1)])
+    with pytest.raises(TypeError, match="takes a value, not an ObjectRef"):
+        phalanx.put(square.remote(1))
     with pytest.raises(ValueError, match="an ObjectRef or a list of ObjectRefs, not int"):
         phalanx.get(1)
     with pytest.raises(TypeError, match="ObjectRefs, not int"):

@@ -17,6 +17,7 @@
 #include "runtime/common/session.h"
 #include "runtime/common/system.h"
 #include "runtime/node/node_metrics.h"
+#include "runtime/node/object_store.h"
 #include "runtime/node/worker_pool.h"
 #include "runtime/proto/node.grpc.pb.h"
 #include "runtime/rpc/describe.h"
@@ -59,6 +60,8 @@ class NodeServiceImpl final : public rpc::NodeManagerService::Service {
                              rpc::UpdateBundlesReply* reply) override;
   grpc::Status Vouch(grpc::ServerContext* context, const rpc::VouchRequest* request,
                      rpc::VouchReply* reply) override;
+  grpc::Status ReadObject(grpc::ServerContext* context, const rpc::ReadObjectRequest* request,
+                          grpc::ServerWriter<rpc::ObjectChunk>* writer) override;
 
  private:
   NodeManagerImpl* node_;
@@ -67,7 +70,9 @@ class NodeServiceImpl final : public rpc::NodeManagerService::Service {
 class NodeManagerImpl final : public NodeManager {
  public:
   explicit NodeManagerImpl(const NodeManagerOptions& options)
-      : options_(options), node_id_(options.node_id.empty() ? NewId() : options.node_id) {}
+      : options_(options),
+        node_id_(options.node_id.empty() ? NewId() : options.node_id),
+        store_dir_(ObjectStoreDir(node_id_)) {}
 
   ~NodeManagerImpl() override { Shutdown("node manager destroyed"); }
 
@@ -137,8 +142,10 @@ class NodeManagerImpl final : public NodeManager {
         });
     if (auto s = StartMetrics(); !s.ok()) return s;
     if (auto s = Register(); !s.ok()) return s;
+    if (auto s = MakeDirs(store_dir_); !s.ok()) return s;
     heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
     fence_thread_ = std::thread([this] { FenceLoop(); });
+    store_thread_ = std::thread([this] { StoreLoop(); });
     report_thread_ = std::thread([this] { ReportLoop(); });
     spdlog::info("node {} serving at {}:{} with {}", node_id_, options_.node_ip, port_,
                  options_.resources.ToString());
@@ -146,6 +153,7 @@ class NodeManagerImpl final : public NodeManager {
   }
 
   const std::string& node_id() const override { return node_id_; }
+  const std::string& store_dir() const { return store_dir_; }
   int port() const override { return port_; }
 
   // How long since this node last heard from the GCS (VouchReply).
@@ -169,6 +177,7 @@ class NodeManagerImpl final : public NodeManager {
     if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
     if (fence_thread_.joinable()) fence_thread_.join();
     if (report_thread_.joinable()) report_thread_.join();
+    if (store_thread_.joinable()) store_thread_.join();
     // Workers go with their node: the GCS learns it from the node's death (NODE_DIED).
     if (pool_) pool_->Shutdown();
     bool dead;
@@ -183,6 +192,9 @@ class NodeManagerImpl final : public NodeManager {
     }
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     if (metrics_http_) metrics_http_->Stop();
+    // The objects of the workers, which are gone; a driver still running keeps its own.
+    SweepObjectStore(store_dir_);
+    ::rmdir(store_dir_.c_str());
     spdlog::info("node {} stopped: {}", node_id_, reason);
   }
 
@@ -390,6 +402,19 @@ class NodeManagerImpl final : public NodeManager {
   void Report(rpc::ReportActorStateRequest report) {
     absl::MutexLock lock(&mu_);
     reports_.push_back(std::move(report));
+  }
+
+  // Removes the objects of owners that died, every kObjectSweepPeriod.
+  void StoreLoop() {
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), kObjectSweepPeriod)) return;
+      }
+      if (int removed = SweepObjectStore(store_dir_); removed > 0) {
+        spdlog::info("removed the objects of {} owner(s) that died", removed);
+      }
+    }
   }
 
   void ReportLoop() {
@@ -640,6 +665,7 @@ class NodeManagerImpl final : public NodeManager {
 
   const NodeManagerOptions options_;
   const std::string node_id_;
+  const std::string store_dir_;  // the object store (object_store.h)
   const int64_t start_time_ms_ = NowMs();
   std::unique_ptr<NodeServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -661,6 +687,7 @@ class NodeManagerImpl final : public NodeManager {
   std::thread heartbeat_thread_;
   std::thread fence_thread_;
   std::thread report_thread_;
+  std::thread store_thread_;
   NodeMetrics metrics_;  // before the pool: the pool's exit callback counts into it
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<rpc::HttpServer> metrics_http_;  // after the pool: it reads the pool
@@ -747,6 +774,19 @@ grpc::Status NodeServiceImpl::UpdateBundles(grpc::ServerContext* context,
     result->set_message(std::string(s.message()));
   }
   return grpc::Status::OK;
+}
+
+grpc::Status NodeServiceImpl::ReadObject(grpc::ServerContext*,
+                                         const rpc::ReadObjectRequest* request,
+                                         grpc::ServerWriter<rpc::ObjectChunk>* writer) {
+  absl::Status status = StreamObject(node_->store_dir(), request->owner(), request->object_id(),
+                                     request->probe(), [&](absl::string_view chunk, int64_t size) {
+                                       rpc::ObjectChunk out;
+                                       out.set_data(chunk.data(), chunk.size());
+                                       out.set_size(size);
+                                       return writer->Write(out);
+                                     });
+  return rpc::ToGrpc(status);
 }
 
 grpc::Status NodeServiceImpl::Vouch(grpc::ServerContext*, const rpc::VouchRequest*,

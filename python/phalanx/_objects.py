@@ -1,0 +1,418 @@
+"""The object store: values by reference, as Ray's ``put``/``get`` and refs passed anywhere.
+
+Where a value lives:
+- A small one (under ``INLINE_MAX`` bytes) travels inside its ref, as Ray inlines small objects.
+- A larger one is a file of the node's store, ``/dev/shm/phalanx-objects-<node id>/<owner>/<id>``
+  (runtime/node/object_store.h), written once by its owner. A reader on the same machine maps
+  it: numpy arrays and torch CPU tensors come back as views of that memory (copy-on-write, so
+  a reader's writes stay its own), without a copy. A reader on another node has the holding
+  node's manager stream it into a file of its own machine (ReadObject), once per get.
+
+Ownership, as in Ray: the process that put a value (or whose call a published result belongs
+to) owns it. The value is freed when the owner holds no ref to it any more and the ref never
+left the process except as a top-level argument of a call (pinned until that call's result is
+dropped). A ref that was sent inside a value may have borrowers, which are not counted: the
+value then lives as long as its owner. An owner's values die with it: the node manager removes
+the directory of an owner that died, and readers get ``OwnerDiedError`` naming it.
+
+The file: ``MAGIC``, then kind, buffer count and metadata length, then (offset, length) of each
+buffer, the metadata and the buffers (each at a multiple of ``_ALIGN``). Kinds: a pickle with
+its out-of-band buffers (protocol 5); a call's raw result (metadata: its encoding); an error
+(metadata: the pickled exception, raised by every reader).
+"""
+
+import collections
+import io
+import itertools
+import mmap
+import os
+import pickle
+import socket
+import struct
+import sys
+import threading
+import time
+import uuid
+
+import cloudpickle
+
+import _phalanx
+
+# Values smaller than this, pickled, travel inside their ref (Ray: 100 KiB).
+INLINE_MAX = 100 * 1024
+# How often a reader looks again for a value that is not written yet (at most).
+POLL_MAX_S = 0.05
+
+MAGIC = b"PHXOBJ1\0"
+KIND_PICKLE, KIND_RAW, KIND_ERROR = 0, 1, 2
+_HEADER = struct.Struct("<8sIIQ")
+_BUFFER = struct.Struct("<QQ")
+_ALIGN = 64
+_WRITE_CHUNK = 64 << 20  # bytes per pwrite
+
+# What travels for a ref: its id; the node whose store holds it ("" when inline) and that
+# node's hostname; the owner's directory ("<pid>-<start time>") and a description of it for
+# errors; the inline bytes; and whether it is a call's result that may not be written yet.
+Obj = collections.namedtuple("Obj", "id node host owner label inline pending")
+
+
+def _store_root(node_id):
+    return f"/dev/shm/phalanx-objects-{node_id}"
+
+
+def _start_time(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return ""
+    fields = stat[stat.rfind(")") + 1:].split()
+    return fields[19] if len(fields) > 19 else ""
+
+
+def owner_alive(owner):
+    """Whether the process an owner directory names runs (on this machine)."""
+    pid, _, started = owner.partition("-")
+    return pid.isdigit() and started != "" and _start_time(int(pid)) == started
+
+
+class _Here:
+    """This process as an owner: where its values go, and how many refs to each it holds."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.pid = None
+        self.node = None      # this machine's node id ("" when none runs here)
+        self.dir = None       # this process's directory of the store
+        self.owner = None
+        self.host = None
+        self.label = None
+        self.counts = {}      # object id -> refs held here
+        self.escaped = set()  # ids sent inside values: kept until this process exits
+
+    def ensure(self):
+        """Sets the fields up (again in a forked child)."""
+        if self.pid == os.getpid():
+            return
+        with self.lock:
+            if self.pid == os.getpid():
+                return
+            from ._context import get_runtime_context
+            ctx = get_runtime_context()
+            node = ctx.get_node_id() or ""
+            self.owner = f"{os.getpid()}-{_start_time(os.getpid())}"
+            actor, task = ctx.get_actor_id(), ctx.get_task_id()
+            who = (f"actor {actor[:8]}" if actor else
+                   f"the task worker {task[:8]}" if task else "the driver")
+            self.host = socket.gethostname()
+            self.label = f"{who} (pid {os.getpid()} on {self.host})"
+            self.node = node
+            self.dir = os.path.join(_store_root(node), self.owner) if node else None
+            self.counts, self.escaped = {}, set()
+            self.pid = os.getpid()
+
+    def hold(self, object_id):
+        with self.lock:
+            self.counts[object_id] = self.counts.get(object_id, 0) + 1
+
+    def release(self, object_id):
+        with self.lock:
+            left = self.counts.get(object_id, 0) - 1
+            if left > 0:
+                self.counts[object_id] = left
+                return
+            self.counts.pop(object_id, None)
+            if object_id in self.escaped:
+                return
+        try:
+            os.unlink(os.path.join(self.dir, object_id))
+        except (OSError, TypeError):
+            pass
+
+    def wanted(self, object_id):
+        with self.lock:
+            return object_id in self.counts or object_id in self.escaped
+
+
+_here = _Here()
+
+
+def _cleanup_at_exit():
+    if _here.pid == os.getpid() and _here.dir:
+        import shutil
+        shutil.rmtree(_here.dir, ignore_errors=True)
+
+
+import atexit  # noqa: E402 - registered once the module is whole
+atexit.register(_cleanup_at_exit)
+
+
+# ---- encoding ---------------------------------------------------------------------------------
+
+class _Pickler(cloudpickle.CloudPickler):
+    """cloudpickle, with torch CPU tensors as numpy arrays (whose data go out of band)."""
+
+    def reducer_override(self, obj):
+        torch = sys.modules.get("torch")
+        if torch is not None and type(obj) is torch.Tensor and obj.device.type == "cpu" and \
+                not obj.requires_grad and obj.layout == torch.strided and \
+                obj.dtype not in (torch.bfloat16,) and not obj.is_quantized:
+            try:
+                return _tensor_from_numpy, (obj.detach().contiguous().numpy(),)
+            except (TypeError, RuntimeError):
+                pass
+        return super().reducer_override(obj)
+
+
+def _tensor_from_numpy(array):
+    import torch
+    return torch.from_numpy(array)
+
+
+def _encode(kind, meta, buffers):
+    """The bytes of the file header, and [(offset, buffer)] after it; and the total size."""
+    offsets, at = [], _HEADER.size + _BUFFER.size * len(buffers) + len(meta)
+    for b in buffers:
+        at = (at + _ALIGN - 1) // _ALIGN * _ALIGN
+        offsets.append((at, b.nbytes))
+        at += b.nbytes
+    head = _HEADER.pack(MAGIC, kind, len(buffers), len(meta)) + \
+        b"".join(_BUFFER.pack(o, n) for o, n in offsets) + meta
+    return head, [(o, b) for (o, _), b in zip(offsets, buffers)], at
+
+
+def serialize(value):
+    """(kind, metadata, [memoryview]): a value, pickled with its large buffers out of band."""
+    buffers = []
+    out = io.BytesIO()
+    _Pickler(out, protocol=5, buffer_callback=lambda b: buffers.append(b.raw())).dump(value)
+    return KIND_PICKLE, out.getvalue(), buffers
+
+
+def _to_bytes(kind, meta, buffers):
+    head, placed, total = _encode(kind, meta, buffers)
+    blob = bytearray(total)
+    blob[:len(head)] = head
+    for at, b in placed:
+        blob[at:at + b.nbytes] = b
+    return bytes(blob)
+
+
+def _pwrite_all(fd, data, at):
+    view = memoryview(data).cast("B")
+    done = 0
+    while done < view.nbytes:
+        done += os.pwrite(fd, view[done:done + _WRITE_CHUNK], at + done)
+
+
+def _write_file(path, kind, meta, buffers):
+    """Writes the object to `path` (whole, or not at all: it appears by rename). Written with
+    pwrite, one copy into the store's pages (2x a copy through a mapping of new pages, which
+    faults on each); a full /dev/shm is an ENOSPC here, not a SIGBUS later."""
+    head, placed, total = _encode(kind, meta, buffers)
+    tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            _pwrite_all(fd, head, 0)
+            for at, b in placed:
+                _pwrite_all(fd, b, at)
+            os.ftruncate(fd, total)
+        except OSError as e:
+            from .exceptions import ObjectStoreFullError
+            raise ObjectStoreFullError(
+                f"no room for a {total}-byte object in {os.path.dirname(path)} ({e.strerror}): "
+                f"free some refs, or give /dev/shm more room") from None
+        os.rename(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+    finally:
+        os.close(fd)
+
+
+def _decode(buf):
+    """The value an object's bytes hold (views into `buf` for out-of-band buffers)."""
+    view = memoryview(buf)
+    magic, kind, count, meta_len = _HEADER.unpack_from(view, 0)
+    if magic != MAGIC:
+        raise ValueError("not an object of the phalanx object store")
+    at = _HEADER.size
+    spans = [_BUFFER.unpack_from(view, at + i * _BUFFER.size) for i in range(count)]
+    at += _BUFFER.size * count
+    meta = bytes(view[at:at + meta_len])
+    buffers = [view[o:o + n] for o, n in spans]
+    if kind == KIND_PICKLE:
+        return pickle.loads(meta, buffers=buffers)
+    if kind == KIND_RAW:
+        from . import _serialization as ser
+        return ser.loads_value(bytes(buffers[0]), meta.decode())
+    raise pickle.loads(meta)
+
+
+def _map_file(path):
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) if size else b""
+
+
+# ---- put, publish, read ----------------------------------------------------------------------
+
+_ids = itertools.count()
+
+
+def _new_id():
+    return f"{uuid.uuid4().hex[:16]}{next(_ids):x}"
+
+
+def put(value):
+    """An Obj for `value`, owned by this process (the ObjectRef made of it counts it)."""
+    _here.ensure()
+    kind, meta, buffers = serialize(value)
+    size = len(meta) + sum(b.nbytes for b in buffers)
+    object_id = _new_id()
+    if size < INLINE_MAX or not _here.dir:
+        return Obj(object_id, "", "", _here.owner, _here.label, _to_bytes(kind, meta, buffers),
+                   False)
+    os.makedirs(_here.dir, mode=0o700, exist_ok=True)
+    _write_file(os.path.join(_here.dir, object_id), kind, meta, buffers)
+    return Obj(object_id, _here.node, _here.host, _here.owner, _here.label, None, False)
+
+
+def publish(native_ref, encoding):
+    """An Obj for the result of a call of this process: a thread writes it to the store when
+    it arrives (or the call's error). Counted like a put."""
+    _here.ensure()
+    if not _here.dir:
+        # No node here to serve it: the ref carries the value (this waits for it).
+        (payload,) = _phalanx.get([native_ref], -1.0)
+        return Obj(_new_id(), "", "", _here.owner, _here.label,
+                   _to_bytes(KIND_RAW, encoding.encode(), [memoryview(payload)]), False)
+    object_id = _new_id()
+    os.makedirs(_here.dir, mode=0o700, exist_ok=True)
+    _here.hold(object_id)
+
+    def write():
+        path = os.path.join(_here.dir, object_id)
+        try:
+            (payload,) = _phalanx.get([native_ref], -1.0)
+            item = (KIND_RAW, encoding.encode(), [memoryview(payload)])
+        except BaseException as e:  # noqa: BLE001 - every reader raises it
+            try:
+                item = (KIND_ERROR, cloudpickle.dumps(e), [])
+            except Exception:  # noqa: BLE001
+                from .exceptions import PhalanxError
+                item = (KIND_ERROR, pickle.dumps(PhalanxError(str(e))), [])
+        if _here.wanted(object_id):
+            _write_file(path, *item)
+            if not _here.wanted(object_id):  # dropped while it was written
+                _unlink(path)
+    threading.Thread(target=write, name="phalanx-publish", daemon=True).start()
+    return Obj(object_id, _here.node, _here.host, _here.owner, _here.label, None, True)
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def mark_escaped(obj):
+    if obj.inline is None and obj.owner == _here.owner:
+        with _here.lock:
+            _here.escaped.add(obj.id)
+
+
+def is_owned(obj):
+    return obj.inline is None and _here.pid == os.getpid() and obj.owner == _here.owner
+
+
+def _lost(obj, why):
+    from .exceptions import ObjectFreedError, OwnerDiedError
+    if why == "owner_dead":
+        return OwnerDiedError(f"object {obj.id} is lost: its owner, {obj.label}, died (an "
+                              f"object lives as long as the process that put it or made the "
+                              f"call; put it from a detached actor to keep it longer)",
+                              obj.id, obj.label)
+    return ObjectFreedError(f"object {obj.id} of {obj.label} was freed: its owner holds no "
+                            f"ref to it any more", obj.id, obj.label)
+
+
+def _node_address(node_id):
+    for n in _phalanx.nodes():
+        if n["node_id"] == node_id:
+            return n["address"] if n["alive"] else None
+    return None
+
+
+def _is_local(obj):
+    """Whether the node that holds obj runs on this machine (its store is this one's)."""
+    return obj.host == socket.gethostname() and os.path.isdir(_store_root(obj.node))
+
+
+def ready(obj):
+    """Whether a get of obj would not wait."""
+    if obj.inline is not None or not obj.pending:
+        return True
+    if _is_local(obj):
+        path = os.path.join(_store_root(obj.node), obj.owner, obj.id)
+        return os.path.exists(path) or not owner_alive(obj.owner)
+    address = _node_address(obj.node)
+    return address is None or _phalanx.read_object(
+        address, _phalanx.cluster()[1], obj.owner, obj.id, "", 30.0) != "missing"
+
+
+def read(obj, deadline):
+    """The value of obj; waits (until `deadline`, a time.monotonic(), or None) for a call's
+    result that is not written yet."""
+    if obj.inline is not None:
+        return _decode(obj.inline)
+    root = _store_root(obj.node)
+    local = _is_local(obj)
+    pause = 0.001
+    while True:
+        if local:
+            path = os.path.join(root, obj.owner, obj.id)
+            try:
+                data = _map_file(path)
+                why = None if owner_alive(obj.owner) else "owner_dead"  # not yet swept
+            except FileNotFoundError:
+                why = "missing" if owner_alive(obj.owner) else "owner_dead"
+            if why is None:
+                return _decode(data)
+        else:
+            why = _fetch(obj, deadline)
+            if not isinstance(why, str):
+                return why[0]
+        if why == "owner_dead" or not obj.pending:
+            raise _lost(obj, why)
+        if deadline is not None and time.monotonic() >= deadline:
+            from .exceptions import GetTimeoutError
+            raise GetTimeoutError(f"object {obj.id} of {obj.label} was not ready in time")
+        time.sleep(pause)
+        pause = min(pause * 2, POLL_MAX_S)
+
+
+def _fetch(obj, deadline):
+    """(value,) read from another node, or why not ('missing', 'owner_dead')."""
+    address = _node_address(obj.node)
+    if address is None:
+        return "owner_dead"
+    _here.ensure()
+    if _here.dir:
+        os.makedirs(_here.dir, mode=0o700, exist_ok=True)
+        path = os.path.join(_here.dir, f"fetch-{obj.id}-{uuid.uuid4().hex[:8]}")
+    else:
+        import tempfile
+        fd, path = tempfile.mkstemp(prefix="phalanx-fetch-", dir="/dev/shm")
+        os.close(fd)
+    left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+    try:
+        why = _phalanx.read_object(address, _phalanx.cluster()[1], obj.owner, obj.id, path,
+                                   left if left >= 0 else 3600.0)
+        if why != "ok":
+            return why
+        return (_decode(_map_file(path)),)
+    finally:
+        _unlink(path)  # the mapping keeps the bytes while the value uses them

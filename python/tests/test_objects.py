@@ -1,0 +1,168 @@
+"""The object store, in the shapes of Ray Core's documentation: put once and pass the ref
+(the "pass large arguments by reference" pattern), refs inside lists and dicts, refs as actor
+call arguments and as returned values, numpy and torch shared without a copy, values freed by
+reference counting and lost with their owner, with an error that names it."""
+
+import gc
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import phalanx
+from phalanx import _objects
+
+from conftest import wait_for
+
+
+@phalanx.remote
+def total(x):
+    return float(np.asarray(x).sum())
+
+
+@phalanx.remote
+def total_of_refs(refs):  # Ray's "refs inside a list are not resolved" shape
+    return sum(float(phalanx.get(r).sum()) for r in refs)
+
+
+@phalanx.remote
+def make(n):
+    return np.ones(n)
+
+
+@phalanx.remote
+def fail():
+    raise ValueError("no good")
+
+
+@phalanx.remote
+class Trainer:
+    """Holds weights broadcast to it by ref."""
+
+    def __init__(self):
+        self.weights = None
+
+    def load(self, weights):        # a top-level ref: the value arrives
+        self.weights = weights
+        return float(weights.sum())
+
+    def keep(self, box):            # a ref inside a dict: stays a ref
+        self.box = box
+        return type(box["w"]).__name__
+
+    def read_kept(self):
+        return float(phalanx.get(self.box["w"]).sum())
+
+    def owned(self, n):             # a value this actor puts, handed out by ref
+        return [phalanx.put(np.full(n, 2.0))]
+
+    def pid(self):
+        return os.getpid()
+
+
+def _my_objects():
+    d = _objects._here.dir
+    return sorted(os.listdir(d)) if d and os.path.isdir(d) else []
+
+
+def test_put_get_and_refs_anywhere(cluster):
+    small = phalanx.put({"lr": 0.1, "steps": [1, 2]})
+    assert phalanx.get(small) == {"lr": 0.1, "steps": [1, 2]}
+    assert small._obj.inline is not None  # small values travel inside their ref
+    weights = np.arange(4_000_000, dtype=np.float32)  # 16 MB: the node's store
+    ref = phalanx.put(weights)
+    assert ref._obj.inline is None and ref.done()
+    back = phalanx.get(ref)
+    assert np.array_equal(back, weights) and back.flags.writeable
+    # A top-level ref argument of a task or an actor call arrives as its value.
+    assert phalanx.get(total.remote(ref), timeout=60) == float(weights.sum())
+    trainers = [Trainer.remote() for _ in range(2)]
+    assert phalanx.get([t.load.remote(ref) for t in trainers], timeout=60) == \
+        [float(weights.sum())] * 2
+    # Refs inside lists and dicts stay refs; the callee gets them when it wants.
+    assert phalanx.get(total_of_refs.remote([ref, ref]), timeout=60) == 2 * float(weights.sum())
+    assert phalanx.get(trainers[0].keep.remote({"w": ref}), timeout=30) == "ObjectRef"
+    assert phalanx.get(trainers[0].read_kept.remote(), timeout=30) == float(weights.sum())
+    # A call's result travels by ref too, nested or as an argument, before it is done.
+    assert phalanx.get(total_of_refs.remote([make.remote(1000)]), timeout=60) == 1000.0
+    assert phalanx.get(trainers[1].load.remote(make.remote(10)), timeout=60) == 10.0
+    ready, rest = phalanx.wait([ref, small, make.remote(3)], num_returns=3, timeout=60)
+    assert len(ready) == 3 and not rest
+    for t in trainers:
+        phalanx.kill(t)
+
+
+def test_numpy_and_torch_are_shared_not_copied(cluster):
+    torch = pytest.importorskip("torch")
+    array = np.random.rand(2_000_000)
+    ref = phalanx.put(array)
+    a1, a2 = phalanx.get(ref), phalanx.get(ref)
+    # Two gets map the same pages: a view of the store, not a copy (and a write stays the
+    # writer's own, as the pages are copy-on-write).
+    assert a1.ctypes.data != array.ctypes.data and np.array_equal(a1, array)
+    a1[0] = -1.0
+    assert a2[0] == array[0] and phalanx.get(ref)[0] == array[0]
+    tensor = torch.arange(1_000_000, dtype=torch.float32)
+    back = phalanx.get(phalanx.put(tensor))
+    assert isinstance(back, torch.Tensor) and torch.equal(back, tensor)
+    grads = torch.ones(3, requires_grad=True)  # not shareable: pickled as torch does
+    assert torch.equal(phalanx.get(phalanx.put(grads)).detach(), grads.detach())
+
+
+def test_a_value_is_freed_when_no_ref_holds_it(cluster):
+    gc.collect()
+    before = set(_my_objects())
+    ref = phalanx.put(np.ones(1_000_000))
+    [new] = set(_my_objects()) - before
+    result = total.remote(ref)  # the call pins its argument until its result is dropped
+    assert phalanx.get(result, timeout=60) == 1e6
+    del ref
+    gc.collect()
+    assert new in _my_objects()
+    del result
+    gc.collect()
+    assert new not in _my_objects()
+    # A ref sent inside a value may have borrowers: it lives as long as its owner.
+    kept = phalanx.put(np.ones(1_000_000))
+    phalanx.get(total_of_refs.remote([kept]), timeout=60)
+    kept_id = kept._obj.id
+    del kept
+    gc.collect()
+    assert kept_id in _my_objects()
+
+
+def test_a_value_dies_with_its_owner_and_the_error_names_it(cluster):
+    owner = Trainer.remote()
+    owner_pid = phalanx.get(owner.pid.remote(), timeout=60)
+    [ref] = phalanx.get(owner.owned.remote(1_000_000), timeout=60)
+    assert float(phalanx.get(ref).sum()) == 2e6
+    os.kill(owner_pid, signal.SIGKILL)
+    with pytest.raises(phalanx.OwnerDiedError) as e:
+        wait_for(lambda: phalanx.get(ref) is None, timeout=30)
+    assert f"pid {owner_pid}" in str(e.value) and "died" in str(e.value)
+    assert isinstance(e.value, phalanx.ObjectLostError) and e.value.object_id == ref._obj.id
+    # The node removes what the dead owner left in its store.
+    store = _objects._store_root(ref._obj.node)
+    assert wait_for(lambda: not os.path.exists(os.path.join(store, ref._obj.owner)), timeout=30)
+
+
+def test_a_failed_calls_error_reaches_every_reader_of_its_ref(cluster):
+    with pytest.raises(ValueError, match="no good"):
+        phalanx.get(total_of_refs.remote([fail.remote()]), timeout=60)
+
+
+def test_bad_use_is_refused_clearly(cluster):
+    ref = phalanx.put(1)
+    with pytest.raises(TypeError, match="takes a value, not an ObjectRef"):
+        phalanx.put(ref)
+    with pytest.raises(ValueError, match="phalanx.get takes an ObjectRef"):
+        phalanx.get(1)
+    slow = make.remote(10)
+    nested = phalanx.put([slow])  # a ref inside a put value
+    assert float(phalanx.get(phalanx.get(nested)[0]).sum()) == 10.0
+    started = time.monotonic()
+    with pytest.raises(phalanx.GetTimeoutError):
+        phalanx.get(Trainer.remote().pid.remote(), timeout=0.0)
+    assert time.monotonic() - started < 30

@@ -1,0 +1,105 @@
+#include "runtime/node/object_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "runtime/common/files.h"
+
+namespace phalanx::node {
+namespace {
+
+// Letters, digits, '-' and '_' only: a name, never a path.
+bool IsName(absl::string_view s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
+  }
+  return true;
+}
+
+// Field 22 of /proc/<pid>/stat (the start time in clock ticks since boot); "" when gone.
+std::string StartTime(int pid) {
+  auto stat = ReadFileAtMost(absl::StrCat("/proc/", pid, "/stat"), 4096);
+  if (!stat.ok()) return "";
+  // The command name (field 2) is in parentheses and may hold spaces: count after its ')'.
+  size_t close = stat->rfind(')');
+  if (close == std::string::npos) return "";
+  std::vector<std::string> fields = absl::StrSplit(stat->substr(close + 1), ' ', absl::SkipEmpty());
+  // fields[0] is field 3 (the state), so field 22 is fields[19].
+  return fields.size() > 19 ? fields[19] : "";
+}
+
+}  // namespace
+
+std::string ObjectStoreDir(const std::string& node_id) {
+  return absl::StrCat("/dev/shm/phalanx-objects-", node_id);
+}
+
+bool ObjectOwnerAlive(absl::string_view owner) {
+  std::pair<std::string, std::string> parts = absl::StrSplit(owner, absl::MaxSplits('-', 1));
+  int pid = 0;
+  if (!absl::SimpleAtoi(parts.first, &pid) || pid <= 0 || parts.second.empty()) return false;
+  return StartTime(pid) == parts.second;
+}
+
+int SweepObjectStore(const std::string& dir) {
+  int removed = 0;
+  for (const std::string& owner : ListDir(dir)) {
+    if (!IsName(owner) || ObjectOwnerAlive(owner)) continue;
+    if (RemoveAll(absl::StrCat(dir, "/", owner)).ok()) ++removed;
+  }
+  return removed;
+}
+
+absl::Status StreamObject(const std::string& dir, absl::string_view owner,
+                          absl::string_view object_id, bool probe,
+                          const std::function<bool(absl::string_view chunk, int64_t size)>& write) {
+  if (!IsName(owner) || !IsName(object_id)) {
+    return absl::InvalidArgumentError(absl::StrCat("owner '", owner, "' and object id '", object_id,
+                                                   "' must be names (letters, digits, '-', '_')"));
+  }
+  std::string path = absl::StrCat(dir, "/", owner, "/", object_id);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (!ObjectOwnerAlive(owner)) {
+      return absl::FailedPreconditionError(absl::StrCat("its owner (pid ", owner, ") died"));
+    }
+    return absl::NotFoundError(absl::StrCat("object ", object_id, " is not in the store"));
+  }
+  struct stat st {};
+  ::fstat(fd, &st);
+  const int64_t size = st.st_size;
+  if (probe) {
+    ::close(fd);
+    return write("", size) ? absl::OkStatus() : absl::CancelledError("the reader went away");
+  }
+  std::string chunk;
+  int64_t sent = 0;
+  absl::Status status = absl::OkStatus();
+  do {
+    chunk.resize(static_cast<size_t>(std::min(kObjectChunkBytes, size - sent)));
+    ssize_t n = chunk.empty() ? 0 : ::pread(fd, chunk.data(), chunk.size(), sent);
+    if (n < 0 || (n == 0 && !chunk.empty())) {
+      status = absl::DataLossError(absl::StrCat("reading ", path, " failed"));
+      break;
+    }
+    chunk.resize(static_cast<size_t>(n));
+    sent += n;
+    if (!write(chunk, size)) {
+      status = absl::CancelledError("the reader went away");
+      break;
+    }
+  } while (sent < size);
+  ::close(fd);
+  return status;
+}
+
+}  // namespace phalanx::node

@@ -1,0 +1,41 @@
+// The node's object store on disk: a directory in /dev/shm that the Python processes of this
+// machine write (python/phalanx/_objects.py holds the file format), with one directory per
+// owner process, named "<pid>-<start time>", and one file per object. The node manager creates
+// it, removes the directories of owners that died (their objects die with them, as in Ray),
+// and serves the files to readers on other nodes (NodeManagerService.ReadObject).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace phalanx::node {
+
+// How often the node manager looks for the objects of owners that died.
+inline constexpr absl::Duration kObjectSweepPeriod = absl::Seconds(1);
+// The size of one ReadObject chunk.
+inline constexpr int64_t kObjectChunkBytes = int64_t{1} << 20;
+
+// The store directory of node `node_id` (the same path in _objects.py's _store_root).
+std::string ObjectStoreDir(const std::string& node_id);
+
+// Whether `owner` ("<pid>-<start time>", a directory of the store) names a process that runs:
+// the pid exists and started at that time (a reused pid does not count).
+bool ObjectOwnerAlive(absl::string_view owner);
+
+// Removes the directories of owners that are not alive; returns how many.
+int SweepObjectStore(const std::string& dir);
+
+// Streams object `object_id` of `owner` from the store at `dir` to `write` (a chunk, and the
+// file's size), in chunks of kObjectChunkBytes. NOT_FOUND: not there (not written yet, or
+// freed); FAILED_PRECONDITION: its owner is dead; INVALID_ARGUMENT: a name that is not one.
+// `probe`: one empty chunk with the size, when it is there.
+absl::Status StreamObject(const std::string& dir, absl::string_view owner,
+                          absl::string_view object_id, bool probe,
+                          const std::function<bool(absl::string_view chunk, int64_t size)>& write);
+
+}  // namespace phalanx::node

@@ -1,0 +1,84 @@
+"""A Ray-style driver of the object store across hosts (tests/multihost/test_objects.py):
+weights put on the head and read by actors on two other hosts, a value put by an actor
+read by the driver and by an actor on a third host, a call's result passed on before it is
+done, and a value whose owner is killed. Prints one JSON line per check."""
+
+import argparse
+import json
+import os
+import socket
+import time
+
+import numpy as np
+
+import phalanx
+from phalanx import NodeAffinitySchedulingStrategy
+
+
+@phalanx.remote(num_cpus=1)
+class Worker:
+    def host(self):
+        return socket.gethostname()
+
+    def pid(self):
+        return os.getpid()
+
+    def total(self, weights):            # a top-level ref: the value arrives
+        return float(weights.sum()), socket.gethostname()
+
+    def total_of(self, box):             # a ref inside a list: read here
+        return float(phalanx.get(box[0]).sum())
+
+    def put_big(self, n):
+        return [phalanx.put(np.full(n, 3.0))]
+
+    def slow_make(self, n):
+        time.sleep(1.0)
+        return np.ones(n)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--address")
+    p.add_argument("--token")
+    args = p.parse_args()
+    phalanx.init(args.address, token=args.token)
+    here = socket.gethostname()
+    others = sorted(n["NodeID"] for n in phalanx.nodes()
+                    if n["Alive"] and n["NodeManagerHostname"] != here)
+    w1, w2 = (Worker.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n)).remote()
+              for n in others[:2])
+    hosts = phalanx.get([w1.host.remote(), w2.host.remote()], timeout=60)
+
+    def say(**fields):
+        print(json.dumps(fields), flush=True)
+
+    weights = np.arange(8_000_000, dtype=np.float64)  # 64 MB
+    ref = phalanx.put(weights)
+    started = time.monotonic()
+    results = phalanx.get([w1.total.remote(ref), w2.total.remote(ref)], timeout=120)
+    say(check="broadcast", driver=here, hosts=hosts, results=results,
+        want=float(weights.sum()), seconds=round(time.monotonic() - started, 3))
+
+    [theirs] = phalanx.get(w2.put_big.remote(1_000_000), timeout=60)
+    say(check="borrowed", driver=float(phalanx.get(theirs, timeout=60).sum()),
+        third_host=phalanx.get(w1.total_of.remote([theirs]), timeout=60), want=3e6)
+
+    pending = w2.slow_make.remote(1000)  # passed on before it is done
+    say(check="pending", result=phalanx.get(w1.total_of.remote([pending]), timeout=60),
+        want=1000.0)
+
+    phalanx.kill(w2)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            phalanx.get(theirs, timeout=10)
+            time.sleep(0.2)
+        say(check="owner_died", error=None)
+    except phalanx.OwnerDiedError as e:
+        say(check="owner_died", error=str(e))
+    phalanx.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""The object store across hosts (3 network-namespace hosts, the real CLI on each): values
+move between nodes through the holding node's manager (ReadObject), and a value dies with
+its owner's process, with an error that names it. The driver is
+tests/multihost/objects_driver.py, a Ray-style program."""
+
+import json
+import os
+
+DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "objects_driver.py")
+
+
+def test_values_move_between_hosts_and_die_with_their_owner(cluster, hosts):
+    out = hosts[0].run(["/usr/bin/python3", DRIVER, "--address", cluster.address, "--token",
+                        cluster.token], timeout=150)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    checks = {c["check"]: c for c in (json.loads(line) for line in out.stdout.splitlines()
+                                      if line.startswith("{"))}
+    print(checks)
+    b = checks["broadcast"]
+    assert b["driver"] not in b["hosts"] and len(set(b["hosts"])) == 2, b
+    assert [r[0] for r in b["results"]] == [b["want"]] * 2, b
+    assert sorted(r[1] for r in b["results"]) == sorted(b["hosts"]), b
+    assert checks["borrowed"]["driver"] == checks["borrowed"]["third_host"] == 3e6
+    assert checks["pending"]["result"] == 1000.0
+    died = checks["owner_died"]["error"]
+    assert died and "died" in died and "actor" in died, checks["owner_died"]
