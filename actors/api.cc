@@ -157,13 +157,13 @@ void SleepFor(absl::Duration duration) {
 
 absl::StatusOr<PlacementGroup> CreatePlacementGroup(
     const std::vector<std::map<std::string, double>>& bundles, PlacementStrategy strategy,
-    const std::string& name) {
+    const std::string& name, bool detached) {
   worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   rpc::PlacementGroupInfo spec;
   spec.set_name(name);
   spec.set_strategy(std::string(ToString(strategy)));
-  spec.set_job_id(cw->options().job_id);
+  if (!detached) spec.set_job_id(cw->options().job_id);  // removed with the job
   for (const auto& bundle : bundles) {
     auto* b = spec.add_bundles()->mutable_resources()->mutable_amounts();
     for (const auto& [k, v] : bundle) (*b)[k] = v;

@@ -55,10 +55,23 @@ void DriverLeases::Forget(const std::string& owner) {
 }
 
 absl::Duration DriverLeases::Renew(const rpc::RenewDriverLeaseRequest& request) {
-  absl::MutexLock lock(&mu_);
   if (request.release()) {
-    if (leases_.erase(request.owner_id()) > 0) Forget(request.owner_id());
-  } else {
+    // A driver that ends (shutdown, or its exit) leaves what a gone one leaves: its
+    // actors, already killed by itself, and its job's placement groups unless detached.
+    std::string job_id;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = leases_.find(request.owner_id());
+      if (it == leases_.end()) return options_.node_timeout / 4;
+      job_id = it->second.job_id;
+      leases_.erase(it);
+      Forget(request.owner_id());
+    }
+    release_(request.owner_id(), job_id, "it ended");
+    return options_.node_timeout / 4;
+  }
+  absl::MutexLock lock(&mu_);
+  {
     auto [it, fresh] = leases_.try_emplace(request.owner_id());
     Lease& lease = it->second;
     bool changed = fresh || lease.job_id != request.job_id() ||

@@ -8,7 +8,8 @@
 // gone: its actors (cause OWNER_DIED) and its job's placement groups are released at once. A
 // stopped or starved driver's port still accepts (its kernel answers), and a cut-off host's
 // does not answer: those are released only after the lease timeout, so a live driver on a
-// busy machine keeps what it made.
+// busy machine keeps what it made. A driver that shuts down ends its lease, and what it made
+// is released then (its placement groups, unless detached, as Ray removes a job's).
 //
 // The leases are in the store too (table "driver_leases", written when a lease begins or its
 // driver's address changes, not at each renewal): a GCS that restarts loads them as renewed

@@ -170,6 +170,7 @@ absl::Status GcsNodeManager::Heartbeat(const rpc::HeartbeatRequest& request, boo
     }
     deadline_[request.node_id()] = absl::Now() + options_.node_timeout;
     heard_[request.node_id()] = absl::Now();
+    if (request.has_object_store()) object_stores_[request.node_id()] = request.object_store();
     if (reply != nullptr) {
       reply->set_members_version(members_version_);
       // Only when they changed (every change bumps the version): the count walks the nodes.
@@ -225,6 +226,7 @@ PendingWrite GcsNodeManager::MarkDeadLocked(const std::string& node_id, const st
   updated.clear_available();
   deadline_.erase(node_id);
   heard_.erase(node_id);
+  object_stores_.erase(node_id);
   knocked_.erase(node_id);
   ++members_version_;
   PendingWrite write = SaveLocked(updated, rpc::ResourceEvent::NODE_REMOVED);
@@ -388,6 +390,9 @@ std::vector<rpc::NodeInfo> GcsNodeManager::GetAll(bool alive_only) const {
     auto h = heard_.find(id);
     out.back().set_heartbeat_age_ms(
         h == heard_.end() ? -1 : std::max<int64_t>(0, absl::ToInt64Milliseconds(now - h->second)));
+    if (auto st = object_stores_.find(id); st != object_stores_.end()) {
+      *out.back().mutable_object_store() = st->second;
+    }
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
     return std::make_tuple(a.start_time_ms(), a.node_id()) <

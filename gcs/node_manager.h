@@ -128,6 +128,8 @@ class GcsNodeManager {
   // When this GCS last heard each node (registration or heartbeat; none after a restart until
   // the node's next heartbeat): NodeInfo.heartbeat_age_ms.
   absl::flat_hash_map<std::string, absl::Time> heard_ ABSL_GUARDED_BY(mu_);
+  // Each node's object store, as its last heartbeat said (NodeInfo.object_store).
+  absl::flat_hash_map<std::string, rpc::ObjectStoreUsage> object_stores_ ABSL_GUARDED_BY(mu_);
   // Bumped whenever the set of alive nodes changes (HeartbeatReply.members_version); starts at
   // the clock, so that a restarted GCS's versions do not repeat its predecessor's.
   int64_t members_version_ ABSL_GUARDED_BY(mu_);

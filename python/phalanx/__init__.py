@@ -26,7 +26,8 @@ See phalanx.collective for collective groups and phalanx.train for elastic train
 
 from ._api import (ActorClass, ActorHandle, NodeAffinitySchedulingStrategy, ObjectRef,
                    PlacementGroup, PlacementGroupSchedulingStrategy, actor_info, cpp_actor_class,
-                   get, get_actor, init, is_initialized, kill, placement_group,
+                   get, get_actor, get_placement_group, init, is_initialized, kill, method,
+                   placement_group, placement_group_table,
                    put, remove_placement_group, remote, shutdown, wait)
 from ._context import (RuntimeContext, available_resources, cluster_resources, get_gpu_ids,
                        get_runtime_context, nodes)
@@ -38,8 +39,10 @@ from .exceptions import (ActorDiedError, ActorError, ActorUnavailableError, Alre
                          PhalanxError, PlacementGroupError, TaskError)
 
 __all__ = [
-    "init", "shutdown", "is_initialized", "remote", "put", "get", "wait", "kill", "get_actor",
-    "actor_info", "placement_group", "remove_placement_group", "cpp_actor_class",
+    "init", "shutdown", "is_initialized", "remote", "method", "put", "get", "wait", "kill",
+    "get_actor",
+    "actor_info", "placement_group", "remove_placement_group", "get_placement_group",
+    "placement_group_table", "cpp_actor_class",
     "ActorClass", "ActorHandle", "ObjectRef", "RemoteFunction", "PlacementGroup",
     "PlacementGroupSchedulingStrategy", "NodeAffinitySchedulingStrategy",
     "PhalanxError", "AlreadyExistsError", "ActorError", "ActorDiedError",

@@ -98,6 +98,23 @@ def _stop_local_cluster():
 _job_runtime_env = None  # init(runtime_env=...): every actor's and task's default
 
 
+# The env_vars an actor or task was started with (init's runtime_env, its parent's and its
+# own), in JSON, so that what it starts inherits them, as in Ray.
+ENV_VARS_ENV = "PHALANX_RUNTIME_ENV_VARS"
+
+
+def _inherited_env_vars():
+    """The env_vars what this process starts inherits: this driver's init(runtime_env=...),
+    or those this worker was started with."""
+    import json
+    if _job_runtime_env is not None:
+        return dict(_job_runtime_env.get("env_vars") or {})
+    try:
+        return dict(json.loads(os.environ.get(ENV_VARS_ENV) or "{}"))
+    except ValueError:
+        return {}
+
+
 def _check_runtime_env(runtime_env, where):
     if runtime_env is None:
         return
@@ -113,14 +130,35 @@ def _check_runtime_env(runtime_env, where):
         raise ValueError(f"{where}: runtime_env['env_vars'] must be a dict of strings")
 
 
+# How long init() gives this machine's cluster's GCS to accept a connection before it starts
+# a cluster of its own (a refused port answers at once; this bounds a host that drops it).
+MACHINE_CLUSTER_PROBE_S = 1.0
+
+
+def _machine_cluster_answers():
+    """Whether this machine runs a cluster (`phalanx start`): its latest session names a GCS
+    address, and that port accepts a connection."""
+    root = os.environ.get("PHALANX_TMPDIR") or "/tmp/phalanx"
+    try:
+        with open(os.path.join(root, "session_latest", "address")) as f:
+            host, _, port = f.read().strip().rpartition(":")
+        with socket.create_connection((host.strip("[]"), int(port)),
+                                      timeout=MACHINE_CLUSTER_PROBE_S):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 def init(address=None, *, token=None, namespace="", num_cpus=None, num_gpus=None,
          resources=None, ignore_reinit_error=False, runtime_env=None):
     """Connects this process to a cluster, like ``ray.init()``.
 
     ``address``: ``None`` connects to ``$PHALANX_ADDRESS`` when set (a job submitted with
-    ``phalanx job submit``), else starts a local single-node cluster for this script (stopped
-    at exit; ``num_cpus``/``num_gpus``/``resources`` size it); ``"auto"`` connects to the
-    cluster this machine runs (``phalanx start``); ``"host:port"`` to that GCS. The token comes
+    ``phalanx job submit``), else to the cluster this machine runs (``phalanx start``), as
+    Ray's does, else starts a local single-node cluster for this script (stopped at exit).
+    ``num_cpus``/``num_gpus``/``resources`` size that local cluster, and ask for one: with
+    them, ``None`` never joins the machine's. ``"auto"`` connects to the cluster this machine
+    runs (an error if there is none); ``"host:port"`` to that GCS. The token comes
     from ``token``, ``$PHALANX_TOKEN`` or this machine's session of that address.
     ``runtime_env={"env_vars": {...}}`` is every actor's and task's environment this driver
     starts (theirs are added on top).
@@ -135,6 +173,9 @@ def init(address=None, *, token=None, namespace="", num_cpus=None, num_gpus=None
                                "ignore_reinit_error=True to allow it)")
         if address is None:
             address = os.environ.get("PHALANX_ADDRESS") or None
+        if address is None and num_cpus is None and num_gpus is None and resources is None \
+                and _machine_cluster_answers():
+            address = "auto"  # Ray's: join the cluster this machine runs
         if address is None:
             tmp, port, tok = _start_local_cluster(num_cpus, num_gpus, resources)
             watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), tmp,
@@ -164,6 +205,7 @@ def shutdown():
     global _job_runtime_env
     with _lock:
         if _phalanx.is_initialized() and not _phalanx.in_worker_mode():
+            _objects.forget_all()  # a driver's values go with it, as in Ray
             _phalanx.shutdown()
         _stop_local_cluster()
         _job_runtime_env = None
@@ -182,13 +224,14 @@ class ObjectRef:
     anywhere a value does (inside lists, dicts, arguments and results); as a top-level
     argument of a task or actor call it is replaced by its value before the call runs."""
 
-    __slots__ = ("_ref", "_encoding", "_obj", "_pins")
+    __slots__ = ("_ref", "_encoding", "_obj", "_pins", "_index")
 
-    def __init__(self, ref, encoding, obj=None, pins=None):
+    def __init__(self, ref, encoding, obj=None, pins=None, index=None):
         self._ref = ref          # the runtime's ref of a call of this process (or None)
         self._encoding = encoding
         self._obj = obj          # its place in the object store (_objects.Obj), once it has one
         self._pins = pins        # refs this call's arguments carried: kept while this one is
+        self._index = index      # (i, n): the i-th of the call's n return values
         if obj is not None and _objects.is_owned(obj):
             _objects._here.hold(obj.id)
 
@@ -219,7 +262,7 @@ class ObjectRef:
         if self._obj is None:
             with _publish_lock:
                 if self._obj is None:
-                    obj = _objects.publish(self._ref, self._encoding)
+                    obj = _objects.publish(self._ref, self._encoding, self._index)
                     self._obj = obj  # publish() counted it for this ref
         return self._obj
 
@@ -251,6 +294,48 @@ class ObjectRef:
 
 
 _publish_lock = threading.Lock()
+
+
+def _returned(value, index):
+    """The value a ref stands for: the call's result, or its i-th value of n (num_returns)."""
+    if index is None:
+        return value
+    i, n = index
+    if not isinstance(value, (tuple, list)) or len(value) != n:
+        got = f"{len(value)} values" if isinstance(value, (tuple, list)) else \
+            f"one {type(value).__name__}"
+        raise ValueError(f"the call returned {got} but num_returns={n}: return a tuple or "
+                         f"list of {n} values")
+    return value[i]
+
+
+def _returns(ref, encoding, num_returns, pins=None):
+    """What .remote() gives for a call of `num_returns` values: a ref, a list of them (one
+    per value), or None for 0 (Ray's shapes)."""
+    if num_returns == 1:
+        return ObjectRef(ref, encoding, pins=pins)
+    if num_returns == 0:
+        return None
+    return [ObjectRef(ref, encoding, pins=pins, index=(i, num_returns))
+            for i in range(num_returns)]
+
+
+def check_num_returns(value):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"num_returns={value!r}: give a whole number >= 0 (a call of n values "
+                         f"gives n refs)")
+    return value
+
+
+def method(*, num_returns=1, concurrency_group=None):
+    """Ray's ``@phalanx.method(num_returns=2)`` on an actor's method: its calls give that many
+    refs."""
+    check_num_returns(num_returns)
+
+    def mark(fn):
+        fn.__phalanx_num_returns__ = num_returns
+        return fn
+    return mark
 
 
 def _ref_from_obj(obj):
@@ -320,7 +405,7 @@ def get(refs, *, timeout=None):
                          f"{type(refs).__name__} ({refs!r:.60})")
     items = [refs] if single else list(refs)
     for r in items:
-        if not isinstance(r, ObjectRef):
+        if not isinstance(r, (ObjectRef, _PlacementGroupReady)):
             raise TypeError(f"phalanx.get takes ObjectRefs (or a list of them), not "
                             f"{type(r).__name__}")
     deadline = None if timeout is None else time.monotonic() + float(timeout)
@@ -331,9 +416,12 @@ def get(refs, *, timeout=None):
         results = _phalanx.get([items[i]._ref for i in calls],
                                -1.0 if timeout is None else float(timeout))
         for i, v in zip(calls, results):
-            values[i] = ser.loads_value(v, items[i]._encoding)
+            values[i] = _returned(ser.loads_value(v, items[i]._encoding), items[i]._index)
     for i, r in enumerate(items):
-        if r._ref is None:
+        if isinstance(r, _PlacementGroupReady):
+            values[i] = r._get(None if deadline is None else
+                               max(0.0, deadline - time.monotonic()))
+        elif r._ref is None:
             values[i] = _objects.read(r._obj, deadline)
     return values[0] if single else values
 
@@ -345,7 +433,7 @@ def wait(refs, *, num_returns=1, timeout=None, fetch_local=True):
         raise TypeError(f"phalanx.wait takes a list of ObjectRefs, not {type(refs).__name__}")
     refs = list(refs)
     for r in refs:
-        if not isinstance(r, ObjectRef):
+        if not isinstance(r, (ObjectRef, _PlacementGroupReady)):
             raise TypeError(f"phalanx.wait takes ObjectRefs, not {type(r).__name__}")
     if num_returns < 0 or num_returns > len(refs):
         raise ValueError(f"num_returns={num_returns} must be between 0 and len(refs)="
@@ -373,11 +461,21 @@ def wait(refs, *, num_returns=1, timeout=None, fetch_local=True):
 # ---- actors -------------------------------------------------------------------------------
 
 class PlacementGroupSchedulingStrategy:
-    """Ray's: put the actor in a bundle of a placement group (-1: any bundle)."""
+    """Ray's: put the actor or task in a bundle of a placement group (-1: any bundle); with
+    ``placement_group_capture_child_tasks``, the actors and tasks it starts go in the group
+    too (unless they say otherwise)."""
 
-    def __init__(self, placement_group, placement_group_bundle_index=-1):
+    def __init__(self, placement_group, placement_group_bundle_index=-1,
+                 placement_group_capture_child_tasks=None):
         self.placement_group = placement_group
         self.placement_group_bundle_index = placement_group_bundle_index
+        self.placement_group_capture_child_tasks = placement_group_capture_child_tasks
+
+
+# What a worker in a placement group is told: the group's id, and whether what it starts goes
+# in the group too (placement_group_capture_child_tasks).
+PG_ENV = "PHALANX_PLACEMENT_GROUP"
+PG_CAPTURE_ENV = "PHALANX_PLACEMENT_GROUP_CAPTURE"
 
 
 class NodeAffinitySchedulingStrategy:
@@ -390,7 +488,8 @@ class NodeAffinitySchedulingStrategy:
 
 _OPTION_NAMES = {"num_cpus", "num_gpus", "memory", "resources", "max_restarts",
                  "max_task_retries", "max_concurrency", "name", "namespace", "lifetime",
-                 "placement_group", "placement_group_bundle_index", "scheduling_strategy",
+                 "placement_group", "placement_group_bundle_index",
+                 "placement_group_capture_child_tasks", "scheduling_strategy",
                  "runtime_env", "code_path", "get_if_exists"}
 
 
@@ -429,15 +528,30 @@ def _native_options(options):
             o[key] = options[key]
     o["detached"] = options.get("lifetime") == "detached"
     # The job's runtime_env (init's), then this actor's or task's on top.
-    env = dict((_job_runtime_env or {}).get("env_vars") or {})
+    env = _inherited_env_vars()
     env.update(((options.get("runtime_env") or {}).get("env_vars")) or {})
     if env:
-        o["env"] = {str(k): str(v) for k, v in env.items()}
+        import json
+        env = {str(k): str(v) for k, v in env.items()}
+        o["env"] = dict(env, **{ENV_VARS_ENV: json.dumps(env, sort_keys=True)})
     strategy = options.get("scheduling_strategy")
     pg = options.get("placement_group")
     index = options.get("placement_group_bundle_index", -1)
+    capture = options.get("placement_group_capture_child_tasks")
     if isinstance(strategy, PlacementGroupSchedulingStrategy):
         pg, index = strategy.placement_group, strategy.placement_group_bundle_index
+        capture = strategy.placement_group_capture_child_tasks
+    elif strategy is None and pg is None and os.environ.get(PG_CAPTURE_ENV) == "1" and \
+            os.environ.get(PG_ENV):
+        # Started by an actor or task whose group captures its children: in the group too.
+        pg, index, capture = PlacementGroup(os.environ[PG_ENV], [], ""), -1, True
+    if pg is not None and pg != "default":
+        env = dict(o.get("env") or {})
+        env[PG_ENV] = pg.id
+        env[PG_CAPTURE_ENV] = "1" if capture else ""
+        o["env"] = env
+    elif pg == "default":
+        pg = None
     elif isinstance(strategy, NodeAffinitySchedulingStrategy):
         o["scheduling_strategy"] = "NODE_AFFINITY"
         o["node_id"] = strategy.node_id
@@ -454,11 +568,20 @@ def _native_options(options):
 
 
 class ActorMethod:
-    __slots__ = ("_handle", "_name")
+    __slots__ = ("_handle", "_name", "_num_returns")
 
-    def __init__(self, handle, name):
+    def __init__(self, handle, name, num_returns=None):
         self._handle = handle
         self._name = name
+        self._num_returns = num_returns
+
+    def options(self, *, num_returns=None, **unsupported):
+        """Ray's per-call options of a method: ``num_returns``."""
+        if unsupported:
+            raise ValueError(f"unknown method option(s) {sorted(unsupported)}; the option is "
+                             f"num_returns")
+        return ActorMethod(self._handle, self._name,
+                           None if num_returns is None else check_num_returns(num_returns))
 
     def remote(self, *args, **kwargs):
         h = self._handle
@@ -469,7 +592,10 @@ class ActorMethod:
         elif any(isinstance(a, ObjectRef) for a in args):
             args = tuple(get(a) if isinstance(a, ObjectRef) else a for a in args)  # C++: values
         payload = ser.dumps_call(args, kwargs, encoding)
-        return ObjectRef(_phalanx.submit(h._actor_id, self._name, payload), encoding, pins=pins)
+        n = self._num_returns
+        if n is None:
+            n = h._method_returns.get(self._name, 1)
+        return _returns(_phalanx.submit(h._actor_id, self._name, payload), encoding, n, pins)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"actor methods are called with .remote(): "
@@ -480,10 +606,11 @@ class ActorHandle:
     """A handle to an actor: ``handle.method.remote(*args)`` returns an ObjectRef. Handles can
     be passed to other actors."""
 
-    def __init__(self, actor_id, class_name, language="python"):
+    def __init__(self, actor_id, class_name, language="python", method_returns=None):
         self._actor_id = actor_id
         self._class_name = class_name
         self._language = language
+        self._method_returns = method_returns or {}  # method -> num_returns (@phalanx.method)
 
     @property
     def actor_id(self):
@@ -495,7 +622,8 @@ class ActorHandle:
         return ActorMethod(self, name)
 
     def __reduce__(self):
-        return (ActorHandle, (self._actor_id, self._class_name, self._language))
+        return (ActorHandle, (self._actor_id, self._class_name, self._language,
+                              self._method_returns))
 
     def __repr__(self):
         return f"ActorHandle({self._class_name}, {self._actor_id[:8]})"
@@ -511,6 +639,18 @@ class ActorHandle:
 # max_concurrency says otherwise: Ray's default. Its coroutines share one event loop, and a
 # thread waits for each call only while it runs (the worker starts them as calls need them).
 ASYNC_MAX_CONCURRENCY = 1000
+
+
+def _method_returns(cls):
+    """{method: num_returns} of the methods of cls that @phalanx.method marked."""
+    if cls is None:
+        return {}
+    out = {}
+    for name in dir(cls):
+        n = getattr(getattr(cls, name, None), "__phalanx_num_returns__", None)
+        if n is not None:
+            out[name] = n
+    return out
 
 
 def _is_async_class(cls):
@@ -565,7 +705,8 @@ class ActorClass:
                 and _is_async_class(self._cls)):
             options["max_concurrency"] = ASYNC_MAX_CONCURRENCY
         actor_id = _phalanx.create_actor(self._class_name, self._language, init_args, options)
-        return ActorHandle(actor_id, self._class_name, self._language)
+        return ActorHandle(actor_id, self._class_name, self._language,
+                           _method_returns(self._cls))
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"actor classes are created with .remote(): "
@@ -643,8 +784,15 @@ def actor_info(handle):
 # ---- placement groups ---------------------------------------------------------------------
 
 class _PlacementGroupReady:
+    """What ``pg.ready()`` gives: ``get`` and ``wait`` take it as they take an ObjectRef."""
+
+    _ref = None
+
     def __init__(self, pg):
         self._pg = pg
+
+    def done(self):
+        return self._pg.state == "CREATED"
 
     def _get(self, timeout):
         # GetTimeoutError after `timeout`; PlacementGroupError if the group was removed.
@@ -674,22 +822,83 @@ class PlacementGroup:
     def state(self):
         return _phalanx.placement_group_state(self.id)
 
+    @property
+    def bundle_count(self):
+        return len(self.bundle_specs)
+
+    def __eq__(self, other):
+        return isinstance(other, PlacementGroup) and other.id == self.id
+
+    def __hash__(self):
+        return hash(self.id)
+
+    def __repr__(self):
+        return f"PlacementGroup({self.id[:8]}, {self.strategy}, {len(self.bundle_specs)} bundles)"
+
     def __reduce__(self):
         return (PlacementGroup, (self.id, self.bundle_specs, self.strategy))
 
 
-def placement_group(bundles, strategy="PACK", name=""):
+def placement_group(bundles, strategy="PACK", name="", lifetime=None):
     """Reserves ``bundles`` (e.g. ``[{"CPU": 1}, {"CPU": 1, "GPU": 1}]``) all-or-nothing:
-    PACK, SPREAD, STRICT_PACK or STRICT_SPREAD."""
+    PACK, SPREAD, STRICT_PACK or STRICT_SPREAD. It is removed when this driver's job ends,
+    unless ``lifetime="detached"``."""
     _ensure_init()
     if strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
         raise ValueError(f"strategy={strategy!r}: give PACK, SPREAD, STRICT_PACK or "
                          f"STRICT_SPREAD")
+    if lifetime not in (None, "detached"):
+        raise ValueError(f"lifetime={lifetime!r}: give 'detached' or None")
     converted = []
     for b in bundles:
         converted.append({("memory" if k == "memory" else k): float(v) for k, v in b.items()})
-    pg_id = _phalanx.create_placement_group(converted, strategy, name)  # PlacementGroupError
+    pg_id = _phalanx.create_placement_group(converted, strategy, name or "",
+                                            lifetime == "detached")  # PlacementGroupError
     return PlacementGroup(pg_id, bundles, strategy)
+
+
+def _group_from(info):
+    return PlacementGroup(info["placement_group_id"], [dict(b) for b in info["bundles"]],
+                          info["strategy"])
+
+
+def get_placement_group(name):
+    """The live placement group named ``name`` (Ray's ``ray.util.get_placement_group``);
+    ValueError if there is none."""
+    _ensure_init()
+    for info in _phalanx.list_placement_groups():
+        if info["name"] == name and info["state"] != "REMOVED":
+            return _group_from(info)
+    raise ValueError(f"there is no placement group named {name!r} (placement_group("
+                     f"..., name={name!r}) creates one)")
+
+
+def get_current_placement_group():
+    """The placement group this actor or task runs in; None in a driver or outside a group."""
+    pg_id = os.environ.get(PG_ENV)
+    if not pg_id:
+        return None
+    for info in _phalanx.list_placement_groups():
+        if info["placement_group_id"] == pg_id:
+            return _group_from(info)
+    return PlacementGroup(pg_id, [], "")
+
+
+def placement_group_table(placement_group=None):
+    """Ray's table of placement groups, by id (or one group's entry): id, name, strategy,
+    state, bundles by index and the node of each bundle."""
+    _ensure_init()
+    table = {}
+    for info in _phalanx.list_placement_groups():
+        table[info["placement_group_id"]] = {
+            "placement_group_id": info["placement_group_id"], "name": info["name"],
+            "strategy": info["strategy"], "state": info["state"],
+            "bundles": dict(enumerate(info["bundles"])),
+            "bundles_to_node_id": dict(enumerate(info["bundle_nodes"])),
+            "stats": {"scheduling_state": info["pending_reason"] or info["state"]}}
+    if placement_group is not None:
+        return table.get(placement_group.id, {})
+    return table
 
 
 def remove_placement_group(pg):

@@ -52,12 +52,46 @@ _WRITE_CHUNK = 64 << 20  # bytes per pwrite
 
 # What travels for a ref: its id; the node whose store holds it ("" when inline) and that
 # node's hostname; the owner's directory ("<pid>-<start time>") and a description of it for
-# errors; the inline bytes; and whether it is a call's result that may not be written yet.
-Obj = collections.namedtuple("Obj", "id node host owner label inline pending")
+# errors; the inline bytes; whether it is a call's result that may not be written yet; and
+# whether it went to the node's spill directory on disk (the store was full).
+Obj = collections.namedtuple("Obj", "id node host owner label inline pending spilled")
 
 
 def _store_root(node_id):
     return f"/dev/shm/phalanx-objects-{node_id}"
+
+
+def _store_file(root, name):
+    try:
+        with open(os.path.join(root, name)) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _spill_root(node_id):
+    """The spill directory of a node of this machine (its store's .spill file names it)."""
+    return _store_file(_store_root(node_id), ".spill")
+
+
+def _paths_of(obj):
+    """Where a value of a node of this machine may be: its store, then its spill directory
+    (the other way round for one put there; a call's result goes where it fits when it
+    arrives, after its ref was made)."""
+    roots = [_store_root(obj.node), _spill_root(obj.node)]
+    if obj.spilled:
+        roots.reverse()
+    return [os.path.join(r, obj.owner, obj.id) for r in roots if r]
+
+
+def _map_first(paths):
+    """The mapping of the first of `paths` that exists (FileNotFoundError if none)."""
+    for path in paths:
+        try:
+            return _map_file(path)
+        except FileNotFoundError:
+            continue
+    raise FileNotFoundError(paths[0] if paths else "")
 
 
 def _start_time(pid):
@@ -84,6 +118,8 @@ class _Here:
         self.pid = None
         self.node = None      # this machine's node id ("" when none runs here)
         self.dir = None       # this process's directory of the store
+        self.spill_dir = None  # and of the node's spill directory on disk
+        self.capacity = None  # the store's, in bytes (None: no limit known)
         self.owner = None
         self.host = None
         self.label = None
@@ -108,6 +144,10 @@ class _Here:
             self.label = f"{who} (pid {os.getpid()} on {self.host})"
             self.node = node
             self.dir = os.path.join(_store_root(node), self.owner) if node else None
+            spill = _spill_root(node) if node else ""
+            self.spill_dir = os.path.join(spill, self.owner) if spill else None
+            capacity = _store_file(_store_root(node), ".capacity") if node else ""
+            self.capacity = int(capacity) if capacity.isdigit() else None
             self.counts, self.escaped = {}, set()
             self.pid = os.getpid()
 
@@ -124,10 +164,12 @@ class _Here:
             self.counts.pop(object_id, None)
             if object_id in self.escaped:
                 return
-        try:
-            os.unlink(os.path.join(self.dir, object_id))
-        except (OSError, TypeError):
-            pass
+        self.release_files(object_id)
+
+    def release_files(self, object_id):
+        for d in (self.dir, self.spill_dir):
+            if d:
+                _unlink(os.path.join(d, object_id))
 
     def wanted(self, object_id):
         with self.lock:
@@ -137,14 +179,22 @@ class _Here:
 _here = _Here()
 
 
-def _cleanup_at_exit():
-    if _here.pid == os.getpid() and _here.dir:
-        import shutil
-        shutil.rmtree(_here.dir, ignore_errors=True)
+def forget_all():
+    """This process's values are gone (it disconnects, or exits): its directories are
+    removed, and the next put sets up again (perhaps in another cluster)."""
+    with _here.lock:
+        if _here.pid != os.getpid():
+            return
+        dirs = (_here.dir, _here.spill_dir)
+        _here.pid = None
+    import shutil
+    for d in dirs:
+        if d:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 import atexit  # noqa: E402 - registered once the module is whole
-atexit.register(_cleanup_at_exit)
+atexit.register(forget_all)
 
 
 # ---- encoding ---------------------------------------------------------------------------------
@@ -265,6 +315,38 @@ def _new_id():
     return f"{uuid.uuid4().hex[:16]}{next(_ids):x}"
 
 
+def _store_used(root):
+    """The bytes the values in a store's owner directories take."""
+    used = 0
+    try:
+        owners = [e for e in os.scandir(root) if e.is_dir() and not e.name.startswith(".")]
+    except OSError:
+        return 0
+    for owner in owners:
+        try:
+            used += sum(f.stat().st_size for f in os.scandir(owner.path))
+        except OSError:
+            pass
+    return used
+
+
+def _place(size):
+    """(this process's directory for a `size`-byte value, whether it is the spill one): the
+    store while the value fits in its capacity, else the node's spill directory on disk."""
+    spill = _here.spill_dir is not None and _here.capacity is not None and \
+        _store_used(os.path.dirname(_here.dir)) + size > _here.capacity
+    where = _here.spill_dir if spill else _here.dir
+    os.makedirs(where, mode=0o700, exist_ok=True)
+    return where, spill
+
+
+def _write_placed(object_id, kind, meta, buffers):
+    """Writes an object where it fits; whether it went to disk."""
+    where, spilled = _place(_encode(kind, meta, buffers)[2])
+    _write_file(os.path.join(where, object_id), kind, meta, buffers)
+    return spilled
+
+
 def put(value):
     """An Obj for `value`, owned by this process (the ObjectRef made of it counts it)."""
     _here.ensure()
@@ -273,30 +355,37 @@ def put(value):
     object_id = _new_id()
     if size < INLINE_MAX or not _here.dir:
         return Obj(object_id, "", "", _here.owner, _here.label, _to_bytes(kind, meta, buffers),
-                   False)
-    os.makedirs(_here.dir, mode=0o700, exist_ok=True)
-    _write_file(os.path.join(_here.dir, object_id), kind, meta, buffers)
-    return Obj(object_id, _here.node, _here.host, _here.owner, _here.label, None, False)
+                   False, False)
+    spilled = _write_placed(object_id, kind, meta, buffers)
+    return Obj(object_id, _here.node, _here.host, _here.owner, _here.label, None, False,
+               spilled)
 
 
-def publish(native_ref, encoding):
-    """An Obj for the result of a call of this process: a thread writes it to the store when
-    it arrives (or the call's error). Counted like a put."""
+def _result(native_ref, encoding, index):
+    """(kind, metadata, buffers) of a call's result, or of its index-th value."""
+    (payload,) = _phalanx.get([native_ref], -1.0)
+    if index is None:
+        return KIND_RAW, encoding.encode(), [memoryview(payload)]
+    from . import _serialization as ser
+    from ._api import _returned
+    return serialize(_returned(ser.loads_value(payload, encoding), index))
+
+
+def publish(native_ref, encoding, index=None):
+    """An Obj for the result of a call of this process (or its index-th value, num_returns):
+    a thread writes it to the store when it arrives (or the call's error). Counted like a
+    put."""
     _here.ensure()
     if not _here.dir:
         # No node here to serve it: the ref carries the value (this waits for it).
-        (payload,) = _phalanx.get([native_ref], -1.0)
         return Obj(_new_id(), "", "", _here.owner, _here.label,
-                   _to_bytes(KIND_RAW, encoding.encode(), [memoryview(payload)]), False)
+                   _to_bytes(*_result(native_ref, encoding, index)), False, False)
     object_id = _new_id()
-    os.makedirs(_here.dir, mode=0o700, exist_ok=True)
     _here.hold(object_id)
 
     def write():
-        path = os.path.join(_here.dir, object_id)
         try:
-            (payload,) = _phalanx.get([native_ref], -1.0)
-            item = (KIND_RAW, encoding.encode(), [memoryview(payload)])
+            item = _result(native_ref, encoding, index)
         except BaseException as e:  # noqa: BLE001 - every reader raises it
             try:
                 item = (KIND_ERROR, cloudpickle.dumps(e), [])
@@ -304,11 +393,11 @@ def publish(native_ref, encoding):
                 from .exceptions import PhalanxError
                 item = (KIND_ERROR, pickle.dumps(PhalanxError(str(e))), [])
         if _here.wanted(object_id):
-            _write_file(path, *item)
+            _write_placed(object_id, *item)
             if not _here.wanted(object_id):  # dropped while it was written
-                _unlink(path)
+                _here.release_files(object_id)
     threading.Thread(target=write, name="phalanx-publish", daemon=True).start()
-    return Obj(object_id, _here.node, _here.host, _here.owner, _here.label, None, True)
+    return Obj(object_id, _here.node, _here.host, _here.owner, _here.label, None, True, False)
 
 
 def _unlink(path):
@@ -356,8 +445,7 @@ def ready(obj):
     if obj.inline is not None or not obj.pending:
         return True
     if _is_local(obj):
-        path = os.path.join(_store_root(obj.node), obj.owner, obj.id)
-        return os.path.exists(path) or not owner_alive(obj.owner)
+        return any(os.path.exists(p) for p in _paths_of(obj)) or not owner_alive(obj.owner)
     address = _node_address(obj.node)
     return address is None or _phalanx.read_object(
         address, _phalanx.cluster()[1], obj.owner, obj.id, "", 30.0) != "missing"
@@ -368,14 +456,12 @@ def read(obj, deadline):
     result that is not written yet."""
     if obj.inline is not None:
         return _decode(obj.inline)
-    root = _store_root(obj.node)
     local = _is_local(obj)
     pause = 0.001
     while True:
         if local:
-            path = os.path.join(root, obj.owner, obj.id)
             try:
-                data = _map_file(path)
+                data = _map_first(_paths_of(obj))
                 why = None if owner_alive(obj.owner) else "owner_dead"  # not yet swept
             except FileNotFoundError:
                 why = "missing" if owner_alive(obj.owner) else "owner_dead"

@@ -42,7 +42,7 @@ TASK_METHOD = "__phalanx_task__"
 _RETRYABLE_MARK = "\nretryable"
 
 _TASK_OPTION_NAMES = {"num_cpus", "num_gpus", "memory", "resources", "max_retries",
-                      "retry_exceptions", "scheduling_strategy", "runtime_env"}
+                      "retry_exceptions", "scheduling_strategy", "runtime_env", "num_returns"}
 
 
 class _Dep:
@@ -134,8 +134,9 @@ class TaskWorker:
 
 
 def _check_task_options(options):
-    from ._api import _check_known_and_amounts
+    from ._api import _check_known_and_amounts, check_num_returns
     _check_known_and_amounts(options, _TASK_OPTION_NAMES, "task")
+    check_num_returns(options.get("num_returns", 1))
     retries = options.get("max_retries", 3)
     if not isinstance(retries, int) or retries < -1:
         raise ValueError(f"max_retries={retries!r}: give a whole number >= 0, or -1 for no "
@@ -211,7 +212,7 @@ class RemoteFunction:
             return self._key
 
     def remote(self, *args, **kwargs):
-        from ._api import ObjectRef, _ArgRef, _ensure_init, _native_options
+        from ._api import ObjectRef, _ArgRef, _ensure_init, _native_options, _returns
         _ensure_init()
         key = self._function_key()
         deps, encodings = [], []
@@ -244,7 +245,7 @@ class RemoteFunction:
         ref = _phalanx.submit_task(self._name, _TASK_WORKER_CLASS, _worker_init_args(),
                                    _READY_ARGS, self._native, TASK_METHOD, call, deps,
                                    int(o.get("max_retries", 3)))
-        return ObjectRef(ref, ser.PICKLE, pins=pins or None)
+        return _returns(ref, ser.PICKLE, o.get("num_returns", 1), pins or None)
 
     def __repr__(self):
         return f"RemoteFunction({self._name})"

@@ -12,6 +12,8 @@ import traceback
 
 from . import _serialization as ser
 from ._api import resolve_args
+from .actor import EXIT_WAIT_S as _EXIT_WAIT_S
+from .actor import _end_this_actor, _ExitActor
 from ._task import TASK_METHOD as _TASK_METHOD
 from ._task import TaskWorker as _TaskWorker
 
@@ -56,6 +58,13 @@ def call(obj, method: str, payload: bytes):
         result = fn(*args, **kwargs)
         if inspect.iscoroutine(result):
             result = _run_coroutine(result)
+    except (_ExitActor, SystemExit):
+        # exit_actor() or sys.exit(): the actor ends, not restarted, and this call with it
+        # (its caller gets ActorDiedError, as in Ray); no reply is sent.
+        _end_this_actor()
+        threading.Event().wait(_EXIT_WAIT_S + 5)
+        return (False, b"", "TaskError",
+                f"{type(obj).__name__}.{method} ended its actor (exit_actor() or sys.exit())")
     except Exception as e:  # noqa: BLE001 - handed to the caller as a TaskError
         tb = traceback.format_exc().rstrip()
         return (False, _cause_type(e), "TaskError",

@@ -273,10 +273,40 @@ void BindActors(py::module_& m) {
 
 void BindPlacementGroups(py::module_& m) {
   constexpr ErrorDomain kPg = ErrorDomain::kPlacementGroup;
-  m.def("create_placement_group", [](const std::vector<std::map<std::string, double>>& bundles,
-                                     const std::string& strategy, const std::string& name) {
-    PlacementStrategy parsed = ParseOrRaise(ParsePlacementStrategy(strategy, "strategy"), kPg);
-    return CallBlocking([&] { return CreatePlacementGroup(bundles, parsed, name); }, kPg).id();
+  m.def(
+      "create_placement_group",
+      [](const std::vector<std::map<std::string, double>>& bundles, const std::string& strategy,
+         const std::string& name, bool detached) {
+        PlacementStrategy parsed = ParseOrRaise(ParsePlacementStrategy(strategy, "strategy"), kPg);
+        return CallBlocking([&] { return CreatePlacementGroup(bundles, parsed, name, detached); },
+                            kPg)
+            .id();
+      },
+      py::arg("bundles"), py::arg("strategy"), py::arg("name"), py::arg("detached") = false);
+  // Every group the GCS knows: dicts of id, name, strategy, state, bundles, job_id.
+  m.def("list_placement_groups", [] {
+    auto groups = CallBlocking([] { return Worker().gcs().ListPlacementGroups(); }, kPg);
+    py::list out;
+    for (const auto& g : groups) {
+      py::dict d;
+      d["placement_group_id"] = g.placement_group_id();
+      d["name"] = g.name();
+      d["strategy"] = g.strategy();
+      d["state"] = std::string(rpc::PlacementGroupState_Name(g.state())).substr(3);
+      d["job_id"] = g.job_id();
+      d["pending_reason"] = g.pending_reason();
+      py::list bundles, nodes;
+      for (const auto& b : g.bundles()) {
+        py::dict r;
+        for (const auto& [k, v] : b.resources().amounts()) r[py::str(k)] = v;
+        bundles.append(r);
+        nodes.append(b.node_id());
+      }
+      d["bundles"] = bundles;
+      d["bundle_nodes"] = nodes;
+      out.append(d);
+    }
+    return out;
   });
   // Returns once every bundle is reserved; GetTimeoutError after `timeout_s`.
   m.def("wait_placement_group", [](const std::string& id, double timeout_s) {

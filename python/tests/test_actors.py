@@ -459,6 +459,14 @@ class Doubler:
     def env(self, name):
         return os.environ.get(name)
 
+    def child_env(self, name):
+        return phalanx.get(env_of.remote(name), timeout=60)
+
+
+@phalanx.remote
+def env_of(name):
+    return os.environ.get(name)
+
 
 def test_actor_pool_get_if_exists_and_a_jobs_runtime_env(cluster):
     from phalanx.util import ActorPool
@@ -481,6 +489,10 @@ def test_actor_pool_get_if_exists_and_a_jobs_runtime_env(cluster):
         a = Doubler.options(runtime_env={"env_vars": {"MINE": "actor"}}).remote()
         assert phalanx.get([a.env.remote("JOB_WIDE"), a.env.remote("MINE")], timeout=30) == \
             ["yes", "actor"]
+        # What an actor starts inherits its env_vars (the job's and its own), as in Ray.
+        assert phalanx.get([a.child_env.remote("JOB_WIDE"), a.child_env.remote("MINE")],
+                           timeout=60) == ["yes", "actor"]
+        assert phalanx.get(env_of.remote("MINE"), timeout=60) == "job"
     finally:
         phalanx.shutdown()
         phalanx.init(cluster.address, token=cluster.token)

@@ -53,6 +53,11 @@ int main(int argc, char** argv) {
   start_cmd->add_option("--num-cpus", start.num_cpus, "CPUs to offer (default: all)");
   start_cmd->add_option("--num-gpus", start.num_gpus, "GPUs to offer (default: all)");
   start_cmd->add_option("--memory", start.memory, "memory to offer, bytes (default: all)");
+  start_cmd
+      ->add_option("--object-store-memory", start.object_store_memory,
+                   "what the node's object store may hold in /dev/shm, bytes; past it, values "
+                   "go to disk (default: 30% of the machine's memory)")
+      ->check(CLI::NonNegativeNumber);
   start_cmd->add_option("--resources", start.resources_json,
                         "custom resources as JSON, e.g. '{\"accel\": 2}'");
   start_cmd->add_option("--redis-address", start.redis_address,

@@ -55,6 +55,8 @@ struct StartOptions {
   // Every node: the node manager's memory monitor kills the newest actor when the machine's
   // memory use passes this fraction (<0: the node manager's default).
   double memory_usage_threshold = -1;
+  // Every node: its object store's capacity in /dev/shm, bytes (0: the node manager's default).
+  int64_t object_store_memory = 0;
   // Stay in the foreground: SIGTERM or SIGINT stops what this command started; so does the
   // death of its GCS or node manager (then the exit code is 1). For container entrypoints and
   // `srun`, where the step must own the processes.

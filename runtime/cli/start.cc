@@ -293,6 +293,9 @@ class Starter {
       argv.insert(argv.end(),
                   {"--memory-usage-threshold", absl::StrCat(o_.memory_usage_threshold)});
     }
+    if (o_.object_store_memory > 0) {
+      argv.insert(argv.end(), {"--object-store-memory", absl::StrCat(o_.object_store_memory)});
+    }
     return argv;
   }
 

@@ -13,6 +13,7 @@
 #include "runtime/common/ids.h"
 #include "runtime/common/resources.h"
 #include "runtime/common/session.h"
+#include "runtime/common/system.h"
 #include "runtime/rpc/tls.h"
 
 namespace phalanx::cli {
@@ -119,6 +120,21 @@ int RunStatus(const ClusterFlags& flags) {
     if (n.state() != rpc::NODE_ALIVE) continue;
     std::cout << "  " << ShortId(n.node_id()) << "  "
               << (n.metrics_address().empty() ? "none (--metrics-port -1)" : n.metrics_address())
+              << "\n";
+  }
+  std::cout << "Object stores (in memory, used/capacity; spilled to disk past it):\n";
+  for (const auto& n : *nodes) {
+    if (n.state() != rpc::NODE_ALIVE) continue;
+    const rpc::ObjectStoreUsage& o = n.object_store();
+    if (!n.has_object_store()) {
+      std::cout << "  " << ShortId(n.node_id()) << "  not reported yet\n";
+      continue;
+    }
+    std::cout << "  " << ShortId(n.node_id()) << "  " << FormatBytes(o.used_bytes()) << "/"
+              << FormatBytes(o.capacity_bytes()) << ", " << o.objects() << " object(s)"
+              << (o.spilled_bytes() > 0
+                      ? absl::StrCat(", ", FormatBytes(o.spilled_bytes()), " spilled to disk")
+                      : "")
               << "\n";
   }
   std::cout << "Resources (alive nodes, used/total):\n";

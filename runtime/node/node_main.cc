@@ -44,6 +44,10 @@ int main(int argc, char** argv) {
   app.add_option("--tls-dir", options.tls_dir,
                  "this machine's TLS dir (ca.pem, node.pem, node.key; `phalanx start` makes "
                  "it): serve and call over TLS. Without it: plaintext");
+  app.add_option("--object-store-memory", options.object_store_bytes,
+                 "what the object store may hold in /dev/shm, bytes (0: 30% of the machine's "
+                 "memory); past it, values go to disk")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--memory-usage-threshold", options.memory_usage_threshold,
                  "kill the newest actor when the node's memory use passes this fraction");
   app.add_option("--memory-enforcement", options.memory_enforcement,

@@ -72,7 +72,9 @@ class NodeManagerImpl final : public NodeManager {
   explicit NodeManagerImpl(const NodeManagerOptions& options)
       : options_(options),
         node_id_(options.node_id.empty() ? NewId() : options.node_id),
-        store_dir_(ObjectStoreDir(node_id_)) {}
+        store_dir_(ObjectStoreDir(node_id_)),
+        store_capacity_(options.object_store_bytes > 0 ? options.object_store_bytes
+                                                       : DefaultObjectStoreBytes()) {}
 
   ~NodeManagerImpl() override { Shutdown("node manager destroyed"); }
 
@@ -85,6 +87,9 @@ class NodeManagerImpl final : public NodeManager {
       if (!root.ok()) return root.status();
       log_dir = absl::StrCat(*root, "/node-", ShortId(node_id_), "/logs");
     }
+    // Values past the object store's capacity: beside the logs, on disk.
+    spill_dir_ =
+        absl::StrCat(log_dir.substr(0, log_dir.rfind('/')), "/spilled-objects-", ShortId(node_id_));
     service_ = std::make_unique<NodeServiceImpl>(this);
     auto started = rpc::StartServer(absl::StrCat("0.0.0.0:", options_.port), {service_.get()},
                                     {options_.token, rpc::kMaxControlMessageBytes});
@@ -142,7 +147,7 @@ class NodeManagerImpl final : public NodeManager {
         });
     if (auto s = StartMetrics(); !s.ok()) return s;
     if (auto s = Register(); !s.ok()) return s;
-    if (auto s = MakeDirs(store_dir_); !s.ok()) return s;
+    if (auto s = CreateObjectStore(store_dir_, spill_dir_, store_capacity_); !s.ok()) return s;
     heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
     fence_thread_ = std::thread([this] { FenceLoop(); });
     store_thread_ = std::thread([this] { StoreLoop(); });
@@ -153,7 +158,7 @@ class NodeManagerImpl final : public NodeManager {
   }
 
   const std::string& node_id() const override { return node_id_; }
-  const std::string& store_dir() const { return store_dir_; }
+  std::vector<std::string> store_dirs() const { return {store_dir_, spill_dir_}; }
   int port() const override { return port_; }
 
   // How long since this node last heard from the GCS (VouchReply).
@@ -193,8 +198,11 @@ class NodeManagerImpl final : public NodeManager {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     if (metrics_http_) metrics_http_->Stop();
     // The objects of the workers, which are gone; a driver still running keeps its own.
-    SweepObjectStore(store_dir_);
-    ::rmdir(store_dir_.c_str());
+    for (const std::string& dir : {store_dir_, spill_dir_}) {
+      SweepObjectStore(dir);
+      for (const char* file : {"/.capacity", "/.spill"}) ::unlink((dir + file).c_str());
+      ::rmdir(dir.c_str());
+    }
     spdlog::info("node {} stopped: {}", node_id_, reason);
   }
 
@@ -367,7 +375,7 @@ class NodeManagerImpl final : public NodeManager {
     route.handler = [this](const rpc::HttpRequest&) {
       rpc::HttpResponse r;
       r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-      r.body = metrics_.Page(node_id_, pool_->List());
+      r.body = metrics_.Page(node_id_, pool_->List(), StoreUsage());
       return r;
     };
     auto started = rpc::HttpServer::Start(http, {route});
@@ -404,17 +412,25 @@ class NodeManagerImpl final : public NodeManager {
     reports_.push_back(std::move(report));
   }
 
-  // Removes the objects of owners that died, every kObjectSweepPeriod.
+  // Removes the objects of owners that died, and measures what the store holds (for the
+  // heartbeats and /metrics), every kObjectSweepPeriod.
   void StoreLoop() {
     while (true) {
       {
         absl::MutexLock lock(&mu_);
         if (mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), kObjectSweepPeriod)) return;
       }
-      if (int removed = SweepObjectStore(store_dir_); removed > 0) {
-        spdlog::info("removed the objects of {} owner(s) that died", removed);
-      }
+      int removed = SweepObjectStore(store_dir_) + SweepObjectStore(spill_dir_);
+      if (removed > 0) spdlog::info("removed the objects of {} owner(s) that died", removed);
+      rpc::ObjectStoreUsage usage = MeasureObjectStore(store_dir_, spill_dir_, store_capacity_);
+      absl::MutexLock lock(&store_mu_);
+      store_usage_ = std::move(usage);
     }
+  }
+
+  rpc::ObjectStoreUsage StoreUsage() const {
+    absl::MutexLock lock(&store_mu_);
+    return store_usage_;
   }
 
   void ReportLoop() {
@@ -626,6 +642,7 @@ class NodeManagerImpl final : public NodeManager {
       }
       rpc::HeartbeatRequest request;
       request.set_node_id(node_id_);
+      *request.mutable_object_store() = StoreUsage();
       {
         absl::MutexLock lock(&members_mu_);
         request.set_members_version(members_version_);
@@ -666,6 +683,10 @@ class NodeManagerImpl final : public NodeManager {
   const NodeManagerOptions options_;
   const std::string node_id_;
   const std::string store_dir_;  // the object store (object_store.h)
+  const int64_t store_capacity_;
+  std::string spill_dir_;  // set in Init, before any thread reads it
+  mutable absl::Mutex store_mu_;
+  rpc::ObjectStoreUsage store_usage_ ABSL_GUARDED_BY(store_mu_);
   const int64_t start_time_ms_ = NowMs();
   std::unique_ptr<NodeServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -779,7 +800,7 @@ grpc::Status NodeServiceImpl::UpdateBundles(grpc::ServerContext* context,
 grpc::Status NodeServiceImpl::ReadObject(grpc::ServerContext*,
                                          const rpc::ReadObjectRequest* request,
                                          grpc::ServerWriter<rpc::ObjectChunk>* writer) {
-  absl::Status status = StreamObject(node_->store_dir(), request->owner(), request->object_id(),
+  absl::Status status = StreamObject(node_->store_dirs(), request->owner(), request->object_id(),
                                      request->probe(), [&](absl::string_view chunk, int64_t size) {
                                        rpc::ObjectChunk out;
                                        out.set_data(chunk.data(), chunk.size());

@@ -48,6 +48,9 @@ struct NodeManagerOptions {
   // token as a bearer token). 0: any free one; -1: none. Registered with the node, so that
   // `phalanx status` and the head's scrape targets list it.
   int metrics_port = -1;
+  // What the object store may hold in /dev/shm before values go to disk (object_store.h).
+  // 0: kDefaultObjectStoreFraction of the machine's memory.
+  int64_t object_store_bytes = 0;
   // How long to wait for the GCS at start-up before giving up.
   absl::Duration register_timeout = absl::Seconds(30);
 };

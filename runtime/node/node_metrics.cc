@@ -35,8 +35,8 @@ void NodeMetrics::Ended(const WorkerRecord& worker, const rpc::DeathCause& cause
   }
 }
 
-std::string NodeMetrics::Page(const std::string& node_id,
-                              const std::vector<WorkerRecord>& workers) const {
+std::string NodeMetrics::Page(const std::string& node_id, const std::vector<WorkerRecord>& workers,
+                              const rpc::ObjectStoreUsage& store) const {
   metrics::MetricsWriter w;
   int idle = 0, starting = 0, running = 0;
   for (const auto& r : workers) {
@@ -72,6 +72,14 @@ std::string NodeMetrics::Page(const std::string& node_id,
             [](const WorkerRecord& r) { return r.last_rss; });
   per_actor("phalanx_node_actor_memory_limit_bytes", "Each actor's memory limit (0: none).",
             [](const WorkerRecord& r) { return r.memory_limit; });
+  w.Gauge("phalanx_node_object_store_bytes",
+          "The object store: its capacity in memory, what it holds there, and what went to "
+          "disk past it.");
+  w.Sample(with("kind", "capacity"), static_cast<double>(store.capacity_bytes()));
+  w.Sample(with("kind", "used"), static_cast<double>(store.used_bytes()));
+  w.Sample(with("kind", "spilled"), static_cast<double>(store.spilled_bytes()));
+  w.Gauge("phalanx_node_object_store_objects", "Values in the object store (memory and disk).");
+  w.Sample(node, static_cast<double>(store.objects()));
   w.HistogramFamily("phalanx_node_worker_start_seconds",
                     "From an actor's start request to its worker serving it.");
   w.Histogram(node, start_latency_.Snapshot());

@@ -1,5 +1,6 @@
 // NodeMetrics: what a node manager's /metrics says: its workers by state, each actor's
-// memory, the kills for memory, and how long workers take to start. Thread-safe.
+// memory, the kills for memory, how long workers take to start, and its object store.
+// Thread-safe.
 #pragma once
 
 #include <map>
@@ -25,7 +26,8 @@ class NodeMetrics {
   void Ended(const WorkerRecord& worker, const rpc::DeathCause& cause);
 
   // The Prometheus page, given the pool's workers now.
-  std::string Page(const std::string& node_id, const std::vector<WorkerRecord>& workers) const;
+  std::string Page(const std::string& node_id, const std::vector<WorkerRecord>& workers,
+                   const rpc::ObjectStoreUsage& store) const;
 
  private:
   metrics::Histogram start_latency_{metrics::LatencyBuckets()};

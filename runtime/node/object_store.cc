@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "runtime/common/files.h"
+#include "runtime/common/system.h"
 
 namespace phalanx::node {
 namespace {
@@ -50,6 +53,52 @@ bool ObjectOwnerAlive(absl::string_view owner) {
   return StartTime(pid) == parts.second;
 }
 
+int64_t DefaultObjectStoreBytes() {
+  auto bytes =
+      static_cast<int64_t>(static_cast<double>(TotalMemoryBytes()) * kDefaultObjectStoreFraction);
+  struct statvfs shm {};
+  if (::statvfs("/dev/shm", &shm) == 0) {
+    bytes =
+        std::min(bytes, static_cast<int64_t>(shm.f_bavail) * static_cast<int64_t>(shm.f_frsize));
+  }
+  return std::max<int64_t>(bytes, 0);
+}
+
+absl::Status CreateObjectStore(const std::string& dir, const std::string& spill_dir,
+                               int64_t capacity_bytes) {
+  if (auto s = MakeDirs(dir); !s.ok()) return s;
+  if (auto s = MakeDirs(spill_dir); !s.ok()) return s;
+  if (auto s = WriteFile(absl::StrCat(dir, "/.capacity"), absl::StrCat(capacity_bytes)); !s.ok()) {
+    return s;
+  }
+  return WriteFile(absl::StrCat(dir, "/.spill"), spill_dir);
+}
+
+rpc::ObjectStoreUsage MeasureObjectStore(const std::string& dir, const std::string& spill_dir,
+                                         int64_t capacity_bytes) {
+  rpc::ObjectStoreUsage usage;
+  usage.set_capacity_bytes(capacity_bytes);
+  auto measure = [&](const std::string& root, bool spilled) {
+    for (const std::string& owner : ListDir(root)) {
+      if (!IsName(owner)) continue;
+      std::string owner_dir = absl::StrCat(root, "/", owner);
+      for (const std::string& object : ListDir(owner_dir)) {
+        struct stat st {};
+        if (::stat(absl::StrCat(owner_dir, "/", object).c_str(), &st) != 0) continue;
+        if (spilled) {
+          usage.set_spilled_bytes(usage.spilled_bytes() + st.st_size);
+        } else {
+          usage.set_used_bytes(usage.used_bytes() + st.st_size);
+        }
+        usage.set_objects(usage.objects() + 1);
+      }
+    }
+  };
+  measure(dir, false);
+  measure(spill_dir, true);
+  return usage;
+}
+
 int SweepObjectStore(const std::string& dir) {
   int removed = 0;
   for (const std::string& owner : ListDir(dir)) {
@@ -59,15 +108,20 @@ int SweepObjectStore(const std::string& dir) {
   return removed;
 }
 
-absl::Status StreamObject(const std::string& dir, absl::string_view owner,
+absl::Status StreamObject(const std::vector<std::string>& dirs, absl::string_view owner,
                           absl::string_view object_id, bool probe,
                           const std::function<bool(absl::string_view chunk, int64_t size)>& write) {
   if (!IsName(owner) || !IsName(object_id)) {
     return absl::InvalidArgumentError(absl::StrCat("owner '", owner, "' and object id '", object_id,
                                                    "' must be names (letters, digits, '-', '_')"));
   }
-  std::string path = absl::StrCat(dir, "/", owner, "/", object_id);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  std::string path;
+  int fd = -1;
+  for (const std::string& dir : dirs) {
+    path = absl::StrCat(dir, "/", owner, "/", object_id);
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) break;
+  }
   if (fd < 0) {
     if (!ObjectOwnerAlive(owner)) {
       return absl::FailedPreconditionError(absl::StrCat("its owner (pid ", owner, ") died"));

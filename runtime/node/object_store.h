@@ -1,19 +1,28 @@
 // The node's object store on disk: a directory in /dev/shm that the Python processes of this
 // machine write (python/phalanx/_objects.py holds the file format), with one directory per
-// owner process, named "<pid>-<start time>", and one file per object. The node manager creates
-// it, removes the directories of owners that died (their objects die with them, as in Ray),
-// and serves the files to readers on other nodes (NodeManagerService.ReadObject).
+// owner process, named "<pid>-<start time>", and one file per object. It holds up to its
+// capacity (`phalanx start --object-store-memory`); a value that does not fit goes to the
+// spill directory on disk instead, in the same layout. The two are named in the store's
+// files ".capacity" and ".spill". The node manager creates them, removes the directories of
+// owners that died (their objects die with them, as in Ray), reports the usage (heartbeats,
+// /metrics), and serves the files to readers on other nodes (NodeManagerService.ReadObject).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "runtime/proto/common.pb.h"
 
 namespace phalanx::node {
+
+// The store's capacity when none is given: this fraction of the machine's memory (Ray's
+// default), and never more than /dev/shm has free at the node's start.
+inline constexpr double kDefaultObjectStoreFraction = 0.3;
 
 // How often the node manager looks for the objects of owners that died.
 inline constexpr absl::Duration kObjectSweepPeriod = absl::Seconds(1);
@@ -27,14 +36,26 @@ std::string ObjectStoreDir(const std::string& node_id);
 // the pid exists and started at that time (a reused pid does not count).
 bool ObjectOwnerAlive(absl::string_view owner);
 
+// The default capacity (kDefaultObjectStoreFraction, and /dev/shm's free space).
+int64_t DefaultObjectStoreBytes();
+
+// Creates the store `dir` and the spill directory, and names them and the capacity in the
+// store's ".capacity" and ".spill" files.
+absl::Status CreateObjectStore(const std::string& dir, const std::string& spill_dir,
+                               int64_t capacity_bytes);
+
 // Removes the directories of owners that are not alive; returns how many.
 int SweepObjectStore(const std::string& dir);
 
-// Streams object `object_id` of `owner` from the store at `dir` to `write` (a chunk, and the
-// file's size), in chunks of kObjectChunkBytes. NOT_FOUND: not there (not written yet, or
-// freed); FAILED_PRECONDITION: its owner is dead; INVALID_ARGUMENT: a name that is not one.
+// What the store and its spill directory hold now.
+rpc::ObjectStoreUsage MeasureObjectStore(const std::string& dir, const std::string& spill_dir,
+                                         int64_t capacity_bytes);
+
+// Streams object `object_id` of `owner`, from the first of `dirs` that has it, to `write` (a
+// chunk, and the file's size), in chunks of kObjectChunkBytes. NOT_FOUND: not there (not written
+// yet, or freed); FAILED_PRECONDITION: its owner is dead; INVALID_ARGUMENT: a name that is not one.
 // `probe`: one empty chunk with the size, when it is there.
-absl::Status StreamObject(const std::string& dir, absl::string_view owner,
+absl::Status StreamObject(const std::vector<std::string>& dirs, absl::string_view owner,
                           absl::string_view object_id, bool probe,
                           const std::function<bool(absl::string_view chunk, int64_t size)>& write);
 

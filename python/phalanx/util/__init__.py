@@ -3,11 +3,20 @@ of actors, as ``ray.util.ActorPool`` does:
 
     pool = ActorPool([Worker.remote() for _ in range(4)])
     results = list(pool.map(lambda a, v: a.double.remote(v), range(100)))
+
+and the placement group functions (also in ``phalanx.util.placement_group``), with the
+scheduling strategies in ``phalanx.util.scheduling_strategies``, where Ray has them.
 """
 
 import collections
 
-from ._api import get, wait
+from .._api import get, wait
+from .placement_group import (PlacementGroup, get_current_placement_group,
+                              get_placement_group, placement_group, placement_group_table,
+                              remove_placement_group)
+
+__all__ = ["ActorPool", "PlacementGroup", "placement_group", "remove_placement_group",
+           "get_placement_group", "placement_group_table", "get_current_placement_group"]
 
 
 class ActorPool:

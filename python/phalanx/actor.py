@@ -1,0 +1,45 @@
+"""Ray's ``ray.actor`` functions: ``exit_actor()``."""
+
+import os
+import sys
+import threading
+import time
+
+import _phalanx
+
+# How long an actor that asked to exit waits for its node to end it, before it ends itself.
+EXIT_WAIT_S = 10.0
+
+
+class _ExitActor(BaseException):
+    """Raised by exit_actor(); the worker ends the actor when its method lets it out."""
+
+
+def exit_actor():
+    """Ends the actor that calls it, for good (no restart), as Ray's ``exit_actor``: the
+    calls in flight, this one included, fail with ActorDiedError. ``sys.exit()`` in a method
+    does the same. Only an actor may call it."""
+    hosted = _phalanx.hosted_actor()
+    from ._task import _TASK_WORKER_CLASS
+    if hosted is None or hosted[2] == _TASK_WORKER_CLASS:
+        raise TypeError("exit_actor() ends the actor that calls it; it was called outside an "
+                        "actor (in a driver or a task)")
+    raise _ExitActor()
+
+
+def _end_this_actor():
+    """What the worker does when a method raised _ExitActor or SystemExit: the GCS kills this
+    actor without a restart; if that takes past EXIT_WAIT_S, the process ends itself."""
+    hosted = _phalanx.hosted_actor()
+
+    def end():
+        try:
+            _phalanx.kill(hosted[0], True)
+        except Exception as e:  # noqa: BLE001 - the fallback below still ends it
+            print(f"[phalanx worker] exit_actor: the GCS did not take the kill: {e}",
+                  file=sys.stderr, flush=True)
+        time.sleep(EXIT_WAIT_S)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    threading.Thread(target=end, name="phalanx-exit-actor", daemon=True).start()

@@ -1,0 +1,61 @@
+"""A node's object store is bounded: `phalanx start --object-store-memory` sets what it may
+hold in /dev/shm, a value past it goes to disk (and is read the same way), and `phalanx
+status` says what each store holds and what it spilled."""
+
+import gc
+import os
+import time
+
+import numpy as np
+import pytest
+
+import phalanx
+from conftest import Cluster, wait_for
+
+CAPACITY = 24 << 20  # bytes
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("phx"), num_cpus=2,
+                extra_args=("--object-store-memory", str(CAPACITY)))
+    os.environ["PHALANX_TLS_DIR"] = c.tls_dir
+    try:
+        phalanx.init(c.address, token=c.token)
+        yield c
+    finally:
+        phalanx.shutdown()
+        os.environ.pop("PHALANX_TLS_DIR", None)
+        c.stop()
+
+
+@phalanx.remote
+def total(x):
+    return float(x.sum())
+
+
+def _store_line(cluster):
+    out = cluster.cli("status").stdout
+    return out.split("Object stores")[1].splitlines()[1]
+
+
+def test_values_past_the_capacity_go_to_disk_and_read_the_same(cluster):
+    refs = [phalanx.put(np.full(2 << 20, float(i))) for i in range(3)]  # 16 MiB each
+    assert [r._obj.spilled for r in refs] == [False, True, True]
+    assert [float(phalanx.get(r)[0]) for r in refs] == [0.0, 1.0, 2.0]
+    assert phalanx.get([total.remote(r) for r in refs], timeout=60) == \
+        [0.0, float(2 << 20), float(4 << 20)]
+    line = wait_for(lambda: "spilled" in _store_line(cluster) and _store_line(cluster), 30)
+    assert "16.0 MiB/24.0 MiB" in line and "3 object(s)" in line and \
+        "32.0 MiB spilled to disk" in line, line
+    # Freed values leave the disk too, and the store has room again.
+    del refs
+    gc.collect()
+    assert wait_for(lambda: "0 object(s)" in _store_line(cluster), 30), _store_line(cluster)
+    again = phalanx.put(np.ones(2 << 20))
+    assert not again._obj.spilled
+
+
+def test_a_bad_capacity_is_refused_naming_the_flag(cluster):
+    out = cluster.cli("start", "--head", "--object-store-memory", "-5")
+    assert out.returncode != 0 and "--object-store-memory" in out.stdout + out.stderr

@@ -1,0 +1,180 @@
+"""Ray Core's API in the shapes of its documentation: several return values (``num_returns``,
+``@ray.method``), an actor that ends itself (``exit_actor``, ``sys.exit``), and placement
+groups (named and detached, the table, ``wait([pg.ready()])``, child tasks captured), with
+``ray.util``'s module paths."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import phalanx
+from phalanx.actor import exit_actor
+from phalanx.util.placement_group import (get_current_placement_group, get_placement_group,
+                                          placement_group, placement_group_table,
+                                          remove_placement_group)
+from phalanx.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from conftest import connected_cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with connected_cluster(tmp_path_factory.mktemp("phx"), num_cpus=8) as c:
+        yield c
+
+
+@phalanx.remote(num_returns=3)
+def three():
+    return 1, 2, 3
+
+
+@phalanx.remote
+def one():
+    return 1
+
+
+@phalanx.remote
+def total(refs):
+    return sum(phalanx.get(refs))
+
+
+@phalanx.remote(num_cpus=1)
+def current_group():
+    g = get_current_placement_group()
+    return g.id if g else None
+
+
+@phalanx.remote(num_cpus=1)
+class Worker:
+    @phalanx.method(num_returns=2)
+    def pair(self):
+        return "a", "b"
+
+    def both(self):
+        return [1, 2]
+
+    def bye(self):
+        exit_actor()
+
+    def leave(self):
+        sys.exit(0)
+
+    def alive(self):
+        return True
+
+    def group(self):
+        g = get_current_placement_group()
+        return g.id if g else None
+
+    def child_group(self):
+        return phalanx.get(current_group.remote(), timeout=60)
+
+
+def test_several_return_values(cluster):
+    a, b, c = three.remote()
+    assert phalanx.get([a, b, c], timeout=60) == [1, 2, 3] and phalanx.get(c) == 3
+    assert phalanx.get(total.remote(list(three.remote())), timeout=60) == 6  # refs sent on
+    w = Worker.remote()
+    x, y = w.pair.remote()
+    assert phalanx.get([x, y], timeout=60) == ["a", "b"]
+    p, q = w.both.options(num_returns=2).remote()
+    assert phalanx.get(q, timeout=60) == 2
+    assert one.options(num_returns=0).remote() is None
+    bad, _ = one.options(num_returns=2).remote()
+    with pytest.raises(ValueError, match="returned one int but num_returns=2"):
+        phalanx.get(bad, timeout=60)
+    with pytest.raises(ValueError, match="num_returns"):
+        one.options(num_returns=-1)
+    phalanx.kill(w)
+
+
+def test_an_actor_ends_itself_for_good(cluster):
+    for method in ("bye", "leave"):
+        w = Worker.options(max_restarts=3).remote()
+        assert phalanx.get(w.alive.remote(), timeout=60)
+        started = time.monotonic()
+        with pytest.raises(phalanx.ActorDiedError):
+            phalanx.get(getattr(w, method).remote(), timeout=60)
+        assert time.monotonic() - started < 30
+        time.sleep(0.5)
+        assert phalanx.actor_info(w)["state"] == "DEAD"  # not restarted, max_restarts or not
+        with pytest.raises(phalanx.ActorDiedError):
+            phalanx.get(w.alive.remote(), timeout=60)
+    with pytest.raises(TypeError, match="outside an actor"):
+        exit_actor()
+
+
+def test_placement_groups_as_ray_util_has_them(cluster):
+    pg = placement_group([{"CPU": 1}] * 3, strategy="PACK", name="trainers",
+                         lifetime="detached")
+    ready, not_ready = phalanx.wait([pg.ready()], timeout=60)
+    assert ready and not not_ready
+    assert phalanx.get(pg.ready(), timeout=60) == pg
+    assert get_placement_group("trainers") == pg
+    row = placement_group_table(pg)
+    assert row["name"] == "trainers" and row["state"] == "CREATED" and row["strategy"] == "PACK"
+    assert row["bundles"] == {0: {"CPU": 1.0}, 1: {"CPU": 1.0}, 2: {"CPU": 1.0}}
+    assert all(row["bundles_to_node_id"].values())
+    assert pg.id in placement_group_table()
+    # An actor in the group sees it; with capture, the tasks it starts run in it too.
+    captured = Worker.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 0, placement_group_capture_child_tasks=True)).remote()
+    assert phalanx.get(captured.group.remote(), timeout=60) == pg.id
+    assert phalanx.get(captured.child_group.remote(), timeout=60) == pg.id
+    plain = Worker.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 1)).remote()
+    assert phalanx.get(plain.group.remote(), timeout=60) == pg.id
+    assert phalanx.get(plain.child_group.remote(), timeout=60) is None
+    assert phalanx.get(current_group.remote(), timeout=60) is None
+    with pytest.raises(ValueError, match="no placement group named 'nope'"):
+        get_placement_group("nope")
+    with pytest.raises(ValueError, match="lifetime"):
+        placement_group([{"CPU": 1}], lifetime="forever")
+    remove_placement_group(pg)
+    assert placement_group_table(pg)["state"] == "REMOVED"
+    with pytest.raises(ValueError):
+        get_placement_group("trainers")
+
+
+def test_a_detached_group_outlives_its_driver(cluster):
+    program = (
+        "import sys, phalanx\n"
+        "phalanx.init(sys.argv[1], token=sys.argv[2])\n"
+        "kept = phalanx.placement_group([{'CPU': 1}], name='kept', lifetime='detached')\n"
+        "gone = phalanx.placement_group([{'CPU': 1}], name='gone')\n"
+        "phalanx.get([kept.ready(), gone.ready()], timeout=60)\n")
+    env = dict(cluster.env, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", program, cluster.address, cluster.token],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    kept = get_placement_group("kept")
+    assert placement_group_table(kept)["state"] == "CREATED"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(
+            r["name"] == "gone" and r["state"] != "REMOVED"
+            for r in placement_group_table().values()):
+        time.sleep(0.1)
+    assert all(r["state"] == "REMOVED" for r in placement_group_table().values()
+               if r["name"] == "gone")
+    remove_placement_group(kept)
+
+
+def test_init_without_an_address_joins_this_machines_cluster(cluster, tmp_path):
+    program = ("import phalanx, _phalanx\n"
+               "phalanx.init()\n"
+               "print(_phalanx.cluster()[0], len(phalanx.nodes()))\n"
+               "phalanx.shutdown()\n")
+    env = dict(cluster.env, PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("PHALANX_TLS_DIR", None)
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == [cluster.address, "1"], out.stdout
+    # With no cluster on the machine (an empty session root), it starts one of its own.
+    env["PHALANX_TMPDIR"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
+                         text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[0] != cluster.address, out.stdout
