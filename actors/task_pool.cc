@@ -74,14 +74,48 @@ class Background {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+class Pool;
+
 struct Task {
   TaskSubmission spec;
   std::shared_ptr<worker::ObjectState> result;
   std::string payload;  // the call's arguments, once its dependencies are resolved
   int attempts = 0;     // sent again after a worker death or a retried error
   absl::Time sent;      // to its current worker
+  std::weak_ptr<Pool> pool;
+  std::string worker_id;               // the worker running it (guarded by its pool's mu_)
+  std::atomic<bool> cancelled{false};  // CancelTask: never sent (again) or retried
 };
 using TaskPtr = std::shared_ptr<Task>;
+
+// The tasks of this process not yet done, by their result slot (CancelTask finds them here).
+class TaskRegistry {
+ public:
+  static TaskRegistry& Get() {
+    static auto* registry = new TaskRegistry();  // never destroyed, as Pools
+    return *registry;
+  }
+  void Add(const TaskPtr& task) {
+    {
+      absl::MutexLock lock(&mu_);
+      tasks_[task->result.get()] = task;
+    }
+    const worker::ObjectState* key = task->result.get();
+    task->result->OnDone([this, key] {
+      absl::MutexLock lock(&mu_);
+      tasks_.erase(key);
+    });
+  }
+  TaskPtr Find(const worker::ObjectState* result) {
+    absl::MutexLock lock(&mu_);
+    auto it = tasks_.find(result);
+    return it == tasks_.end() ? nullptr : it->second.lock();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<const worker::ObjectState*, std::weak_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
+};
 
 bool WorkerDied(const absl::Status& status) {
   std::string kind = worker::ErrorKind(status);
@@ -114,9 +148,21 @@ class Pool : public std::enable_shared_from_this<Pool> {
         task->result->Set(ShutDownError());
         return;
       }
+      if (task->cancelled) return;  // its result is set already
       queue_.push_back(std::move(task));
     }
     Pump();
+  }
+
+  // Takes a cancelled task out of the queue; returns the worker running it, if one does.
+  std::string Cancel(const TaskPtr& task) {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find(queue_.begin(), queue_.end(), task);
+    if (it != queue_.end()) {
+      queue_.erase(it);
+      return "";
+    }
+    return task->worker_id;
   }
 
   // Returns the workers idle for longer than kTaskWorkerIdleTimeout, and cancels the leases
@@ -206,6 +252,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
         if (best == workers_.end()) break;
         ++best->second.in_flight;
         queue_.front()->sent = now;
+        queue_.front()->worker_id = best->first;
         sends.emplace_back(best->first, std::move(queue_.front()));
         queue_.pop_front();
       }
@@ -238,6 +285,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
     const absl::Status& status = attempt.status();
     const TaskSubmission& spec = task->spec;
     bool can_retry = spec.max_retries < 0 || task->attempts < spec.max_retries;
+    if (task->cancelled) can_retry = false;
     if (!status.ok() && WorkerDied(status)) {
       {
         absl::MutexLock lock(&mu_);
@@ -523,6 +571,8 @@ std::shared_ptr<worker::ObjectState> SubmitTask(TaskSubmission spec) {
   std::vector<std::shared_ptr<worker::ObjectState>> deps = std::move(spec.deps);
   spec.deps.clear();
   task->spec = std::move(spec);
+  task->pool = pool;
+  TaskRegistry::Get().Add(task);
   if (deps.empty()) {
     task->payload = task->spec.assemble({});
     pool->Enqueue(std::move(task));
@@ -532,7 +582,7 @@ std::shared_ptr<worker::ObjectState> SubmitTask(TaskSubmission spec) {
   auto left = std::make_shared<std::atomic<int>>(static_cast<int>(deps.size()));
   for (const auto& dep : deps) {
     dep->OnDone([task, deps, left, pool] {
-      if (left->fetch_sub(1) != 1) return;
+      if (left->fetch_sub(1) != 1 || task->cancelled) return;
       std::vector<std::string> values;
       for (const auto& d : deps) {
         if (!d->status().ok()) {
@@ -546,6 +596,29 @@ std::shared_ptr<worker::ObjectState> SubmitTask(TaskSubmission spec) {
     });
   }
   return result;
+}
+
+absl::Status CancelTask(const std::shared_ptr<worker::ObjectState>& result, bool force) {
+  TaskPtr task = TaskRegistry::Get().Find(result.get());
+  if (task == nullptr) {
+    if (result->done()) return absl::OkStatus();  // finished: it keeps its result
+    return absl::InvalidArgumentError(
+        "not a task of this process (an actor call is stopped with phalanx::Kill)");
+  }
+  task->cancelled = true;
+  std::string running;
+  if (auto pool = task->pool.lock()) running = pool->Cancel(task);
+  const bool killed = force && !running.empty();
+  result->Set(worker::MakeError(
+      absl::StatusCode::kCancelled, worker::error_kind::kTaskCancelled,
+      absl::StrCat("task ", task->spec.function, " was cancelled",
+                   killed            ? " (its worker was killed)"
+                   : running.empty() ? " before it ran"
+                                     : " (it runs on, and its result is dropped)")));
+  if (killed) {
+    Background::Get().Run([running] { KillActor(running, /*no_restart=*/true).IgnoreError(); });
+  }
+  return absl::OkStatus();
 }
 
 void ShutdownTaskPools() {

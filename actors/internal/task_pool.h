@@ -75,6 +75,12 @@ struct TaskSubmission {
 // Queues the task; the returned slot gets its result or its error. Never null.
 std::shared_ptr<worker::ObjectState> SubmitTask(TaskSubmission task);
 
+// Cancels the task whose result slot is `result` (Ray's cancel): the slot fails with
+// kTaskCancelled at once. A queued task is never sent; a running one runs on and its result is
+// dropped, unless `force`, which kills its worker (no retry). A finished task keeps its
+// result. INVALID_ARGUMENT for a slot that is not a task of this process.
+absl::Status CancelTask(const std::shared_ptr<worker::ObjectState>& result, bool force);
+
 // Fails every queued task, forgets every pool and stops the reaper (phalanx::Shutdown calls
 // it; the workers die with their owner).
 void ShutdownTaskPools();

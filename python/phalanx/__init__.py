@@ -25,7 +25,8 @@ See phalanx.collective for collective groups and phalanx.train for elastic train
 """
 
 from ._api import (ActorClass, ActorHandle, NodeAffinitySchedulingStrategy, ObjectRef,
-                   PlacementGroup, PlacementGroupSchedulingStrategy, actor_info, cpp_actor_class,
+                   PlacementGroup, PlacementGroupSchedulingStrategy, actor_info, cancel,
+                   cpp_actor_class,
                    get, get_actor, get_placement_group, init, is_initialized, kill, method,
                    placement_group, placement_group_table,
                    put, remove_placement_group, remote, shutdown, wait)
@@ -36,10 +37,13 @@ from .exceptions import (ActorDiedError, ActorError, ActorUnavailableError, Alre
                          CollectiveError,
                          GetTimeoutError, InvalidArgumentError, InvalidCallError, NotFoundError,
                          ObjectFreedError, ObjectLostError, ObjectStoreFullError, OwnerDiedError,
-                         PhalanxError, PlacementGroupError, TaskError)
+                         PhalanxError, PlacementGroupError, TaskCancelledError, TaskError)
+
+from . import actor, exceptions, util  # noqa: E402 - ray.actor, ray.exceptions, ray.util
 
 __all__ = [
     "init", "shutdown", "is_initialized", "remote", "method", "put", "get", "wait", "kill",
+    "cancel",
     "get_actor",
     "actor_info", "placement_group", "remove_placement_group", "get_placement_group",
     "placement_group_table", "cpp_actor_class",
@@ -49,6 +53,7 @@ __all__ = [
     "ActorUnavailableError", "TaskError",
     "InvalidCallError", "GetTimeoutError", "PlacementGroupError", "CollectiveError",
     "NotFoundError", "InvalidArgumentError", "ObjectLostError", "OwnerDiedError",
-    "ObjectFreedError", "ObjectStoreFullError", "get_runtime_context", "RuntimeContext",
+    "ObjectFreedError", "ObjectStoreFullError", "TaskCancelledError", "get_runtime_context",
+    "RuntimeContext",
     "get_gpu_ids", "nodes", "cluster_resources", "available_resources",
 ]

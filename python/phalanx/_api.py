@@ -237,8 +237,11 @@ class ObjectRef:
 
     def __del__(self):
         obj = getattr(self, "_obj", None)
-        if obj is not None and _objects.is_owned(obj):
-            _objects._here.release(obj.id)
+        try:
+            if obj is not None and _objects.is_owned(obj):
+                _objects._here.release(obj.id)
+        except Exception:  # noqa: BLE001 - at interpreter exit the module may be half gone
+            pass
 
     def done(self):
         if self._ref is not None:
@@ -424,6 +427,21 @@ def get(refs, *, timeout=None):
         elif r._ref is None:
             values[i] = _objects.read(r._obj, deadline)
     return values[0] if single else values
+
+
+def cancel(ref, *, force=False, recursive=True):
+    """Cancels a task, as Ray's ``cancel``: ``get`` of its ref raises ``TaskCancelledError``
+    at once. A task not started yet never runs; a running one runs on and its result is
+    dropped, unless ``force``, which kills its worker process. A finished task keeps its
+    result. (``recursive``: accepted; the tasks it started are not cancelled.)"""
+    if not isinstance(ref, ObjectRef):
+        raise TypeError(f"phalanx.cancel takes an ObjectRef, not {type(ref).__name__}")
+    if ref._ref is None:
+        raise ValueError("phalanx.cancel stops a task; this ref is a value (phalanx.put)")
+    if ref._ref.actor_id:
+        raise ValueError("phalanx.cancel stops tasks, not actor calls; phalanx.kill(handle) "
+                         "ends the actor")
+    ref._ref.cancel(bool(force))
 
 
 def wait(refs, *, num_returns=1, timeout=None, fetch_local=True):

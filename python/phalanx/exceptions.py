@@ -44,6 +44,10 @@ class TaskError(PhalanxError):
         self.cause = cause
 
 
+class TaskCancelledError(PhalanxError):
+    """The task was cancelled (``phalanx.cancel``) before it gave a result."""
+
+
 class InvalidCallError(PhalanxError, TypeError):
     """No such method, or arguments that do not fit it."""
 

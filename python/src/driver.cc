@@ -236,6 +236,10 @@ void BindRuntime(py::module_& m) {
 void BindActors(py::module_& m) {
   py::class_<PyObjectRef>(m, "ObjectRef")
       .def("done", [](const PyObjectRef& r) { return r.state->done(); })
+      .def("cancel",
+           [](const PyObjectRef& r, bool force) {
+             CallBlocking([&] { return internal::CancelTask(r.state, force); });
+           })
       .def_readonly("actor_id", &PyObjectRef::actor_id)
       .def_readonly("method", &PyObjectRef::method);
   m.def("create_actor", &CreateActor);

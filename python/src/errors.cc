@@ -22,6 +22,7 @@ const char* ExceptionClassFor(const absl::Status& status, ErrorDomain domain) {
   if (kind == worker::error_kind::kTaskError) return "TaskError";
   if (kind == worker::error_kind::kInvalidCall) return "InvalidCallError";
   if (kind == worker::error_kind::kGetTimeout) return "GetTimeoutError";
+  if (kind == worker::error_kind::kTaskCancelled) return "TaskCancelledError";
   switch (domain) {
     case ErrorDomain::kPlacementGroup:
       return "PlacementGroupError";

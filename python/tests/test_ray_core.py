@@ -178,3 +178,45 @@ def test_init_without_an_address_joins_this_machines_cluster(cluster, tmp_path):
                          text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[0] != cluster.address, out.stdout
+
+
+@phalanx.remote(num_cpus=1, max_retries=3)
+def sleeper(seconds, marker=None):
+    time.sleep(seconds)
+    if marker:
+        open(marker, "w").close()
+    return os.getpid()
+
+
+def test_cancel_a_queued_a_running_and_a_finished_task(cluster, tmp_path):
+    # Force: the worker is killed, the task is not retried, get fails at once.
+    running = sleeper.remote(60)
+    time.sleep(1.0)
+    started = time.monotonic()
+    phalanx.cancel(running, force=True)
+    with pytest.raises(phalanx.TaskCancelledError, match="worker was killed"):
+        phalanx.get(running, timeout=30)
+    assert time.monotonic() - started < 10
+    # Queued behind 8 CPUs' worth of tasks: it never runs.
+    busy = [sleeper.remote(3) for _ in range(8)]
+    queued = sleeper.remote(0, str(tmp_path / "ran"))
+    phalanx.cancel(queued)
+    with pytest.raises(phalanx.TaskCancelledError):
+        phalanx.get(queued, timeout=30)
+    phalanx.get(busy, timeout=120)
+    time.sleep(1.0)
+    assert not (tmp_path / "ran").exists()
+    # Not forced while it runs: get fails at once; the task runs on.
+    slow = sleeper.remote(2)
+    time.sleep(0.5)
+    phalanx.cancel(slow)
+    with pytest.raises(phalanx.TaskCancelledError, match="runs on"):
+        phalanx.get(slow, timeout=5)
+    done = sleeper.remote(0)
+    pid = phalanx.get(done, timeout=60)
+    phalanx.cancel(done)
+    assert phalanx.get(done) == pid
+    with pytest.raises(ValueError, match="not actor calls"):
+        phalanx.cancel(Worker.remote().alive.remote())
+    with pytest.raises(ValueError, match="phalanx.put"):
+        phalanx.cancel(phalanx.put(1))

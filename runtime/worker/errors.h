@@ -19,6 +19,7 @@ inline constexpr char kTaskError[] = "TaskError";                // the method r
 inline constexpr char kInvalidCall[] = "InvalidCall";            // unknown method, bad arguments
 inline constexpr char kGetTimeout[] = "GetTimeout";              // Get/Wait timed out
 inline constexpr char kCreationFailed[] = "CreationFailed";      // the constructor failed
+inline constexpr char kTaskCancelled[] = "TaskCancelled";        // a task was cancelled
 }  // namespace error_kind
 
 // A status of `code` with `message`, tagged with `kind`.

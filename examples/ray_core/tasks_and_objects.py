@@ -1,0 +1,68 @@
+# Ray Core's first steps, with only the import changed: remote functions, refs as
+# arguments, put/get of a large array passed by reference, wait, and a tree of tasks.
+import numpy as np
+import phalanx as ray
+
+ray.init()
+
+
+@ray.remote
+def square(x):
+    return x * x
+
+
+futures = [square.remote(i) for i in range(4)]
+assert ray.get(futures) == [0, 1, 4, 9]
+
+# Pass large arguments by reference: put once, hand the ref to many tasks.
+matrix = np.random.rand(1000, 1000)
+matrix_ref = ray.put(matrix)
+
+
+@ray.remote
+def trace(m):
+    return float(np.trace(m))
+
+
+assert ray.get([trace.remote(matrix_ref) for _ in range(4)]) == [float(np.trace(matrix))] * 4
+
+
+# Objects nested in a list are not resolved: the task gets the refs.
+@ray.remote
+def echo_and_get(x_list):
+    return ray.get(x_list)
+
+
+a, b = ray.put(1), ray.put(2)
+assert ray.get(echo_and_get.remote([a, b])) == [1, 2]
+
+
+# A tree of tasks: a task that starts tasks. (Two levels: a task waiting in get keeps its
+# CPU here, where Ray lends it out, so a tree needs the CPUs of its waiting levels.)
+@ray.remote
+def partial_sum(lo, hi):
+    if hi - lo <= 8:
+        return sum(range(lo, hi))
+    mid = (lo + hi) // 2
+    return sum(ray.get([partial_sum.remote(lo, mid), partial_sum.remote(mid, hi)]))
+
+
+assert ray.get(partial_sum.remote(0, 16)) == sum(range(16))
+
+# Process results as they finish with wait.
+refs = [square.remote(i) for i in range(6)]
+total = 0
+while refs:
+    done, refs = ray.wait(refs, num_returns=1)
+    total += ray.get(done[0])
+assert total == sum(i * i for i in range(6))
+
+
+@ray.remote(num_returns=2)
+def split(x):
+    return x, -x
+
+
+pos, neg = split.remote(3)
+assert ray.get([pos, neg]) == [3, -3]
+print("OK")
