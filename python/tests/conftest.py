@@ -71,10 +71,10 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def connected_cluster(root, num_cpus=4):
-    """A Cluster in `root` with this process connected to it as a driver; disconnected and
-    stopped (and checked: nothing left) at the end."""
-    c = Cluster(root, num_cpus=num_cpus)
+def connected_cluster(root, num_cpus=4, extra_args=()):
+    """A Cluster in `root` (`phalanx start` with `extra_args` too) with this process connected
+    to it as a driver; disconnected and stopped (and checked: nothing left) at the end."""
+    c = Cluster(root, num_cpus=num_cpus, extra_args=extra_args)
     os.environ["PHALANX_TLS_DIR"] = c.tls_dir
     c.env["PHALANX_TLS_DIR"] = c.tls_dir  # not one an earlier module left in os.environ
     try:

@@ -3,30 +3,21 @@ hold in /dev/shm, a value past it goes to disk (and is read the same way), and `
 status` says what each store holds and what it spilled."""
 
 import gc
-import os
-import time
 
 import numpy as np
 import pytest
 
 import phalanx
-from conftest import Cluster, wait_for
+from conftest import connected_cluster, wait_for
 
 CAPACITY = 24 << 20  # bytes
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("phx"), num_cpus=2,
-                extra_args=("--object-store-memory", str(CAPACITY)))
-    os.environ["PHALANX_TLS_DIR"] = c.tls_dir
-    try:
-        phalanx.init(c.address, token=c.token)
+    with connected_cluster(tmp_path_factory.mktemp("phx"), num_cpus=2,
+                           extra_args=("--object-store-memory", str(CAPACITY))) as c:
         yield c
-    finally:
-        phalanx.shutdown()
-        os.environ.pop("PHALANX_TLS_DIR", None)
-        c.stop()
 
 
 @phalanx.remote
