@@ -94,7 +94,7 @@ def main():
     target = np.empty_like(big)
     target.fill(0)
     memcpy = best(lambda: np.copyto(target, big), args.repeats)
-    del target
+    target = None
     # The same copy into new memory, whose pages fault in as it goes (as a store's new pages).
     memcpy_new = best(lambda: np.copyto(np.empty_like(big), big), args.repeats)
     holder = {}
@@ -115,7 +115,7 @@ def main():
           f"{gb / memcpy_new:.2f} GB/s into new memory (Ray publishes "
           f"{RAY_PUT_GBPS} GB/s put on its machine)", flush=True)
     holder.clear()
-    del big
+    big = None
 
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
