@@ -215,15 +215,15 @@ class RemoteFunction:
         from ._api import ObjectRef, _ArgRef, _ensure_init, _native_options, _returns
         _ensure_init()
         key = self._function_key()
-        deps, encodings = [], []
-
-        pins = []
+        deps, encodings, pins = [], [], []
 
         def swap(value):
             if isinstance(value, ObjectRef):
-                if value._ref is None:  # a value of the store: the worker reads it
+                if value._ref is None or value._index is not None:
+                    # A value of the store, or one of a call's several values: the worker
+                    # reads it from the store.
                     pins.append(value)
-                    return _ArgRef(value._obj)
+                    return _ArgRef(value._store_obj())
                 deps.append(value._ref)
                 encodings.append(value._encoding)
                 return _Dep(len(deps) - 1)

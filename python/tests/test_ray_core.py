@@ -37,6 +37,11 @@ def one():
 
 
 @phalanx.remote
+def identity(x):
+    return x
+
+
+@phalanx.remote
 def total(refs):
     return sum(phalanx.get(refs))
 
@@ -76,6 +81,8 @@ class Worker:
 def test_several_return_values(cluster):
     a, b, c = three.remote()
     assert phalanx.get([a, b, c], timeout=60) == [1, 2, 3] and phalanx.get(c) == 3
+    assert phalanx.get(total.remote([b]), timeout=60) == 2  # one value, nested
+    assert phalanx.get(identity.remote(c), timeout=60) == 3  # one value, as an argument
     assert phalanx.get(total.remote(list(three.remote())), timeout=60) == 6  # refs sent on
     w = Worker.remote()
     x, y = w.pair.remote()
