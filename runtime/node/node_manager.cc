@@ -147,6 +147,9 @@ class NodeManagerImpl final : public NodeManager {
         });
     if (auto s = StartMetrics(); !s.ok()) return s;
     if (auto s = Register(); !s.ok()) return s;
+    if (int stale = RemoveStaleObjectStores(store_dir_); stale > 0) {
+      spdlog::info("removed {} object store(s) of node managers that are gone", stale);
+    }
     if (auto s = CreateObjectStore(store_dir_, spill_dir_, store_capacity_); !s.ok()) return s;
     heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
     fence_thread_ = std::thread([this] { FenceLoop(); });
@@ -200,7 +203,7 @@ class NodeManagerImpl final : public NodeManager {
     // The objects of the workers, which are gone; a driver still running keeps its own.
     for (const std::string& dir : {store_dir_, spill_dir_}) {
       SweepObjectStore(dir);
-      for (const char* file : {"/.capacity", "/.spill"}) ::unlink((dir + file).c_str());
+      for (const char* file : {"/.capacity", "/.spill", "/.node"}) ::unlink((dir + file).c_str());
       ::rmdir(dir.c_str());
     }
     spdlog::info("node {} stopped: {}", node_id_, reason);

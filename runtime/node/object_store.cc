@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -67,11 +68,40 @@ int64_t DefaultObjectStoreBytes() {
 absl::Status CreateObjectStore(const std::string& dir, const std::string& spill_dir,
                                int64_t capacity_bytes) {
   if (auto s = MakeDirs(dir); !s.ok()) return s;
+  if (auto s = WriteFile(absl::StrCat(dir, "/.node"),
+                         absl::StrCat(::getpid(), "-", StartTime(::getpid())));
+      !s.ok()) {
+    return s;
+  }
   if (auto s = MakeDirs(spill_dir); !s.ok()) return s;
   if (auto s = WriteFile(absl::StrCat(dir, "/.capacity"), absl::StrCat(capacity_bytes)); !s.ok()) {
     return s;
   }
   return WriteFile(absl::StrCat(dir, "/.spill"), spill_dir);
+}
+
+int RemoveStaleObjectStores(const std::string& own_dir) {
+  constexpr absl::string_view kPrefix = "phalanx-objects-";
+  int removed = 0;
+  for (const std::string& name : ListDir("/dev/shm")) {
+    std::string dir = absl::StrCat("/dev/shm/", name);
+    if (!absl::StartsWith(name, kPrefix) || dir == own_dir) continue;
+    auto node = ReadFileAtMost(absl::StrCat(dir, "/.node"), 256);
+    if (node.ok() && ObjectOwnerAlive(absl::StripAsciiWhitespace(*node))) continue;
+    // No ".node": one that ended (it removes its files) or one being created this moment.
+    struct stat st {};
+    if (!node.ok() && (::stat(dir.c_str(), &st) != 0 ||
+                       absl::FromTimeT(st.st_mtime) > absl::Now() - kStaleObjectStoreAge)) {
+      continue;
+    }
+    SweepObjectStore(dir);
+    bool owners_left = false;
+    for (const std::string& entry : ListDir(dir)) owners_left |= IsName(entry);
+    if (node.ok() || !owners_left) {
+      if (RemoveAll(dir).ok()) ++removed;
+    }
+  }
+  return removed;
 }
 
 rpc::ObjectStoreUsage MeasureObjectStore(const std::string& dir, const std::string& spill_dir,

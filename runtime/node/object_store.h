@@ -24,6 +24,9 @@ namespace phalanx::node {
 // default), and never more than /dev/shm has free at the node's start.
 inline constexpr double kDefaultObjectStoreFraction = 0.3;
 
+// A store with no ".node" file is left alone this long after its last change: it may be
+// one that another node manager is creating.
+inline constexpr absl::Duration kStaleObjectStoreAge = absl::Seconds(60);
 // How often the node manager looks for the objects of owners that died.
 inline constexpr absl::Duration kObjectSweepPeriod = absl::Seconds(1);
 // The size of one ReadObject chunk.
@@ -39,13 +42,18 @@ bool ObjectOwnerAlive(absl::string_view owner);
 // The default capacity (kDefaultObjectStoreFraction, and /dev/shm's free space).
 int64_t DefaultObjectStoreBytes();
 
-// Creates the store `dir` and the spill directory, and names them and the capacity in the
-// store's ".capacity" and ".spill" files.
+// Creates the store `dir` and the spill directory, and names them, the capacity and this
+// process (the node manager) in the store's ".capacity", ".spill" and ".node" files.
 absl::Status CreateObjectStore(const std::string& dir, const std::string& spill_dir,
                                int64_t capacity_bytes);
 
 // Removes the directories of owners that are not alive; returns how many.
 int SweepObjectStore(const std::string& dir);
+
+// Removes the stores in /dev/shm, other than `own_dir`, whose node manager is gone (its
+// ".node" names a process that does not run, or the store has none and no owner is left in
+// it): a node manager that was SIGKILLed could not remove its own. Returns how many.
+int RemoveStaleObjectStores(const std::string& own_dir);
 
 // What the store and its spill directory hold now.
 rpc::ObjectStoreUsage MeasureObjectStore(const std::string& dir, const std::string& spill_dir,
