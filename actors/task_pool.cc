@@ -165,20 +165,26 @@ class Pool : public std::enable_shared_from_this<Pool> {
     return task->worker_id;
   }
 
-  // Returns the workers idle for longer than kTaskWorkerIdleTimeout, and cancels the leases
-  // an empty queue no longer needs.
+  // Returns the workers idle for longer than kTaskWorkerIdleTimeout, lends the CPU of those
+  // idle for kTaskWorkerLendAfterIdle, and cancels the leases an empty queue no longer needs.
   void Reap(absl::Time now) {
-    std::vector<std::string> kill;
+    std::vector<std::string> kill, lend;
     {
       absl::MutexLock lock(&mu_);
       for (auto it = workers_.begin(); it != workers_.end();) {
-        if (it->second.in_flight == 0 && now - it->second.idle_since > kTaskWorkerIdleTimeout) {
+        Worker& w = it->second;
+        if (w.in_flight == 0 && now - w.idle_since > kTaskWorkerIdleTimeout) {
           kill.push_back(it->first);
           ++stats_.workers_returned;
           it = workers_.erase(it);
-        } else {
-          ++it;
+          continue;
         }
+        if (w.in_flight == 0 && w.cpu == Cpu::kHeld &&
+            now - w.idle_since >= kTaskWorkerLendAfterIdle) {
+          w.cpu = Cpu::kLending;
+          lend.push_back(it->first);
+        }
+        ++it;
       }
       if (queue_.empty()) {
         for (const auto& id : leasing_) {
@@ -189,6 +195,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
       }
     }
     for (const auto& id : kill) KillActor(id, /*no_restart=*/true).IgnoreError();
+    for (const auto& id : lend) Lent(id, LendCpu(id, rpc::LendActorResourcesRequest::LEND));
   }
 
   void ShutDown() {
@@ -213,11 +220,59 @@ class Pool : public std::enable_shared_from_this<Pool> {
   }
 
  private:
+  // Where an idle worker's CPU is: lent to the cluster after kTaskWorkerLendAfterIdle, and
+  // taken back (only if free: TRY_RECLAIM) before it runs a task again.
+  enum class Cpu { kHeld, kLending, kLent, kReclaiming };
   struct Worker {
     int in_flight = 0;
     absl::Time idle_since;  // when in_flight last fell to 0
     absl::Time last_done;   // its last completion
+    Cpu cpu = Cpu::kHeld;   // tasks go only to kHeld workers
   };
+
+  // Lends or takes back a worker's CPU: whether it holds it afterwards.
+  static absl::StatusOr<bool> LendCpu(const std::string& worker_id,
+                                      rpc::LendActorResourcesRequest::Action action) {
+    worker::CoreWorker* core = worker::CoreWorker::Get();
+    if (core == nullptr) return absl::CancelledError("phalanx was shut down");
+    return core->gcs().LendActorResources(worker_id, /*attempt=*/-1, action,
+                                          worker::kLendCallTimeout);
+  }
+
+  // A lend (from Reap) answered: the worker is kLent, or kHeld again if the GCS kept its CPU.
+  void Lent(const std::string& id, const absl::StatusOr<bool>& held) {
+    bool pump;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = workers_.find(id);
+      if (it == workers_.end() || it->second.cpu != Cpu::kLending) return;
+      it->second.cpu = held.ok() && !*held ? Cpu::kLent : Cpu::kHeld;
+      pump = !queue_.empty();
+    }
+    if (pump) Pump();
+  }
+
+  // Takes a lent idle worker's CPU back for the queue; when the cluster has none free, the
+  // worker is returned instead and the pool leases again, in line with every other request.
+  void Reclaim(const std::string& id) {
+    auto held = LendCpu(id, rpc::LendActorResourcesRequest::TRY_RECLAIM);
+    bool give_up = false;
+    {
+      absl::MutexLock lock(&mu_);
+      --reclaims_in_flight_;
+      auto it = workers_.find(id);
+      if (it == workers_.end()) return;
+      if (held.ok() && *held) {
+        it->second.cpu = Cpu::kHeld;
+      } else {
+        workers_.erase(it);
+        ++stats_.workers_returned;
+        give_up = true;
+      }
+    }
+    if (give_up) KillActor(id, /*no_restart=*/true).IgnoreError();
+    Pump();
+  }
 
   // How many tasks a worker may hold at once: more than one only while tasks are short.
   int PipelineDepth() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -234,6 +289,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
   // the lock (a send that fails at once completes on this thread).
   void Pump() {
     std::vector<std::pair<std::string, TaskPtr>> sends;
+    std::vector<std::string> reclaims;
     int leases = 0;
     {
       absl::MutexLock lock(&mu_);
@@ -244,7 +300,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
       while (!queue_.empty()) {
         auto best = workers_.end();
         for (auto it = workers_.begin(); it != workers_.end(); ++it) {
-          if (it->second.in_flight < depth &&
+          if (it->second.cpu == Cpu::kHeld && it->second.in_flight < depth &&
               (best == workers_.end() || it->second.in_flight < best->second.in_flight)) {
             best = it;
           }
@@ -256,13 +312,24 @@ class Pool : public std::enable_shared_from_this<Pool> {
         sends.emplace_back(best->first, std::move(queue_.front()));
         queue_.pop_front();
       }
-      int wanted =
-          std::min<int>(static_cast<int>(queue_.size()), kMaxLeasesInFlight) - leases_in_flight_;
+      // Lent idle workers first (their CPU back, if free), then new leases.
+      for (auto& [id, w] : workers_) {
+        if (reclaims_in_flight_ >= static_cast<int>(queue_.size())) break;
+        if (w.cpu != Cpu::kLent) continue;
+        w.cpu = Cpu::kReclaiming;
+        ++reclaims_in_flight_;
+        reclaims.push_back(id);
+      }
+      int wanted = std::min<int>(static_cast<int>(queue_.size()), kMaxLeasesInFlight) -
+                   leases_in_flight_ - reclaims_in_flight_;
       int room = kMaxTaskWorkersPerPool - static_cast<int>(workers_.size()) - leases_in_flight_;
       leases = std::max(0, std::min(wanted, room));
       leases_in_flight_ += leases;
     }
     for (auto& [id, task] : sends) Send(id, std::move(task));
+    for (auto& id : reclaims) {
+      Background::Get().Run([self = shared_from_this(), id] { self->Reclaim(id); });
+    }
     for (int i = 0; i < leases; ++i) {
       Background::Get().Run([self = shared_from_this()] { self->Lease(); });
     }
@@ -437,6 +504,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
   std::set<std::string> leasing_ ABSL_GUARDED_BY(mu_);          // created, not answering yet
   std::set<std::string> cancelled_ ABSL_GUARDED_BY(mu_);        // leases the reaper cancelled
   int leases_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  int reclaims_in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // lent idle workers being taken back
   int lease_failures_ ABSL_GUARDED_BY(mu_) = 0;
   // A moving average of the time a worker spends on one task (0: none done yet).
   absl::Duration task_time_ ABSL_GUARDED_BY(mu_);
@@ -619,6 +687,21 @@ absl::Status CancelTask(const std::shared_ptr<worker::ObjectState>& result, bool
     Background::Get().Run([running] { KillActor(running, /*no_restart=*/true).IgnoreError(); });
   }
   return absl::OkStatus();
+}
+
+bool WaitForResult(const std::shared_ptr<worker::ObjectState>& state, absl::Duration timeout) {
+  if (state->done()) return true;
+  worker::BlockedScope blocked;
+  return state->Wait(timeout);
+}
+
+std::vector<bool> WaitForResults(const std::vector<std::shared_ptr<worker::ObjectState>>& states,
+                                 int num_ready, absl::Duration timeout) {
+  int ready = 0;
+  for (const auto& s : states) ready += s->done() ? 1 : 0;
+  if (ready >= num_ready) return worker::WaitAny(states, num_ready, absl::ZeroDuration());
+  worker::BlockedScope blocked;
+  return worker::WaitAny(states, num_ready, timeout);
 }
 
 void ShutdownTaskPools() {

@@ -14,6 +14,9 @@
 namespace phalanx::gcs {
 namespace {
 
+// The resource a blocked or idle task worker lends (LendActorResources).
+constexpr char kCpuResource[] = "CPU";
+
 bool Placed(const rpc::ActorInfo& a) {
   return !a.node_id().empty() &&
          (a.state() == rpc::ACTOR_CREATING || a.state() == rpc::ACTOR_ALIVE);
@@ -238,7 +241,72 @@ absl::StatusOr<rpc::ActorInfo> GcsActorManager::Create(rpc::ActorInfo spec) {
   return stored ? *stored : spec;
 }
 
+void GcsActorManager::RepayLocked(Effects* effects) {
+  for (auto& [id, lent] : lent_) {
+    if (!lent.owed) continue;
+    const rpc::ActorInfo* actor = actors_.Find(id);
+    if (actor == nullptr || !Placed(*actor)) continue;
+    if (scheduler_->AllocateActor(actor->node_id(), actor->placement_group_id(),
+                                  actor->placed_bundle(), lent.cpu)) {
+      effects->availability_changed.push_back(actor->node_id());
+      lent.owed = false;
+      lent.cpu = Resources();  // held again: erased below
+    }
+  }
+  for (auto it = lent_.begin(); it != lent_.end();) {
+    it = it->second.cpu.Empty() ? lent_.erase(it) : std::next(it);
+  }
+}
+
+absl::StatusOr<bool> GcsActorManager::Lend(const std::string& actor_id, int attempt,
+                                           rpc::LendActorResourcesRequest::Action action) {
+  Effects effects;
+  bool held = true;
+  {
+    absl::MutexLock lock(&mu_);
+    const rpc::ActorInfo* found = actors_.Find(actor_id);
+    if (found == nullptr) {
+      return absl::NotFoundError(absl::StrCat("LendActorResources: no actor ", actor_id));
+    }
+    const rpc::ActorInfo& actor = *found;
+    if ((attempt >= 0 && attempt != actor.num_restarts()) || actor.state() != rpc::ACTOR_ALIVE ||
+        !Placed(actor)) {
+      return true;
+    }
+    auto it = lent_.find(actor_id);
+    if (action == rpc::LendActorResourcesRequest::LEND) {
+      if (it != lent_.end()) {
+        it->second.owed = false;  // it blocks again, or went idle, before it was repaid
+        return false;
+      }
+      Resources cpu;
+      cpu.SetFixed(kCpuResource, rpc::FromProto(actor.resources()).GetFixed(kCpuResource));
+      if (cpu.Empty()) return true;  // it holds no CPU: nothing to lend
+      scheduler_->ReleaseActor(actor.node_id(), actor.placement_group_id(), actor.placed_bundle(),
+                               cpu);
+      lent_[actor_id] = Lent{cpu, false};
+      effects.availability_changed.push_back(actor.node_id());
+      effects.freed = true;
+      ScheduleLocked(&effects);
+      held = false;
+    } else {
+      if (it == lent_.end()) return true;
+      if (scheduler_->AllocateActor(actor.node_id(), actor.placement_group_id(),
+                                    actor.placed_bundle(), it->second.cpu)) {
+        lent_.erase(it);
+        effects.availability_changed.push_back(actor.node_id());
+      } else {
+        held = false;
+        if (action == rpc::LendActorResourcesRequest::RECLAIM) it->second.owed = true;
+      }
+    }
+  }
+  Apply(std::move(effects)).IgnoreError();  // the store logged it; the lending stands
+  return held;
+}
+
 void GcsActorManager::ScheduleLocked(Effects* effects) {
+  RepayLocked(effects);
   std::deque<std::string> still_pending;
   absl::Time now = absl::Now(), next_try = absl::InfiniteFuture();
   while (!pending_.empty()) {
@@ -292,8 +360,13 @@ void GcsActorManager::ScheduleLocked(Effects* effects) {
 
 void GcsActorManager::ReleaseLocked(const rpc::ActorInfo& actor, Effects* effects) {
   if (!Placed(actor)) return;
+  Resources held = rpc::FromProto(actor.resources());
+  if (auto it = lent_.find(actor.actor_id()); it != lent_.end()) {
+    held -= it->second.cpu;  // given back already
+    lent_.erase(it);
+  }
   scheduler_->ReleaseActor(actor.node_id(), actor.placement_group_id(), actor.placed_bundle(),
-                           rpc::FromProto(actor.resources()));
+                           held);
   effects->availability_changed.push_back(actor.node_id());
   effects->freed = true;
 }

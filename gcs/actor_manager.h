@@ -91,6 +91,13 @@ class GcsActorManager {
   // is not dead: its driver is gone (cause OWNER_DIED, saying `why`). How many.
   int KillOwnedBy(const std::string& owner_id, const std::string& why);
 
+  // Lends or takes back an actor's CPU (gcs.proto's LendActorResources: a task worker blocked
+  // in get, or kept idle by its pool). Returns whether the actor holds its CPU afterwards.
+  // An actor that is not ALIVE, or an attempt that is not its current one, is left as it is
+  // (answered held: it has nothing to lend). NotFound for an unknown actor.
+  absl::StatusOr<bool> Lend(const std::string& actor_id, int attempt,
+                            rpc::LendActorResourcesRequest::Action action);
+
   // Liveness leases (an elastic controller holds one). RenewLease arms or re-arms the lease of
   // an actor's attempt for `timeout`; *stale is set when that attempt is no longer the actor's
   // current one (it was replaced: the caller must exit). ExpireLeases, called by the health
@@ -137,6 +144,9 @@ class GcsActorManager {
   absl::Status KillWithCause(const std::string& actor_id, bool no_restart, rpc::DeathCause cause);
   void ReleaseLocked(const rpc::ActorInfo& actor, Effects* effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes back the CPU of lent actors that resumed (RECLAIM while none was free): first in
+  // line for every freed CPU, before pending actors are placed.
+  void RepayLocked(Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Outside the lock: waits until the changed records are persisted, then sends starts and
   // kills and publishes node availability. Returns the first write's error: the transition
   // is carried out anyway (the process it describes started or died already) and its record
@@ -155,6 +165,13 @@ class GcsActorManager {
   mutable absl::Mutex mu_;
   Table<rpc::ActorInfo> actors_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> pending_ ABSL_GUARDED_BY(mu_);  // actor ids, FIFO
+  // Actors whose CPU is lent (Lend), by id: in memory only, so a restarted GCS counts every
+  // placed actor's resources as held again (its workers' next RECLAIM is then a no-op).
+  struct Lent {
+    Resources cpu;      // what was given back
+    bool owed = false;  // its worker resumed and wants it back (RECLAIM): RepayLocked
+  };
+  std::map<std::string, Lent> lent_ ABSL_GUARDED_BY(mu_);
   struct Lease {
     int attempt = 0;
     absl::Duration timeout;

@@ -272,6 +272,18 @@ class GcsClientImpl final : public GcsClient {
     return reply->stale();
   }
 
+  absl::StatusOr<bool> LendActorResources(const std::string& actor_id, int attempt,
+                                          rpc::LendActorResourcesRequest::Action action,
+                                          absl::Duration timeout) override {
+    rpc::LendActorResourcesRequest request;
+    request.set_actor_id(actor_id);
+    request.set_attempt(attempt);
+    request.set_action(action);
+    auto reply = Call(&Stub::LendActorResources, request, std::min(timeout, options_.rpc_timeout));
+    if (!reply.ok()) return reply.status();
+    return reply->held();
+  }
+
   absl::StatusOr<absl::Duration> RenewDriverLease(
       const rpc::RenewDriverLeaseRequest& request) override {
     auto reply = Call(&Stub::RenewDriverLease, request);

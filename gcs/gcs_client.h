@@ -84,6 +84,13 @@ class GcsClient {
   // gcs.proto). Returns true when that attempt was replaced: the caller must exit.
   virtual absl::StatusOr<bool> RenewActorLease(const std::string& actor_id, int attempt,
                                                absl::Duration timeout) = 0;
+  // Lends or takes back an actor's CPU (gcs.proto's LendActorResources; attempt -1: the
+  // current one). Returns whether the actor holds its CPU afterwards.
+  virtual absl::StatusOr<bool> LendActorResources(const std::string& /*actor_id*/, int /*attempt*/,
+                                                  rpc::LendActorResourcesRequest::Action /*action*/,
+                                                  absl::Duration /*timeout*/) {
+    return absl::UnimplementedError("LendActorResources");
+  }
   // Renews this driver's lease (gcs.proto's RenewDriverLease); returns how often to renew.
   virtual absl::StatusOr<absl::Duration> RenewDriverLease(
       const rpc::RenewDriverLeaseRequest& /*request*/) {

@@ -212,6 +212,15 @@ class GcsServiceImpl final : public GcsServiceHandlers {
     return grpc::Status::OK;
   }
 
+  grpc::Status LendActorResources(grpc::ServerContext*,
+                                  const rpc::LendActorResourcesRequest* request,
+                                  rpc::LendActorResourcesReply* reply) override {
+    auto held = actors_->Lend(request->actor_id(), request->attempt(), request->action());
+    if (!held.ok()) return rpc::ToGrpc(held.status());
+    reply->set_held(*held);
+    return grpc::Status::OK;
+  }
+
   grpc::Status RenewDriverLease(grpc::ServerContext*, const rpc::RenewDriverLeaseRequest* request,
                                 rpc::RenewDriverLeaseReply* reply) override {
     if (request->owner_id().empty()) {

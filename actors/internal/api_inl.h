@@ -47,7 +47,7 @@ template <typename T>
 WaitResult<T> Wait(const std::vector<ObjectRef<T>>& refs, int num_returns, absl::Duration timeout) {
   std::vector<std::shared_ptr<worker::ObjectState>> states;
   for (const auto& r : refs) states.push_back(r.state());
-  std::vector<bool> done = WaitAny(states, num_returns, timeout);
+  std::vector<bool> done = internal::WaitForResults(states, num_returns, timeout);
   WaitResult<T> out;
   for (size_t i = 0; i < refs.size(); ++i) {
     (done[i] && static_cast<int>(out.ready.size()) < num_returns ? out.ready : out.not_ready)

@@ -15,6 +15,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -78,13 +79,20 @@ absl::StatusOr<T> Unpack(const std::string& bytes, const std::string& what) {
   }
 }
 
+// Waits for `state` as a caller's Get does: a task worker lends its CPU while it waits
+// (worker::BlockedScope). False when `timeout` passed first. (task_pool.cc)
+bool WaitForResult(const std::shared_ptr<worker::ObjectState>& state, absl::Duration timeout);
+// Waits as a caller's Wait does (worker::WaitAny, lending as WaitForResult). (task_pool.cc)
+std::vector<bool> WaitForResults(const std::vector<std::shared_ptr<worker::ObjectState>>& states,
+                                 int num_ready, absl::Duration timeout);
+
 // Waits for `state` (what: the call, for the message) and returns the call's status.
 inline absl::Status Await(const std::shared_ptr<worker::ObjectState>& state, absl::Duration timeout,
                           const std::string& what) {
   if (!state) {
     return absl::FailedPreconditionError("Get on an empty ObjectRef");
   }
-  if (!state->Wait(timeout)) {
+  if (!WaitForResult(state, timeout)) {
     return worker::MakeError(
         absl::StatusCode::kDeadlineExceeded, worker::error_kind::kGetTimeout,
         absl::StrCat("Get timed out after ", absl::FormatDuration(timeout), " waiting for ", what));

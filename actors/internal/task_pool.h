@@ -7,9 +7,11 @@
 // placement): a task goes to an idle worker of its pool as one actor call (one hop, no
 // process start); when none is idle it queues, and the pool leases another worker (creates
 // the actor and waits until it answers) while the queue is longer than the leases under
-// way (short tasks are pipelined: see kPipelineTaskTime). A worker the queue no longer needs is
-// returned (killed) after kTaskWorkerIdleTimeout. Leases the cluster cannot grant stay pending in
-// the GCS, as Ray's lease requests do, and are cancelled once the queue is empty.
+// way (short tasks are pipelined: see kPipelineTaskTime). A worker the queue no longer needs
+// lends its CPU after kTaskWorkerLendAfterIdle and is returned (killed) after
+// kTaskWorkerIdleTimeout; a task waiting in get lends its worker's CPU too (BlockedScope). Leases
+// the cluster cannot grant stay pending in the GCS, as Ray's lease requests do, and are cancelled
+// once the queue is empty.
 //
 // A task's ObjectRef arguments (`deps`) are resolved before it is sent: the pool waits for
 // them and `assemble` splices their values into the call's arguments, so values travel by
@@ -37,8 +39,13 @@ namespace phalanx::internal {
 
 // An idle task worker is returned (its actor killed) after this long without a task.
 inline constexpr absl::Duration kTaskWorkerIdleTimeout = absl::Seconds(10);
+// An idle task worker lends its CPU back to the cluster after this long without a task (the
+// actor lives on, for kTaskWorkerIdleTimeout), as Ray returns an idle worker's lease: the
+// tasks of other pools, a nested task's children among them, may need it. Its pool takes the
+// CPU back before it sends the worker a task, or returns the worker if none is free.
+inline constexpr absl::Duration kTaskWorkerLendAfterIdle = absl::Milliseconds(200);
 // How often idle workers and unneeded leases are looked for.
-inline constexpr absl::Duration kTaskPoolReapInterval = absl::Milliseconds(500);
+inline constexpr absl::Duration kTaskPoolReapInterval = absl::Milliseconds(100);
 // At most this many leases (worker actors not yet answering) under way per pool at once.
 inline constexpr int kMaxLeasesInFlight = 8;
 // At most this many workers per pool (a pool of tasks that ask for no CPU has no other bound).

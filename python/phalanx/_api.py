@@ -464,13 +464,21 @@ def wait(refs, *, num_returns=1, timeout=None, fetch_local=True):
         # Refs of the store are polled, the calls asked without waiting, until enough are done.
         deadline = None if timeout is None else time.monotonic() + float(timeout)
         pause = 0.001
-        while True:
-            done = [r.done() for r in refs]
-            if sum(done) >= num_returns or (deadline is not None and
-                                            time.monotonic() >= deadline):
-                break
-            time.sleep(pause)
-            pause = min(pause * 2, _objects.POLL_MAX_S)
+        blocked = None  # a task worker lends its CPU while it waits
+        try:
+            while True:
+                done = [r.done() for r in refs]
+                if sum(done) >= num_returns or (deadline is not None and
+                                                time.monotonic() >= deadline):
+                    break
+                if blocked is None:
+                    blocked = _phalanx.Blocked()
+                    blocked.__enter__()
+                time.sleep(pause)
+                pause = min(pause * 2, _objects.POLL_MAX_S)
+        finally:
+            if blocked is not None:
+                blocked.__exit__(None, None, None)
     ready = [r for r, d in zip(refs, done) if d][:num_returns]
     taken = set(map(id, ready))
     return ready, [r for r in refs if id(r) not in taken]

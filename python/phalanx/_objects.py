@@ -458,31 +458,45 @@ def read(obj, deadline):
         return _decode(obj.inline)
     local = _is_local(obj)
     pause = 0.001
-    while True:
-        if local:
-            try:
-                data = _map_first(_paths_of(obj))
-                why = None if owner_alive(obj.owner) else "owner_dead"  # not yet swept
-            except FileNotFoundError:
-                why = "missing" if owner_alive(obj.owner) else "owner_dead"
-            if why is None:
-                return _decode(data)
-        else:
-            why = _fetch(obj, deadline)
-            if not isinstance(why, str):
-                return why[0]
-        if why == "owner_dead" or not obj.pending:
-            raise _lost(obj, why)
-        if deadline is not None and time.monotonic() >= deadline:
-            from .exceptions import GetTimeoutError
-            raise GetTimeoutError(f"object {obj.id} of {obj.label} was not ready in time")
-        time.sleep(pause)
-        pause = min(pause * 2, POLL_MAX_S)
+    node = {}  # the holding node's address, read from the GCS once, not once per poll
+    blocked = None  # a task worker lends its CPU while it waits (_phalanx.Blocked)
+    try:
+        while True:
+            if local:
+                try:
+                    data = _map_first(_paths_of(obj))
+                    why = None if owner_alive(obj.owner) else "owner_dead"  # not yet swept
+                except FileNotFoundError:
+                    why = "missing" if owner_alive(obj.owner) else "owner_dead"
+                if why is None:
+                    return _decode(data)
+            else:
+                why = _fetch(obj, deadline, node)
+                if not isinstance(why, str):
+                    return why[0]
+            if why == "owner_dead" or not obj.pending:
+                raise _lost(obj, why)
+            if deadline is not None and time.monotonic() >= deadline:
+                from .exceptions import GetTimeoutError
+                raise GetTimeoutError(f"object {obj.id} of {obj.label} was not ready in time")
+            if blocked is None:
+                blocked = _phalanx.Blocked()
+                blocked.__enter__()
+            time.sleep(pause)
+            pause = min(pause * 2, POLL_MAX_S)
+    finally:
+        if blocked is not None:
+            blocked.__exit__(None, None, None)
 
 
-def _fetch(obj, deadline):
-    """(value,) read from another node, or why not ('missing', 'owner_dead')."""
-    address = _node_address(obj.node)
+def _fetch(obj, deadline, node=None):
+    """(value,) read from another node, or why not ('missing', 'owner_dead'). `node` keeps the
+    node's address between polls; after a failed read it is looked up again, and a node the
+    GCS no longer lists alive means the owner's values are lost."""
+    node = {} if node is None else node
+    if "address" not in node:
+        node["address"] = _node_address(obj.node)
+    address = node["address"]
     if address is None:
         return "owner_dead"
     _here.ensure()
@@ -495,8 +509,14 @@ def _fetch(obj, deadline):
         os.close(fd)
     left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
     try:
-        why = _phalanx.read_object(address, _phalanx.cluster()[1], obj.owner, obj.id, path,
-                                   left if left >= 0 else 3600.0)
+        try:
+            why = _phalanx.read_object(address, _phalanx.cluster()[1], obj.owner, obj.id, path,
+                                       left if left >= 0 else 3600.0)
+        except Exception:
+            node.pop("address", None)
+            if _node_address(obj.node) is None:
+                return "owner_dead"
+            raise
         if why != "ok":
             return why
         return (_decode(_map_file(path)),)

@@ -104,12 +104,18 @@ PyObjectRef Submit(const std::string& actor_id, const std::string& method, py::b
 
 // The serialized results of `refs`, in order, once all are done (up to `timeout_s` in all);
 // raises the first failed call's error, or GetTimeoutError for a ref still pending then.
+struct BlockedPy {
+  std::optional<worker::BlockedScope> scope;
+};
+
 std::vector<py::bytes> GetMany(const std::vector<PyObjectRef>& refs, double timeout_s) {
   absl::Time deadline =
       timeout_s < 0 ? absl::InfiniteFuture() : absl::Now() + absl::Seconds(timeout_s);
   std::vector<bool> done = CallBlocking([&] {
     std::vector<bool> out(refs.size(), false);
+    std::optional<worker::BlockedScope> blocked;  // a task worker lends its CPU while it waits
     for (size_t i = 0; i < refs.size(); ++i) {
+      if (!blocked && !refs[i].state->done()) blocked.emplace();
       // Wait in slices so that Ctrl-C reaches Python within a second.
       while (true) {
         absl::Duration left = deadline - absl::Now();
@@ -143,7 +149,8 @@ std::vector<bool> WaitRefs(const std::vector<PyObjectRef>& refs, int num_returns
                            double timeout_s) {
   std::vector<std::shared_ptr<worker::ObjectState>> states;
   for (const auto& r : refs) states.push_back(r.state);
-  return CallBlocking([&] { return WaitAny(states, num_returns, Timeout(timeout_s)); });
+  return CallBlocking(
+      [&] { return internal::WaitForResults(states, num_returns, Timeout(timeout_s)); });
 }
 
 // A Python task's call arguments: frames (u32 little-endian count, then each frame as a u32
@@ -263,6 +270,19 @@ void BindActors(py::module_& m) {
     return out;
   });
   m.def("get", &GetMany);
+  // `with _phalanx.Blocked():` around a wait of Python's own (a value of the store not written
+  // yet): a task worker lends its CPU meanwhile, as in get.
+  py::class_<BlockedPy>(m, "Blocked")
+      .def(py::init<>())
+      .def("__enter__",
+           [](BlockedPy& self) {
+             py::gil_scoped_release release;
+             if (!self.scope) self.scope.emplace();
+           })
+      .def("__exit__", [](BlockedPy& self, const py::args&) {
+        py::gil_scoped_release release;
+        self.scope.reset();
+      });
   m.def("wait", &WaitRefs);
   m.def("kill", [](const std::string& actor_id, bool no_restart) {
     CallBlocking([&] { return internal::KillActor(actor_id, no_restart); });

@@ -156,9 +156,12 @@ absl::StatusOr<rpc::ActorInfo> CoreWorker::CreateActor(rpc::ActorInfo spec) {
   if (spec.code_path().empty() && spec.language() == "cpp") spec.set_code_path(o.code_path);
   spec.set_owner_address(caller_id_);
   // Ray's ownership: an actor created by an actor is that actor's, and dies with its process
-  // unless detached (the GCS kills what a dead actor owned). A task worker's creations stay
-  // this process's: the pool returns idle task workers, and a task may hand its actor on.
-  if (auto hosted = CurrentHostedActor(); hosted && !IsTaskWorkerClass(hosted->class_name)) {
+  // unless detached (the GCS kills what a dead actor owned). So are the task workers a task
+  // worker's own pool leases (a nested task's children): they go when their pool's process
+  // is returned, holding a CPU or not. A task's other creations stay this process's: the
+  // pool returns idle task workers, and a task may hand its actor on.
+  if (auto hosted = CurrentHostedActor();
+      hosted && (!IsTaskWorkerClass(hosted->class_name) || IsTaskWorkerClass(spec.class_name()))) {
     spec.set_owner_address(hosted->actor_id);
   }
   auto created = gcs_->CreateActor(spec);
@@ -207,6 +210,54 @@ absl::StatusOr<std::shared_ptr<ActorClient>> CoreWorker::NamedClient(const std::
 
 absl::Status CoreWorker::Kill(const std::string& actor_id, bool no_restart) {
   return gcs_->KillActor(actor_id, no_restart);
+}
+
+namespace {
+
+// BlockedScope's count of this process's waits, and whether the first one lent the CPU.
+absl::Mutex blocked_mu;
+int blocked_waits ABSL_GUARDED_BY(blocked_mu) = 0;
+bool blocked_lent ABSL_GUARDED_BY(blocked_mu) = false;
+
+// This process's task-worker actor, or nullopt when it is not a task worker.
+std::optional<HostedActor> TaskWorkerActor() {
+  auto hosted = CurrentHostedActor();
+  if (!hosted || !IsTaskWorkerClass(hosted->class_name) || CoreWorker::Get() == nullptr) {
+    return std::nullopt;
+  }
+  return hosted;
+}
+
+}  // namespace
+
+BlockedScope::BlockedScope() {
+  auto me = TaskWorkerActor();
+  if (!me) return;
+  counted_ = true;
+  absl::MutexLock lock(&blocked_mu);
+  if (blocked_waits++ > 0) return;
+  auto held = CoreWorker::Get()->gcs().LendActorResources(
+      me->actor_id, me->attempt, rpc::LendActorResourcesRequest::LEND, kLendCallTimeout);
+  if (!held.ok()) {
+    spdlog::warn("task worker {}: could not lend its CPU while it waits: {}", ShortId(me->actor_id),
+                 held.status().ToString());
+  }
+  blocked_lent = held.ok() && !*held;
+}
+
+BlockedScope::~BlockedScope() {
+  if (!counted_) return;
+  absl::MutexLock lock(&blocked_mu);
+  if (--blocked_waits > 0 || !blocked_lent) return;
+  blocked_lent = false;
+  auto me = TaskWorkerActor();
+  if (!me) return;  // shut down meanwhile
+  auto held = CoreWorker::Get()->gcs().LendActorResources(
+      me->actor_id, me->attempt, rpc::LendActorResourcesRequest::RECLAIM, kLendCallTimeout);
+  if (!held.ok()) {
+    spdlog::warn("task worker {}: could not take its CPU back after a wait: {}",
+                 ShortId(me->actor_id), held.status().ToString());
+  }
 }
 
 }  // namespace phalanx::worker

@@ -77,4 +77,25 @@ class CoreWorker {
   std::unique_ptr<DriverLease> driver_lease_;
 };
 
+// The bound on each LendActorResources call a waiting task worker makes: a GCS that does not
+// answer in time leaves the CPU as it was, and the wait goes on.
+inline constexpr absl::Duration kLendCallTimeout = absl::Seconds(2);
+
+// While a task worker's task waits for values (a get or wait that blocks), its CPU is lent
+// back to the cluster (gcs.proto's LendActorResources), as Ray's raylet takes a blocked
+// worker's CPU: the tasks it waits for may need that CPU, so a tree of tasks deeper than the
+// cluster's CPUs does not deadlock. It is taken back when the wait ends (the task runs on at
+// once, even before the GCS has a CPU free for it). Scopes nest and may overlap across threads:
+// the first lends, the last takes back. Outside a task worker it does nothing.
+class BlockedScope {
+ public:
+  BlockedScope();
+  ~BlockedScope();
+  BlockedScope(const BlockedScope&) = delete;
+  BlockedScope& operator=(const BlockedScope&) = delete;
+
+ private:
+  bool counted_ = false;
+};
+
 }  // namespace phalanx::worker

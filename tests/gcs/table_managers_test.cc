@@ -530,6 +530,77 @@ TEST_F(NodeManagerTest, AnActorThatANodeStillRegisteringMayHoldWaitsForIt) {
   clients.Shutdown();
 }
 
+// A task worker lends its CPU while it waits in get (gcs.proto's LendActorResources): the
+// CPU goes to a waiting actor at once; taken back while none is free, it is owed and repaid
+// before anything else is placed; a worker that dies while lent gives back only what it held.
+TEST_F(NodeManagerTest, ALentCpuIsPlacedOwedRepaidAndNeverCountedTwice) {
+  GcsNodeManager nodes(store_.get(), &publisher_, options_);
+  placement::ResourceScheduler scheduler;
+  NodeClientPool clients("token", absl::Milliseconds(200));
+  GcsActorManager actors(store_.get(), &publisher_, &nodes, &clients, &scheduler);
+  scheduler.AddNode("a", *Resources::FromMap({{"CPU", 2}, {"accel", 1}}));
+  auto cpus = [&] { return scheduler.Available("a")->Get("CPU"); };
+  auto create = [&](bool accel) {
+    rpc::ActorInfo spec;
+    spec.set_class_name("phalanx._task.TaskWorker");
+    (*spec.mutable_resources()->mutable_amounts())["CPU"] = 1;
+    if (accel) (*spec.mutable_resources()->mutable_amounts())["accel"] = 1;
+    auto made = actors.Create(spec);
+    EXPECT_TRUE(made.ok()) << made.status();
+    return made->actor_id();
+  };
+  auto report = [&](const std::string& id, rpc::ActorState state) {
+    rpc::ReportActorStateRequest r;
+    r.set_actor_id(id);
+    r.set_attempt(0);
+    r.set_node_id("a");
+    r.set_state(state);
+    r.mutable_cause()->set_kind(rpc::DeathCause::EXITED);
+    bool stale = false;
+    ASSERT_TRUE(actors.ReportState(r, &stale).ok());
+  };
+  using Req = rpc::LendActorResourcesRequest;
+  std::string bystander = create(false), waiter = create(true);
+  report(bystander, rpc::ACTOR_ALIVE);
+  report(waiter, rpc::ACTOR_ALIVE);
+  std::string child = create(false);
+  EXPECT_EQ(actors.Get(child)->state(), rpc::ACTOR_PENDING);
+
+  // Lent: the child is placed on that CPU; the accelerator stays the waiter's.
+  EXPECT_EQ(*actors.Lend(waiter, 0, Req::LEND), false);
+  EXPECT_EQ(actors.Get(child)->state(), rpc::ACTOR_CREATING);
+  EXPECT_EQ(cpus(), 0);
+  EXPECT_EQ(scheduler.Available("a")->Get("accel"), 0);
+  EXPECT_EQ(*actors.Lend(waiter, 0, Req::LEND), false);  // twice: a no-op
+
+  // Taken back while none is free: TRY_RECLAIM leaves it lent, RECLAIM owes it.
+  EXPECT_EQ(*actors.Lend(waiter, 0, Req::TRY_RECLAIM), false);
+  EXPECT_EQ(*actors.Lend(waiter, 0, Req::RECLAIM), false);
+  std::string later = create(false);  // in line behind the debt
+  report(child, rpc::ACTOR_ALIVE);
+  report(child, rpc::ACTOR_DEAD);  // its CPU repays the waiter, not the later actor
+  EXPECT_EQ(actors.Get(later)->state(), rpc::ACTOR_PENDING);
+  EXPECT_EQ(cpus(), 0);
+  EXPECT_EQ(*actors.Lend(waiter, 0, Req::TRY_RECLAIM), true);  // held again: a no-op
+
+  // Lent and then dead: the CPU is not given back a second time.
+  EXPECT_EQ(*actors.Lend(waiter, 0, Req::LEND), false);
+  EXPECT_EQ(actors.Get(later)->state(), rpc::ACTOR_CREATING);
+  report(later, rpc::ACTOR_ALIVE);
+  report(waiter, rpc::ACTOR_DEAD);
+  EXPECT_EQ(cpus(), 0);  // the bystander's and the later actor's: 2 of 2
+  EXPECT_EQ(scheduler.Available("a")->Get("accel"), 1);
+
+  // Nothing to lend: a dead actor, an old attempt, an unknown one.
+  EXPECT_EQ(*actors.Lend(waiter, 0, Req::LEND), true);
+  EXPECT_EQ(*actors.Lend(bystander, 3, Req::LEND), true);
+  EXPECT_EQ(cpus(), 0);
+  auto unknown = actors.Lend("nope", 0, Req::LEND);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  clients.Shutdown();
+}
+
 // A driver's lease: a driver whose port refuses connections is released once silent for the
 // node timeout; one whose port still accepts (stopped) only after the lease timeout; one that
 // renews, or ended its lease, never. Each wait is for an outcome (bounded at 30 s), so a slow
