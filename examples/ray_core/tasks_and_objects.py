@@ -37,17 +37,17 @@ a, b = ray.put(1), ray.put(2)
 assert ray.get(echo_and_get.remote([a, b])) == [1, 2]
 
 
-# A tree of tasks: a task that starts tasks. (Two levels: a task waiting in get keeps its
-# CPU here, where Ray lends it out, so a tree needs the CPUs of its waiting levels.)
+# A tree of tasks: a task that starts tasks, 5 levels deep (more waiting tasks than CPUs: a
+# task waiting in get lends its CPU to the tasks it waits for).
 @ray.remote
 def partial_sum(lo, hi):
-    if hi - lo <= 8:
+    if hi - lo <= 4:
         return sum(range(lo, hi))
     mid = (lo + hi) // 2
     return sum(ray.get([partial_sum.remote(lo, mid), partial_sum.remote(mid, hi)]))
 
 
-assert ray.get(partial_sum.remote(0, 16)) == sum(range(16))
+assert ray.get(partial_sum.remote(0, 64)) == sum(range(64))
 
 # Process results as they finish with wait.
 refs = [square.remote(i) for i in range(6)]
