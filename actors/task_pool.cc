@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -17,6 +18,7 @@
 #include "runtime/worker/actor_registry.h"
 #include "runtime/worker/core_worker.h"
 #include "runtime/worker/errors.h"
+#include "runtime/worker/worker_host.h"
 #include "spdlog/spdlog.h"
 
 namespace phalanx::internal {
@@ -154,16 +156,21 @@ class Pool : public std::enable_shared_from_this<Pool> {
     Pump();
   }
 
-  // Takes a cancelled task out of the queue; returns the worker running it, if one does.
-  std::string Cancel(const TaskPtr& task) {
+  // Takes a cancelled task out of the queue; returns the worker running it, if one does, and
+  // whether the task is the only one that worker holds (so that it runs now).
+  std::pair<std::string, bool> Cancel(const TaskPtr& task) {
     absl::MutexLock lock(&mu_);
     auto it = std::find(queue_.begin(), queue_.end(), task);
     if (it != queue_.end()) {
       queue_.erase(it);
-      return "";
+      return {"", false};
     }
-    return task->worker_id;
+    auto w = workers_.find(task->worker_id);
+    return {task->worker_id, w != workers_.end() && w->second.in_flight == 1};
   }
+
+  // Whether this pool's workers can interrupt their running task (Python's can).
+  bool Interruptible() const { return shape_.worker_class == worker::kPythonTaskWorkerClass; }
 
   // Returns the workers idle for longer than kTaskWorkerIdleTimeout, lends the CPU of those
   // idle for kTaskWorkerLendAfterIdle, and cancels the leases an empty queue no longer needs.
@@ -675,17 +682,26 @@ absl::Status CancelTask(const std::shared_ptr<worker::ObjectState>& result, bool
   }
   task->cancelled = true;
   std::string running;
-  if (auto pool = task->pool.lock()) running = pool->Cancel(task);
+  bool alone = false, interruptible = false;
+  if (auto pool = task->pool.lock()) {
+    std::tie(running, alone) = pool->Cancel(task);
+    interruptible = pool->Interruptible();
+  }
   const bool killed = force && !running.empty();
+  // Not forced: a Python task that runs now gets KeyboardInterrupt, as in Ray (one that waits
+  // behind another on its worker, pipelined, is only dropped).
+  const bool interrupt = !force && !running.empty() && alone && interruptible;
   result->Set(worker::MakeError(
       absl::StatusCode::kCancelled, worker::error_kind::kTaskCancelled,
       absl::StrCat("task ", task->spec.function, " was cancelled",
                    killed            ? " (its worker was killed)"
                    : running.empty() ? " before it ran"
+                   : interrupt       ? " while it ran (KeyboardInterrupt was raised in it)"
                                      : " (it runs on, and its result is dropped)")));
   if (killed) {
     Background::Get().Run([running] { KillActor(running, /*no_restart=*/true).IgnoreError(); });
   }
+  if (interrupt) SubmitCall(running, worker::kInterruptMethod, "");  // answered at once
   return absl::OkStatus();
 }
 

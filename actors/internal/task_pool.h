@@ -14,8 +14,9 @@
 // once the queue is empty.
 //
 // A task's ObjectRef arguments (`deps`) are resolved before it is sent: the pool waits for
-// them and `assemble` splices their values into the call's arguments, so values travel by
-// value with no object store. A failed dependency fails the task with its error.
+// them and `assemble` splices their values into the call's arguments (by value; Python's
+// large values travel as references into its object store, python/phalanx/_objects.py). A failed
+// dependency fails the task with its error.
 //
 // A worker's death fails its task with ActorDied; the pool drops the worker and sends the
 // task again (to another worker) up to `max_retries` times, and then fails it with the death

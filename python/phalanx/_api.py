@@ -431,9 +431,9 @@ def get(refs, *, timeout=None):
 
 def cancel(ref, *, force=False, recursive=True):
     """Cancels a task, as Ray's ``cancel``: ``get`` of its ref raises ``TaskCancelledError``
-    at once. A task not started yet never runs; a running one runs on and its result is
-    dropped, unless ``force``, which kills its worker process. A finished task keeps its
-    result. (``recursive``: accepted; the tasks it started are not cancelled.)"""
+    at once. A task not started yet never runs; a running one gets KeyboardInterrupt at its
+    next Python instruction (its result is dropped either way), unless ``force``, which
+    kills its worker process. A finished task keeps its result. (``recursive``: accepted; the tasks it started are not cancelled.)"""
     if not isinstance(ref, ObjectRef):
         raise TypeError(f"phalanx.cancel takes an ObjectRef, not {type(ref).__name__}")
     if ref._ref is None:

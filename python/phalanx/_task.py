@@ -87,6 +87,34 @@ class TaskWorker:
     def __init__(self):
         self._functions = {}
         self._lock = threading.Lock()
+        self._running = None  # the thread running a task now (its ident), for _interrupt
+        self._interrupted = False  # an interrupt was raised in the running task
+
+    def _phalanx_interrupt(self):
+        """Raises KeyboardInterrupt in the running task, at its next Python instruction (a
+        call into C that blocks sees it when it returns)."""
+        import ctypes
+        with self._lock:
+            if self._running is None:
+                return False
+            self._interrupted = ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(self._running), ctypes.py_object(KeyboardInterrupt)) == 1
+            return self._interrupted
+
+    def _run_interruptible(self, payload):
+        with self._lock:
+            self._running, self._interrupted = threading.get_ident(), False
+        try:
+            return self._phalanx_run_task(payload)
+        except KeyboardInterrupt:
+            return False, b"KeyboardInterrupt", "TaskError", "the task was cancelled"
+        finally:
+            import ctypes
+            with self._lock:
+                if self._interrupted:  # not raised yet: it must not reach the next task
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                        ctypes.c_ulong(self._running), None)
+                self._running, self._interrupted = None, False
 
     def ready(self):
         return True

@@ -38,7 +38,7 @@ def call(obj, method: str, payload: bytes):
     """Runs ``obj.method`` on the decoded arguments: (ok, value, error kind, message); with an
     error, ``value`` is its detail (a TaskError's exception, see _cause_type)."""
     if method == _TASK_METHOD and isinstance(obj, _TaskWorker):
-        return obj._phalanx_run_task(payload)
+        return obj._run_interruptible(payload)
     fn = getattr(obj, method, None) if not method.startswith("_") else None
     if fn is None or not callable(fn):
         return (False, b"", "InvalidCall",
@@ -74,6 +74,12 @@ def call(obj, method: str, payload: bytes):
     except Exception as e:  # noqa: BLE001
         return False, _cause_type(e), "TaskError", f"{type(obj).__name__}.{method}: the result " \
                                                    f"cannot be sent back ({type(e).__name__}: {e})"
+
+
+def interrupt(obj):
+    """Raises KeyboardInterrupt in the task a task worker runs now (phalanx.cancel without
+    force, as Ray's); whether there was one. Other actors' calls are not interrupted."""
+    return isinstance(obj, _TaskWorker) and obj._phalanx_interrupt()
 
 
 _loop = None

@@ -12,6 +12,7 @@
 #include "runtime/worker/actor_registry.h"
 #include "runtime/worker/errors.h"
 #include "runtime/worker/worker_host.h"
+#include "spdlog/spdlog.h"
 
 namespace phalanx::python {
 namespace {
@@ -42,6 +43,16 @@ class PyActorInstance final : public worker::ActorInstance {
       return {
           worker::MakeError(absl::StatusCode::kInternal, worker::error_kind::kTaskError, e.what()),
           ""};
+    }
+  }
+
+  bool Interrupt() override {
+    py::gil_scoped_acquire acquire;
+    try {
+      return py::module_::import("phalanx._worker").attr("interrupt")(obj_).cast<bool>();
+    } catch (const std::exception& e) {
+      spdlog::warn("interrupting the running call failed: {}", e.what());
+      return false;
     }
   }
 

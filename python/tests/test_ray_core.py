@@ -195,6 +195,25 @@ def sleeper(seconds, marker=None):
     return os.getpid()
 
 
+@phalanx.remote(num_cpus=1, max_retries=0)
+def spin(path):
+    # CPU-bound, as a task worth cancelling is: it writes its count until stopped (<= 120 s).
+    end, n = time.monotonic() + 120, 0
+    while time.monotonic() < end:
+        n += 1
+        if n % 20000 == 0:
+            with open(path, "w") as f:
+                f.write(str(n))
+    return n
+
+
+def _read(path):
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
 def test_cancel_a_queued_a_running_and_a_finished_task(cluster, tmp_path):
     # Force: the worker is killed, the task is not retried, get fails at once.
     running = sleeper.remote(60)
@@ -213,12 +232,24 @@ def test_cancel_a_queued_a_running_and_a_finished_task(cluster, tmp_path):
     phalanx.get(busy, timeout=120)
     time.sleep(1.0)
     assert not (tmp_path / "ran").exists()
-    # Not forced while it runs: get fails at once; the task runs on.
-    slow = sleeper.remote(2)
-    time.sleep(0.5)
-    phalanx.cancel(slow)
-    with pytest.raises(phalanx.TaskCancelledError, match="runs on"):
-        phalanx.get(slow, timeout=5)
+    # Not forced while it runs: get fails at once, and KeyboardInterrupt stops the task, as
+    # in Ray: its count stops moving (seen still over 2 s), and its worker runs the next.
+    count = tmp_path / "count"
+    spinning = spin.remote(str(count))
+    deadline = time.monotonic() + 60
+    while not _read(count):
+        assert time.monotonic() < deadline, "the spinning task never started"
+        time.sleep(0.05)
+    phalanx.cancel(spinning)
+    with pytest.raises(phalanx.TaskCancelledError, match="KeyboardInterrupt was raised"):
+        phalanx.get(spinning, timeout=5)
+    deadline = time.monotonic() + 30
+    while True:
+        before = _read(count)
+        time.sleep(2.0)
+        if _read(count) == before:
+            break
+        assert time.monotonic() < deadline, "the cancelled task still runs"
     done = sleeper.remote(0)
     pid = phalanx.get(done, timeout=60)
     phalanx.cancel(done)

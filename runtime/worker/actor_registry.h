@@ -27,6 +27,10 @@ class ActorInstance {
   // Runs `method` with `args` (a msgpack array). Never throws: errors come back as statuses
   // (unknown method, wrong argument types, the method raised).
   virtual CallOutcome Call(const std::string& method, const std::string& args) = 0;
+  // Interrupts the call running now, where the actor can (a Python task worker raises
+  // KeyboardInterrupt in its task, as Ray's cancel does); whether one was. Runs beside the
+  // running call, on the thread that reads calls (kInterruptMethod).
+  virtual bool Interrupt() { return false; }
 };
 
 struct ActorClass {

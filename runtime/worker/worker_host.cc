@@ -278,6 +278,16 @@ class Host {
   void Dispatch(const std::string& caller, std::vector<rpc::ActorCall> calls) {
     size_t i = 0;
     while (i < calls.size()) {
+      if (calls[i].method() == kInterruptMethod) {
+        rpc::CallResult result;
+        result.set_seq(calls[i].seq());
+        result.set_value(instance_->Interrupt() ? "\xc3" : "\xc2");  // msgpack true, false
+        std::vector<rpc::CallResult> one;
+        one.push_back(std::move(result));
+        ledger_.Done(caller, std::move(one));
+        ++i;
+        continue;
+      }
       auto [executor, serial] = ExecutorFor(calls[i].method());
       if (!serial) {
         executor->Post([this, call = std::move(calls[i]), caller] {
@@ -289,7 +299,8 @@ class Host {
         continue;
       }
       std::vector<rpc::ActorCall> run;
-      while (i < calls.size() && ExecutorFor(calls[i].method()).first == executor) {
+      while (i < calls.size() && calls[i].method() != kInterruptMethod &&
+             ExecutorFor(calls[i].method()).first == executor) {
         run.push_back(std::move(calls[i]));
         ++i;
       }

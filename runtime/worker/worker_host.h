@@ -27,6 +27,10 @@ inline bool IsTaskWorkerClass(std::string_view class_name) {
   return class_name == kCppTaskWorkerClass || class_name == kPythonTaskWorkerClass;
 }
 
+// A call of this method is not queued: the worker runs ActorInstance::Interrupt at once,
+// beside the running call, and answers true if it interrupted one (a task's cancel).
+inline constexpr char kInterruptMethod[] = "__phalanx_interrupt__";
+
 // True when this process was started by a node manager to host an actor.
 bool InWorkerMode();
 
