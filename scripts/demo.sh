@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up (Debian packages + build) and runs the demo on a local two-node cluster:
+# Sets up (only the Debian packages and targets it needs: scripts/setup.sh --demo) and runs
+# the demo on a local two-node cluster:
 #   1. a head node and a second node on this machine, and `phalanx status`;
 #   2. elastic training (examples/cpp/elastic_regression: 3 ranks, min 1, max 4) with one rank
 #      SIGKILLed midway: the job heals, and its conditions and world size print as they change;
@@ -9,7 +10,7 @@
 # already run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --demo
 PHALANX=build/bin/phalanx
 export PHALANX_TMPDIR=$(mktemp -d /tmp/phalanx-demo.XXXXXX)
 trap '"$PHALANX" stop --grace 3 >/dev/null 2>&1 || true; rm -rf "$PHALANX_TMPDIR"' EXIT

@@ -1,36 +1,47 @@
 #!/usr/bin/env bash
-# Installs every Debian package Phalanx needs (idempotent, apt-get, as root), then configures
+# Installs the Debian packages Phalanx needs (idempotent, apt-get, as root), then configures
 # and builds the project with CMake, Ninja and ccache into build/.
 #
-#   scripts/setup.sh            install what is missing, then build
+#   scripts/setup.sh             everything: the tests, benchmarks and their tools too
+#   scripts/setup.sh --demo      only what building and running needs, and only the targets
+#                                scripts/demo.sh runs (and `import phalanx`): a first run in
+#                                minutes (no torch, Chromium, Prometheus, Slurm or clang)
 #   SKIP_APT=1 scripts/setup.sh  build only
 set -euo pipefail
 cd "$(dirname "$0")/.."
+DEMO=0
+[ "${1:-}" = --demo ] && DEMO=1
 
+# What building and running Phalanx needs: the demo's set.
+RUN_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  libhiredis-dev redis-server libspdlog-dev libboost-fiber-dev libboost-context-dev
+  pybind11-dev python3-dev python3-numpy python3-msgpack python3-cloudpickle
+  libgloo-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libmsgpack-cxx-dev
+  libssl-dev libcpp-httplib-dev libjs-chart.js procps iproute2 psmisc
+)
+# Everything else: the tests, the benchmarks, the checks and the integrations they exercise.
 PACKAGES=(
-  build-essential cmake ninja-build ccache pkg-config git clang-format
+  "${RUN_PACKAGES[@]}"
+  git clang-format
   clang-14  # scripts/thread_safety.sh (clang's -Wthread-safety over the project)
   # scripts/fuzz.sh: libFuzzer, ASan and UBSan runtimes (libclang-rt-14-dev is only a
   # Recommends of clang-14, and apt-get runs with --no-install-recommends below)
   libclang-rt-14-dev libfuzzer-14-dev
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  libhiredis-dev redis-server libspdlog-dev libboost-fiber-dev libboost-context-dev
-  libgtest-dev libgmock-dev pybind11-dev python3-dev python3-numpy python3-torch
+  libgtest-dev libgmock-dev python3-torch
   libtorch-dev  # torch's C++ headers (c10d): the torch.distributed backend (python/src)
-  python3-pytest libgloo-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
-  libbenchmark-dev libmsgpack-cxx-dev python3-msgpack python3-cloudpickle python3-sklearn
-  procps iproute2 psmisc
+  python3-pytest libbenchmark-dev python3-sklearn
   iptables  # tests/multihost: a node manager's port firewalled from one host
   redis-sentinel  # Redis HA (--redis-sentinel); the tests run redis-server --sentinel
-  libssl-dev  # TLS: the cluster CA and certificates (runtime/rpc/tls.cc)
-  # Observability: the HTTP(S) port (runtime/rpc/http_server.cc), the dashboard's charts
-  # (served by the head), and the real Prometheus and headless Chromium its tests use
-  libcpp-httplib-dev libjs-chart.js prometheus chromium chromium-driver python3-selenium
+  # The real Prometheus and headless Chromium the observability tests use
+  prometheus chromium chromium-driver python3-selenium
   slurm-wlm munge  # scripts/slurm/phalanx.sbatch; tests/slurm starts its own munged and Slurm
   # The Debian package (cpack -G DEB computes its Depends with dpkg-shlibdeps; tests/sdk)
   dpkg-dev
 )
 
+[ "$DEMO" = 1 ] && PACKAGES=("${RUN_PACKAGES[@]}")
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -54,10 +65,23 @@ done
 
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}"
+if [ "$DEMO" = 1 ]; then
+  # Configured as a full build is when it runs (tests and benchmarks on, when their packages
+  # are here), so that a later scripts/setup.sh reuses build/; only the demo's targets built.
+  TESTS=OFF
+  dpkg-query -W -f='${Status}' libgtest-dev 2>/dev/null | grep -q "install ok installed" &&
+    dpkg-query -W -f='${Status}' libbenchmark-dev 2>/dev/null | grep -q "install ok installed" &&
+    TESTS=ON
+  TARGETS=(--target phalanx phalanx-gcs phalanx-node phalanx-job-runner elastic_regression
+           _phalanx)
+else
+  TESTS=ON
+  TARGETS=()
+fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
   -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
-  -DPHALANX_WERROR=ON >/dev/null
-cmake --build build -j "${JOBS:-$(nproc)}"
+  -DPHALANX_WERROR=ON -DPHALANX_BUILD_TESTS="$TESTS" -DPHALANX_BUILD_BENCH="$TESTS" >/dev/null
+cmake --build build -j "${JOBS:-$(nproc)}" "${TARGETS[@]}"
 
 
 # Put `phalanx` on PATH (a link into build/bin, so a rebuild is picked up at once).
