@@ -88,10 +88,8 @@ class Work {
   Work() = default;
   explicit Work(std::shared_future<absl::Status> future) : future_(std::move(future)) {}
   explicit Work(absl::Status done) : done_(std::move(done)) {}
-  absl::Status Wait() const {
-    if (done_.has_value()) return *done_;
-    return future_.valid() ? future_.get() : absl::OkStatus();
-  }
+  // A Work no collective made (default-constructed) is an error to wait on, never success.
+  absl::Status Wait() const;
   bool Done() const {
     return done_.has_value() || !future_.valid() ||
            future_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;

@@ -76,6 +76,15 @@ class CollectiveTest : public ::testing::Test {
   std::map<std::string, std::string> logs_;
 };
 
+// A Work that no collective returned is an error to wait on, not a silent success.
+TEST(WorkTest, AWorkNoCollectiveMadeFailsLoudly) {
+  Work unset;
+  EXPECT_TRUE(unset.Done());
+  absl::Status s = unset.Wait();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(Work(absl::OkStatus()).Wait().ok());
+}
+
 TEST_F(CollectiveTest, EveryOpAndDtypeMatchesTheLocalResult) {
   for (int world : {4, 3}) {
     group_ = absl::StrCat("ops-", world);
