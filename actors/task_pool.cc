@@ -268,8 +268,9 @@ class Pool : public std::enable_shared_from_this<Pool> {
       absl::MutexLock lock(&mu_);
       --reclaims_in_flight_;
       auto it = workers_.find(id);
-      if (it == workers_.end()) return;
-      if (held.ok() && *held) {
+      if (it == workers_.end()) {
+        // Returned meanwhile (by the reaper): the queue may need a lease instead.
+      } else if (held.ok() && *held) {
         it->second.cpu = Cpu::kHeld;
       } else {
         workers_.erase(it);

@@ -131,8 +131,7 @@ absl::Status GcsActorManager::Load() {
     for (const auto& actor : all) {
       if (actor.state() == rpc::ACTOR_DEAD) continue;
       if (Placed(actor)) {
-        if (scheduler_->AllocateActor(actor.node_id(), actor.placement_group_id(),
-                                      actor.placed_bundle(), rpc::FromProto(actor.resources()))) {
+        if (AllocateOnLoadLocked(actor)) {
           effects.availability_changed.push_back(actor.node_id());
           if (actor.state() == rpc::ACTOR_CREATING) {
             auto node = nodes_->Get(actor.node_id());
@@ -158,6 +157,27 @@ absl::Status GcsActorManager::Load() {
     ScheduleLocked(&effects);
   }
   return Apply(std::move(effects));
+}
+
+bool GcsActorManager::AllocateOnLoadLocked(const rpc::ActorInfo& actor) {
+  Resources all = rpc::FromProto(actor.resources());
+  if (scheduler_->AllocateActor(actor.node_id(), actor.placement_group_id(), actor.placed_bundle(),
+                                all)) {
+    return true;
+  }
+  // The last GCS had lent CPUs (lent_ lives in memory) and placed other actors on them: this
+  // one runs on without its CPU, owed as a resumed waiter's is, rather than being killed.
+  Resources cpu;
+  cpu.SetFixed(kCpuResource, all.GetFixed(kCpuResource));
+  if (cpu.Empty() || !scheduler_->HasNode(actor.node_id())) return false;
+  Resources rest = all;
+  rest -= cpu;
+  if (!scheduler_->AllocateActor(actor.node_id(), actor.placement_group_id(), actor.placed_bundle(),
+                                 rest)) {
+    return false;
+  }
+  lent_[actor.actor_id()] = Lent{cpu, /*owed=*/true};
+  return true;
 }
 
 bool GcsActorManager::NodeJoiningFor(const placement::ActorRequest& request) const {

@@ -144,6 +144,9 @@ class GcsActorManager {
   absl::Status KillWithCause(const std::string& actor_id, bool no_restart, rpc::DeathCause cause);
   void ReleaseLocked(const rpc::ActorInfo& actor, Effects* effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes a placed actor's resources again (Load); one that no longer fits only because the
+  // previous GCS lent CPUs takes the rest and owes its CPU (lent_). False: it cannot be held.
+  bool AllocateOnLoadLocked(const rpc::ActorInfo& actor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes back the CPU of lent actors that resumed (RECLAIM while none was free): first in
   // line for every freed CPU, before pending actors are placed.
   void RepayLocked(Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -166,7 +169,8 @@ class GcsActorManager {
   Table<rpc::ActorInfo> actors_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> pending_ ABSL_GUARDED_BY(mu_);  // actor ids, FIFO
   // Actors whose CPU is lent (Lend), by id: in memory only, so a restarted GCS counts every
-  // placed actor's resources as held again (its workers' next RECLAIM is then a no-op).
+  // placed actor's resources as held again (its workers' next RECLAIM is then a no-op), as
+  // far as they fit; the rest are owed (AllocateOnLoadLocked).
   struct Lent {
     Resources cpu;      // what was given back
     bool owed = false;  // its worker resumed and wants it back (RECLAIM): RepayLocked

@@ -601,6 +601,51 @@ TEST_F(NodeManagerTest, ALentCpuIsPlacedOwedRepaidAndNeverCountedTwice) {
   clients.Shutdown();
 }
 
+// Lending lives in the GCS's memory. A GCS that restarts while a lent CPU runs another actor
+// loads both: the actor that no longer fits runs on and owes its CPU (it is not killed as if
+// its node were gone), and is repaid when a CPU frees.
+TEST_F(NodeManagerTest, AGcsRestartKeepsActorsThatRanOnALentCpu) {
+  GcsNodeManager nodes(store_.get(), &publisher_, options_);
+  NodeClientPool clients("token", absl::Milliseconds(200));
+  auto node = *Resources::FromMap({{"CPU", 1}});
+  placement::ResourceScheduler first_scheduler;
+  first_scheduler.AddNode("a", node);
+  std::string waiter, child;
+  using Req = rpc::LendActorResourcesRequest;
+  auto report = [](GcsActorManager& actors, const std::string& id, rpc::ActorState state) {
+    rpc::ReportActorStateRequest r;
+    r.set_actor_id(id);
+    r.set_node_id("a");
+    r.set_state(state);
+    r.mutable_cause()->set_kind(rpc::DeathCause::EXITED);
+    bool stale = false;
+    ASSERT_TRUE(actors.ReportState(r, &stale).ok());
+  };
+  rpc::ActorInfo spec;
+  spec.set_class_name("phalanx._task.TaskWorker");
+  (*spec.mutable_resources()->mutable_amounts())["CPU"] = 1;
+  {
+    GcsActorManager actors(store_.get(), &publisher_, &nodes, &clients, &first_scheduler);
+    waiter = actors.Create(spec)->actor_id();
+    report(actors, waiter, rpc::ACTOR_ALIVE);
+    child = actors.Create(spec)->actor_id();
+    EXPECT_EQ(*actors.Lend(waiter, 0, Req::LEND), false);
+    report(actors, child, rpc::ACTOR_ALIVE);
+  }
+  placement::ResourceScheduler scheduler;
+  scheduler.AddNode("a", node);
+  GcsActorManager actors(store_.get(), &publisher_, &nodes, &clients, &scheduler);
+  ASSERT_TRUE(actors.Load().ok());
+  EXPECT_EQ(actors.Get(waiter)->state(), rpc::ACTOR_ALIVE);
+  EXPECT_EQ(actors.Get(child)->state(), rpc::ACTOR_ALIVE);
+  EXPECT_EQ(scheduler.Available("a")->Get("CPU"), 0);
+  EXPECT_EQ(*actors.Lend(child, 0, Req::RECLAIM), true);  // the child holds its CPU
+  report(actors, child, rpc::ACTOR_DEAD);                 // and its CPU repays the waiter
+  EXPECT_EQ(scheduler.Available("a")->Get("CPU"), 0);
+  EXPECT_EQ(*actors.Lend(waiter, 0, Req::TRY_RECLAIM), true);
+  clients.Shutdown();
+}
+
 // A driver's lease: a driver whose port refuses connections is released once silent for the
 // node timeout; one whose port still accepts (stopped) only after the lease timeout; one that
 // renews, or ended its lease, never. Each wait is for an outcome (bounded at 30 s), so a slow
