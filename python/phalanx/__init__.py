@@ -24,8 +24,8 @@
 See phalanx.collective for collective groups and phalanx.train for elastic training.
 """
 
-from ._api import (ActorClass, ActorHandle, NodeAffinitySchedulingStrategy, ObjectRef,
-                   PlacementGroup, PlacementGroupSchedulingStrategy, actor_info, cancel,
+from ._api import (ActorClass, ActorHandle, DynamicObjectRefGenerator,
+                   NodeAffinitySchedulingStrategy, ObjectRef, ObjectRefGenerator, PlacementGroup, PlacementGroupSchedulingStrategy, actor_info, cancel,
                    cpp_actor_class,
                    get, get_actor, get_placement_group, init, is_initialized, kill, method,
                    placement_group, placement_group_table,
@@ -48,7 +48,8 @@ __all__ = [
     "get_actor",
     "actor_info", "placement_group", "remove_placement_group", "get_placement_group",
     "placement_group_table", "cpp_actor_class",
-    "ActorClass", "ActorHandle", "ObjectRef", "RemoteFunction", "PlacementGroup",
+    "ActorClass", "ActorHandle", "ObjectRef", "ObjectRefGenerator", "DynamicObjectRefGenerator",
+    "RemoteFunction", "PlacementGroup",
     "PlacementGroupSchedulingStrategy", "NodeAffinitySchedulingStrategy",
     "PhalanxError", "AlreadyExistsError", "ActorError", "ActorDiedError",
     "ActorUnavailableError", "TaskError",

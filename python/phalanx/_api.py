@@ -303,6 +303,11 @@ def _returned(value, index):
     """The value a ref stands for: the call's result, or its i-th value of n (num_returns)."""
     if index is None:
         return value
+    if index == "dynamic":
+        if not isinstance(value, list):
+            raise ValueError(f"num_returns='dynamic' is for a generator (a function that "
+                             f"yields); the call returned one {type(value).__name__}")
+        return DynamicObjectRefGenerator(put(v) for v in value)
     i, n = index
     if not isinstance(value, (tuple, list)) or len(value) != n:
         got = f"{len(value)} values" if isinstance(value, (tuple, list)) else \
@@ -312,21 +317,89 @@ def _returned(value, index):
     return value[i]
 
 
+class ObjectRefGenerator:
+    """What ``.remote()`` of a generator (a function or method that yields) gives, as Ray's
+    does: iterate it for one ref per yielded value, in order (``for ref in gen:
+    phalanx.get(ref)``; ``async for`` in a coroutine). The values come once the generator has
+    run to its end (they are not streamed one by one); an exception it raised comes from the
+    first ``next``."""
+
+    def __init__(self, ref):
+        self._ref = ref      # the call's ref: its value is the list of what was yielded
+        self._count = None   # how many, once known
+        self._next = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._count is None:
+            self._count = len(get(self._ref))
+        if self._next >= self._count:
+            raise StopIteration
+        i, self._next = self._next, self._next + 1
+        r = self._ref
+        return ObjectRef(r._ref, r._encoding, pins=r._pins, index=(i, self._count))
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        if self._count is None:
+            self._count = len(await self._ref)
+        try:
+            return next(self)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    def completed(self):
+        """A ref that is ready when the generator has finished (its value: the list)."""
+        return self._ref
+
+    def is_finished(self):
+        return self._count is not None and self._next >= self._count
+
+
+class DynamicObjectRefGenerator:
+    """The value of a ``num_returns="dynamic"`` call's ref (Ray's older generator shape):
+    iterating it gives one ref per yielded value."""
+
+    def __init__(self, refs):
+        self._refs = list(refs)
+
+    def __iter__(self):
+        return iter(self._refs)
+
+    def __len__(self):
+        return len(self._refs)
+
+
+# num_returns of a generator: one ObjectRefGenerator ("streaming", Ray's default for a
+# generator), or a ref to a DynamicObjectRefGenerator ("dynamic").
+_GENERATOR_RETURNS = ("streaming", "dynamic")
+
+
 def _returns(ref, encoding, num_returns, pins=None):
     """What .remote() gives for a call of `num_returns` values: a ref, a list of them (one
-    per value), or None for 0 (Ray's shapes)."""
+    per value), None for 0, or a generator's shapes (Ray's)."""
     if num_returns == 1:
         return ObjectRef(ref, encoding, pins=pins)
     if num_returns == 0:
         return None
+    if num_returns == "streaming":
+        return ObjectRefGenerator(ObjectRef(ref, encoding, pins=pins))
+    if num_returns == "dynamic":
+        return ObjectRef(ref, encoding, pins=pins, index="dynamic")
     return [ObjectRef(ref, encoding, pins=pins, index=(i, num_returns))
             for i in range(num_returns)]
 
 
 def check_num_returns(value):
+    if value in _GENERATOR_RETURNS:
+        return value
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"num_returns={value!r}: give a whole number >= 0 (a call of n values "
-                         f"gives n refs)")
+                         f"gives n refs), or 'streaming' or 'dynamic' for a generator")
     return value
 
 
@@ -673,7 +746,10 @@ def _method_returns(cls):
         return {}
     out = {}
     for name in dir(cls):
-        n = getattr(getattr(cls, name, None), "__phalanx_num_returns__", None)
+        fn = getattr(cls, name, None)
+        n = getattr(fn, "__phalanx_num_returns__", None)
+        if n is None and (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)):
+            n = "streaming"  # Ray's default for a generator method
         if n is not None:
             out[name] = n
     return out

@@ -81,6 +81,11 @@ def _unframe(payload):
     return frames
 
 
+async def collect_async(agen):
+    """The values an async generator yields, as a list."""
+    return [v async for v in agen]
+
+
 class TaskWorker:
     """The actor that runs tasks: hosts any number of functions, loaded by key."""
 
@@ -146,6 +151,10 @@ class TaskWorker:
             result = fn(*args, **kwargs)
             if inspect.iscoroutine(result):
                 result = asyncio.run(result)
+            elif inspect.isgenerator(result):
+                result = list(result)  # a generator's values (ObjectRefGenerator reads them)
+            elif inspect.isasyncgen(result):
+                result = asyncio.run(collect_async(result))
         except Exception as e:  # noqa: BLE001 - handed to the caller as a TaskError
             from .exceptions import _remote_detail
             detail = _remote_detail(e)  # the class name and the pickled exception
@@ -259,6 +268,10 @@ class RemoteFunction:
         args = tuple(swap(a) for a in args)
         kwargs = {k: swap(v) for k, v in kwargs.items()}
         o = self._options
+        num_returns = o.get("num_returns")
+        if num_returns is None:  # Ray's default: a generator gives an ObjectRefGenerator
+            num_returns = "streaming" if (inspect.isgeneratorfunction(self._fn) or
+                                          inspect.isasyncgenfunction(self._fn)) else 1
         retry = o.get("retry_exceptions", False)
         if isinstance(retry, list):
             retry = tuple(retry)
@@ -273,7 +286,7 @@ class RemoteFunction:
         ref = _phalanx.submit_task(self._name, _TASK_WORKER_CLASS, _worker_init_args(),
                                    _READY_ARGS, self._native, TASK_METHOD, call, deps,
                                    int(o.get("max_retries", 3)))
-        return _returns(ref, ser.PICKLE, o.get("num_returns", 1), pins or None)
+        return _returns(ref, ser.PICKLE, num_returns, pins or None)
 
     def __repr__(self):
         return f"RemoteFunction({self._name})"

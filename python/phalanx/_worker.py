@@ -58,6 +58,11 @@ def call(obj, method: str, payload: bytes):
         result = fn(*args, **kwargs)
         if inspect.iscoroutine(result):
             result = _run_coroutine(result)
+        elif inspect.isgenerator(result):
+            result = list(result)  # a generator's values (ObjectRefGenerator reads them)
+        elif inspect.isasyncgen(result):
+            from ._task import collect_async
+            result = _run_coroutine(collect_async(result))
     except (_ExitActor, SystemExit):
         # exit_actor() or sys.exit(): the actor ends, not restarted, and this call with it
         # (its caller gets ActorDiedError, as in Ray); no reply is sent.

@@ -98,6 +98,57 @@ def test_several_return_values(cluster):
     phalanx.kill(w)
 
 
+@phalanx.remote
+def count_to(n):
+    for i in range(n):
+        yield i
+
+
+@phalanx.remote
+def fails_after(n):
+    for i in range(n):
+        yield i
+    raise ValueError("ran dry")
+
+
+@phalanx.remote
+class Streamer:
+    def count_to(self, n):
+        for i in range(n):
+            yield i * 10
+
+    async def acount_to(self, n):
+        for i in range(n):
+            yield i * 100
+
+
+def test_generators_give_a_ref_per_value(cluster):
+    # Ray's shapes: a generator task gives an ObjectRefGenerator (a ref per value, in order).
+    gen = count_to.remote(3)
+    assert isinstance(gen, phalanx.ObjectRefGenerator)
+    assert [phalanx.get(r, timeout=60) for r in gen] == [0, 1, 2]
+    a, b = count_to.options(num_returns=2).remote(2)
+    assert phalanx.get([a, b], timeout=60) == [0, 1]
+    dynamic = phalanx.get(count_to.options(num_returns="dynamic").remote(3), timeout=60)
+    assert phalanx.get(list(dynamic), timeout=60) == [0, 1, 2]
+    # An item travels to another task as any ref does.
+    first = next(iter(count_to.remote(2)))
+    assert phalanx.get(identity.remote(first), timeout=60) == 0
+    # Methods too, plain and async; and `async for` in a coroutine.
+    s = Streamer.remote()
+    assert [phalanx.get(r, timeout=60) for r in s.count_to.remote(3)] == [0, 10, 20]
+
+    async def read_async():
+        return [await r async for r in s.acount_to.remote(3)]
+    import asyncio
+    assert asyncio.run(read_async()) == [0, 100, 200]
+    # The generator's exception, as its own class, from the first next().
+    with pytest.raises(ValueError, match="ran dry"):
+        next(iter(fails_after.remote(2)))
+    with pytest.raises(ValueError, match="'streaming' or 'dynamic'"):
+        count_to.options(num_returns="many")
+
+
 def test_an_actor_ends_itself_for_good(cluster):
     for method in ("bye", "leave"):
         w = Worker.options(max_restarts=3).remote()
