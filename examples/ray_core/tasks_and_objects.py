@@ -1,5 +1,6 @@
 # Ray Core's first steps, with only the import changed: remote functions, refs as
-# arguments, put/get of a large array passed by reference, wait, and a tree of tasks.
+# arguments, put/get of a large array passed by reference, wait, a tree of tasks, and a
+# generator task.
 import numpy as np
 import phalanx as ray
 
@@ -65,4 +66,15 @@ def split(x):
 
 pos, neg = split.remote(3)
 assert ray.get([pos, neg]) == [3, -3]
+
+
+# Ray generators: a task that yields gives a ref per value.
+@ray.remote
+def task():
+    for i in range(5):
+        yield i
+
+
+gen = task.remote()
+assert [ray.get(ref) for ref in gen] == [0, 1, 2, 3, 4]
 print("OK")
