@@ -26,16 +26,6 @@
 
 namespace phalanx::collective {
 
-absl::Status Work::Wait() const {
-  if (done_.has_value()) return *done_;
-  if (!future_.valid()) {
-    return absl::FailedPreconditionError(
-        "Work::Wait on a Work no collective returned (default-constructed): keep the Work that "
-        "Allreduce, Broadcast and the others return");
-  }
-  return future_.get();
-}
-
 #ifdef PHALANX_WITH_NCCL
 bool NcclBuiltImpl();
 int NcclDeviceCountImpl();

@@ -89,7 +89,16 @@ class Work {
   explicit Work(std::shared_future<absl::Status> future) : future_(std::move(future)) {}
   explicit Work(absl::Status done) : done_(std::move(done)) {}
   // A Work no collective made (default-constructed) is an error to wait on, never success.
-  absl::Status Wait() const;
+  // (Inline: the torch backend's module uses it without linking the collectives library.)
+  absl::Status Wait() const {
+    if (done_.has_value()) return *done_;
+    if (!future_.valid()) {
+      return absl::FailedPreconditionError(
+          "Work::Wait on a Work no collective returned (default-constructed): keep the Work "
+          "that Allreduce, Broadcast and the others return");
+    }
+    return future_.get();
+  }
   bool Done() const {
     return done_.has_value() || !future_.valid() ||
            future_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;

@@ -102,12 +102,13 @@ PyObjectRef Submit(const std::string& actor_id, const std::string& method, py::b
   throw e;
 }
 
-// The serialized results of `refs`, in order, once all are done (up to `timeout_s` in all);
-// raises the first failed call's error, or GetTimeoutError for a ref still pending then.
+// _phalanx.Blocked: a worker::BlockedScope held from __enter__ to __exit__.
 struct BlockedPy {
   std::optional<worker::BlockedScope> scope;
 };
 
+// The serialized results of `refs`, in order, once all are done (up to `timeout_s` in all);
+// raises the first failed call's error, or GetTimeoutError for a ref still pending then.
 std::vector<py::bytes> GetMany(const std::vector<PyObjectRef>& refs, double timeout_s) {
   absl::Time deadline =
       timeout_s < 0 ? absl::InfiniteFuture() : absl::Now() + absl::Seconds(timeout_s);
