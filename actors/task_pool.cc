@@ -714,9 +714,9 @@ bool WaitForResult(const std::shared_ptr<worker::ObjectState>& state, absl::Dura
 
 std::vector<bool> WaitForResults(const std::vector<std::shared_ptr<worker::ObjectState>>& states,
                                  int num_ready, absl::Duration timeout) {
-  int ready = 0;
-  for (const auto& s : states) ready += s->done() ? 1 : 0;
-  if (ready >= num_ready) return worker::WaitAny(states, num_ready, absl::ZeroDuration());
+  std::vector<bool> done;
+  for (const auto& s : states) done.push_back(s->done());
+  if (std::count(done.begin(), done.end(), true) >= num_ready) return done;
   worker::BlockedScope blocked;
   return worker::WaitAny(states, num_ready, timeout);
 }

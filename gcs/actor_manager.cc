@@ -262,19 +262,16 @@ absl::StatusOr<rpc::ActorInfo> GcsActorManager::Create(rpc::ActorInfo spec) {
 }
 
 void GcsActorManager::RepayLocked(Effects* effects) {
-  for (auto& [id, lent] : lent_) {
-    if (!lent.owed) continue;
-    const rpc::ActorInfo* actor = actors_.Find(id);
-    if (actor == nullptr || !Placed(*actor)) continue;
-    if (scheduler_->AllocateActor(actor->node_id(), actor->placement_group_id(),
-                                  actor->placed_bundle(), lent.cpu)) {
-      effects->availability_changed.push_back(actor->node_id());
-      lent.owed = false;
-      lent.cpu = Resources();  // held again: erased below
-    }
-  }
   for (auto it = lent_.begin(); it != lent_.end();) {
-    it = it->second.cpu.Empty() ? lent_.erase(it) : std::next(it);
+    const rpc::ActorInfo* actor = it->second.owed ? actors_.Find(it->first) : nullptr;
+    if (actor != nullptr && Placed(*actor) &&
+        scheduler_->AllocateActor(actor->node_id(), actor->placement_group_id(),
+                                  actor->placed_bundle(), it->second.cpu)) {
+      effects->availability_changed.push_back(actor->node_id());
+      it = lent_.erase(it);  // held again
+    } else {
+      ++it;
+    }
   }
 }
 

@@ -506,7 +506,8 @@ def cancel(ref, *, force=False, recursive=True):
     """Cancels a task, as Ray's ``cancel``: ``get`` of its ref raises ``TaskCancelledError``
     at once. A task not started yet never runs; a running one gets KeyboardInterrupt at its
     next Python instruction (its result is dropped either way), unless ``force``, which
-    kills its worker process. A finished task keeps its result. (``recursive``: accepted; the tasks it started are not cancelled.)"""
+    kills its worker process. A finished task keeps its result. (``recursive``: accepted;
+    the tasks it started are not cancelled.)"""
     if not isinstance(ref, ObjectRef):
         raise TypeError(f"phalanx.cancel takes an ObjectRef, not {type(ref).__name__}")
     if ref._ref is None:
@@ -536,22 +537,13 @@ def wait(refs, *, num_returns=1, timeout=None, fetch_local=True):
     else:
         # Refs of the store are polled, the calls asked without waiting, until enough are done.
         deadline = None if timeout is None else time.monotonic() + float(timeout)
-        pause = 0.001
-        blocked = None  # a task worker lends its CPU while it waits
-        try:
+        with _objects.Polling() as polling:
             while True:
                 done = [r.done() for r in refs]
                 if sum(done) >= num_returns or (deadline is not None and
                                                 time.monotonic() >= deadline):
                     break
-                if blocked is None:
-                    blocked = _phalanx.Blocked()
-                    blocked.__enter__()
-                time.sleep(pause)
-                pause = min(pause * 2, _objects.POLL_MAX_S)
-        finally:
-            if blocked is not None:
-                blocked.__exit__(None, None, None)
+                polling.pause()
     ready = [r for r, d in zip(refs, done) if d][:num_returns]
     taken = set(map(id, ready))
     return ready, [r for r in refs if id(r) not in taken]

@@ -451,16 +451,37 @@ def ready(obj):
         address, _phalanx.cluster()[1], obj.owner, obj.id, "", 30.0) != "missing"
 
 
+class Polling:
+    """The pauses of a poll (1 ms, doubling to POLL_MAX_S), in a ``with`` block: from the
+    first pause on, a task worker lends its CPU (``_phalanx.Blocked``), as in get."""
+
+    def __init__(self):
+        self._pause = 0.001
+        self._blocked = None
+
+    def __enter__(self):
+        return self
+
+    def pause(self):
+        if self._blocked is None:
+            self._blocked = _phalanx.Blocked()
+            self._blocked.__enter__()
+        time.sleep(self._pause)
+        self._pause = min(self._pause * 2, POLL_MAX_S)
+
+    def __exit__(self, *exc):
+        if self._blocked is not None:
+            self._blocked.__exit__(*exc)
+
+
 def read(obj, deadline):
     """The value of obj; waits (until `deadline`, a time.monotonic(), or None) for a call's
     result that is not written yet."""
     if obj.inline is not None:
         return _decode(obj.inline)
     local = _is_local(obj)
-    pause = 0.001
     node = {}  # the holding node's address, read from the GCS once, not once per poll
-    blocked = None  # a task worker lends its CPU while it waits (_phalanx.Blocked)
-    try:
+    with Polling() as polling:
         while True:
             if local:
                 try:
@@ -479,14 +500,7 @@ def read(obj, deadline):
             if deadline is not None and time.monotonic() >= deadline:
                 from .exceptions import GetTimeoutError
                 raise GetTimeoutError(f"object {obj.id} of {obj.label} was not ready in time")
-            if blocked is None:
-                blocked = _phalanx.Blocked()
-                blocked.__enter__()
-            time.sleep(pause)
-            pause = min(pause * 2, POLL_MAX_S)
-    finally:
-        if blocked is not None:
-            blocked.__exit__(None, None, None)
+            polling.pause()
 
 
 def _fetch(obj, deadline, node=None):
