@@ -224,22 +224,31 @@ class ObjectRef:
     anywhere a value does (inside lists, dicts, arguments and results); as a top-level
     argument of a task or actor call it is replaced by its value before the call runs."""
 
-    __slots__ = ("_ref", "_encoding", "_obj", "_pins", "_index")
+    __slots__ = ("_ref", "_encoding", "_obj", "_pins", "_index", "_borrowed")
 
     def __init__(self, ref, encoding, obj=None, pins=None, index=None):
         self._ref = ref          # the runtime's ref of a call of this process (or None)
         self._encoding = encoding
         self._obj = obj          # its place in the object store (_objects.Obj), once it has one
-        self._pins = pins        # refs this call's arguments carried: kept while this one is
+        self._pins = pins        # refs this call's arguments carried: kept until it finished
         self._index = index      # (i, n): the i-th of the call's n return values
-        if obj is not None and _objects.is_owned(obj):
-            _objects._here.hold(obj.id)
+        self._borrowed = False   # whether it counts as a borrow of another process's value
+        if obj is not None:
+            if _objects.is_owned(obj):
+                _objects._here.hold(obj.id)
+            else:
+                self._borrowed = _objects.borrow(obj)
 
     def __del__(self):
         obj = getattr(self, "_obj", None)
         try:
-            if obj is not None and _objects.is_owned(obj):
+            if obj is not None and getattr(self, "_borrowed", False):
+                _objects._here.unborrow(obj.id)
+            elif obj is not None and _objects.is_owned(obj):
                 _objects._here.release(obj.id)
+            pins, call = getattr(self, "_pins", None), getattr(self, "_ref", None)
+            if pins and call is not None and not call.done():
+                _objects._here.keep_until_done(call, pins)
         except Exception:  # noqa: BLE001 - at interpreter exit the module may be half gone
             pass
 
@@ -270,10 +279,9 @@ class ObjectRef:
         return self._obj
 
     def __reduce__(self):
-        # Sent inside a value: the receiver may keep it, so its value lives as long as its
-        # owner (borrowers are not counted).
+        # Sent inside a value: the receiver borrows it (see _objects).
         obj = self._store_obj()
-        _objects.mark_escaped(obj)
+        _objects.sent(self, obj)
         return _ref_from_obj, (obj,)
 
     def __await__(self):
@@ -682,7 +690,10 @@ class ActorMethod:
             args, kwargs, pins = _swap_ref_args(args, kwargs)
         elif any(isinstance(a, ObjectRef) for a in args):
             args = tuple(get(a) if isinstance(a, ObjectRef) else a for a in args)  # C++: values
-        payload = ser.dumps_call(args, kwargs, encoding)
+        with _objects.collecting() as inside:  # refs inside the arguments: pinned too
+            payload = ser.dumps_call(args, kwargs, encoding)
+        if inside:
+            pins = (pins or []) + inside
         n = self._num_returns
         if n is None:
             n = h._method_returns.get(self._name, 1)

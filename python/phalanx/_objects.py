@@ -9,11 +9,19 @@ Where a value lives:
   node's manager stream it into a file of its own machine (ReadObject), once per get.
 
 Ownership, as in Ray: the process that put a value (or whose call a published result belongs
-to) owns it. The value is freed when the owner holds no ref to it any more and the ref never
-left the process except as a top-level argument of a call (pinned until that call's result is
-dropped). A ref that was sent inside a value may have borrowers, which are not counted: the
-value then lives as long as its owner. An owner's values die with it: the node manager removes
-the directory of an owner that died, and readers get ``OwnerDiedError`` naming it.
+to) owns it, and frees it when nothing holds a ref to it any more:
+- the owner's own refs, counted here;
+- calls in flight: a ref passed to a call, as an argument or anywhere inside one, is pinned by
+  the caller until the call has finished (whether or not its result is kept);
+- values that contain it: a ref inside a value given to ``put`` lives while that value does;
+- borrowers: another process that holds a ref it received (inside an argument, or in a value
+  it read) registers itself in the GCS's key-value store (``BORROW_NS``) while it holds one,
+  and the owner frees the value once the last borrower dropped it, or died (a borrower on this
+  machine, or on a node the GCS no longer lists alive).
+A ref that leaves a process any other way (inside a call's result, or pickled by the user) is
+kept by that process until it exits, as the receiver cannot be known. An owner's values die
+with it: the node manager removes the directory of an owner that died, and readers get
+``OwnerDiedError`` naming it.
 
 The file: ``MAGIC``, then kind, buffer count and metadata length, then (offset, length) of each
 buffer, the metadata and the buffers (each at a multiple of ``_ALIGN``). Kinds: a pickle with
@@ -22,6 +30,7 @@ its out-of-band buffers (protocol 5); a call's raw result (metadata: its encodin
 """
 
 import collections
+import contextlib
 import io
 import itertools
 import mmap
@@ -49,6 +58,10 @@ _HEADER = struct.Struct("<8sIIQ")
 _BUFFER = struct.Struct("<QQ")
 _ALIGN = 64
 _WRITE_CHUNK = 64 << 20  # bytes per pwrite
+# The GCS key-value namespace of borrowers: "<owner key>/<object id>/<borrower key>".
+BORROW_NS = "phalanx-borrows"
+# How often a process looks again at what its borrowers and calls in flight still hold.
+SWEEP_S = 0.2
 
 # What travels for a ref: its id; the node whose store holds it ("" when inline) and that
 # node's hostname; the owner's directory ("<pid>-<start time>") and a description of it for
@@ -111,10 +124,12 @@ def owner_alive(owner):
 
 
 class _Here:
-    """This process as an owner: where its values go, and how many refs to each it holds."""
+    """This process as an owner and borrower: where its values go, and who holds refs to
+    them."""
 
     def __init__(self):
-        self.lock = threading.Lock()
+        # Re-entrant: ObjectRef.__del__ takes it, and a collection may run it anywhere.
+        self.lock = threading.RLock()
         self.pid = None
         self.node = None      # this machine's node id ("" when none runs here)
         self.dir = None       # this process's directory of the store
@@ -123,8 +138,25 @@ class _Here:
         self.owner = None
         self.host = None
         self.label = None
-        self.counts = {}      # object id -> refs held here
-        self.escaped = set()  # ids sent inside values: kept until this process exits
+        self._reset()
+
+    def _reset(self):
+        self.counts = {}      # object id -> refs held here (of values owned here)
+        self.escaped = set()  # ids that left inside a result or a user's pickle: kept to exit
+        self.shared = set()   # owned ids sent inside an argument or a value: may be borrowed
+        self.lent = set()     # owned ids held here no more, freed when no borrower is left
+        self.contained = {}   # owned id -> the ObjectRefs inside its value (kept while it is)
+        self.borrows = {}     # id of another owner's value -> refs held here
+        self.registered = {}  # borrowed id -> its key in BORROW_NS
+        self.dropped = set()  # borrowed ids held no more, to be unregistered
+        self.in_flight = []   # (call, pins): a dropped result's call, and the refs it carries
+        self.kv_lock = threading.Lock()  # orders a borrow's registration and its removal
+        self.wake = threading.Event()
+        self.sweeper = None
+
+    def key(self):
+        """How borrowers name this process: "<node or host>:<pid>-<start time>"."""
+        return f"{self.node or self.host}:{self.owner}"
 
     def ensure(self):
         """Sets the fields up (again in a forked child)."""
@@ -148,8 +180,10 @@ class _Here:
             self.spill_dir = os.path.join(spill, self.owner) if spill else None
             capacity = _store_file(_store_root(node), ".capacity") if node else ""
             self.capacity = int(capacity) if capacity.isdigit() else None
-            self.counts, self.escaped = {}, set()
+            self._reset()
             self.pid = os.getpid()
+
+    # -- values owned here
 
     def hold(self, object_id):
         with self.lock:
@@ -164,7 +198,19 @@ class _Here:
             self.counts.pop(object_id, None)
             if object_id in self.escaped:
                 return
+            if object_id in self.shared:  # the sweeper asks the GCS who borrows it
+                self.lent.add(object_id)
+                self._start_sweeper()
+                return
+        self.free(object_id)
+
+    def free(self, object_id):
+        with self.lock:
+            self.shared.discard(object_id)
+            self.lent.discard(object_id)
+            inside = self.contained.pop(object_id, None)
         self.release_files(object_id)
+        del inside  # its refs are released (outside the lock)
 
     def release_files(self, object_id):
         for d in (self.dir, self.spill_dir):
@@ -173,7 +219,134 @@ class _Here:
 
     def wanted(self, object_id):
         with self.lock:
-            return object_id in self.counts or object_id in self.escaped
+            return object_id in self.counts or object_id in self.escaped or \
+                object_id in self.lent
+
+    def contain(self, object_id, refs):
+        with self.lock:
+            self.contained[object_id] = refs
+
+    def keep_until_done(self, call, pins):
+        """Keeps a call's pinned refs until the call has finished (its result was dropped)."""
+        with self.lock:
+            if self.pid != os.getpid():
+                return
+            self.in_flight.append((call, pins))
+            self._start_sweeper()
+
+    # -- values of other owners held here
+
+    def borrow(self, obj):
+        """Counts a ref to another process's value; the first registers this process as one
+        of its borrowers, before the ref that brought it here (pinned by its sender) can
+        drop."""
+        borrow_key = f"{obj.node or obj.host}:{obj.owner}/{obj.id}/{self.key()}"
+        with self.kv_lock:
+            with self.lock:
+                self.borrows[obj.id] = self.borrows.get(obj.id, 0) + 1
+                self.dropped.discard(obj.id)
+                if obj.id in self.registered:
+                    return
+                self.registered[obj.id] = borrow_key
+            try:
+                _phalanx.kv_put(BORROW_NS, borrow_key, self.host.encode(), True)
+            except Exception:  # noqa: BLE001 - no cluster (a ref unpickled outside one)
+                with self.lock:
+                    self.registered.pop(obj.id, None)
+
+    def unborrow(self, object_id):
+        with self.lock:
+            left = self.borrows.get(object_id, 0) - 1
+            if left > 0:
+                self.borrows[object_id] = left
+                return
+            self.borrows.pop(object_id, None)
+            if object_id in self.registered and object_id not in self.escaped:
+                self.dropped.add(object_id)
+                self._start_sweeper()
+
+    # -- the sweeper: calls that finished, borrows dropped, lent values no longer borrowed
+
+    def _start_sweeper(self):
+        """(Under the lock.) Wakes the sweeper, started on first use."""
+        if self.sweeper is None:
+            self.sweeper = threading.Thread(target=self._sweep, name="phalanx-refs",
+                                            daemon=True)
+            self.sweeper.start()
+        self.wake.set()
+
+    def _sweep(self):
+        pid = os.getpid()
+        while self.pid == pid:
+            self.wake.wait(SWEEP_S)
+            self.wake.clear()
+            try:
+                busy = self.sweep_once()
+            except Exception:  # noqa: BLE001 - the GCS may be away a while: try again
+                busy = True
+            if not busy:
+                self.wake.wait()
+
+    def sweep_once(self):
+        """One pass; whether anything is left to watch."""
+        with self.lock:
+            in_flight = self.in_flight
+            self.in_flight = []
+        going = [(c, p) for c, p in in_flight if not c.done()]
+        with self.lock:
+            self.in_flight.extend(going)
+        del in_flight  # the finished calls' pins are released here
+        with self.kv_lock:
+            with self.lock:
+                gone = [(i, self.registered.pop(i)) for i in self.dropped
+                        if i in self.registered and i not in self.borrows]
+                self.dropped.clear()
+            for _, key in gone:
+                _phalanx.kv_delete(BORROW_NS, key, False)
+        with self.lock:
+            lent = set(self.lent)
+        if lent:
+            borrowed = self._borrowed()
+            for object_id in lent - borrowed:
+                with self.lock:
+                    free = object_id in self.lent and object_id not in self.counts
+                if free:
+                    self.free(object_id)
+        with self.lock:
+            return bool(self.in_flight or self.lent or self.dropped)
+
+    def _borrowed(self):
+        """The ids of this process's values that live borrowers hold. A borrower's key of a
+        process of this node that exited, or of a node that is gone, is removed."""
+        keys = _phalanx.kv_list(BORROW_NS, f"{self.key()}/")
+        nodes = None
+        borrowed = set()
+        for key in keys:
+            _, object_id, borrower = key.split("/", 2)
+            where, _, process = borrower.rpartition(":")
+            if where in (self.node, self.host):
+                alive = owner_alive(process)
+            else:  # a process of another node: alive while its node is (a host: unknown)
+                if nodes is None:
+                    nodes = {n["node_id"]: n["alive"] for n in _phalanx.nodes()}
+                alive = nodes.get(where, True)
+            if alive:
+                borrowed.add(object_id)
+            else:
+                _phalanx.kv_delete(BORROW_NS, key, False)
+        return borrowed
+
+    def goodbye(self):
+        """At exit: this process's borrower keys, and those of its own values, go."""
+        with self.lock:
+            keys = list(self.registered.values())
+            self.registered.clear()
+        try:
+            for key in keys:
+                _phalanx.kv_delete(BORROW_NS, key, False)
+            _phalanx.kv_delete(BORROW_NS, f"{self.key()}/", True)
+        except Exception:  # noqa: BLE001 - disconnected already: the keys outlive it
+            pass
 
 
 _here = _Here()
@@ -187,6 +360,8 @@ def forget_all():
             return
         dirs = (_here.dir, _here.spill_dir)
         _here.pid = None
+    _here.goodbye()
+    _here.wake.set()  # the sweeper sees the pid change and ends
     import shutil
     for d in dirs:
         if d:
@@ -195,6 +370,55 @@ def forget_all():
 
 import atexit  # noqa: E402 - registered once the module is whole
 atexit.register(forget_all)
+
+
+# ---- refs sent inside values ------------------------------------------------------------------
+
+_collector = threading.local()
+
+
+@contextlib.contextmanager
+def collecting():
+    """Collects the ObjectRefs pickled in the block (a call's arguments, a put value), so
+    the caller keeps them while the call or the value needs them."""
+    outer = getattr(_collector, "refs", None)
+    _collector.refs = []
+    try:
+        yield _collector.refs
+    finally:
+        _collector.refs = outer
+
+
+def borrow(obj):
+    """Whether a new ObjectRef to obj counts as a borrow (obj is another process's value in
+    a store); if so, it was counted."""
+    if obj.inline is not None:
+        return False
+    try:
+        _here.ensure()
+    except Exception:  # noqa: BLE001 - not connected: nothing to register with
+        return False
+    if obj.owner == _here.owner:
+        return False
+    _here.borrow(obj)
+    return True
+
+
+def sent(ref, obj):
+    """A ref is pickled: into what a `collecting` block holds on to (its value may now be
+    borrowed), or elsewhere (kept by this process until it exits)."""
+    refs = getattr(_collector, "refs", None)
+    if obj.inline is not None:
+        return
+    _here.ensure()
+    if refs is not None:
+        refs.append(ref)
+        if obj.owner == _here.owner:
+            with _here.lock:
+                _here.shared.add(obj.id)
+        return
+    with _here.lock:
+        _here.escaped.add(obj.id)
 
 
 # ---- encoding ---------------------------------------------------------------------------------
@@ -350,15 +574,24 @@ def _write_placed(object_id, kind, meta, buffers):
 def put(value):
     """An Obj for `value`, owned by this process (the ObjectRef made of it counts it)."""
     _here.ensure()
-    kind, meta, buffers = serialize(value)
+    with collecting() as inside:
+        kind, meta, buffers = serialize(value)
     size = len(meta) + sum(b.nbytes for b in buffers)
     object_id = _new_id()
     if size < INLINE_MAX or not _here.dir:
+        _escape(inside)  # travels by value: no one knows how long the refs in it live
         return Obj(object_id, "", "", _here.owner, _here.label, _to_bytes(kind, meta, buffers),
                    False, False)
     spilled = _write_placed(object_id, kind, meta, buffers)
+    if inside:
+        _here.contain(object_id, inside)
     return Obj(object_id, _here.node, _here.host, _here.owner, _here.label, None, False,
                spilled)
+
+
+def _escape(refs):
+    with _here.lock:
+        _here.escaped.update(r._obj.id for r in refs)
 
 
 def _result(native_ref, encoding, index):
@@ -378,14 +611,18 @@ def publish(native_ref, encoding, index=None):
     _here.ensure()
     if not _here.dir:
         # No node here to serve it: the ref carries the value (this waits for it).
-        return Obj(_new_id(), "", "", _here.owner, _here.label,
-                   _to_bytes(*_result(native_ref, encoding, index)), False, False)
+        with collecting() as inside:
+            item = _result(native_ref, encoding, index)
+        _escape(inside)
+        return Obj(_new_id(), "", "", _here.owner, _here.label, _to_bytes(*item), False, False)
     object_id = _new_id()
     _here.hold(object_id)
 
     def write():
+        inside = []
         try:
-            item = _result(native_ref, encoding, index)
+            with collecting() as inside:
+                item = _result(native_ref, encoding, index)
         except BaseException as e:  # noqa: BLE001 - every reader raises it
             try:
                 item = (KIND_ERROR, cloudpickle.dumps(e), [])
@@ -394,8 +631,10 @@ def publish(native_ref, encoding, index=None):
                 item = (KIND_ERROR, pickle.dumps(PhalanxError(str(e))), [])
         if _here.wanted(object_id):
             _write_placed(object_id, *item)
+            if inside:
+                _here.contain(object_id, inside)
             if not _here.wanted(object_id):  # dropped while it was written
-                _here.release_files(object_id)
+                _here.free(object_id)
     threading.Thread(target=write, name="phalanx-publish", daemon=True).start()
     return Obj(object_id, _here.node, _here.host, _here.owner, _here.label, None, True, False)
 
@@ -405,12 +644,6 @@ def _unlink(path):
         os.unlink(path)
     except OSError:
         pass
-
-
-def mark_escaped(obj):
-    if obj.inline is None and obj.owner == _here.owner:
-        with _here.lock:
-            _here.escaped.add(obj.id)
 
 
 def is_owned(obj):

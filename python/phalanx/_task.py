@@ -275,7 +275,10 @@ class RemoteFunction:
         retry = o.get("retry_exceptions", False)
         if isinstance(retry, list):
             retry = tuple(retry)
-        call = _dumps((key, self._name, args, kwargs, encodings, retry))
+        from . import _objects
+        with _objects.collecting() as inside:  # refs inside the arguments: pinned too
+            call = _dumps((key, self._name, args, kwargs, encodings, retry))
+        pins.extend(inside)
         if self._native is None:
             worker_options = {k: v for k, v in o.items()
                               if k in ("num_cpus", "num_gpus", "memory", "resources",

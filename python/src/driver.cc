@@ -360,6 +360,13 @@ void BindKv(py::module_& m) {
   m.def("kv_delete", [](const std::string& ns, const std::string& key, bool by_prefix) {
     return CallBlocking([&] { return Worker().gcs().KvDelete(ns, key, by_prefix); });
   });
+  m.def("kv_list", [](const std::string& ns, const std::string& prefix) {
+    std::vector<rpc::KvEntry> entries =
+        CallBlocking([&] { return Worker().gcs().KvList(ns, prefix); });
+    py::list keys;
+    for (const rpc::KvEntry& e : entries) keys.append(py::str(e.key()));
+    return keys;
+  });
 }
 
 }  // namespace

@@ -52,6 +52,13 @@ class Trainer:
         self.box = box
         return type(box["w"]).__name__
 
+    def loaded(self):
+        return float(self.weights.sum())
+
+    def keep_later(self, box, after_s):
+        time.sleep(after_s)
+        self.box = box
+
     def read_kept(self):
         return float(phalanx.get(self.box["w"]).sum())
 
@@ -124,13 +131,76 @@ def test_a_value_is_freed_when_no_ref_holds_it(cluster):
     del result
     gc.collect()
     assert new not in _my_objects()
-    # A ref sent inside a value may have borrowers: it lives as long as its owner.
+    # A ref sent inside an argument is pinned while the call runs, and borrowed by the callee
+    # while it holds it: once the call is over and nobody holds it, it is freed.
     kept = phalanx.put(np.ones(1_000_000))
-    phalanx.get(total_of_refs.remote([kept]), timeout=60)
+    assert phalanx.get(total_of_refs.remote([kept]), timeout=60) == 1e6
     kept_id = kept._obj.id
     del kept
     gc.collect()
-    assert kept_id in _my_objects()
+    assert wait_for(lambda: kept_id not in _my_objects(), timeout=30)
+
+
+def test_borrowers_keep_a_value_until_the_last_one_drops_it(cluster):
+    """Ray's broadcast shape: weights put once and sent inside a dict to trainers, step after
+    step. Each step's weights are freed once no trainer holds them; a trainer that keeps
+    them keeps them alive after the driver dropped its own ref, and so does a value that
+    contains the ref."""
+    gc.collect()
+    trainer = Trainer.remote()
+    before = set(_my_objects())
+    for step in range(5):  # a new value each step, dropped by the driver after the call
+        weights = phalanx.put(np.full(1_000_000, float(step)))
+        phalanx.get(trainer.keep.remote({"w": weights}), timeout=60)
+        del weights
+    gc.collect()
+    # Four steps' weights are no longer held by anyone; the trainer keeps the last one.
+    assert wait_for(lambda: len(set(_my_objects()) - before) == 1, timeout=30), \
+        set(_my_objects()) - before
+    assert phalanx.get(trainer.read_kept.remote(), timeout=60) == 4e6
+    time.sleep(3 * _objects.SWEEP_S)
+    assert len(set(_my_objects()) - before) == 1  # still borrowed: still there
+    phalanx.get(trainer.keep.remote({"w": None}), timeout=60)  # the trainer lets it go
+    assert wait_for(lambda: set(_my_objects()) == before, timeout=30)
+
+    # A call whose result the caller never kept still has its arguments while it runs.
+    weights = phalanx.put(np.full(1_000_000, 7.0))
+    trainer.keep_later.remote({"w": weights}, 1.0)
+    del weights
+    gc.collect()
+    assert wait_for(lambda: phalanx.get(trainer.read_kept.remote(), timeout=60) == 7e6,
+                    timeout=30)
+    # So does a top-level ref argument of a call queued behind another.
+    trainer.keep_later.remote({"w": None}, 1.0)
+    weights = phalanx.put(np.full(1_000_000, 6.0))
+    trainer.load.remote(weights)
+    del weights
+    gc.collect()
+    assert phalanx.get(trainer.loaded.remote(), timeout=60) == 6e6
+
+    # A ref inside a put value lives while that value does.
+    inner = phalanx.put(np.full(1_000_000, 3.0))
+    inner_id = inner._obj.id
+    outer = phalanx.put({"inner": inner, "pad": np.zeros(200_000)})
+    del inner
+    gc.collect()
+    assert float(phalanx.get(phalanx.get(outer)["inner"]).sum()) == 3e6
+    gc.collect()
+    assert inner_id in _my_objects()
+    del outer
+    gc.collect()
+    assert wait_for(lambda: inner_id not in _my_objects(), timeout=30)
+
+    # A borrower that is SIGKILLed while it holds a ref borrows it no more.
+    weights = phalanx.put(np.full(1_000_000, 5.0))
+    weights_id = weights._obj.id
+    phalanx.get(trainer.keep.remote({"w": weights}), timeout=60)
+    del weights
+    gc.collect()
+    time.sleep(3 * _objects.SWEEP_S)
+    assert weights_id in _my_objects()
+    os.kill(phalanx.get(trainer.pid.remote(), timeout=60), signal.SIGKILL)
+    assert wait_for(lambda: weights_id not in _my_objects(), timeout=30)
 
 
 def test_a_value_dies_with_its_owner_and_the_error_names_it(cluster):
