@@ -226,7 +226,7 @@ class ObjectRef:
 
     __slots__ = ("_ref", "_encoding", "_obj", "_pins", "_index", "_borrowed")
 
-    def __init__(self, ref, encoding, obj=None, pins=None, index=None):
+    def __init__(self, ref, encoding, obj=None, pins=None, index=None, borrow=False):
         self._ref = ref          # the runtime's ref of a call of this process (or None)
         self._encoding = encoding
         self._obj = obj          # its place in the object store (_objects.Obj), once it has one
@@ -236,7 +236,7 @@ class ObjectRef:
         if obj is not None:
             if _objects.is_owned(obj):
                 _objects._here.hold(obj.id)
-            else:
+            elif borrow:
                 self._borrowed = _objects.borrow(obj)
 
     def __del__(self):
@@ -281,8 +281,7 @@ class ObjectRef:
     def __reduce__(self):
         # Sent inside a value: the receiver borrows it (see _objects).
         obj = self._store_obj()
-        _objects.sent(self, obj)
-        return _ref_from_obj, (obj,)
+        return _ref_from_obj, (obj, _objects.sent(self, obj))
 
     def __await__(self):
         """``await ref`` in a coroutine (an async actor's method, or a driver's): the result,
@@ -422,8 +421,8 @@ def method(*, num_returns=1, concurrency_group=None):
     return mark
 
 
-def _ref_from_obj(obj):
-    return ObjectRef(None, ser.PICKLE, obj)
+def _ref_from_obj(obj, borrow=False):
+    return ObjectRef(None, ser.PICKLE, obj, borrow=borrow)
 
 
 class _ArgRef:

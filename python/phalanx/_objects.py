@@ -406,19 +406,22 @@ def borrow(obj):
 
 def sent(ref, obj):
     """A ref is pickled: into what a `collecting` block holds on to (its value may now be
-    borrowed), or elsewhere (kept by this process until it exits)."""
+    borrowed), or elsewhere (kept by this process until it exits). Whether the receiver must
+    register as a borrower (not for a kept one: that saves a GCS call per ref of a list of
+    refs that a task returns)."""
     refs = getattr(_collector, "refs", None)
     if obj.inline is not None:
-        return
+        return False
     _here.ensure()
     if refs is not None:
         refs.append(ref)
         if obj.owner == _here.owner:
             with _here.lock:
                 _here.shared.add(obj.id)
-        return
+        return True
     with _here.lock:
         _here.escaped.add(obj.id)
+    return False
 
 
 # ---- encoding ---------------------------------------------------------------------------------
