@@ -281,6 +281,16 @@ absl::StatusOr<std::string> CreateActor(const std::string& class_name, const Act
   return created->actor_id();
 }
 
+absl::Status CancelActorCall(const std::string& actor_id,
+                             const std::shared_ptr<worker::ObjectState>& result) {
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
+  if (cw == nullptr) return NotInitialized();
+  auto client = cw->Client(actor_id);
+  if (!client.ok()) return client.status();
+  (*client)->Cancel(result);
+  return absl::OkStatus();
+}
+
 std::shared_ptr<worker::ObjectState> SubmitCall(const std::string& actor_id,
                                                 const std::string& method,
                                                 std::string packed_args) {

@@ -44,6 +44,9 @@ absl::StatusOr<std::string> CreateActor(const std::string& class_name, const Act
 // Never null: a failure to submit is the returned slot's error.
 std::shared_ptr<worker::ObjectState> SubmitCall(const std::string& actor_id,
                                                 const std::string& method, std::string packed_args);
+// Cancels an actor call (worker::ActorClient::Cancel); OK when it had finished.
+absl::Status CancelActorCall(const std::string& actor_id,
+                             const std::shared_ptr<worker::ObjectState>& result);
 absl::StatusOr<std::string> LookupNamedActor(const std::string& name);
 absl::Status KillActor(const std::string& actor_id, bool no_restart);
 // NotFound when no live actor has the name in `ns` (GetActorInfo: by id).

@@ -510,18 +510,23 @@ def get(refs, *, timeout=None):
 
 
 def cancel(ref, *, force=False, recursive=True):
-    """Cancels a task, as Ray's ``cancel``: ``get`` of its ref raises ``TaskCancelledError``
-    at once. A task not started yet never runs; a running one gets KeyboardInterrupt at its
-    next Python instruction (its result is dropped either way), unless ``force``, which
-    kills its worker process. A finished task keeps its result. (``recursive``: accepted;
-    the tasks it started are not cancelled.)"""
+    """Cancels a task or an actor call, as Ray's ``cancel``: ``get`` of its ref raises
+    ``TaskCancelledError`` at once, and a finished one keeps its result.
+    - A task not started yet never runs; a running one gets KeyboardInterrupt at its next
+      Python instruction (its result is dropped either way), unless ``force``, which kills
+      its worker process.
+    - An actor call not started yet never runs. A running one of an async method has its
+      asyncio task cancelled (CancelledError at its await); a plain method runs on, and
+      ``get_runtime_context().is_canceled()`` says it was cancelled (actors keep state, so
+      they are not interrupted). ``force`` is refused for actor calls.
+    (``recursive``: accepted; the tasks it started are not cancelled.)"""
     if not isinstance(ref, ObjectRef):
         raise TypeError(f"phalanx.cancel takes an ObjectRef, not {type(ref).__name__}")
     if ref._ref is None:
         raise ValueError("phalanx.cancel stops a task; this ref is a value (phalanx.put)")
-    if ref._ref.actor_id:
-        raise ValueError("phalanx.cancel stops tasks, not actor calls; phalanx.kill(handle) "
-                         "ends the actor")
+    if ref._ref.actor_id and force:
+        raise ValueError("force=True is not supported for actor calls (it would kill the "
+                         "actor's state): cancel without force, or phalanx.kill(handle)")
     ref._ref.cancel(bool(force))
 
 

@@ -45,6 +45,13 @@ class RuntimeContext:
         hosted = _phalanx.hosted_actor()
         return hosted[0] if hosted is not None and _is_task_worker(hosted) else None
 
+    def is_canceled(self):
+        """Whether the actor call or task this thread runs was cancelled (phalanx.cancel),
+        for a plain method to stop early. RuntimeError in a driver or an async method (which
+        gets asyncio.CancelledError instead), as in Ray."""
+        from . import _worker
+        return _worker.is_canceled()
+
     def was_current_actor_reconstructed(self):
         hosted = _phalanx.hosted_actor()
         return bool(hosted and hosted[1] > 0)

@@ -3,12 +3,15 @@ actor. The native module runs the worker host (gRPC, calls, lanes) and calls ``c
 ``call`` below, holding the GIL only while Python code runs."""
 
 import asyncio
+import collections
 import inspect
 import os
 import pickle
 import sys
 import threading
 import traceback
+
+import _phalanx
 
 from . import _serialization as ser
 from ._api import resolve_args
@@ -53,16 +56,19 @@ def call(obj, method: str, payload: bytes):
         return False, b"", "InvalidCall", f"{type(obj).__name__}.{method}: {e}"
     except ValueError:
         pass  # builtins without a signature: let the call say it
+    key = _phalanx.current_call()
+    with _calls_lock:
+        _running[key] = None
     try:
         args, kwargs = resolve_args(args, kwargs)
         result = fn(*args, **kwargs)
         if inspect.iscoroutine(result):
-            result = _run_coroutine(result)
+            result = _run_coroutine(result, key)
         elif inspect.isgenerator(result):
             result = list(result)  # a generator's values (ObjectRefGenerator reads them)
         elif inspect.isasyncgen(result):
             from ._task import collect_async
-            result = _run_coroutine(collect_async(result))
+            result = _run_coroutine(collect_async(result), key)
     except (_ExitActor, SystemExit):
         # exit_actor() or sys.exit(): the actor ends, not restarted, and this call with it
         # (its caller gets ActorDiedError, as in Ray); no reply is sent.
@@ -70,10 +76,14 @@ def call(obj, method: str, payload: bytes):
         threading.Event().wait(_EXIT_WAIT_S + 5)
         return (False, b"", "TaskError",
                 f"{type(obj).__name__}.{method} ended its actor (exit_actor() or sys.exit())")
-    except Exception as e:  # noqa: BLE001 - handed to the caller as a TaskError
+    except (Exception, asyncio.CancelledError) as e:  # noqa: BLE001 - to the caller
         tb = traceback.format_exc().rstrip()
         return (False, _cause_type(e), "TaskError",
                 f"{type(e).__name__}: {e}\n\n{type(obj).__name__}.{method} raised:\n{tb}")
+    finally:
+        with _calls_lock:
+            _running.pop(key, None)
+            _cancelled.pop(key, None)
     try:
         return True, ser.dumps_value(result, encoding), "", ""
     except Exception as e:  # noqa: BLE001
@@ -87,11 +97,45 @@ def interrupt(obj):
     return isinstance(obj, _TaskWorker) and obj._phalanx_interrupt()
 
 
+# The actor calls running now ("<caller>/<seq>" -> the future of an async one, else None),
+# and those cancelled (phalanx.cancel of an actor call; kept a while for one that was about
+# to start when its cancel came).
+_calls_lock = threading.Lock()
+_running = {}
+_cancelled = collections.OrderedDict()
+_CANCELLED_KEEP = 1024
+
+
+def cancel(key):
+    """Cancels the running actor call `key`, as Ray does: an async method's asyncio task is
+    cancelled (CancelledError at its await); a plain one runs on, and sees is_canceled()."""
+    with _calls_lock:
+        _cancelled[key] = True
+        while len(_cancelled) > _CANCELLED_KEEP:
+            _cancelled.popitem(last=False)
+        future = _running.get(key)
+    if future is not None:
+        future.cancel()
+
+
+def is_canceled():
+    """Whether the actor call this thread runs was cancelled (RuntimeContext.is_canceled)."""
+    if threading.current_thread().name == "phalanx-asyncio":
+        raise RuntimeError("is_canceled() is for a plain actor method or a task; an async "
+                           "method that is cancelled gets asyncio.CancelledError at its await")
+    key = _phalanx.current_call()
+    if not key:
+        raise RuntimeError("is_canceled() is for a method of an actor or a task; the driver "
+                           "runs none")
+    with _calls_lock:
+        return key in _cancelled
+
+
 _loop = None
 _loop_lock = threading.Lock()
 
 
-def _run_coroutine(coroutine):
+def _run_coroutine(coroutine, key=None):
     """Runs an async method's coroutine on the actor's one event loop (a thread of its own,
     started with the first), as Ray's async actors do: calls interleave at their awaits, and
     what one creates (asyncio.Lock, Queue, tasks) the next can use. This call's thread waits
@@ -102,7 +146,14 @@ def _run_coroutine(coroutine):
             _loop = asyncio.new_event_loop()
             threading.Thread(target=_loop.run_forever, name="phalanx-asyncio",
                              daemon=True).start()
-    return asyncio.run_coroutine_threadsafe(coroutine, _loop).result()
+    future = asyncio.run_coroutine_threadsafe(coroutine, _loop)
+    if key is not None:
+        with _calls_lock:
+            _running[key] = future
+            cancelled = key in _cancelled
+        if cancelled:
+            future.cancel()
+    return future.result()
 
 
 def _cause_type(e):

@@ -246,6 +246,10 @@ void BindActors(py::module_& m) {
       .def("done", [](const PyObjectRef& r) { return r.state->done(); })
       .def("cancel",
            [](const PyObjectRef& r, bool force) {
+             if (!r.actor_id.empty()) {  // an actor call
+               CallBlocking([&] { return internal::CancelActorCall(r.actor_id, r.state); });
+               return;
+             }
              CallBlocking([&] { return internal::CancelTask(r.state, force); });
            })
       .def_readonly("actor_id", &PyObjectRef::actor_id)

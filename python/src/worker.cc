@@ -56,6 +56,15 @@ class PyActorInstance final : public worker::ActorInstance {
     }
   }
 
+  void Cancel(const std::string& call) override {
+    py::gil_scoped_acquire acquire;
+    try {
+      py::module_::import("phalanx._worker").attr("cancel")(call);
+    } catch (const std::exception& e) {
+      spdlog::warn("cancelling the call {} failed: {}", call, e.what());
+    }
+  }
+
  private:
   py::object obj_;
 };
@@ -82,6 +91,8 @@ int RunPythonWorker() {
 
 void BindWorker(py::module_& m) {
   m.def("in_worker_mode", &worker::InWorkerMode);
+  // "<caller>/<seq>" of the actor call this thread runs ("" when none).
+  m.def("current_call", [] { return worker::CurrentCall(); });
   m.def("run_worker", &RunPythonWorker,
         "host the actor the node manager names; returns the process exit code");
 }

@@ -305,7 +305,89 @@ def test_cancel_a_queued_a_running_and_a_finished_task(cluster, tmp_path):
     pid = phalanx.get(done, timeout=60)
     phalanx.cancel(done)
     assert phalanx.get(done) == pid
-    with pytest.raises(ValueError, match="not actor calls"):
-        phalanx.cancel(Worker.remote().alive.remote())
+    with pytest.raises(ValueError, match="not supported for actor calls"):
+        phalanx.cancel(Worker.remote().alive.remote(), force=True)
     with pytest.raises(ValueError, match="phalanx.put"):
         phalanx.cancel(phalanx.put(1))
+
+
+@phalanx.remote
+class AsyncCanceller:
+    """Ray's documented shape of an async actor's cancelled call: CancelledError at its
+    await."""
+
+    def __init__(self):
+        self.log = []
+
+    async def wait_long(self):
+        import asyncio
+        try:
+            await asyncio.sleep(60)
+            self.log.append("slept")
+        except asyncio.CancelledError:
+            self.log.append("cancelled")
+            raise
+
+    async def read(self):
+        return list(self.log)
+
+
+@phalanx.remote
+class Canceller:
+    """A plain actor whose long call polls is_canceled(), as Ray's documentation shows."""
+
+    def __init__(self):
+        self.log = []
+
+    def poll(self, seconds):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if phalanx.get_runtime_context().is_canceled():
+                self.log.append("saw cancel")
+                return "stopped"
+            time.sleep(0.05)
+        self.log.append("ran out")
+        return "ran out"
+
+    def note(self, what):
+        self.log.append(what)
+
+    def read(self):
+        return list(self.log)
+
+
+def test_cancel_actor_calls_queued_running_async_and_finished(cluster):
+    a = AsyncCanceller.remote()
+    phalanx.get(a.read.remote(), timeout=60)
+    # A running async method: its asyncio task is cancelled; get fails at once.
+    waiting = a.wait_long.remote()
+    deadline = time.monotonic() + 30
+    time.sleep(0.5)
+    phalanx.cancel(waiting)
+    with pytest.raises(phalanx.TaskCancelledError, match="wait_long"):
+        phalanx.get(waiting, timeout=5)
+    while "cancelled" not in phalanx.get(a.read.remote(), timeout=60):
+        assert time.monotonic() < deadline, "the async method was not cancelled"
+        time.sleep(0.1)
+
+    b = Canceller.remote()
+    # A running plain method runs on and sees is_canceled(); a call queued behind it never
+    # runs; the actor keeps its state and serves the next calls.
+    polling = b.poll.remote(60)
+    queued = b.note.remote("queued ran")
+    time.sleep(0.5)
+    phalanx.cancel(queued)
+    phalanx.cancel(polling)
+    with pytest.raises(phalanx.TaskCancelledError):
+        phalanx.get(polling, timeout=5)
+    with pytest.raises(phalanx.TaskCancelledError, match="note"):
+        phalanx.get(queued, timeout=5)
+    phalanx.get(b.note.remote("after"), timeout=60)
+    assert phalanx.get(b.read.remote(), timeout=60) == ["saw cancel", "after"]
+    # A finished call keeps its result.
+    done = b.read.remote()
+    result = phalanx.get(done, timeout=60)
+    phalanx.cancel(done)
+    assert phalanx.get(done) == result
+    with pytest.raises(RuntimeError, match="driver"):
+        phalanx.get_runtime_context().is_canceled()

@@ -8,6 +8,7 @@
 #include "runtime/rpc/describe.h"
 #include "runtime/rpc/rpc.h"
 #include "runtime/worker/errors.h"
+#include "runtime/worker/worker_host.h"
 
 namespace phalanx::worker {
 
@@ -97,6 +98,37 @@ std::shared_ptr<ObjectState> ActorClient::Submit(const std::string& method, std:
   queue_.push_back(std::move(call));
   FlushLocked();
   return state;
+}
+
+bool ActorClient::Cancel(const std::shared_ptr<ObjectState>& result) {
+  if (result->done()) return false;
+  std::string method;
+  uint64_t sent = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    for (Call& call : queue_) {
+      if (call.result != result) continue;
+      // Not sent yet: it goes as a no-op, which keeps the sequence numbers whole.
+      method = call.method;
+      call.method = kCancelMethod;
+      call.args.clear();
+      break;
+    }
+    for (auto* calls : {&inflight_, &orphans_}) {
+      for (auto& [seq, call] : *calls) {
+        if (call.result == result) {
+          method = call.method;
+          sent = seq;
+        }
+      }
+    }
+  }
+  if (method.empty()) return false;
+  result->Set(MakeError(absl::StatusCode::kCancelled, error_kind::kTaskCancelled,
+                        absl::StrCat("the call of ", method, " on ", actor_id_, " was cancelled",
+                                     sent == 0 ? " before it was sent" : "")));
+  if (sent != 0) Submit(kCancelMethod, absl::StrCat(sent));
+  return true;
 }
 
 void ActorClient::ConnectLocked() {

@@ -41,6 +41,12 @@ class ActorClient : public std::enable_shared_from_this<ActorClient> {
   std::shared_ptr<ObjectState> Submit(const std::string& method, std::string args,
                                       int encoding = 0);
 
+  // Cancels the call whose result is `result`, as Ray's cancel of an actor task: its result
+  // becomes a TaskCancelled error at once. One not sent yet goes as a no-op; one sent is
+  // named to the worker (kCancelMethod), which does not start it, or has the actor cancel
+  // it where it can. False when it is not a call of this client, or has its result.
+  bool Cancel(const std::shared_ptr<ObjectState>& result);
+
   // A newer state of the actor (from the GCS subscription or a lookup).
   void OnActorUpdate(const rpc::ActorInfo& info);
 

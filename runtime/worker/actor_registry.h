@@ -31,6 +31,10 @@ class ActorInstance {
   // KeyboardInterrupt in its task, as Ray's cancel does); whether one was. Runs beside the
   // running call, on the thread that reads calls (kInterruptMethod).
   virtual bool Interrupt() { return false; }
+  // Cancels the running call `call` (CurrentCall's form), where the actor can: a Python
+  // actor cancels an async method's asyncio task and flags a plain one (is_canceled). Runs
+  // on the thread that reads calls (kCancelMethod).
+  virtual void Cancel(const std::string& call) { (void)call; }
 };
 
 struct ActorClass {

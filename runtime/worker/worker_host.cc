@@ -96,6 +96,7 @@ void WatchNodeLease(const std::string& path) {
   }).detach();
 }
 
+thread_local std::string current_call;  // CurrentCall()
 absl::Mutex hosted_mu;
 std::optional<HostedActor> hosted ABSL_GUARDED_BY(hosted_mu);
 
@@ -278,10 +279,12 @@ class Host {
   void Dispatch(const std::string& caller, std::vector<rpc::ActorCall> calls) {
     size_t i = 0;
     while (i < calls.size()) {
-      if (calls[i].method() == kInterruptMethod) {
+      if (calls[i].method() == kInterruptMethod || calls[i].method() == kCancelMethod) {
         rpc::CallResult result;
         result.set_seq(calls[i].seq());
-        result.set_value(instance_->Interrupt() ? "\xc3" : "\xc2");  // msgpack true, false
+        const bool yes = calls[i].method() == kInterruptMethod ? instance_->Interrupt()
+                                                               : CancelCall(caller, calls[i]);
+        result.set_value(yes ? "\xc3" : "\xc2");  // msgpack true, false
         std::vector<rpc::CallResult> one;
         one.push_back(std::move(result));
         ledger_.Done(caller, std::move(one));
@@ -292,7 +295,7 @@ class Host {
       if (!serial) {
         executor->Post([this, call = std::move(calls[i]), caller] {
           std::vector<rpc::CallResult> one;
-          one.push_back(Run(call));
+          one.push_back(Run(caller, call));
           ledger_.Done(caller, std::move(one));
         });
         ++i;
@@ -300,6 +303,7 @@ class Host {
       }
       std::vector<rpc::ActorCall> run;
       while (i < calls.size() && calls[i].method() != kInterruptMethod &&
+             calls[i].method() != kCancelMethod &&
              ExecutorFor(calls[i].method()).first == executor) {
         run.push_back(std::move(calls[i]));
         ++i;
@@ -308,7 +312,7 @@ class Host {
         std::vector<rpc::CallResult> results;
         absl::Time last_flush = absl::Now();
         for (const auto& call : run) {
-          results.push_back(Run(call));
+          results.push_back(Run(caller, call));
           if (absl::Now() - last_flush > absl::Milliseconds(1)) {
             ledger_.Done(caller, std::move(results));
             results.clear();
@@ -331,10 +335,39 @@ class Host {
     return {default_executor_.get(), default_serial_};
   }
 
-  rpc::CallResult Run(const rpc::ActorCall& call) {
-    CallOutcome outcome = instance_->Call(call.method(), call.args());
+  // Marks a call of `caller` cancelled (kCancelMethod): it will not start, and if it runs
+  // now, the actor is told.
+  bool CancelCall(const std::string& caller, const rpc::ActorCall& cancel) {
+    uint64_t seq = 0;
+    if (!absl::SimpleAtoi(cancel.args(), &seq)) return false;
+    {
+      absl::MutexLock lock(&cancel_mu_);
+      const absl::Time now = absl::Now();
+      for (auto it = cancelled_.begin(); it != cancelled_.end();) {  // long finished
+        it = now - it->second > kCallResultKeep ? cancelled_.erase(it) : std::next(it);
+      }
+      cancelled_[{caller, seq}] = now;
+    }
+    instance_->Cancel(absl::StrCat(caller, "/", seq));
+    return true;
+  }
+
+  rpc::CallResult Run(const std::string& caller, const rpc::ActorCall& call) {
     rpc::CallResult result;
     result.set_seq(call.seq());
+    {
+      absl::MutexLock lock(&cancel_mu_);
+      if (cancelled_.erase({caller, call.seq()}) > 0) {
+        result.set_code(static_cast<int>(absl::StatusCode::kCancelled));
+        result.set_error(
+            absl::StrCat("the call of ", call.method(), " was cancelled before it ran"));
+        result.set_error_kind(error_kind::kTaskCancelled);
+        return result;
+      }
+    }
+    current_call = absl::StrCat(caller, "/", call.seq());
+    CallOutcome outcome = instance_->Call(call.method(), call.args());
+    current_call.clear();
     if (outcome.status.ok()) {
       result.set_value(std::move(outcome.value));
     } else {
@@ -371,6 +404,9 @@ class Host {
   CallLedger ledger_;
   absl::Mutex mu_;
   bool exit_requested_ ABSL_GUARDED_BY(mu_) = false;
+  // Calls cancelled (caller, seq) before they ran, and when: kept kCallResultKeep at most.
+  absl::Mutex cancel_mu_;
+  std::map<std::pair<std::string, uint64_t>, absl::Time> cancelled_ ABSL_GUARDED_BY(cancel_mu_);
 };
 
 grpc::Status WorkerServiceImpl::PushCalls(
@@ -420,6 +456,8 @@ bool InWorkerMode() {
   return !Env("PHALANX_WORKER_ACTOR_ID").empty() || Env("PHALANX_WORKER_POOLED") == "1" ||
          Env(kForkServerEnv) == "1";
 }
+
+const std::string& CurrentCall() { return current_call; }
 
 std::optional<HostedActor> CurrentHostedActor() {
   absl::MutexLock lock(&hosted_mu);

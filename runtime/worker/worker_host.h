@@ -31,6 +31,16 @@ inline bool IsTaskWorkerClass(std::string_view class_name) {
 // beside the running call, and answers true if it interrupted one (a task's cancel).
 inline constexpr char kInterruptMethod[] = "__phalanx_interrupt__";
 
+// A call of this method is not queued either: its args name (in decimal) the sequence number
+// of an earlier call of the same caller, which is cancelled (Ray's cancel of an actor task).
+// One that has not started is never run (its result: a TaskCancelled error); one that runs
+// is handed to ActorInstance::Cancel. Answers true.
+inline constexpr char kCancelMethod[] = "__phalanx_cancel__";
+
+// "<caller>/<seq>" of the actor call this thread runs now ("" when none): how an actor's
+// own code (a Python actor's is_canceled) names its call.
+const std::string& CurrentCall();
+
 // True when this process was started by a node manager to host an actor.
 bool InWorkerMode();
 
