@@ -4,6 +4,7 @@ import atexit
 import inspect
 import itertools
 import os
+import pickle
 import shutil
 import socket
 import subprocess
@@ -18,7 +19,7 @@ import _phalanx
 
 from . import _objects
 from . import _serialization as ser
-from .exceptions import AlreadyExistsError, NotFoundError, PhalanxError
+from .exceptions import AlreadyExistsError, GetTimeoutError, NotFoundError, PhalanxError
 
 _lock = threading.Lock()
 _local_cluster = None  # (tmpdir, port, watchdog) of a cluster init() started for this script
@@ -326,20 +327,68 @@ def _returned(value, index):
 
 class ObjectRefGenerator:
     """What ``.remote()`` of a generator (a function or method that yields) gives, as Ray's
-    does: iterate it for one ref per yielded value, in order (``for ref in gen:
-    phalanx.get(ref)``; ``async for`` in a coroutine). The values come once the generator has
-    run to its end (they are not streamed one by one); an exception it raised comes from the
-    first ``next``."""
+    does: iterate it for one ref per yielded value, in order, each as soon as it was yielded
+    (``for ref in gen: phalanx.get(ref)``; ``async for`` in a coroutine). If the generator
+    raises, the values it yielded before come first, then a ref whose ``get`` raises the
+    error.
 
-    def __init__(self, ref):
-        self._ref = ref      # the call's ref: its value is the list of what was yielded
+    The values stream through the GCS's key-value store (``_objects.STREAM_NS``): the worker
+    puts each value and writes its ref under "<stream id>/<index>"; this side takes it
+    (registering as a borrower first) and deletes the key. The call's own result is the
+    number of values."""
+
+    def __init__(self, ref, stream_id=None):
+        self._ref = ref      # the call's ref: its value is the number of values (or their list)
+        self._stream = stream_id  # None: the call returns the list of values (older worker)
         self._count = None   # how many, once known
         self._next = 0
+        self._failed = False
+
+    def __del__(self):
+        stream = getattr(self, "_stream", None)
+        try:
+            if stream is not None and not self.is_finished():
+                _objects._here.drop_stream(stream)
+        except Exception:  # noqa: BLE001 - at interpreter exit the module may be half gone
+            pass
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        return self._take(None)
+
+    def _take(self, deadline):
+        if self._stream is None:
+            return self._take_listed()
+        if self._failed or (self._count is not None and self._next >= self._count):
+            raise StopIteration
+        key = f"{self._stream}/{self._next}"
+        with _objects.Polling() as polling:
+            while True:
+                done = self._ref.done()
+                blob = _phalanx.kv_get(_objects.STREAM_NS, key)
+                if blob is not None:
+                    ref = pickle.loads(blob)  # it registers as a borrower before the delete
+                    _phalanx.kv_delete(_objects.STREAM_NS, key, False)
+                    self._next += 1
+                    return ref
+                if done:
+                    try:
+                        count = get(self._ref)
+                    except Exception:  # noqa: BLE001 - the generator raised: a ref raising it
+                        self._failed = True
+                        return self._ref
+                    self._count = count if isinstance(count, int) else len(count)
+                    if self._next >= self._count:
+                        raise StopIteration
+                    raise PhalanxError(f"value {self._next} of the generator is missing from "
+                                       f"the stream (the cluster's key-value store lost it?)")
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise GetTimeoutError("the generator yielded no next value in time")
+                polling.pause()
+
+    def _take_listed(self):
         if self._count is None:
             self._count = len(get(self._ref))
         if self._next >= self._count:
@@ -352,19 +401,72 @@ class ObjectRefGenerator:
         return self
 
     async def __anext__(self):
-        if self._count is None:
-            self._count = len(await self._ref)
+        import asyncio
+        ref = await asyncio.get_running_loop().run_in_executor(None, self._take_or_none)
+        if ref is None:
+            raise StopAsyncIteration
+        return ref
+
+    def _take_or_none(self):
+        """The next ref, or None at the end (StopIteration cannot cross a Future)."""
         try:
-            return next(self)
+            return self._take(None)
         except StopIteration:
-            raise StopAsyncIteration from None
+            return None
+
+    def next_ready(self):
+        """Whether the next ref is ready (or the generator has ended)."""
+        if self._stream is None or self._failed or self._count is not None:
+            return True
+        return self._ref.done() or _phalanx.kv_get(
+            _objects.STREAM_NS, f"{self._stream}/{self._next}") is not None
 
     def completed(self):
-        """A ref that is ready when the generator has finished (its value: the list)."""
+        """A ref that is ready when the generator has finished (its value: how many values
+        it yielded)."""
         return self._ref
 
     def is_finished(self):
-        return self._count is not None and self._next >= self._count
+        return self._failed or (self._count is not None and self._next >= self._count)
+
+
+def stream_out(stream_id, values):
+    """The worker's side of ObjectRefGenerator: puts each of `values` (an iterator) and writes
+    its ref to the stream as it comes; the number of values."""
+    n = 0
+    for value in values:
+        _stream_one(stream_id, n, value)
+        n += 1
+    return n
+
+
+async def stream_out_async(stream_id, values):
+    """stream_out of an async generator."""
+    n = 0
+    async for value in values:
+        _stream_one(stream_id, n, value)
+        n += 1
+    return n
+
+
+def _stream_one(stream_id, index, value):
+    ref = put(value)
+    key = f"{stream_id}/{index}"
+    with _objects.collecting() as refs:
+        blob = cloudpickle.dumps(ref, protocol=5)
+    _phalanx.kv_put(_objects.STREAM_NS, key, blob, True)
+    # Held (from here by the sweeper, which looks only at keys written) until the reader
+    # has taken it, and so registered as its borrower.
+    _objects._here.keep_streamed(key, refs)
+
+
+def _check_streamable(result):
+    """A streaming call's result that did not come from a generator: a list or tuple streams
+    its items."""
+    if isinstance(result, (list, tuple)):
+        return iter(result)
+    raise TypeError(f"num_returns='streaming' is for a generator (a function that yields); "
+                    f"the call returned one {type(result).__name__}")
 
 
 class DynamicObjectRefGenerator:
@@ -386,7 +488,16 @@ class DynamicObjectRefGenerator:
 _GENERATOR_RETURNS = ("streaming", "dynamic")
 
 
-def _returns(ref, encoding, num_returns, pins=None):
+def _stream_kwargs(kwargs, num_returns):
+    """(kwargs, stream id): a streaming call's keyword arguments name its new stream."""
+    if num_returns != "streaming":
+        return kwargs, None
+    import uuid
+    stream_id = uuid.uuid4().hex
+    return dict(kwargs, **{_objects.STREAM_KWARG: stream_id}), stream_id
+
+
+def _returns(ref, encoding, num_returns, pins=None, stream_id=None):
     """What .remote() gives for a call of `num_returns` values: a ref, a list of them (one
     per value), None for 0, or a generator's shapes (Ray's)."""
     if num_returns == 1:
@@ -394,7 +505,7 @@ def _returns(ref, encoding, num_returns, pins=None):
     if num_returns == 0:
         return None
     if num_returns == "streaming":
-        return ObjectRefGenerator(ObjectRef(ref, encoding, pins=pins))
+        return ObjectRefGenerator(ObjectRef(ref, encoding, pins=pins), stream_id)
     if num_returns == "dynamic":
         return ObjectRef(ref, encoding, pins=pins, index="dynamic")
     return [ObjectRef(ref, encoding, pins=pins, index=(i, num_returns))
@@ -694,14 +805,18 @@ class ActorMethod:
             args, kwargs, pins = _swap_ref_args(args, kwargs)
         elif any(isinstance(a, ObjectRef) for a in args):
             args = tuple(get(a) if isinstance(a, ObjectRef) else a for a in args)  # C++: values
+        n = self._num_returns
+        if n is None:
+            n = h._method_returns.get(self._name, 1)
+        stream_id = None
+        if encoding == ser.PICKLE:
+            kwargs, stream_id = _stream_kwargs(kwargs, n)
         with _objects.collecting() as inside:  # refs inside the arguments: pinned too
             payload = ser.dumps_call(args, kwargs, encoding)
         if inside:
             pins = (pins or []) + inside
-        n = self._num_returns
-        if n is None:
-            n = h._method_returns.get(self._name, 1)
-        return _returns(_phalanx.submit(h._actor_id, self._name, payload), encoding, n, pins)
+        return _returns(_phalanx.submit(h._actor_id, self._name, payload), encoding, n, pins,
+                        stream_id)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"actor methods are called with .remote(): "

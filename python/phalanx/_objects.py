@@ -62,6 +62,12 @@ _WRITE_CHUNK = 64 << 20  # bytes per pwrite
 BORROW_NS = "phalanx-borrows"
 # How often a process looks again at what its borrowers and calls in flight still hold.
 SWEEP_S = 0.2
+# The GCS key-value namespace of a streaming generator's values: "<stream id>/<index>" holds
+# the pickled ref of the index-th value until its reader takes it.
+STREAM_NS = "phalanx-streams"
+# The keyword argument that names a streaming call's stream to the worker (taken out before
+# the function sees its arguments).
+STREAM_KWARG = "__phalanx_stream__"
 
 # What travels for a ref: its id; the node whose store holds it ("" when inline) and that
 # node's hostname; the owner's directory ("<pid>-<start time>") and a description of it for
@@ -150,6 +156,8 @@ class _Here:
         self.registered = {}  # borrowed id -> its key in BORROW_NS
         self.dropped = set()  # borrowed ids held no more, to be unregistered
         self.in_flight = []   # (call, pins): a dropped result's call, and the refs it carries
+        self.streamed = {}    # STREAM_NS key -> refs in a streamed value, until it is taken
+        self.streams_dropped = set()  # streams whose reader went: their keys are deleted
         self.kv_lock = threading.Lock()  # orders a borrow's registration and its removal
         self.wake = threading.Event()
         self.sweeper = None
@@ -225,6 +233,20 @@ class _Here:
     def contain(self, object_id, refs):
         with self.lock:
             self.contained[object_id] = refs
+
+    def keep_streamed(self, key, refs):
+        """Keeps the refs of a value sent on a stream until its reader has taken it."""
+        with self.lock:
+            self.streamed[key] = refs
+            self._start_sweeper()
+
+    def drop_stream(self, stream_id):
+        """A stream's reader is gone: the values it did not take are deleted."""
+        with self.lock:
+            if self.pid != os.getpid():
+                return
+            self.streams_dropped.add(stream_id)
+            self._start_sweeper()
 
     def keep_until_done(self, call, pins):
         """Keeps a call's pinned refs until the call has finished (its result was dropped)."""
@@ -304,6 +326,18 @@ class _Here:
             for _, key in gone:
                 _phalanx.kv_delete(BORROW_NS, key, False)
         with self.lock:
+            dropped_streams, self.streams_dropped = self.streams_dropped, set()
+            streams = {k.split("/", 1)[0] for k in self.streamed}
+        for stream_id in dropped_streams:
+            _phalanx.kv_delete(STREAM_NS, f"{stream_id}/", True)
+        for stream_id in streams:
+            left = set(_phalanx.kv_list(STREAM_NS, f"{stream_id}/"))
+            with self.lock:
+                taken = [k for k in self.streamed
+                         if k.startswith(f"{stream_id}/") and k not in left]
+                refs = [self.streamed.pop(k) for k in taken]
+            del refs  # taken (or dropped): the reader borrows them now
+        with self.lock:
             lent = set(self.lent)
         if lent:
             borrowed = self._borrowed()
@@ -313,7 +347,8 @@ class _Here:
                 if free:
                     self.free(object_id)
         with self.lock:
-            return bool(self.in_flight or self.lent or self.dropped)
+            return bool(self.in_flight or self.lent or self.dropped or self.streamed or
+                        self.streams_dropped)
 
     def _borrowed(self):
         """The ids of this process's values that live borrowers hold. A borrower's key of a

@@ -32,6 +32,7 @@ import cloudpickle
 import _phalanx
 
 from . import _serialization as ser
+from ._objects import STREAM_KWARG
 
 # The key-value namespace of pickled functions (key: "fn/<sha256 of the pickle>").
 FUNCTION_NAMESPACE = "phalanx_tasks"
@@ -79,6 +80,24 @@ def _unframe(payload):
         frames.append(payload[at:at + n])
         at += n
     return frames
+
+
+def generated(result, stream_id, run):
+    """What a call returns for its result: a generator's values are sent on the call's stream
+    (the number of them is returned), or listed when the call has none (num_returns=n or
+    "dynamic"). `run` runs a coroutine to its end."""
+    from ._api import _check_streamable, stream_out, stream_out_async
+    if stream_id is not None:
+        if inspect.isasyncgen(result):
+            return run(stream_out_async(stream_id, result))
+        if not inspect.isgenerator(result):
+            result = _check_streamable(result)
+        return stream_out(stream_id, result)
+    if inspect.isgenerator(result):
+        return list(result)  # a generator's values (the refs of num_returns read them)
+    if inspect.isasyncgen(result):
+        return run(collect_async(result))
+    return result
 
 
 async def collect_async(agen):
@@ -147,14 +166,12 @@ class TaskWorker:
             kwargs = {k: values[v.index] if isinstance(v, _Dep) else v for k, v in kwargs.items()}
             from ._api import resolve_args
             args, kwargs = resolve_args(args, kwargs)
+            stream_id = kwargs.pop(STREAM_KWARG, None)
             fn = self._function(key)
             result = fn(*args, **kwargs)
             if inspect.iscoroutine(result):
                 result = asyncio.run(result)
-            elif inspect.isgenerator(result):
-                result = list(result)  # a generator's values (ObjectRefGenerator reads them)
-            elif inspect.isasyncgen(result):
-                result = asyncio.run(collect_async(result))
+            result = generated(result, stream_id, asyncio.run)
         except Exception as e:  # noqa: BLE001 - handed to the caller as a TaskError
             from .exceptions import _remote_detail
             detail = _remote_detail(e)  # the class name and the pickled exception
@@ -249,7 +266,8 @@ class RemoteFunction:
             return self._key
 
     def remote(self, *args, **kwargs):
-        from ._api import ObjectRef, _ArgRef, _ensure_init, _native_options, _returns
+        from ._api import (ObjectRef, _ArgRef, _ensure_init, _native_options, _returns,
+                           _stream_kwargs)
         _ensure_init()
         key = self._function_key()
         deps, encodings, pins = [], [], []
@@ -275,6 +293,7 @@ class RemoteFunction:
         retry = o.get("retry_exceptions", False)
         if isinstance(retry, list):
             retry = tuple(retry)
+        kwargs, stream_id = _stream_kwargs(kwargs, num_returns)
         from . import _objects
         with _objects.collecting() as inside:  # refs inside the arguments: pinned too
             call = _dumps((key, self._name, args, kwargs, encodings, retry))
@@ -289,7 +308,7 @@ class RemoteFunction:
         ref = _phalanx.submit_task(self._name, _TASK_WORKER_CLASS, _worker_init_args(),
                                    _READY_ARGS, self._native, TASK_METHOD, call, deps,
                                    int(o.get("max_retries", 3)))
-        return _returns(ref, ser.PICKLE, num_returns, pins or None)
+        return _returns(ref, ser.PICKLE, num_returns, pins or None, stream_id)
 
     def __repr__(self):
         return f"RemoteFunction({self._name})"

@@ -17,7 +17,9 @@ from . import _serialization as ser
 from ._api import resolve_args
 from .actor import EXIT_WAIT_S as _EXIT_WAIT_S
 from .actor import _end_this_actor, _ExitActor
+from ._objects import STREAM_KWARG
 from ._task import TASK_METHOD as _TASK_METHOD
+from ._task import generated
 from ._task import TaskWorker as _TaskWorker
 
 
@@ -50,6 +52,7 @@ def call(obj, method: str, payload: bytes):
         args, kwargs, encoding = ser.loads_call(payload)
     except Exception as e:  # noqa: BLE001
         return False, b"", "InvalidCall", f"cannot decode the arguments of {method}: {e}"
+    stream_id = kwargs.pop(STREAM_KWARG, None) if isinstance(kwargs, dict) else None
     try:
         inspect.signature(fn).bind(*args, **kwargs)
     except TypeError as e:
@@ -64,11 +67,7 @@ def call(obj, method: str, payload: bytes):
         result = fn(*args, **kwargs)
         if inspect.iscoroutine(result):
             result = _run_coroutine(result, key)
-        elif inspect.isgenerator(result):
-            result = list(result)  # a generator's values (ObjectRefGenerator reads them)
-        elif inspect.isasyncgen(result):
-            from ._task import collect_async
-            result = _run_coroutine(collect_async(result), key)
+        result = generated(result, stream_id, lambda c: _run_coroutine(c, key))
     except (_ExitActor, SystemExit):
         # exit_actor() or sys.exit(): the actor ends, not restarted, and this call with it
         # (its caller gets ActorDiedError, as in Ray); no reply is sent.

@@ -3,11 +3,13 @@
 groups (named and detached, the table, ``wait([pg.ready()])``, child tasks captured), with
 ``ray.util``'s module paths."""
 
+import gc
 import os
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import phalanx
@@ -17,7 +19,7 @@ from phalanx.util.placement_group import (get_current_placement_group, get_place
                                           remove_placement_group)
 from phalanx.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from conftest import connected_cluster
+from conftest import connected_cluster, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +114,20 @@ def fails_after(n):
 
 
 @phalanx.remote
+def slow_then_block(path):
+    """Yields two values, then waits for a file that the reader writes after reading them:
+    the reader must get them while the generator still runs (they stream)."""
+    yield "first"
+    yield np.full(500_000, 2.0)  # one of the store, not inline
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the reader never got the first values")
+        time.sleep(0.05)
+    yield "last"
+
+
+@phalanx.remote
 class Streamer:
     def count_to(self, n):
         for i in range(n):
@@ -142,11 +158,39 @@ def test_generators_give_a_ref_per_value(cluster):
         return [await r async for r in s.acount_to.remote(3)]
     import asyncio
     assert asyncio.run(read_async()) == [0, 100, 200]
-    # The generator's exception, as its own class, from the first next().
+    # The generator raises: the values before come first, then a ref that raises the error,
+    # as its own class.
+    gen = fails_after.remote(2)
+    assert phalanx.get(next(gen), timeout=60) == 0
+    assert phalanx.get(next(gen), timeout=60) == 1
     with pytest.raises(ValueError, match="ran dry"):
-        next(iter(fails_after.remote(2)))
+        phalanx.get(next(gen), timeout=60)
+    with pytest.raises(StopIteration):
+        next(gen)
     with pytest.raises(ValueError, match="'streaming' or 'dynamic'"):
         count_to.options(num_returns="many")
+
+
+def test_generator_values_stream_as_they_are_yielded(cluster, tmp_path):
+    import _phalanx
+    from phalanx import _objects
+    flag = tmp_path / "got-them"
+    gen = slow_then_block.remote(str(flag))
+    assert phalanx.get(next(gen), timeout=60) == "first"
+    assert float(phalanx.get(next(gen), timeout=60).sum()) == 1e6
+    assert not gen.is_finished() and not gen.completed().done()  # it still runs
+    flag.write_text("go")
+    assert phalanx.get(next(gen), timeout=60) == "last"
+    with pytest.raises(StopIteration):
+        next(gen)
+    assert phalanx.get(gen.completed(), timeout=60) == 3 and gen.is_finished()
+    # A reader that stops early: what it did not take is deleted from the stream.
+    gen = count_to.remote(5)
+    assert phalanx.get(next(gen), timeout=60) == 0
+    phalanx.get(gen.completed(), timeout=60)
+    del gen
+    gc.collect()
+    assert wait_for(lambda: not _phalanx.kv_list(_objects.STREAM_NS, ""), timeout=30)
 
 
 def test_an_actor_ends_itself_for_good(cluster):
