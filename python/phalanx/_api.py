@@ -606,9 +606,12 @@ def get(refs, *, timeout=None):
     values = [None] * len(items)
     calls = [i for i, r in enumerate(items) if r._ref is not None]
     if calls:
+        natives = [items[i]._ref for i in calls]
+        if _phalanx.in_worker_mode():
+            _wait_interruptibly(natives, deadline)
+        left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
         # The native get raises the first failed call's error as its phalanx class.
-        results = _phalanx.get([items[i]._ref for i in calls],
-                               -1.0 if timeout is None else float(timeout))
+        results = _phalanx.get(natives, left)
         for i, v in zip(calls, results):
             values[i] = _returned(ser.loads_value(v, items[i]._encoding), items[i]._index)
     for i, r in enumerate(items):
@@ -618,6 +621,27 @@ def get(refs, *, timeout=None):
         elif r._ref is None:
             values[i] = _objects.read(r._obj, deadline)
     return values[0] if single else values
+
+
+# How long a worker's get waits in native code at a time: a task cancelled while it waits
+# gets its KeyboardInterrupt within this (it is raised only when Python code runs).
+INTERRUPT_SLICE_S = 0.1
+
+
+def _wait_interruptibly(natives, deadline):
+    """Waits for calls in slices of INTERRUPT_SLICE_S, lending the CPU throughout (one
+    Blocked scope), so that phalanx.cancel's KeyboardInterrupt reaches a waiting task."""
+    if all(n.done() for n in natives):
+        return
+    with _phalanx.Blocked():
+        while True:
+            step = INTERRUPT_SLICE_S
+            if deadline is not None:
+                step = min(step, deadline - time.monotonic())
+                if step <= 0:
+                    return
+            if all(_phalanx.wait(natives, len(natives), step)):
+                return
 
 
 def cancel(ref, *, force=False, recursive=True):

@@ -291,6 +291,16 @@ def sleeper(seconds, marker=None):
 
 
 @phalanx.remote(num_cpus=1, max_retries=0)
+def waits_on_a_sleeper(started, interrupted):
+    open(started, "w").close()
+    try:
+        phalanx.get(sleeper.remote(30))
+    except KeyboardInterrupt:
+        open(interrupted, "w").close()
+        raise
+
+
+@phalanx.remote(num_cpus=1, max_retries=0)
 def spin(path):
     # CPU-bound, as a task worth cancelling is: it writes its count until stopped (<= 120 s).
     end, n = time.monotonic() + 120, 0
@@ -345,6 +355,16 @@ def test_cancel_a_queued_a_running_and_a_finished_task(cluster, tmp_path):
         if _read(count) == before:
             break
         assert time.monotonic() < deadline, "the cancelled task still runs"
+    # A task blocked in get is interrupted too (its get waits in short native slices).
+    started, interrupted = tmp_path / "started", tmp_path / "interrupted"
+    waiting = waits_on_a_sleeper.remote(str(started), str(interrupted))
+    assert wait_for(started.exists, timeout=60), "the waiting task never started"
+    time.sleep(0.5)
+    phalanx.cancel(waiting)
+    with pytest.raises(phalanx.TaskCancelledError, match="KeyboardInterrupt was raised"):
+        phalanx.get(waiting, timeout=5)
+    # Well before the 30 s its get would have taken (the bound leaves room for load).
+    assert wait_for(interrupted.exists, timeout=15), "get was not interrupted"
     done = sleeper.remote(0)
     pid = phalanx.get(done, timeout=60)
     phalanx.cancel(done)
