@@ -32,6 +32,12 @@ class Worker:
     def put_big(self, n):
         return [phalanx.put(np.full(n, 3.0))]
 
+    def keep(self, box):                 # a borrower on another host
+        self.box = box
+
+    def read_kept(self):
+        return float(phalanx.get(self.box["w"]).sum())
+
     def slow_make(self, n):
         time.sleep(1.0)
         return np.ones(n)
@@ -63,6 +69,23 @@ def main():
     [theirs] = phalanx.get(w2.put_big.remote(1_000_000), timeout=60)
     say(check="borrowed", driver=float(phalanx.get(theirs, timeout=60).sum()),
         third_host=phalanx.get(w1.total_of.remote([theirs]), timeout=60), want=3e6)
+
+    # A borrower on another host keeps a value alive after the driver dropped its ref; once
+    # it lets go, the driver (its owner) frees it.
+    from phalanx import _objects
+    kept = phalanx.put(np.full(1_000_000, 4.0))
+    kept_file = os.path.join(_objects._here.dir, kept._obj.id)
+    phalanx.get(w1.keep.remote({"w": kept}), timeout=60)
+    del kept
+    time.sleep(1.0)
+    while_borrowed = os.path.exists(kept_file)
+    read = phalanx.get(w1.read_kept.remote(), timeout=60)
+    phalanx.get(w1.keep.remote(None), timeout=60)
+    deadline = time.monotonic() + 30
+    while os.path.exists(kept_file) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    say(check="remote_borrower", while_borrowed=while_borrowed, read=read,
+        freed_after=not os.path.exists(kept_file))
 
     pending = w2.slow_make.remote(1000)  # passed on before it is done
     say(check="pending", result=phalanx.get(w1.total_of.remote([pending]), timeout=60),

@@ -22,5 +22,7 @@ def test_values_move_between_hosts_and_die_with_their_owner(cluster, hosts):
     assert sorted(r[1] for r in b["results"]) == sorted(b["hosts"]), b
     assert checks["borrowed"]["driver"] == checks["borrowed"]["third_host"] == 3e6
     assert checks["pending"]["result"] == 1000.0
+    kept = checks["remote_borrower"]
+    assert kept["while_borrowed"] and kept["read"] == 4e6 and kept["freed_after"], kept
     died = checks["owner_died"]["error"]
     assert died and "died" in died and "actor" in died, checks["owner_died"]
