@@ -1,6 +1,6 @@
 # Ray Core's actors with only the import changed: a stateful counter, named and detached
-# actors, get_if_exists, actor handles passed to tasks, an async actor, ActorPool and
-# exit_actor.
+# actors, get_if_exists, actor handles passed to tasks, an async actor, cancelled actor
+# tasks, ActorPool and exit_actor.
 import asyncio
 import time
 
@@ -54,6 +54,60 @@ actor = AsyncActor.remote()
 start = time.time()
 assert sum(ray.get([actor.run_task.remote() for _ in range(4)])) == 4
 assert time.time() - start < 3.5  # the four sleeps overlap
+
+
+# Cancelling actor tasks, as Ray's docs show: an async actor's task is cancelled at its await;
+# a plain actor's task checks is_canceled().
+@ray.remote
+class Sleeper:
+    def __init__(self):
+        self.cancelled = False
+
+    async def f(self):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+
+    async def was_cancelled(self):
+        return self.cancelled
+
+
+sleeper = Sleeper.remote()
+ref = sleeper.f.remote()
+time.sleep(1)  # wait until the task is scheduled
+ray.cancel(ref)
+try:
+    ray.get(ref)
+    raise AssertionError("the cancelled call returned")
+except ray.exceptions.TaskCancelledError:
+    pass
+deadline = time.time() + 30
+while not ray.get(sleeper.was_cancelled.remote()):
+    assert time.time() < deadline, "the actor task was not cancelled"
+    time.sleep(0.1)
+
+
+@ray.remote
+class Looper:
+    def f(self):
+        for _ in range(300):
+            if ray.get_runtime_context().is_canceled():
+                return "stopped early"
+            time.sleep(0.1)
+        return "ran to the end"
+
+
+looper = Looper.remote()
+ref = looper.f.remote()
+time.sleep(1)
+ray.cancel(ref)
+try:
+    ray.get(ref)
+    raise AssertionError("the cancelled call returned")
+except ray.exceptions.TaskCancelledError:
+    pass
 
 
 @ray.remote

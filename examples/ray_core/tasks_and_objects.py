@@ -1,6 +1,8 @@
 # Ray Core's first steps, with only the import changed: remote functions, refs as
-# arguments, put/get of a large array passed by reference, wait, a tree of tasks, and a
-# generator task.
+# arguments, put/get of a large array passed by reference, wait, a tree of tasks, a streaming
+# generator task, and weights broadcast by reference each step.
+import time
+
 import numpy as np
 import phalanx as ray
 
@@ -68,13 +70,33 @@ pos, neg = split.remote(3)
 assert ray.get([pos, neg]) == [3, -3]
 
 
-# Ray generators: a task that yields gives a ref per value.
+# Ray generators: a task that yields gives a ref per value, each as soon as it is yielded.
 @ray.remote
 def task():
     for i in range(5):
+        time.sleep(0.5)
         yield i
 
 
+start = time.time()
 gen = task.remote()
-assert [ray.get(ref) for ref in gen] == [0, 1, 2, 3, 4]
+ref = next(gen)
+assert ray.get(ref) == 0
+first_after = time.time() - start
+assert [ray.get(ref) for ref in gen] == [1, 2, 3, 4]
+assert first_after < time.time() - start - 1.0  # the first value came well before the last
+
+
+# The broadcast pattern of Ray's docs: weights put once per step and sent inside a dict; a
+# step's weights are freed once no trainer holds them (the trainers borrow them).
+@ray.remote
+class Trainer:
+    def step(self, state):
+        return float(ray.get(state["weights"]).sum())
+
+
+trainers = [Trainer.remote() for _ in range(2)]
+for step in range(3):
+    weights = ray.put(np.full(1_000_000, float(step)))
+    assert ray.get([t.step.remote({"weights": weights}) for t in trainers]) == [step * 1e6] * 2
 print("OK")
