@@ -13,6 +13,9 @@ Measures, one client, numpy float64 arrays of 1 KiB, 1 MiB and --big-mib:
   memcpy    np.copyto into a buffer of the same size, touched first (the peer), and into
             a new one, whose pages fault in during the copy
 and from 4 client processes at once (each puts and gets its own 1 MiB values), ops/s.
+Then, when this runs as root and can mount a tmpfs with huge=within_size (2 MiB pages), the
+big put/get again on a local cluster whose store lives there (`--object-store-dir`, Ray's
+--plasma-directory: the setting Ray documents for fast puts), against the same memcpy.
 Then the actor call: a method that sums a --arg-mib array, given the array (pickled into the
 call, through the caller and the worker's gRPC) against given a ref to it put once. Ray
 publishes 19.9 GB/s single-client put of large objects on its test machine (printed for
@@ -23,11 +26,14 @@ RESULT put_gbps_big=.. get_gbps_big=.. roundtrip_gbps_big=.. memcpy_gbps_big=..
        memcpy_new_gbps_big=..
        ratio_roundtrip_vs_memcpy=.. put_ops_1k=.. get_ops_1k=.. put_ops_1m_4clients=..
        actor_arg_by_value_s=.. actor_arg_by_ref_s=.. ratio_ref_vs_value=..
+       roundtrip_gbps_big_hugetmpfs=.. ratio_roundtrip_vs_memcpy_hugetmpfs=.. (or "none")
 """
 
 import argparse
 import multiprocessing
 import os
+import subprocess
+import tempfile
 import time
 
 import numpy as np
@@ -97,25 +103,12 @@ def main():
     target = None
     # The same copy into new memory, whose pages fault in as it goes (as a store's new pages).
     memcpy_new = best(lambda: np.copyto(np.empty_like(big), big), args.repeats)
-    holder = {}
-
-    def put_big():
-        holder.pop("ref", None)  # the previous one is freed first
-        holder["ref"] = phalanx.put(big)
-    put = best(put_big, args.repeats)
-    get = best(lambda: phalanx.get(holder["ref"]), args.repeats)
-
-    def roundtrip():
-        holder.pop("ref", None)
-        phalanx.get(phalanx.put(big))
-    trip = best(roundtrip, args.repeats)
+    put, get, trip = measure_big(big, args.repeats)
     gb = nbytes / 1e9
     print(f"{args.big_mib} MiB: put {gb / put:.2f} GB/s, get {gb / get:.1f} GB/s, put+get "
           f"{gb / trip:.2f} GB/s; memcpy {gb / memcpy:.2f} GB/s into touched memory, "
           f"{gb / memcpy_new:.2f} GB/s into new memory (Ray publishes "
           f"{RAY_PUT_GBPS} GB/s put on its machine)", flush=True)
-    holder.clear()
-    big = None
 
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
@@ -136,13 +129,62 @@ def main():
     print(f"actor call with a {args.arg_mib} MiB argument: by value {by_value:.3f} s, by ref "
           f"{by_ref:.4f} s ({by_value / by_ref:.0f}x)", flush=True)
     phalanx.shutdown()
+    arg = arg_ref = None
+    huge = huge_tmpfs_roundtrip(big, args.repeats, nbytes)
+    if huge is None:
+        huge_fields = "roundtrip_gbps_big_hugetmpfs=none ratio_roundtrip_vs_memcpy_hugetmpfs=none"
+    else:
+        print(f"{args.big_mib} MiB with the store on a huge-page tmpfs: put+get "
+              f"{gb / huge:.2f} GB/s, {memcpy / huge:.2f} of the memcpy", flush=True)
+        huge_fields = (f"roundtrip_gbps_big_hugetmpfs={gb / huge:.2f} "
+                       f"ratio_roundtrip_vs_memcpy_hugetmpfs={memcpy / huge:.2f}")
     print(f"RESULT put_gbps_big={gb / put:.2f} get_gbps_big={gb / get:.1f} "
           f"roundtrip_gbps_big={gb / trip:.2f} memcpy_gbps_big={gb / memcpy:.2f} "
           f"memcpy_new_gbps_big={gb / memcpy_new:.2f} "
           f"ratio_roundtrip_vs_memcpy={memcpy / trip:.2f} put_ops_1k={put_1k:.0f} "
           f"get_ops_1k={get_1k:.0f} put_ops_1m_4clients={four:.0f} "
           f"actor_arg_by_value_s={by_value:.3f} actor_arg_by_ref_s={by_ref:.4f} "
-          f"ratio_ref_vs_value={by_value / by_ref:.1f}")
+          f"ratio_ref_vs_value={by_value / by_ref:.1f} {huge_fields}")
+
+
+def measure_big(big, repeats):
+    """(put, get, put+get) seconds of `big`, best of `repeats`."""
+    holder = {}
+
+    def put_big():
+        holder.pop("ref", None)  # the previous one is freed first
+        holder["ref"] = phalanx.put(big)
+    put = best(put_big, repeats)
+    get = best(lambda: phalanx.get(holder["ref"]), repeats)
+
+    def roundtrip():
+        holder.pop("ref", None)
+        phalanx.get(phalanx.put(big))
+    trip = best(roundtrip, repeats)
+    holder.clear()
+    return put, get, trip
+
+
+def huge_tmpfs_roundtrip(big, repeats, nbytes):
+    """put+get seconds of `big` on a local cluster whose store is a tmpfs with huge pages, or
+    None when none can be mounted here (not root, or no shmem THP in the kernel)."""
+    mount = tempfile.mkdtemp(prefix="phalanx-bench-huge-")
+    size = f"{(3 * nbytes) // (1 << 20) + 64}m"
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},huge=within_size",
+                          "tmpfs", mount], capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"# no huge-page tmpfs here ({out.stderr.strip() or 'mount failed'})", flush=True)
+        os.rmdir(mount)
+        return None
+    try:
+        phalanx.init(num_cpus=2, _plasma_directory=mount)
+        try:
+            return measure_big(big, repeats)[2]
+        finally:
+            phalanx.shutdown()
+    finally:
+        subprocess.run(["umount", mount], capture_output=True)
+        os.rmdir(mount)
 
 
 if __name__ == "__main__":

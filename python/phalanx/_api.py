@@ -52,7 +52,7 @@ def _phalanx_cli():
     return os.path.join(_phalanx.BIN_DIR, "phalanx")
 
 
-def _start_local_cluster(num_cpus=None, num_gpus=None, resources=None):
+def _start_local_cluster(num_cpus=None, num_gpus=None, resources=None, store=None):
     tmp = tempfile.mkdtemp(prefix="phalanx-local-")
     port = _free_port()
     cmd = [_phalanx_cli(), "start", "--head", "--port", str(port), "--node-ip-address",
@@ -64,6 +64,11 @@ def _start_local_cluster(num_cpus=None, num_gpus=None, resources=None):
     if resources:
         import json
         cmd += ["--resources", json.dumps(resources)]
+    memory, directory = store or (None, None)
+    if memory is not None:
+        cmd += ["--object-store-memory", str(int(memory))]
+    if directory is not None:
+        cmd += ["--object-store-dir", str(directory)]
     env = dict(os.environ, PHALANX_TMPDIR=tmp)
     env.pop("PHALANX_ADDRESS", None)
     env.pop("PHALANX_TOKEN", None)
@@ -151,7 +156,8 @@ def _machine_cluster_answers():
 
 
 def init(address=None, *, token=None, namespace="", num_cpus=None, num_gpus=None,
-         resources=None, ignore_reinit_error=False, runtime_env=None):
+         resources=None, ignore_reinit_error=False, runtime_env=None,
+         object_store_memory=None, _plasma_directory=None):
     """Connects this process to a cluster, like ``ray.init()``.
 
     ``address``: ``None`` connects to ``$PHALANX_ADDRESS`` when set (a job submitted with
@@ -162,7 +168,10 @@ def init(address=None, *, token=None, namespace="", num_cpus=None, num_gpus=None
     runs (an error if there is none); ``"host:port"`` to that GCS. The token comes
     from ``token``, ``$PHALANX_TOKEN`` or this machine's session of that address.
     ``runtime_env={"env_vars": {...}}`` is every actor's and task's environment this driver
-    starts (theirs are added on top).
+    starts (theirs are added on top). ``object_store_memory`` (bytes) and
+    ``_plasma_directory`` (Ray's names; ``phalanx start --object-store-memory`` and
+    ``--object-store-dir``) size and place the local cluster's object store, and ask for one
+    as ``num_cpus`` does.
     """
     global _local_cluster, _job_runtime_env
     _check_runtime_env(runtime_env, "init")
@@ -174,11 +183,18 @@ def init(address=None, *, token=None, namespace="", num_cpus=None, num_gpus=None
                                "ignore_reinit_error=True to allow it)")
         if address is None:
             address = os.environ.get("PHALANX_ADDRESS") or None
+        store = None
+        if object_store_memory is not None or _plasma_directory is not None:
+            store = (object_store_memory, _plasma_directory)
         if address is None and num_cpus is None and num_gpus is None and resources is None \
-                and _machine_cluster_answers():
+                and store is None and _machine_cluster_answers():
             address = "auto"  # Ray's: join the cluster this machine runs
+        if store is not None and address is not None:
+            raise ValueError("object_store_memory and _plasma_directory size a local cluster "
+                             "that init() starts; when connecting to a cluster, give them to "
+                             "`phalanx start` (--object-store-memory, --object-store-dir)")
         if address is None:
-            tmp, port, tok = _start_local_cluster(num_cpus, num_gpus, resources)
+            tmp, port, tok = _start_local_cluster(num_cpus, num_gpus, resources, store)
             watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), tmp,
                                          _phalanx_cli()], start_new_session=True,
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

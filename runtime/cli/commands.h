@@ -57,6 +57,7 @@ struct StartOptions {
   double memory_usage_threshold = -1;
   // Every node: its object store's capacity in /dev/shm, bytes (0: the node manager's default).
   int64_t object_store_memory = 0;
+  std::string object_store_dir;  // "": /dev/shm
   // Stay in the foreground: SIGTERM or SIGINT stops what this command started; so does the
   // death of its GCS or node manager (then the exit code is 1). For container entrypoints and
   // `srun`, where the step must own the processes.

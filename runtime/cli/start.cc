@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 
@@ -292,6 +293,10 @@ class Starter {
     if (o_.memory_usage_threshold > 0) {
       argv.insert(argv.end(),
                   {"--memory-usage-threshold", absl::StrCat(o_.memory_usage_threshold)});
+    }
+    if (!o_.object_store_dir.empty()) {
+      argv.insert(argv.end(),
+                  {"--object-store-dir", std::filesystem::absolute(o_.object_store_dir).string()});
     }
     if (o_.object_store_memory > 0) {
       argv.insert(argv.end(), {"--object-store-memory", absl::StrCat(o_.object_store_memory)});

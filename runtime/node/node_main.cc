@@ -48,6 +48,10 @@ int main(int argc, char** argv) {
                  "what the object store may hold in /dev/shm, bytes (0: 30% of the machine's "
                  "memory); past it, values go to disk")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--object-store-dir", options.object_store_dir,
+                 "keep the object store's files in this directory instead of /dev/shm (Ray's "
+                 "--plasma-directory), e.g. a tmpfs mounted with huge=within_size")
+      ->check(CLI::ExistingDirectory);
   app.add_option("--memory-usage-threshold", options.memory_usage_threshold,
                  "kill the newest actor when the node's memory use passes this fraction");
   app.add_option("--memory-enforcement", options.memory_enforcement,

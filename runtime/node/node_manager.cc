@@ -73,8 +73,9 @@ class NodeManagerImpl final : public NodeManager {
       : options_(options),
         node_id_(options.node_id.empty() ? NewId() : options.node_id),
         store_dir_(ObjectStoreDir(node_id_)),
-        store_capacity_(options.object_store_bytes > 0 ? options.object_store_bytes
-                                                       : DefaultObjectStoreBytes()) {}
+        store_capacity_(options.object_store_bytes > 0
+                            ? options.object_store_bytes
+                            : DefaultObjectStoreBytes(options.object_store_dir)) {}
 
   ~NodeManagerImpl() override { Shutdown("node manager destroyed"); }
 
@@ -150,7 +151,12 @@ class NodeManagerImpl final : public NodeManager {
     if (int stale = RemoveStaleObjectStores(store_dir_); stale > 0) {
       spdlog::info("removed {} object store(s) of node managers that are gone", stale);
     }
-    if (auto s = CreateObjectStore(store_dir_, spill_dir_, store_capacity_); !s.ok()) return s;
+    const std::string data_dir = options_.object_store_dir.empty()
+                                     ? ""
+                                     : ObjectStoreDataDir(options_.object_store_dir, node_id_);
+    if (auto s = CreateObjectStore(store_dir_, spill_dir_, store_capacity_, data_dir); !s.ok()) {
+      return s;
+    }
     heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
     fence_thread_ = std::thread([this] { FenceLoop(); });
     store_thread_ = std::thread([this] { StoreLoop(); });
@@ -204,7 +210,7 @@ class NodeManagerImpl final : public NodeManager {
     for (const std::string& dir : {store_dir_, spill_dir_}) {
       SweepObjectStore(dir);
       for (const char* file : {"/.capacity", "/.spill", "/.node"}) ::unlink((dir + file).c_str());
-      ::rmdir(dir.c_str());
+      RemoveObjectStoreDir(dir);
     }
     spdlog::info("node {} stopped: {}", node_id_, reason);
   }

@@ -51,6 +51,9 @@ struct NodeManagerOptions {
   // What the object store may hold in /dev/shm before values go to disk (object_store.h).
   // 0: kDefaultObjectStoreFraction of the machine's memory.
   int64_t object_store_bytes = 0;
+  // Where the store's files live ("": /dev/shm). The store's path in /dev/shm is then a link
+  // to a directory in it (object_store.h).
+  std::string object_store_dir;
   // How long to wait for the GCS at start-up before giving up.
   absl::Duration register_timeout = absl::Seconds(30);
 };

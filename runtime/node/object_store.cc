@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,31 @@ std::string ObjectStoreDir(const std::string& node_id) {
   return absl::StrCat("/dev/shm/phalanx-objects-", node_id);
 }
 
+std::string ObjectStoreDataDir(const std::string& root, const std::string& node_id) {
+  return absl::StrCat(root, "/phalanx-objects-", node_id);
+}
+
+namespace {
+
+// The directory a store's link names ("" when `dir` is not a link).
+std::string LinkTarget(const std::string& dir) {
+  char target[4096];
+  ssize_t n = ::readlink(dir.c_str(), target, sizeof(target) - 1);
+  return n > 0 ? std::string(target, static_cast<size_t>(n)) : "";
+}
+
+}  // namespace
+
+void RemoveObjectStoreDir(const std::string& dir) {
+  std::string target = LinkTarget(dir);
+  if (target.empty()) {
+    ::rmdir(dir.c_str());
+    return;
+  }
+  ::rmdir(target.c_str());
+  ::unlink(dir.c_str());
+}
+
 bool ObjectOwnerAlive(absl::string_view owner) {
   std::pair<std::string, std::string> parts = absl::StrSplit(owner, absl::MaxSplits('-', 1));
   int pid = 0;
@@ -54,11 +81,11 @@ bool ObjectOwnerAlive(absl::string_view owner) {
   return StartTime(pid) == parts.second;
 }
 
-int64_t DefaultObjectStoreBytes() {
+int64_t DefaultObjectStoreBytes(const std::string& root) {
   auto bytes =
       static_cast<int64_t>(static_cast<double>(TotalMemoryBytes()) * kDefaultObjectStoreFraction);
   struct statvfs shm {};
-  if (::statvfs("/dev/shm", &shm) == 0) {
+  if (::statvfs(root.empty() ? "/dev/shm" : root.c_str(), &shm) == 0) {
     bytes =
         std::min(bytes, static_cast<int64_t>(shm.f_bavail) * static_cast<int64_t>(shm.f_frsize));
   }
@@ -66,7 +93,17 @@ int64_t DefaultObjectStoreBytes() {
 }
 
 absl::Status CreateObjectStore(const std::string& dir, const std::string& spill_dir,
-                               int64_t capacity_bytes) {
+                               int64_t capacity_bytes, const std::string& data_dir) {
+  if (!data_dir.empty()) {
+    if (auto s = MakeDirs(data_dir); !s.ok()) return s;
+    if (LinkTarget(dir) != data_dir) {
+      ::unlink(dir.c_str());  // a link left by an earlier run of this node id
+      if (::symlink(data_dir.c_str(), dir.c_str()) != 0) {
+        return absl::UnavailableError(absl::StrCat("cannot link ", dir, " to the object store in ",
+                                                   data_dir, ": ", std::strerror(errno)));
+      }
+    }
+  }
   if (auto s = MakeDirs(dir); !s.ok()) return s;
   if (auto s = WriteFile(absl::StrCat(dir, "/.node"),
                          absl::StrCat(::getpid(), "-", StartTime(::getpid())));
@@ -98,6 +135,8 @@ int RemoveStaleObjectStores(const std::string& own_dir) {
     bool owners_left = false;
     for (const std::string& entry : ListDir(dir)) owners_left |= IsName(entry);
     if (node.ok() || !owners_left) {
+      std::string target = LinkTarget(dir);  // a store moved by --object-store-dir
+      if (!target.empty()) RemoveAll(target).IgnoreError();
       if (RemoveAll(dir).ok()) ++removed;
     }
   }

@@ -32,20 +32,30 @@ inline constexpr absl::Duration kObjectSweepPeriod = absl::Seconds(1);
 // The size of one ReadObject chunk.
 inline constexpr int64_t kObjectChunkBytes = int64_t{1} << 20;
 
-// The store directory of node `node_id` (the same path in _objects.py's _store_root).
+// The store directory of node `node_id` (the same path in _objects.py's _store_root). With
+// `phalanx start --object-store-dir DIR` it is a symbolic link to DIR/phalanx-objects-<node
+// id> (ObjectStoreDataDir), as Ray's --plasma-directory moves the store: a tmpfs mounted with
+// huge=within_size, for one, gives 2 MiB pages, so a put copies at several times the speed of
+// /dev/shm's 4 KiB pages, which each fault in.
 std::string ObjectStoreDir(const std::string& node_id);
+std::string ObjectStoreDataDir(const std::string& root, const std::string& node_id);
 
 // Whether `owner` ("<pid>-<start time>", a directory of the store) names a process that runs:
 // the pid exists and started at that time (a reused pid does not count).
 bool ObjectOwnerAlive(absl::string_view owner);
 
-// The default capacity (kDefaultObjectStoreFraction, and /dev/shm's free space).
-int64_t DefaultObjectStoreBytes();
+// The default capacity (kDefaultObjectStoreFraction, and the free space of `root`, by
+// default /dev/shm).
+int64_t DefaultObjectStoreBytes(const std::string& root = "");
 
 // Creates the store `dir` and the spill directory, and names them, the capacity and this
-// process (the node manager) in the store's ".capacity", ".spill" and ".node" files.
+// process (the node manager) in the store's ".capacity", ".spill" and ".node" files. With a
+// `data_dir`, `dir` is a link to it (created again if one is left).
 absl::Status CreateObjectStore(const std::string& dir, const std::string& spill_dir,
-                               int64_t capacity_bytes);
+                               int64_t capacity_bytes, const std::string& data_dir = "");
+
+// Removes an (empty) store directory: the directory, or the link and the directory it names.
+void RemoveObjectStoreDir(const std::string& dir);
 
 // Removes the directories of owners that are not alive; returns how many.
 int SweepObjectStore(const std::string& dir);
