@@ -74,15 +74,18 @@ class Sleeper:
         return self.cancelled
 
 
+def cancel_running(ref):
+    time.sleep(1)  # wait until the task is scheduled
+    ray.cancel(ref)
+    try:
+        ray.get(ref)
+        raise AssertionError("the cancelled call returned")
+    except ray.exceptions.TaskCancelledError:
+        pass
+
+
 sleeper = Sleeper.remote()
-ref = sleeper.f.remote()
-time.sleep(1)  # wait until the task is scheduled
-ray.cancel(ref)
-try:
-    ray.get(ref)
-    raise AssertionError("the cancelled call returned")
-except ray.exceptions.TaskCancelledError:
-    pass
+cancel_running(sleeper.f.remote())
 deadline = time.time() + 30
 while not ray.get(sleeper.was_cancelled.remote()):
     assert time.time() < deadline, "the actor task was not cancelled"
@@ -100,14 +103,7 @@ class Looper:
 
 
 looper = Looper.remote()
-ref = looper.f.remote()
-time.sleep(1)
-ray.cancel(ref)
-try:
-    ray.get(ref)
-    raise AssertionError("the cancelled call returned")
-except ray.exceptions.TaskCancelledError:
-    pass
+cancel_running(looper.f.remote())
 
 
 @ray.remote

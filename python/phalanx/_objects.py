@@ -199,11 +199,8 @@ class _Here:
 
     def release(self, object_id):
         with self.lock:
-            left = self.counts.get(object_id, 0) - 1
-            if left > 0:
-                self.counts[object_id] = left
+            if not _count_down(self.counts, object_id):
                 return
-            self.counts.pop(object_id, None)
             if object_id in self.escaped:
                 return
             if object_id in self.shared:  # the sweeper asks the GCS who borrows it
@@ -278,11 +275,8 @@ class _Here:
 
     def unborrow(self, object_id):
         with self.lock:
-            left = self.borrows.get(object_id, 0) - 1
-            if left > 0:
-                self.borrows[object_id] = left
+            if not _count_down(self.borrows, object_id):
                 return
-            self.borrows.pop(object_id, None)
             if object_id in self.registered and object_id not in self.escaped:
                 self.dropped.add(object_id)
                 self._start_sweeper()
@@ -382,6 +376,16 @@ class _Here:
             _phalanx.kv_delete(BORROW_NS, f"{self.key()}/", True)
         except Exception:  # noqa: BLE001 - disconnected already: the keys outlive it
             pass
+
+
+def _count_down(counts, object_id):
+    """Takes one from counts[object_id]; whether none is left (the entry is gone then)."""
+    left = counts.get(object_id, 0) - 1
+    if left > 0:
+        counts[object_id] = left
+        return False
+    counts.pop(object_id, None)
+    return True
 
 
 _here = _Here()
