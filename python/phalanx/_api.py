@@ -670,7 +670,8 @@ def cancel(ref, *, force=False, recursive=True):
       asyncio task cancelled (CancelledError at its await); a plain method runs on, and
       ``get_runtime_context().is_canceled()`` says it was cancelled (actors keep state, so
       they are not interrupted). ``force`` is refused for actor calls.
-    (``recursive``: accepted; the tasks it started are not cancelled.)"""
+    A cancelled task cancels the tasks and actor calls it started that are not done, as
+    Ray's ``recursive=True`` does (``recursive=False`` is accepted, and does the same)."""
     if not isinstance(ref, ObjectRef):
         raise TypeError(f"phalanx.cancel takes an ObjectRef, not {type(ref).__name__}")
     if ref._ref is None:
@@ -855,8 +856,10 @@ class ActorMethod:
             payload = ser.dumps_call(args, kwargs, encoding)
         if inside:
             pins = (pins or []) + inside
-        return _returns(_phalanx.submit(h._actor_id, self._name, payload), encoding, n, pins,
-                        stream_id)
+        call = _phalanx.submit(h._actor_id, self._name, payload)
+        from ._task import note_child
+        note_child(call)
+        return _returns(call, encoding, n, pins, stream_id)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"actor methods are called with .remote(): "

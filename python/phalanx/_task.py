@@ -58,6 +58,27 @@ class _Dep:
         return (_Dep, (self.index,))
 
 
+# The calls the running task started (native refs), while a task runs in this process: a
+# cancelled task cancels those not done, as Ray's cancel(recursive=True) does.
+_children = None
+
+
+def note_child(native_ref):
+    """Records a call (task or actor call) that the running task started."""
+    children = _children
+    if children is not None:
+        children.append(native_ref)
+
+
+def _cancel_children():
+    for ref in _children or ():
+        try:
+            if not ref.done():
+                ref.cancel(False)
+        except Exception:  # noqa: BLE001 - one that cannot be cancelled runs on
+            pass
+
+
 def _dumps(value):
     """pickle where it can (several times faster on small values), cloudpickle where it must:
     lambdas and closures (pickle refuses them) and anything of __main__ (pickle would name it,
@@ -126,13 +147,17 @@ class TaskWorker:
             return self._interrupted
 
     def _run_interruptible(self, payload):
+        global _children
         with self._lock:
             self._running, self._interrupted = threading.get_ident(), False
+        _children = []
         try:
             return self._phalanx_run_task(payload)
         except KeyboardInterrupt:
+            _cancel_children()
             return False, b"KeyboardInterrupt", "TaskError", "the task was cancelled"
         finally:
+            _children = None
             import ctypes
             with self._lock:
                 if self._interrupted:  # not raised yet: it must not reach the next task
@@ -308,6 +333,7 @@ class RemoteFunction:
         ref = _phalanx.submit_task(self._name, _TASK_WORKER_CLASS, _worker_init_args(),
                                    _READY_ARGS, self._native, TASK_METHOD, call, deps,
                                    int(o.get("max_retries", 3)))
+        note_child(ref)
         return _returns(ref, ser.PICKLE, num_returns, pins or None, stream_id)
 
     def __repr__(self):

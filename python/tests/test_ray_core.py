@@ -301,7 +301,20 @@ def waits_on_a_sleeper(started, interrupted):
 
 
 @phalanx.remote(num_cpus=1, max_retries=0)
-def spin(path):
+def starts_a_spinner(path, interrupted):
+    return phalanx.get(spin_noting_interrupt.remote(path, interrupted))
+
+
+@phalanx.remote(num_cpus=1, max_retries=0)
+def spin_noting_interrupt(path, interrupted):
+    try:
+        return _spin(path)
+    except KeyboardInterrupt:
+        open(interrupted, "w").close()
+        raise
+
+
+def _spin(path):
     # CPU-bound, as a task worth cancelling is: it writes its count until stopped (<= 120 s).
     end, n = time.monotonic() + 120, 0
     while time.monotonic() < end:
@@ -310,6 +323,11 @@ def spin(path):
             with open(path, "w") as f:
                 f.write(str(n))
     return n
+
+
+@phalanx.remote(num_cpus=1, max_retries=0)
+def spin(path):
+    return _spin(path)
 
 
 def _read(path):
@@ -365,6 +383,18 @@ def test_cancel_a_queued_a_running_and_a_finished_task(cluster, tmp_path):
         phalanx.get(waiting, timeout=5)
     # Well before the 30 s its get would have taken (the bound leaves room for load).
     assert wait_for(interrupted.exists, timeout=15), "get was not interrupted"
+    # A cancelled task cancels what it started (Ray's recursive=True): the child stops too.
+    count, interrupted = tmp_path / "child-count", tmp_path / "child-interrupted"
+    parent = starts_a_spinner.remote(str(count), str(interrupted))
+    deadline = time.monotonic() + 60
+    while not _read(count):
+        assert time.monotonic() < deadline, "the child task never started"
+        time.sleep(0.05)
+    phalanx.cancel(parent)
+    with pytest.raises(phalanx.TaskCancelledError):
+        phalanx.get(parent, timeout=5)
+    # Interrupted, well before its 120 s (the bound leaves room for load).
+    assert wait_for(interrupted.exists, timeout=30), "the cancelled task's child ran on"
     done = sleeper.remote(0)
     pid = phalanx.get(done, timeout=60)
     phalanx.cancel(done)
