@@ -456,15 +456,20 @@ class Pool : public std::enable_shared_from_this<Pool> {
   // owner, and the runtime may be going away).
   void LeaseAnswered(const std::string& id, const worker::ObjectState& ready) {
     bool shut_down;
+    bool cancelled = false;
     {
       absl::MutexLock lock(&mu_);
       if (cancelled_.erase(id) > 0) {
+        // The reaper cancelled it while the queue was empty. A task queued since counted on
+        // this lease, so the queue is pumped again, or it would wait with no lease at all.
         --leases_in_flight_;
-        return;
+        if (queue_.empty() || shut_down_) return;
+        cancelled = true;
+      } else {
+        leasing_.erase(id);
       }
-      leasing_.erase(id);
       shut_down = shut_down_;
-      if (ready.status().ok()) {
+      if (!cancelled && ready.status().ok()) {
         --leases_in_flight_;
         lease_failures_ = 0;
         ++stats_.workers_leased;
@@ -472,7 +477,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
       }
     }
     if (shut_down) return;
-    if (!ready.status().ok()) {
+    if (!cancelled && !ready.status().ok()) {
       Background::Get().Run([id] { KillActor(id, true).IgnoreError(); });
       LeaseFailed(ready.status());
       return;
