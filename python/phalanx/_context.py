@@ -95,7 +95,9 @@ def nodes():
         out.append({"NodeID": n["node_id"], "Alive": n["alive"],
                     "NodeManagerAddress": host.strip("[]"), "NodeManagerPort": int(port or 0),
                     "NodeManagerHostname": n["hostname"], "IsHead": n["is_head"],
-                    "Resources": dict(n["resources"]) if n["alive"] else {}})
+                    "Resources": dict(n["resources"]) if n["alive"] else {},
+                    # What its object store holds, as its last heartbeat said.
+                    "ObjectStore": dict(n["object_store"])})
     return out
 
 

@@ -51,6 +51,13 @@ import _phalanx
 INLINE_MAX = 100 * 1024
 # How often a reader looks again for a value that is not written yet (at most).
 POLL_MAX_S = 0.05
+# The directory, in a node's store, of its copies of other nodes' values
+# (runtime/node/object_store.h's kObjectCacheDir).
+CACHE_DIR = ".cache"
+# A reader waiting for another process of its node to fetch a value into the node's cache
+# reads a copy of its own once that copy has not grown for this long (its fetcher may be
+# stopped).
+CACHE_STALL_S = 5.0
 
 MAGIC = b"PHXOBJ1\0"
 KIND_PICKLE, KIND_RAW, KIND_ERROR = 0, 1, 2
@@ -582,12 +589,18 @@ def _new_id():
 
 
 def _store_used(root):
-    """The bytes the values in a store's owner directories take."""
+    """The bytes the values in a store's owner directories and its cache take."""
     used = 0
     try:
         owners = [e for e in os.scandir(root) if e.is_dir() and not e.name.startswith(".")]
     except OSError:
         return 0
+    cache = os.path.join(root, CACHE_DIR)
+    try:
+        owners += [o for n in os.scandir(cache) if n.is_dir()
+                   for o in os.scandir(n.path) if o.is_dir()]
+    except OSError:
+        pass
     for owner in owners:
         try:
             used += sum(f.stat().st_size for f in os.scandir(owner.path))
@@ -721,6 +734,9 @@ def ready(obj):
         return True
     if _is_local(obj):
         return any(os.path.exists(p) for p in _paths_of(obj)) or not owner_alive(obj.owner)
+    cache = _cache_dir(obj)
+    if cache is not None and os.path.exists(os.path.join(cache, obj.id)):
+        return True
     address = _node_address(obj.node)
     return address is None or _phalanx.read_object(
         address, _phalanx.cluster()[1], obj.owner, obj.id, "", 30.0) != "missing"
@@ -778,18 +794,129 @@ def read(obj, deadline):
             polling.pause()
 
 
+def _cache_dir(obj):
+    """This node's cache directory for the values of obj's owner (runtime/node/object_store.h:
+    a value crosses the network once per node); None when no node runs here."""
+    if not _here.node or not obj.node or not os.path.isdir(_store_root(_here.node)):
+        return None
+    return os.path.join(_store_root(_here.node), CACHE_DIR, obj.node, obj.owner)
+
+
+def _map_cached(path):
+    """(value,) of a cached copy, marked as read now (the node drops the least recently read
+    ones first), or None when there is none."""
+    try:
+        data = _map_file(path)
+    except FileNotFoundError:
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(path)
+    return (_decode(data),)
+
+
+def _await_cached(path, lock, deadline):
+    """Waits while another process of this node fetches the value into `path` under `lock`:
+    (value,) once it is there; "retry" when the lock went without a copy (that fetch failed:
+    try again); "alone" when the fetcher died or its copy has not grown for CACHE_STALL_S."""
+    last, since = -1, time.monotonic()
+    with Polling() as polling:
+        while True:
+            got = _map_cached(path)
+            if got is not None:
+                return got
+            try:
+                with open(lock) as f:
+                    reader = f.read().strip()
+            except FileNotFoundError:
+                got = _map_cached(path)
+                return "retry" if got is None else got
+            if reader and not owner_alive(reader):
+                _unlink(lock)
+                return "retry"
+            try:
+                size = os.stat(os.path.join(os.path.dirname(path),
+                                            f".{os.path.basename(path)}.{reader}")).st_size
+            except OSError:
+                size = 0
+            now = time.monotonic()
+            if size != last:
+                last, since = size, now
+            elif now - since > CACHE_STALL_S:
+                return "alone"
+            if deadline is not None and now >= deadline:
+                from .exceptions import GetTimeoutError
+                raise GetTimeoutError(f"object {os.path.basename(path)} was not ready in time")
+            polling.pause()
+
+
+def _take_cache_lock(obj, deadline):
+    """(the cache path of obj, its lock) when this process is to fetch obj into the node's
+    cache, (None, None) to fetch a private copy, or (value,) when another process of this
+    node fetched it meanwhile."""
+    cache = _cache_dir(obj)
+    if cache is None:
+        return None, None
+    path = os.path.join(cache, obj.id)
+    lock = os.path.join(cache, f".{obj.id}.lock")
+    for _ in range(3):
+        got = _map_cached(path)
+        if got is not None:
+            return got
+        try:
+            os.makedirs(cache, mode=0o700, exist_ok=True)
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            got = _await_cached(path, lock, deadline)
+            if got == "alone":
+                return None, None
+            if got != "retry":
+                return got
+            continue
+        except OSError:
+            return None, None  # the cache cannot be written (its node went): a private copy
+        try:
+            os.write(fd, _here.owner.encode())
+        finally:
+            os.close(fd)
+        got = _map_cached(path)  # fetched between the look and the lock
+        if got is not None:
+            _unlink(lock)
+            return got
+        return path, lock
+    return None, None
+
+
 def _fetch(obj, deadline, node=None):
-    """(value,) read from another node, or why not ('missing', 'owner_dead'). `node` keeps the
-    node's address between polls; after a failed read it is looked up again, and a node the
-    GCS no longer lists alive means the owner's values are lost."""
+    """(value,) read from another node, or why not ('missing', 'owner_dead'). The value is
+    copied once into this node's cache (`_cache_dir`), where this node's other readers map
+    it; a process of a machine with no node, or one whose fetcher stalled, reads a private
+    copy. `node` keeps the holding node's address between polls; after a failed read it is
+    looked up again, and a node the GCS no longer lists alive means the owner's values are
+    lost."""
     node = {} if node is None else node
+    _here.ensure()
+    taken = _take_cache_lock(obj, deadline)
+    if len(taken) == 1:
+        return taken
+    cached, lock = taken
+    try:
+        return _fetch_into(obj, deadline, node, cached)
+    finally:
+        if lock is not None:
+            _unlink(lock)
+
+
+def _fetch_into(obj, deadline, node, cached):
+    """_fetch's copy: into `cached` (renamed there once whole) or, when None, a private
+    file unlinked once mapped."""
     if "address" not in node:
         node["address"] = _node_address(obj.node)
     address = node["address"]
     if address is None:
         return "owner_dead"
-    _here.ensure()
-    if _here.dir:
+    if cached is not None:
+        path = os.path.join(os.path.dirname(cached), f".{obj.id}.{_here.owner}")
+    elif _here.dir:
         os.makedirs(_here.dir, mode=0o700, exist_ok=True)
         path = os.path.join(_here.dir, f"fetch-{obj.id}-{uuid.uuid4().hex[:8]}")
     else:
@@ -808,6 +935,11 @@ def _fetch(obj, deadline, node=None):
             raise
         if why != "ok":
             return why
+        if cached is not None:
+            os.rename(path, cached)
+            path = cached  # kept: the node drops it once its holder frees the value
+            return (_decode(_map_file(cached)),)
         return (_decode(_map_file(path)),)
     finally:
-        _unlink(path)  # the mapping keeps the bytes while the value uses them
+        if path != cached:
+            _unlink(path)  # the mapping keeps the bytes while the value uses them

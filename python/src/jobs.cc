@@ -192,6 +192,15 @@ void BindJobs(py::module_& m) {
                                               n.available().amounts().end());
       d["resources"] = total;
       d["available"] = available;
+      const rpc::ObjectStoreUsage& o = n.object_store();
+      py::dict store;
+      store["capacity_bytes"] = o.capacity_bytes();
+      store["used_bytes"] = o.used_bytes();
+      store["cached_bytes"] = o.cached_bytes();
+      store["spilled_bytes"] = o.spilled_bytes();
+      store["sent_bytes"] = o.sent_bytes();
+      store["objects"] = o.objects();
+      d["object_store"] = store;
       out.append(d);
     }
     return out;

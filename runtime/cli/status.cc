@@ -132,6 +132,9 @@ int RunStatus(const ClusterFlags& flags) {
     }
     std::cout << "  " << ShortId(n.node_id()) << "  " << FormatBytes(o.used_bytes()) << "/"
               << FormatBytes(o.capacity_bytes()) << ", " << o.objects() << " object(s)"
+              << (o.cached_bytes() > 0 ? absl::StrCat(", ", FormatBytes(o.cached_bytes()),
+                                                      " cached from other nodes")
+                                       : "")
               << (o.spilled_bytes() > 0
                       ? absl::StrCat(", ", FormatBytes(o.spilled_bytes()), " spilled to disk")
                       : "")

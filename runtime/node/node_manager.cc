@@ -60,6 +60,8 @@ class NodeServiceImpl final : public rpc::NodeManagerService::Service {
                              rpc::UpdateBundlesReply* reply) override;
   grpc::Status Vouch(grpc::ServerContext* context, const rpc::VouchRequest* request,
                      rpc::VouchReply* reply) override;
+  grpc::Status ObjectsHeld(grpc::ServerContext* context, const rpc::ObjectsHeldRequest* request,
+                           rpc::ObjectsHeldReply* reply) override;
   grpc::Status ReadObject(grpc::ServerContext* context, const rpc::ReadObjectRequest* request,
                           grpc::ServerWriter<rpc::ObjectChunk>* writer) override;
 
@@ -168,6 +170,7 @@ class NodeManagerImpl final : public NodeManager {
 
   const std::string& node_id() const override { return node_id_; }
   std::vector<std::string> store_dirs() const { return {store_dir_, spill_dir_}; }
+  void AddSentBytes(int64_t n) { sent_bytes_.fetch_add(n); }
   int port() const override { return port_; }
 
   // How long since this node last heard from the GCS (VouchReply).
@@ -207,6 +210,7 @@ class NodeManagerImpl final : public NodeManager {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     if (metrics_http_) metrics_http_->Stop();
     // The objects of the workers, which are gone; a driver still running keeps its own.
+    RemoveAll(absl::StrCat(store_dir_, "/", kObjectCacheDir)).IgnoreError();
     for (const std::string& dir : {store_dir_, spill_dir_}) {
       SweepObjectStore(dir);
       for (const char* file : {"/.capacity", "/.spill", "/.node"}) ::unlink((dir + file).c_str());
@@ -431,9 +435,65 @@ class NodeManagerImpl final : public NodeManager {
       }
       int removed = SweepObjectStore(store_dir_) + SweepObjectStore(spill_dir_);
       if (removed > 0) spdlog::info("removed the objects of {} owner(s) that died", removed);
+      CheckObjectCache();
       rpc::ObjectStoreUsage usage = MeasureObjectStore(store_dir_, spill_dir_, store_capacity_);
+      usage.set_sent_bytes(sent_bytes_.load());
       absl::MutexLock lock(&store_mu_);
       store_usage_ = std::move(usage);
+    }
+  }
+
+  // Drops the cached copies (object_store.h) of values their holder no longer holds, all of
+  // a dead node's, and the least recently read while the store is past its capacity.
+  void CheckObjectCache() {
+    std::vector<CachedObject> cache = ListObjectCache(store_dir_);
+    if (cache.empty()) return;
+    auto nodes = gcs_->GetAllNodes();
+    if (!nodes.ok()) return;                   // not known now: kept until the next sweep
+    std::map<std::string, std::string> alive;  // node id -> address
+    for (const rpc::NodeInfo& n : *nodes) {
+      if (n.state() == rpc::NODE_ALIVE) alive[n.node_id()] = n.address();
+    }
+    std::map<std::string, std::vector<CachedObject>> by_node;
+    for (CachedObject& c : cache) by_node[c.node].push_back(std::move(c));
+    std::vector<CachedObject> kept;
+    int dropped = 0;
+    for (auto& [node, copies] : by_node) {
+      auto it = alive.find(node);
+      if (it == alive.end()) {
+        dropped += static_cast<int>(copies.size());
+        RemoveAll(absl::StrCat(store_dir_, "/", kObjectCacheDir, "/", node)).IgnoreError();
+        continue;
+      }
+      rpc::ObjectsHeldRequest request;
+      for (const CachedObject& c : copies) {
+        rpc::ObjectKey* key = request.add_objects();
+        key->set_owner(c.owner);
+        key->set_object_id(c.object_id);
+      }
+      auto& stub = cache_stubs_[it->second];
+      if (!stub) stub = rpc::NodeManagerService::NewStub(rpc::MakeChannel(it->second));
+      grpc::ClientContext context;
+      rpc::PrepareContext(&context, options_.token, kObjectCacheCheckTimeout,
+                          /*wait_for_ready=*/false);
+      rpc::ObjectsHeldReply reply;
+      grpc::Status status = stub->ObjectsHeld(&context, request, &reply);
+      for (size_t i = 0; i < copies.size(); ++i) {
+        bool answered = status.ok() && reply.held_size() == static_cast<int>(copies.size());
+        if (answered && !reply.held(static_cast<int>(i))) {
+          ::unlink(copies[i].path.c_str());
+          ++dropped;
+        } else {
+          kept.push_back(std::move(copies[i]));
+        }
+      }
+    }
+    int64_t trimmed = TrimObjectCache(
+        std::move(kept), MeasureObjectStore(store_dir_, spill_dir_, store_capacity_).used_bytes(),
+        store_capacity_);
+    if (dropped > 0 || trimmed > 0) {
+      spdlog::debug("object cache: dropped {} copies no longer held, {} bytes past capacity",
+                    dropped, trimmed);
     }
   }
 
@@ -714,6 +774,9 @@ class NodeManagerImpl final : public NodeManager {
   size_t voters_ ABSL_GUARDED_BY(members_mu_) = 0;  // HeartbeatReply.voters
   // The fence thread's clients to the other members (AskPeersToVouch).
   std::map<std::string, std::unique_ptr<rpc::NodeManagerService::Stub>> peer_stubs_;
+  // The store thread's clients to the nodes whose values are cached here (CheckObjectCache).
+  std::map<std::string, std::unique_ptr<rpc::NodeManagerService::Stub>> cache_stubs_;
+  std::atomic<int64_t> sent_bytes_{0};  // ObjectStoreUsage.sent_bytes
   std::thread heartbeat_thread_;
   std::thread fence_thread_;
   std::thread report_thread_;
@@ -814,9 +877,21 @@ grpc::Status NodeServiceImpl::ReadObject(grpc::ServerContext*,
                                        rpc::ObjectChunk out;
                                        out.set_data(chunk.data(), chunk.size());
                                        out.set_size(size);
-                                       return writer->Write(out);
+                                       if (!writer->Write(out)) return false;
+                                       node_->AddSentBytes(static_cast<int64_t>(chunk.size()));
+                                       return true;
                                      });
   return rpc::ToGrpc(status);
+}
+
+grpc::Status NodeServiceImpl::ObjectsHeld(grpc::ServerContext*,
+                                          const rpc::ObjectsHeldRequest* request,
+                                          rpc::ObjectsHeldReply* reply) {
+  const std::vector<std::string> dirs = node_->store_dirs();
+  for (const rpc::ObjectKey& key : request->objects()) {
+    reply->add_held(ObjectHeld(dirs, key.owner(), key.object_id()));
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status NodeServiceImpl::Vouch(grpc::ServerContext*, const rpc::VouchRequest*,

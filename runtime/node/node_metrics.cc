@@ -73,11 +73,15 @@ std::string NodeMetrics::Page(const std::string& node_id, const std::vector<Work
   per_actor("phalanx_node_actor_memory_limit_bytes", "Each actor's memory limit (0: none).",
             [](const WorkerRecord& r) { return r.memory_limit; });
   w.Gauge("phalanx_node_object_store_bytes",
-          "The object store: its capacity in memory, what it holds there, and what went to "
-          "disk past it.");
+          "The object store: its capacity in memory, what it holds there (cached copies of "
+          "other nodes' values included), and what went to disk past it.");
   w.Sample(with("kind", "capacity"), static_cast<double>(store.capacity_bytes()));
   w.Sample(with("kind", "used"), static_cast<double>(store.used_bytes()));
+  w.Sample(with("kind", "cached"), static_cast<double>(store.cached_bytes()));
   w.Sample(with("kind", "spilled"), static_cast<double>(store.spilled_bytes()));
+  w.Counter("phalanx_node_object_store_sent_bytes_total",
+            "Bytes of this node's values sent to readers on other nodes.");
+  w.Sample(node, static_cast<double>(store.sent_bytes()));
   w.Gauge("phalanx_node_object_store_objects", "Values in the object store (memory and disk).");
   w.Sample(node, static_cast<double>(store.objects()));
   w.HistogramFamily("phalanx_node_worker_start_seconds",

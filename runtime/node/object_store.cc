@@ -143,6 +143,77 @@ int RemoveStaleObjectStores(const std::string& own_dir) {
   return removed;
 }
 
+std::vector<CachedObject> ListObjectCache(const std::string& dir) {
+  std::vector<CachedObject> out;
+  const std::string cache = absl::StrCat(dir, "/", kObjectCacheDir);
+  const absl::Time stale = absl::Now() - kStaleObjectStoreAge;
+  auto remove_if_empty_and_old = [&](const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && absl::FromTimeT(st.st_mtime) < stale) {
+      ::rmdir(path.c_str());  // fails, harmlessly, when not empty
+    }
+  };
+  for (const std::string& node : ListDir(cache)) {
+    if (!IsName(node)) continue;
+    const std::string node_dir = absl::StrCat(cache, "/", node);
+    for (const std::string& owner : ListDir(node_dir)) {
+      if (!IsName(owner)) continue;
+      const std::string owner_dir = absl::StrCat(node_dir, "/", owner);
+      for (const std::string& name : ListDir(owner_dir)) {
+        const std::string path = absl::StrCat(owner_dir, "/", name);
+        if (absl::StartsWith(name, ".")) {
+          // ".<id>.lock" names its reader in its content, ".<id>.<reader>" in its name.
+          std::pair<std::string, std::string> parts =
+              absl::StrSplit(name.substr(1), absl::MaxSplits('.', 1));
+          std::string reader = parts.second;
+          if (reader == "lock") {
+            auto content = ReadFileAtMost(path, 256);
+            if (!content.ok()) continue;
+            reader = std::string(absl::StripAsciiWhitespace(*content));
+            struct stat st {};
+            // Empty: its reader created it and is writing its name this moment.
+            if (reader.empty() && ::stat(path.c_str(), &st) == 0 &&
+                absl::FromTimeT(st.st_mtime) > stale) {
+              continue;
+            }
+          }
+          if (!ObjectOwnerAlive(reader)) ::unlink(path.c_str());
+          continue;
+        }
+        if (!IsName(name)) continue;
+        struct stat st {};
+        if (::stat(path.c_str(), &st) != 0) continue;
+        out.push_back({node, owner, name, path, static_cast<int64_t>(st.st_size),
+                       absl::FromTimeT(st.st_mtime)});
+      }
+      remove_if_empty_and_old(owner_dir);
+    }
+    remove_if_empty_and_old(node_dir);
+  }
+  return out;
+}
+
+int64_t TrimObjectCache(std::vector<CachedObject> cache, int64_t used_bytes,
+                        int64_t capacity_bytes) {
+  std::sort(cache.begin(), cache.end(),
+            [](const CachedObject& a, const CachedObject& b) { return a.read < b.read; });
+  int64_t removed = 0;
+  for (const CachedObject& c : cache) {
+    if (used_bytes - removed <= capacity_bytes) break;
+    if (::unlink(c.path.c_str()) == 0) removed += c.bytes;
+  }
+  return removed;
+}
+
+bool ObjectHeld(const std::vector<std::string>& dirs, absl::string_view owner,
+                absl::string_view object_id) {
+  if (!IsName(owner) || !IsName(object_id) || !ObjectOwnerAlive(owner)) return false;
+  for (const std::string& dir : dirs) {
+    if (::access(absl::StrCat(dir, "/", owner, "/", object_id).c_str(), F_OK) == 0) return true;
+  }
+  return false;
+}
+
 rpc::ObjectStoreUsage MeasureObjectStore(const std::string& dir, const std::string& spill_dir,
                                          int64_t capacity_bytes) {
   rpc::ObjectStoreUsage usage;
@@ -165,6 +236,10 @@ rpc::ObjectStoreUsage MeasureObjectStore(const std::string& dir, const std::stri
   };
   measure(dir, false);
   measure(spill_dir, true);
+  for (const CachedObject& c : ListObjectCache(dir)) {
+    usage.set_cached_bytes(usage.cached_bytes() + c.bytes);
+  }
+  usage.set_used_bytes(usage.used_bytes() + usage.cached_bytes());
   return usage;
 }
 

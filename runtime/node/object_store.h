@@ -32,6 +32,29 @@ inline constexpr absl::Duration kObjectSweepPeriod = absl::Seconds(1);
 // The size of one ReadObject chunk.
 inline constexpr int64_t kObjectChunkBytes = int64_t{1} << 20;
 
+// The node's cache of other nodes' values, "<store>/.cache/<holder node>/<owner>/<object id>",
+// so that a value crosses the network once per node, however many of its processes read it
+// (as Ray's object manager pulls an object once per node). A reader of this machine that
+// fetches one (python/phalanx/_objects.py's _fetch) takes ".<object id>.lock" (its content:
+// the reader, "<pid>-<start time>"), writes ".<object id>.<reader>" and renames it; other
+// readers wait for it. The node manager drops the copies whose holder no longer holds the
+// value (it was freed, or its owner or node died), and the least recently read ones while
+// the store is past its capacity.
+inline constexpr char kObjectCacheDir[] = ".cache";
+// How long the node manager waits for a holder's answer about its cached values (an
+// unanswered holder's copies are kept until the next sweep).
+inline constexpr absl::Duration kObjectCacheCheckTimeout = absl::Seconds(2);
+
+// A copy in the node's cache.
+struct CachedObject {
+  std::string node;  // the node that holds the value
+  std::string owner;
+  std::string object_id;
+  std::string path;
+  int64_t bytes = 0;
+  absl::Time read;  // its last read (readers touch the file's time)
+};
+
 // The store directory of node `node_id` (the same path in _objects.py's _store_root). With
 // `phalanx start --object-store-dir DIR` it is a symbolic link to DIR/phalanx-objects-<node
 // id> (ObjectStoreDataDir), as Ray's --plasma-directory moves the store: a tmpfs mounted with
@@ -65,7 +88,20 @@ int SweepObjectStore(const std::string& dir);
 // it): a node manager that was SIGKILLed could not remove its own. Returns how many.
 int RemoveStaleObjectStores(const std::string& own_dir);
 
-// What the store and its spill directory hold now.
+// The copies in store `dir`'s cache. Removes the lock and temporary files of readers that
+// died, and the empty directories older than kStaleObjectStoreAge.
+std::vector<CachedObject> ListObjectCache(const std::string& dir);
+
+// Removes copies of `cache`, the least recently read first, while `used_bytes` (the store's,
+// its cache included) is over `capacity_bytes`. Returns the bytes removed.
+int64_t TrimObjectCache(std::vector<CachedObject> cache, int64_t used_bytes,
+                        int64_t capacity_bytes);
+
+// Whether object `object_id` of `owner` is in one of `dirs` and its owner is alive.
+bool ObjectHeld(const std::vector<std::string>& dirs, absl::string_view owner,
+                absl::string_view object_id);
+
+// What the store (its cache included) and its spill directory hold now.
 rpc::ObjectStoreUsage MeasureObjectStore(const std::string& dir, const std::string& spill_dir,
                                          int64_t capacity_bytes);
 

@@ -66,13 +66,52 @@ def main():
     say(check="broadcast", driver=here, hosts=hosts, results=results,
         want=float(weights.sum()), seconds=round(time.monotonic() - started, 3))
 
+    # More readers on w1's host: the value crossed the network once, into that node's cache,
+    # and a new one read by three processes at once crosses it once too. The head node counts
+    # what it sent (ObjectStore.sent_bytes, from its heartbeats).
+    head = next(n["NodeID"] for n in phalanx.nodes() if n["NodeManagerHostname"] == here)
+
+    def sent():
+        """The head node's bytes sent, once two readings 1.5 s apart agree (bounded)."""
+        last, deadline = None, time.monotonic() + 30
+        while time.monotonic() < deadline:
+            now = next(n["ObjectStore"].get("sent_bytes", 0) for n in phalanx.nodes()
+                       if n["NodeID"] == head)
+            if now == last:
+                return now
+            last = now
+            time.sleep(1.5)
+        return last
+
+    readers = [Worker.options(num_cpus=0,
+                              scheduling_strategy=NodeAffinitySchedulingStrategy(others[0]))
+               .remote() for _ in range(2)]
+    before = sent()
+    again = phalanx.get([r.total.remote(ref) for r in readers], timeout=120)
+    after_again = sent()
+    fresh = phalanx.put(np.ones(4_000_000))  # 32 MB, read by three processes at once
+    together = phalanx.get([r.total.remote(fresh) for r in readers + [w1]], timeout=120)
+    after_fresh = sent()
+    from phalanx import _objects
+    copy = os.path.join(_objects._store_root(others[0]), _objects.CACHE_DIR, head,
+                        fresh._obj.owner, fresh._obj.id)
+    cached = os.path.exists(copy)
+    del fresh
+    deadline = time.monotonic() + 30
+    while os.path.exists(copy) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    say(check="node_cache", again=[r[0] for r in again], together=[r[0] for r in together],
+        sent_again=after_again - before, sent_fresh=after_fresh - after_again, cached=cached,
+        dropped_after_free=not os.path.exists(copy))
+    for r in readers:
+        phalanx.kill(r)
+
     [theirs] = phalanx.get(w2.put_big.remote(1_000_000), timeout=60)
     say(check="borrowed", driver=float(phalanx.get(theirs, timeout=60).sum()),
         third_host=phalanx.get(w1.total_of.remote([theirs]), timeout=60), want=3e6)
 
     # A borrower on another host keeps a value alive after the driver dropped its ref; once
     # it lets go, the driver (its owner) frees it.
-    from phalanx import _objects
     kept = phalanx.put(np.full(1_000_000, 4.0))
     kept_file = os.path.join(_objects._here.dir, kept._obj.id)
     phalanx.get(w1.keep.remote({"w": kept}), timeout=60)

@@ -1,5 +1,6 @@
 """The object store across hosts (3 network-namespace hosts, the real CLI on each): values
-move between nodes through the holding node's manager (ReadObject), and a value dies with
+move between nodes through the holding node's manager (ReadObject), once per node (its
+cache, which drops a copy once the value is freed), and a value dies with
 its owner's process, with an error that names it. The driver is
 tests/multihost/objects_driver.py, a Ray-style program."""
 
@@ -20,6 +21,11 @@ def test_values_move_between_hosts_and_die_with_their_owner(cluster, hosts):
     assert b["driver"] not in b["hosts"] and len(set(b["hosts"])) == 2, b
     assert [r[0] for r in b["results"]] == [b["want"]] * 2, b
     assert sorted(r[1] for r in b["results"]) == sorted(b["hosts"]), b
+    c = checks["node_cache"]
+    assert c["again"] == [b["want"]] * 2 and c["together"] == [4e6] * 3, c
+    # 64 MB cached on that node already; 32 MB read by three processes crosses once.
+    assert c["sent_again"] < 1e6 and 32e6 <= c["sent_fresh"] < 2 * 32e6, c
+    assert c["cached"] and c["dropped_after_free"], c
     assert checks["borrowed"]["driver"] == checks["borrowed"]["third_host"] == 3e6
     assert checks["pending"]["result"] == 1000.0
     kept = checks["remote_borrower"]

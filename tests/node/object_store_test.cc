@@ -1,5 +1,6 @@
 // The node's object store on disk (runtime/node/object_store.h): a store kept in a directory
-// of its own (--object-store-dir) behind a link in /dev/shm, removed with that directory.
+// of its own (--object-store-dir) behind a link in /dev/shm, removed with that directory; and
+// its cache of other nodes' values.
 #include "runtime/node/object_store.h"
 
 #include <stdlib.h>
@@ -12,6 +13,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace phalanx::node {
@@ -31,7 +34,11 @@ class ObjectStoreTest : public ::testing::Test {
   }
   void TearDown() override {
     std::error_code ec;
-    fs::remove(anchor_, ec);  // the link, never what it names
+    if (fs::is_symlink(fs::symlink_status(anchor_, ec))) {
+      fs::remove(anchor_, ec);  // the link, never what it names
+    } else {
+      fs::remove_all(anchor_, ec);
+    }
     fs::remove_all(root_, ec);
   }
 
@@ -80,6 +87,81 @@ TEST_F(ObjectStoreTest, TheDefaultCapacityIsBoundedByTheDirectorysRoom) {
   const int64_t free_bytes = static_cast<int64_t>(room.f_bavail) * room.f_frsize;
   EXPECT_GT(DefaultObjectStoreBytes(root_), 0);
   EXPECT_LE(DefaultObjectStoreBytes(root_), free_bytes);
+}
+
+// This process as an owner or reader names it: "<pid>-<start time>".
+std::string Self() {
+  std::ifstream in("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> fields =
+      absl::StrSplit(stat.substr(stat.rfind(')') + 2), ' ', absl::SkipEmpty());
+  return absl::StrCat(::getpid(), "-", fields[19]);
+}
+
+void Write(const std::string& path, const std::string& bytes) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path) << bytes;
+}
+
+TEST_F(ObjectStoreTest, TheCacheListsCopiesAndRemovesWhatDeadReadersLeft) {
+  const std::string spill = root_ + "/spill";
+  ASSERT_TRUE(CreateObjectStore(anchor_, spill, 1 << 20).ok());
+  const std::string owner_dir = absl::StrCat(anchor_, "/", kObjectCacheDir, "/nodeA/1-2");
+  Write(owner_dir + "/obj1", std::string(100, 'x'));
+  Write(owner_dir + "/obj2", std::string(50, 'y'));
+  Write(owner_dir + "/.obj3.123-456", "partial");  // its reader (pid 123) is not alive
+  Write(owner_dir + "/.obj3.lock", "123-456");
+  Write(owner_dir + "/.obj4." + Self(), "partial");  // a live reader's
+  Write(owner_dir + "/.obj4.lock", Self());
+  Write(owner_dir + "/.obj5.lock", "");  // being written this moment
+
+  std::vector<CachedObject> cache = ListObjectCache(anchor_);
+  ASSERT_EQ(cache.size(), 2u);
+  for (const CachedObject& c : cache) {
+    EXPECT_EQ(c.node, "nodeA");
+    EXPECT_EQ(c.owner, "1-2");
+    EXPECT_EQ(c.bytes, c.object_id == "obj1" ? 100 : 50);
+  }
+  EXPECT_FALSE(fs::exists(owner_dir + "/.obj3.123-456"));
+  EXPECT_FALSE(fs::exists(owner_dir + "/.obj3.lock"));
+  EXPECT_TRUE(fs::exists(owner_dir + "/.obj4." + Self()));
+  EXPECT_TRUE(fs::exists(owner_dir + "/.obj4.lock"));
+  EXPECT_TRUE(fs::exists(owner_dir + "/.obj5.lock"));
+
+  rpc::ObjectStoreUsage usage = MeasureObjectStore(anchor_, spill, 1 << 20);
+  EXPECT_EQ(usage.cached_bytes(), 150);
+  EXPECT_EQ(usage.used_bytes(), 150);  // the cache is in the store's memory
+  EXPECT_EQ(usage.objects(), 0);       // copies, not values of this node
+}
+
+TEST_F(ObjectStoreTest, TrimmingDropsTheLeastRecentlyReadCopiesFirst) {
+  const std::string dir = root_ + "/cache";
+  std::vector<CachedObject> cache;
+  const absl::Time now = absl::Now();
+  for (int i = 0; i < 4; ++i) {
+    const std::string path = absl::StrCat(dir, "/obj", i);
+    Write(path, std::string(10, 'x'));
+    // obj2 read longest ago, then obj0, obj3, obj1.
+    const int order[] = {1, 3, 0, 2};
+    cache.push_back(
+        {"n", "1-2", absl::StrCat("obj", i), path, 10, now - absl::Seconds(10 * (4 - order[i]))});
+  }
+  EXPECT_EQ(TrimObjectCache(cache, 100, 1000), 0);  // fits: nothing goes
+  EXPECT_EQ(TrimObjectCache(cache, 100, 85), 20);   // 15 over: two copies go
+  EXPECT_FALSE(fs::exists(dir + "/obj2"));
+  EXPECT_FALSE(fs::exists(dir + "/obj0"));
+  EXPECT_TRUE(fs::exists(dir + "/obj3"));
+  EXPECT_TRUE(fs::exists(dir + "/obj1"));
+}
+
+TEST_F(ObjectStoreTest, AValueIsHeldWhileItsFileIsThereAndItsOwnerLives) {
+  Write(absl::StrCat(root_, "/store/", Self(), "/obj"), "bytes");
+  Write(root_ + "/spill/123-456/gone", "bytes");  // owner pid 123 is not alive
+  const std::vector<std::string> dirs = {root_ + "/store", root_ + "/spill"};
+  EXPECT_TRUE(ObjectHeld(dirs, Self(), "obj"));
+  EXPECT_FALSE(ObjectHeld(dirs, Self(), "freed"));
+  EXPECT_FALSE(ObjectHeld(dirs, "123-456", "gone"));
+  EXPECT_FALSE(ObjectHeld(dirs, Self(), "../obj"));  // a path, not a name
 }
 
 }  // namespace
