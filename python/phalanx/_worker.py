@@ -39,9 +39,12 @@ def create(init_args: bytes):
         raise RuntimeError(traceback.format_exc().rstrip()) from None
 
 
-def call(obj, method: str, payload: bytes):
+def call(obj, method: str, payload: bytes, done=None):
     """Runs ``obj.method`` on the decoded arguments: (ok, value, error kind, message); with an
-    error, ``value`` is its detail (a TaskError's exception, see _cause_type)."""
+    error, ``value`` is its detail (a TaskError's exception, see _cause_type). With `done`, an
+    async method's coroutine is started on the actor's event loop and None is returned: `done`
+    gets the tuple from the loop's thread when the coroutine ends, so no thread waits for
+    it."""
     if method == _TASK_METHOD and isinstance(obj, _TaskWorker):
         return obj._run_interruptible(payload)
     fn = getattr(obj, method, None) if not method.startswith("_") else None
@@ -62,27 +65,57 @@ def call(obj, method: str, payload: bytes):
     key = _phalanx.current_call()
     with _calls_lock:
         _running[key] = None
+    later = False
     try:
         args, kwargs = resolve_args(args, kwargs)
         result = fn(*args, **kwargs)
+        if inspect.iscoroutine(result) and done is not None and stream_id is None:
+            def finish(future):
+                try:
+                    error = future.exception()
+                except BaseException as e:  # noqa: BLE001 - cancelled
+                    error = e
+                reply = _outcome(obj, method, key, encoding, None if error else future.result(),
+                                 error)
+                if reply is not None:
+                    done(reply)
+            _start_coroutine(result, key).add_done_callback(finish)
+            later = True
+            return None
         if inspect.iscoroutine(result):
             result = _run_coroutine(result, key)
         result = generated(result, stream_id, lambda c: _run_coroutine(c, key))
-    except (_ExitActor, SystemExit):
-        # exit_actor() or sys.exit(): the actor ends, not restarted, and this call with it
-        # (its caller gets ActorDiedError, as in Ray); no reply is sent.
+    except (_ExitActor, SystemExit, Exception, asyncio.CancelledError) as e:  # noqa: BLE001
+        return _outcome(obj, method, key, encoding, None, e, wait_on_exit=True)
+    finally:
+        if not later:
+            _forget(key)
+    return _outcome(obj, method, key, encoding, result, None)
+
+
+def _forget(key):
+    with _calls_lock:
+        _running.pop(key, None)
+        _cancelled.pop(key, None)
+
+
+def _outcome(obj, method, key, encoding, result, error, wait_on_exit=False):
+    """call's tuple for a method's `result` or the `error` it raised; None for an actor that
+    ends (exit_actor() or sys.exit(): its caller gets ActorDiedError, as in Ray; no reply is
+    sent). A plain call's thread waits there for the end (`wait_on_exit`)."""
+    _forget(key)
+    if isinstance(error, (_ExitActor, SystemExit)):
         _end_this_actor()
+        if not wait_on_exit:
+            return None
         threading.Event().wait(_EXIT_WAIT_S + 5)
         return (False, b"", "TaskError",
                 f"{type(obj).__name__}.{method} ended its actor (exit_actor() or sys.exit())")
-    except (Exception, asyncio.CancelledError) as e:  # noqa: BLE001 - to the caller
-        tb = traceback.format_exc().rstrip()
-        return (False, _cause_type(e), "TaskError",
-                f"{type(e).__name__}: {e}\n\n{type(obj).__name__}.{method} raised:\n{tb}")
-    finally:
-        with _calls_lock:
-            _running.pop(key, None)
-            _cancelled.pop(key, None)
+    if error is not None:
+        tb = "".join(traceback.format_exception(type(error), error,
+                                                error.__traceback__)).rstrip()
+        return (False, _cause_type(error), "TaskError",
+                f"{type(error).__name__}: {error}\n\n{type(obj).__name__}.{method} raised:\n{tb}")
     try:
         return True, ser.dumps_value(result, encoding), "", ""
     except Exception as e:  # noqa: BLE001
@@ -134,11 +167,11 @@ _loop = None
 _loop_lock = threading.Lock()
 
 
-def _run_coroutine(coroutine, key=None):
-    """Runs an async method's coroutine on the actor's one event loop (a thread of its own,
+def _start_coroutine(coroutine, key=None):
+    """Starts an async method's coroutine on the actor's one event loop (a thread of its own,
     started with the first), as Ray's async actors do: calls interleave at their awaits, and
-    what one creates (asyncio.Lock, Queue, tasks) the next can use. This call's thread waits
-    for it, without the GIL."""
+    what one creates (asyncio.Lock, Queue, tasks) the next can use. Its concurrent future,
+    registered under `key` so that cancel() reaches it."""
     global _loop
     with _loop_lock:
         if _loop is None:
@@ -152,7 +185,13 @@ def _run_coroutine(coroutine, key=None):
             cancelled = key in _cancelled
         if cancelled:
             future.cancel()
-    return future.result()
+    return future
+
+
+def _run_coroutine(coroutine, key=None):
+    """_start_coroutine, and its result: this call's thread waits for it, without the GIL
+    (a generator's coroutines)."""
+    return _start_coroutine(coroutine, key).result()
 
 
 def _cause_type(e):

@@ -4,6 +4,7 @@
 // in any C++ worker.
 #include <pybind11/pybind11.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -29,21 +30,38 @@ class PyActorInstance final : public worker::ActorInstance {
   worker::CallOutcome Call(const std::string& method, const std::string& args) override {
     py::gil_scoped_acquire acquire;
     try {
-      // (ok, value, error kind, message); with an error, value is its detail (the
-      // exception's class name of a TaskError), which travels to the caller.
-      py::tuple r = py::module_::import("phalanx._worker")
-                        .attr("call")(obj_, method, py::bytes(args))
-                        .cast<py::tuple>();
-      if (r[0].cast<bool>()) return {absl::OkStatus(), r[1].cast<std::string>()};
-      std::string kind = r[2].cast<std::string>();
-      auto code = kind == worker::error_kind::kInvalidCall ? absl::StatusCode::kInvalidArgument
-                                                           : absl::StatusCode::kUnknown;
-      return {worker::MakeError(code, kind, r[3].cast<std::string>()), r[1].cast<std::string>()};
+      return Outcome(py::module_::import("phalanx._worker")
+                         .attr("call")(obj_, method, py::bytes(args))
+                         .cast<py::tuple>());
     } catch (const std::exception& e) {
-      return {
-          worker::MakeError(absl::StatusCode::kInternal, worker::error_kind::kTaskError, e.what()),
-          ""};
+      return Failed(e);
     }
+  }
+
+  // An async method's coroutine goes to the actor's event loop and this thread returns at
+  // once: `done` is called from the loop's thread when the coroutine ends. Other methods
+  // finish here.
+  void CallAsync(const std::string& method, const std::string& args,
+                 std::function<void(worker::CallOutcome)> done) override {
+    auto shared = std::make_shared<std::function<void(worker::CallOutcome)>>(std::move(done));
+    worker::CallOutcome outcome;
+    {
+      py::gil_scoped_acquire acquire;
+      try {
+        py::cpp_function later([shared](py::tuple r) {
+          worker::CallOutcome outcome = Outcome(r);
+          py::gil_scoped_release release;
+          (*shared)(std::move(outcome));
+        });
+        py::object r = py::module_::import("phalanx._worker")
+                           .attr("call")(obj_, method, py::bytes(args), later);
+        if (r.is_none()) return;  // `later` will be called
+        outcome = Outcome(r.cast<py::tuple>());
+      } catch (const std::exception& e) {
+        outcome = Failed(e);
+      }
+    }
+    (*shared)(std::move(outcome));
   }
 
   bool Interrupt() override {
@@ -66,6 +84,22 @@ class PyActorInstance final : public worker::ActorInstance {
   }
 
  private:
+  // (ok, value, error kind, message) from phalanx._worker.call; with an error, value is its
+  // detail (the exception's class name of a TaskError), which travels to the caller.
+  static worker::CallOutcome Outcome(const py::tuple& r) {
+    if (r[0].cast<bool>()) return {absl::OkStatus(), r[1].cast<std::string>()};
+    std::string kind = r[2].cast<std::string>();
+    auto code = kind == worker::error_kind::kInvalidCall ? absl::StatusCode::kInvalidArgument
+                                                         : absl::StatusCode::kUnknown;
+    return {worker::MakeError(code, kind, r[3].cast<std::string>()), r[1].cast<std::string>()};
+  }
+
+  static worker::CallOutcome Failed(const std::exception& e) {
+    return {
+        worker::MakeError(absl::StatusCode::kInternal, worker::error_kind::kTaskError, e.what()),
+        ""};
+  }
+
   py::object obj_;
 };
 

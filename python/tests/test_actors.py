@@ -361,6 +361,13 @@ def test_an_async_actor_interleaves_its_calls_at_their_awaits(cluster):
     spans, _ = phalanx.get(serial.report.remote(), timeout=30)
     spans.sort()
     assert all(spans[i][1] <= spans[i + 1][0] + 1e-3 for i in range(len(spans) - 1)), spans
+    # max_concurrency=2: never more than two coroutines at once, though each call's thread
+    # returns as soon as its coroutine is started.
+    two = AsyncActor.options(max_concurrency=2).remote()
+    phalanx.get([two.run_concurrent.remote(i, 0.3) for i in range(6)], timeout=60)
+    spans, _ = phalanx.get(two.report.remote(), timeout=30)
+    most = max(sum(1 for s, e in spans if s <= t < e - 1e-3) for t, _ in spans)
+    assert most == 2, spans
 
 
 def test_a_ref_is_awaitable_in_an_actor_and_in_the_driver(cluster):

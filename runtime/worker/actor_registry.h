@@ -27,6 +27,13 @@ class ActorInstance {
   // Runs `method` with `args` (a msgpack array). Never throws: errors come back as statuses
   // (unknown method, wrong argument types, the method raised).
   virtual CallOutcome Call(const std::string& method, const std::string& args) = 0;
+  // Starts `method` and gives its outcome to `done`, perhaps later and from another thread
+  // (a Python async method's result comes from its event loop's thread), so the calling
+  // thread need not wait for it. By default, Call and then `done` on this thread.
+  virtual void CallAsync(const std::string& method, const std::string& args,
+                         std::function<void(CallOutcome)> done) {
+    done(Call(method, args));
+  }
   // Interrupts the call running now, where the actor can (a Python task worker raises
   // KeyboardInterrupt in its task, as Ray's cancel does); whether one was. Runs beside the
   // running call, on the thread that reads calls (kInterruptMethod).

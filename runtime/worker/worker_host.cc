@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -96,7 +97,33 @@ void WatchNodeLease(const std::string& path) {
   }).detach();
 }
 
-thread_local std::string current_call;  // CurrentCall()
+// CurrentCall(): the caller and seq of the call this thread runs (null: none), built into
+// its string only when asked.
+thread_local const std::string* current_caller = nullptr;
+thread_local uint64_t current_seq = 0;
+
+// How many calls of a concurrent (non-serial) executor are started and not yet done: an
+// async method's call ends on its event loop, after its thread took the next call, so the
+// actor's max_concurrency is kept by these counts rather than by the executor's threads.
+class CallSlots {
+ public:
+  explicit CallSlots(int max) : max_(max) {}
+  void Acquire() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &CallSlots::Free));
+    ++used_;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    --used_;
+  }
+
+ private:
+  bool Free() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return used_ < max_; }
+  const int max_;
+  absl::Mutex mu_;
+  int used_ ABSL_GUARDED_BY(mu_) = 0;
+};
 absl::Mutex hosted_mu;
 std::optional<HostedActor> hosted ABSL_GUARDED_BY(hosted_mu);
 
@@ -215,9 +242,11 @@ class Host {
                            : MakeFiberExecutor(name, concurrency);
     };
     default_executor_ = make("actor-default", default_concurrency);
+    slots_[default_executor_.get()] = std::make_unique<CallSlots>(default_concurrency);
     for (const auto& [group, concurrency] : cls->group_concurrency) {
       group_serial_[group] = concurrency <= 1;
       group_executors_[group] = make("actor-" + group, concurrency);
+      slots_[group_executors_[group].get()] = std::make_unique<CallSlots>(concurrency);
     }
     method_group_ = cls->method_group;
     if (int rc = Ready(""); rc != 0) return rc;
@@ -293,10 +322,13 @@ class Host {
       }
       auto [executor, serial] = ExecutorFor(calls[i].method());
       if (!serial) {
-        executor->Post([this, call = std::move(calls[i]), caller] {
-          std::vector<rpc::CallResult> one;
-          one.push_back(Run(caller, call));
-          ledger_.Done(caller, std::move(one));
+        CallSlots* slots = slots_.at(executor).get();
+        executor->Post([this, call = std::move(calls[i]), caller, slots] {
+          RunAsync(caller, call, slots, [this, caller](rpc::CallResult result) {
+            std::vector<rpc::CallResult> one;
+            one.push_back(std::move(result));
+            ledger_.Done(caller, std::move(one));
+          });
         });
         ++i;
         continue;
@@ -347,27 +379,30 @@ class Host {
         it = now - it->second > kCallResultKeep ? cancelled_.erase(it) : std::next(it);
       }
       cancelled_[{caller, seq}] = now;
+      cancelled_count_.store(cancelled_.size(), std::memory_order_release);
     }
     instance_->Cancel(absl::StrCat(caller, "/", seq));
     return true;
   }
 
-  rpc::CallResult Run(const std::string& caller, const rpc::ActorCall& call) {
+  // The result of a call cancelled before it ran, if `call` is one.
+  std::optional<rpc::CallResult> CancelledBeforeRun(const std::string& caller,
+                                                    const rpc::ActorCall& call) {
+    if (cancelled_count_.load(std::memory_order_acquire) == 0) return std::nullopt;
+    absl::MutexLock lock(&cancel_mu_);
+    if (cancelled_.erase({caller, call.seq()}) == 0) return std::nullopt;
+    cancelled_count_.store(cancelled_.size(), std::memory_order_release);
     rpc::CallResult result;
     result.set_seq(call.seq());
-    {
-      absl::MutexLock lock(&cancel_mu_);
-      if (cancelled_.erase({caller, call.seq()}) > 0) {
-        result.set_code(static_cast<int>(absl::StatusCode::kCancelled));
-        result.set_error(
-            absl::StrCat("the call of ", call.method(), " was cancelled before it ran"));
-        result.set_error_kind(error_kind::kTaskCancelled);
-        return result;
-      }
-    }
-    current_call = absl::StrCat(caller, "/", call.seq());
-    CallOutcome outcome = instance_->Call(call.method(), call.args());
-    current_call.clear();
+    result.set_code(static_cast<int>(absl::StatusCode::kCancelled));
+    result.set_error(absl::StrCat("the call of ", call.method(), " was cancelled before it ran"));
+    result.set_error_kind(error_kind::kTaskCancelled);
+    return result;
+  }
+
+  rpc::CallResult Finished(uint64_t seq, CallOutcome outcome) {
+    rpc::CallResult result;
+    result.set_seq(seq);
     if (outcome.status.ok()) {
       result.set_value(std::move(outcome.value));
     } else {
@@ -378,6 +413,35 @@ class Host {
     }
     calls_done_.fetch_add(1, std::memory_order_relaxed);
     return result;
+  }
+
+  rpc::CallResult Run(const std::string& caller, const rpc::ActorCall& call) {
+    if (auto cancelled = CancelledBeforeRun(caller, call)) return *std::move(cancelled);
+    current_caller = &caller;
+    current_seq = call.seq();
+    CallOutcome outcome = instance_->Call(call.method(), call.args());
+    current_caller = nullptr;
+    return Finished(call.seq(), std::move(outcome));
+  }
+
+  // Run for a concurrent executor: `done` gets the result, perhaps later and from another
+  // thread (an async method's). At most the executor's concurrency run at once (`slots`).
+  void RunAsync(const std::string& caller, const rpc::ActorCall& call, CallSlots* slots,
+                std::function<void(rpc::CallResult)> done) {
+    if (auto cancelled = CancelledBeforeRun(caller, call)) {
+      done(*std::move(cancelled));
+      return;
+    }
+    slots->Acquire();
+    const uint64_t seq = call.seq();
+    current_caller = &caller;
+    current_seq = seq;
+    instance_->CallAsync(call.method(), call.args(),
+                         [this, seq, slots, done = std::move(done)](CallOutcome outcome) {
+                           slots->Release();
+                           done(Finished(seq, std::move(outcome)));
+                         });
+    current_caller = nullptr;
   }
 
   const std::string& actor_id() const { return actor_id_; }
@@ -407,6 +471,8 @@ class Host {
   // Calls cancelled (caller, seq) before they ran, and when: kept kCallResultKeep at most.
   absl::Mutex cancel_mu_;
   std::map<std::pair<std::string, uint64_t>, absl::Time> cancelled_ ABSL_GUARDED_BY(cancel_mu_);
+  std::atomic<size_t> cancelled_count_{0};  // cancelled_.size(), read without the lock
+  std::map<Executor*, std::unique_ptr<CallSlots>> slots_;  // per concurrent executor
 };
 
 grpc::Status WorkerServiceImpl::PushCalls(
@@ -457,7 +523,9 @@ bool InWorkerMode() {
          Env(kForkServerEnv) == "1";
 }
 
-const std::string& CurrentCall() { return current_call; }
+std::string CurrentCall() {
+  return current_caller == nullptr ? "" : absl::StrCat(*current_caller, "/", current_seq);
+}
 
 std::optional<HostedActor> CurrentHostedActor() {
   absl::MutexLock lock(&hosted_mu);

@@ -39,7 +39,7 @@ inline constexpr char kCancelMethod[] = "__phalanx_cancel__";
 
 // "<caller>/<seq>" of the actor call this thread runs now ("" when none): how an actor's
 // own code (a Python actor's is_canceled) names its call.
-const std::string& CurrentCall();
+std::string CurrentCall();
 
 // True when this process was started by a node manager to host an actor.
 bool InWorkerMode();
