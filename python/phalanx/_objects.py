@@ -69,6 +69,9 @@ _WRITE_CHUNK = 64 << 20  # bytes per pwrite
 BORROW_NS = "phalanx-borrows"
 # How often a process looks again at what its borrowers and calls in flight still hold.
 SWEEP_S = 0.2
+# How often an owner asks another node whether its borrowers there still run (and how long
+# it waits for the answer).
+REMOTE_BORROWER_CHECK_S = 2.0
 # The GCS key-value namespace of a streaming generator's values: "<stream id>/<index>" holds
 # the pickled ref of the index-th value until its reader takes it.
 STREAM_NS = "phalanx-streams"
@@ -166,6 +169,7 @@ class _Here:
         self.streamed = {}    # STREAM_NS key -> refs in a streamed value, until it is taken
         self.streams_dropped = set()  # streams whose reader went: their keys are deleted
         self.kv_lock = threading.Lock()  # orders a borrow's registration and its removal
+        self.remote_checked = 0.0  # when borrowers on other nodes were last asked about
         self.wake = threading.Event()
         self.sweeper = None
 
@@ -352,22 +356,44 @@ class _Here:
                         self.streams_dropped)
 
     def _borrowed(self):
-        """The ids of this process's values that live borrowers hold. A borrower's key of a
-        process of this node that exited, or of a node that is gone, is removed."""
+        """The ids of this process's values that live borrowers hold. The key of a borrower
+        that exited is removed: on this node, by its pid and start time; on another, once the
+        GCS lists that node dead, or once that node says the process does not run (asked at
+        most every REMOTE_BORROWER_CHECK_S; a node that does not answer keeps its keys)."""
         keys = _phalanx.kv_list(BORROW_NS, f"{self.key()}/")
         nodes = None
-        borrowed = set()
+        alive = {}   # key -> whether its borrower runs (as far as known)
+        remote = {}  # node id -> keys of its borrowers, to ask that node
+        now = time.monotonic()
+        ask = now - self.remote_checked >= REMOTE_BORROWER_CHECK_S
         for key in keys:
-            _, object_id, borrower = key.split("/", 2)
-            where, _, process = borrower.rpartition(":")
+            where, _, process = key.split("/", 2)[2].rpartition(":")
             if where in (self.node, self.host):
-                alive = owner_alive(process)
-            else:  # a process of another node: alive while its node is (a host: unknown)
-                if nodes is None:
-                    nodes = {n["node_id"]: n["alive"] for n in _phalanx.nodes()}
-                alive = nodes.get(where, True)
-            if alive:
-                borrowed.add(object_id)
+                alive[key] = owner_alive(process)
+                continue
+            # A process of another node: alive while its node is (a host: unknown), and
+            # while that node says it runs.
+            if nodes is None:
+                nodes = {n["node_id"]: (n["alive"], n["address"]) for n in _phalanx.nodes()}
+            node_alive, address = nodes.get(where, (True, ""))
+            alive[key] = node_alive
+            if node_alive and ask and address:
+                remote.setdefault(address, []).append((key, process))
+        if ask:
+            self.remote_checked = now
+        for address, entries in remote.items():
+            try:
+                running = _phalanx.processes_alive(address, _phalanx.cluster()[1],
+                                                   [p for _, p in entries],
+                                                   REMOTE_BORROWER_CHECK_S)
+            except Exception:  # noqa: BLE001 - not answered now: kept, asked again later
+                continue
+            for (key, _), yes in zip(entries, running):
+                alive[key] = yes
+        borrowed = set()
+        for key, yes in alive.items():
+            if yes:
+                borrowed.add(key.split("/", 2)[1])
             else:
                 _phalanx.kv_delete(BORROW_NS, key, False)
         return borrowed

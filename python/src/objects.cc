@@ -2,11 +2,13 @@
 // this one (python/phalanx/_objects.py reads it from there, and runtime/node/object_store.h
 // serves it).
 #include <fcntl.h>
+#include <pybind11/stl.h>
 #include <unistd.h>
 
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -87,9 +89,38 @@ absl::StatusOr<std::string> ReadObject(const std::string& address, const std::st
   return Outcome(status, address);
 }
 
+// Whether each of `processes` ("<pid>-<start time>") runs on the machine of the node at
+// `address`.
+absl::StatusOr<std::vector<bool>> ProcessesAlive(const std::string& address,
+                                                 const std::string& token,
+                                                 const std::vector<std::string>& processes,
+                                                 absl::Duration timeout) {
+  grpc::ClientContext context;
+  rpc::PrepareContext(&context, token, timeout, /*wait_for_ready=*/false);
+  rpc::ProcessesAliveRequest request;
+  for (const std::string& p : processes) request.add_processes(p);
+  rpc::ProcessesAliveReply reply;
+  grpc::Status status = NodeStub(address)->ProcessesAlive(&context, request, &reply);
+  if (!status.ok()) return rpc::FromGrpc(status, absl::StrCat("node at ", address));
+  if (reply.alive_size() != request.processes_size()) {
+    return absl::InternalError(absl::StrCat("node at ", address, " answered ", reply.alive_size(),
+                                            " of ", request.processes_size(), " processes"));
+  }
+  return std::vector<bool>(reply.alive().begin(), reply.alive().end());
+}
+
 }  // namespace
 
 void BindObjects(py::module_& m) {
+  m.def(
+      "processes_alive",
+      [](const std::string& address, const std::string& token,
+         const std::vector<std::string>& processes, double timeout_s) {
+        return CallBlocking(
+            [&] { return ProcessesAlive(address, token, processes, Timeout(timeout_s)); });
+      },
+      "Whether each process (\"<pid>-<start time>\") runs on the machine of the node at "
+      "`address`; an error when the node does not answer.");
   m.def(
       "read_object",
       [](const std::string& address, const std::string& token, const std::string& owner,

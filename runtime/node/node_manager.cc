@@ -62,6 +62,9 @@ class NodeServiceImpl final : public rpc::NodeManagerService::Service {
                      rpc::VouchReply* reply) override;
   grpc::Status ObjectsHeld(grpc::ServerContext* context, const rpc::ObjectsHeldRequest* request,
                            rpc::ObjectsHeldReply* reply) override;
+  grpc::Status ProcessesAlive(grpc::ServerContext* context,
+                              const rpc::ProcessesAliveRequest* request,
+                              rpc::ProcessesAliveReply* reply) override;
   grpc::Status ReadObject(grpc::ServerContext* context, const rpc::ReadObjectRequest* request,
                           grpc::ServerWriter<rpc::ObjectChunk>* writer) override;
 
@@ -890,6 +893,15 @@ grpc::Status NodeServiceImpl::ObjectsHeld(grpc::ServerContext*,
   const std::vector<std::string> dirs = node_->store_dirs();
   for (const rpc::ObjectKey& key : request->objects()) {
     reply->add_held(ObjectHeld(dirs, key.owner(), key.object_id()));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeServiceImpl::ProcessesAlive(grpc::ServerContext*,
+                                             const rpc::ProcessesAliveRequest* request,
+                                             rpc::ProcessesAliveReply* reply) {
+  for (const std::string& process : request->processes()) {
+    reply->add_alive(ObjectOwnerAlive(process));
   }
   return grpc::Status::OK;
 }

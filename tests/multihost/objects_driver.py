@@ -6,6 +6,7 @@ done, and a value whose owner is killed. Prints one JSON line per check."""
 import argparse
 import json
 import os
+import signal
 import socket
 import time
 
@@ -125,6 +126,25 @@ def main():
         time.sleep(0.1)
     say(check="remote_borrower", while_borrowed=while_borrowed, read=read,
         freed_after=not os.path.exists(kept_file))
+
+    # A borrower on another host SIGKILLed while it holds the ref (its node stays up): that
+    # node tells the owner the process is gone, and the value is freed.
+    doomed = phalanx.put(np.full(1_000_000, 5.0))
+    doomed_file = os.path.join(_objects._here.dir, doomed._obj.id)
+    victim = Worker.options(num_cpus=0,
+                            scheduling_strategy=NodeAffinitySchedulingStrategy(others[0])).remote()
+    phalanx.get(victim.keep.remote({"w": doomed}), timeout=60)
+    victim_pid = phalanx.get(victim.pid.remote(), timeout=60)
+    del doomed
+    time.sleep(1.0)
+    held = os.path.exists(doomed_file)
+    os.kill(victim_pid, signal.SIGKILL)  # one machine: the hosts share its pids
+    killed = time.monotonic()
+    deadline = killed + 30
+    while os.path.exists(doomed_file) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    say(check="remote_borrower_killed", held=held, freed=not os.path.exists(doomed_file),
+        seconds=round(time.monotonic() - killed, 2))
 
     pending = w2.slow_make.remote(1000)  # passed on before it is done
     say(check="pending", result=phalanx.get(w1.total_of.remote([pending]), timeout=60),

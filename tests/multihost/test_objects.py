@@ -30,5 +30,7 @@ def test_values_move_between_hosts_and_die_with_their_owner(cluster, hosts):
     assert checks["pending"]["result"] == 1000.0
     kept = checks["remote_borrower"]
     assert kept["while_borrowed"] and kept["read"] == 4e6 and kept["freed_after"], kept
+    killed = checks["remote_borrower_killed"]
+    assert killed["held"] and killed["freed"], killed
     died = checks["owner_died"]["error"]
     assert died and "died" in died and "actor" in died, checks["owner_died"]
