@@ -292,7 +292,10 @@ class ScriptLoop:
         Failed on its own, the worker process exits with the script's code, as a torchrun
         worker does: the job's controller sees it exit, restarts the group within
         --max-restarts, and names the exit in the job's events."""
-        generation = RUNTIME.generation
+        # The generation of the loop this thread runs, not the runtime's now: a loop that a
+        # restart already replaced (its peer's death reached it after the restart) ends
+        # quietly, and must not end the process that runs the new one.
+        generation = getattr(RUNTIME.local, "generation", RUNTIME.generation)
         deadline = time.time() + ABORT_WAIT_S
         while time.time() < deadline:
             if RUNTIME.aborted or RUNTIME.generation != generation:
