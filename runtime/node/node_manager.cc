@@ -440,14 +440,15 @@ class NodeManagerImpl final : public NodeManager {
       if (removed > 0) spdlog::info("removed the objects of {} owner(s) that died", removed);
       CheckObjectCache();
       rpc::ObjectStoreUsage usage = MeasureObjectStore(store_dir_, spill_dir_, store_capacity_);
+      if (MakeRoom(usage)) usage = MeasureObjectStore(store_dir_, spill_dir_, store_capacity_);
       usage.set_sent_bytes(sent_bytes_.load());
       absl::MutexLock lock(&store_mu_);
       store_usage_ = std::move(usage);
     }
   }
 
-  // Drops the cached copies (object_store.h) of values their holder no longer holds, all of
-  // a dead node's, and the least recently read while the store is past its capacity.
+  // Drops the cached copies (object_store.h) of values their holder no longer holds, and all
+  // of a dead node's.
   void CheckObjectCache() {
     std::vector<CachedObject> cache = ListObjectCache(store_dir_);
     if (cache.empty()) return;
@@ -459,7 +460,6 @@ class NodeManagerImpl final : public NodeManager {
     }
     std::map<std::string, std::vector<CachedObject>> by_node;
     for (CachedObject& c : cache) by_node[c.node].push_back(std::move(c));
-    std::vector<CachedObject> kept;
     int dropped = 0;
     for (auto& [node, copies] : by_node) {
       auto it = alive.find(node);
@@ -486,18 +486,30 @@ class NodeManagerImpl final : public NodeManager {
         if (answered && !reply.held(static_cast<int>(i))) {
           ::unlink(copies[i].path.c_str());
           ++dropped;
-        } else {
-          kept.push_back(std::move(copies[i]));
         }
       }
     }
-    int64_t trimmed = TrimObjectCache(
-        std::move(kept), MeasureObjectStore(store_dir_, spill_dir_, store_capacity_).used_bytes(),
-        store_capacity_);
-    if (dropped > 0 || trimmed > 0) {
-      spdlog::debug("object cache: dropped {} copies no longer held, {} bytes past capacity",
-                    dropped, trimmed);
+    if (dropped > 0) spdlog::debug("object cache: dropped {} copies no longer held", dropped);
+  }
+
+  // Past kObjectSpillThreshold of the capacity: drops cached copies, then moves the oldest
+  // values to disk, until the store is under it again. Whether anything changed.
+  bool MakeRoom(const rpc::ObjectStoreUsage& usage) {
+    const auto target =
+        static_cast<int64_t>(kObjectSpillThreshold * static_cast<double>(store_capacity_));
+    if (usage.used_bytes() <= target) return false;
+    int64_t trimmed = TrimObjectCache(ListObjectCache(store_dir_), usage.used_bytes(), target);
+    int64_t spilled = 0;
+    if (usage.used_bytes() - trimmed > target) {
+      spilled = SpillOldestObjects(store_dir_, spill_dir_, usage.used_bytes() - trimmed, target);
     }
+    if (trimmed > 0 || spilled > 0) {
+      spdlog::info(
+          "object store past {:.0f}% of its capacity: dropped {} bytes of cached copies, "
+          "moved {} bytes of values to disk",
+          100 * kObjectSpillThreshold, trimmed, spilled);
+    }
+    return trimmed > 0 || spilled > 0;
   }
 
   rpc::ObjectStoreUsage StoreUsage() const {

@@ -1,6 +1,7 @@
 #include "runtime/node/object_store.h"
 
 #include <fcntl.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -203,6 +204,67 @@ int64_t TrimObjectCache(std::vector<CachedObject> cache, int64_t used_bytes,
     if (::unlink(c.path.c_str()) == 0) removed += c.bytes;
   }
   return removed;
+}
+
+namespace {
+
+// Copies `from` to `to` (through a temporary name beside it); false on any failure.
+bool CopyFile(const std::string& from, const std::string& to) {
+  int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return false;
+  struct stat st {};
+  ::fstat(in, &st);
+  const std::string tmp = absl::StrCat(to, ".spilling");
+  int out = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  bool ok = out >= 0;
+  off_t at = 0;
+  while (ok && at < st.st_size) {
+    ssize_t n = ::sendfile(out, in, &at, static_cast<size_t>(st.st_size - at));
+    ok = n > 0;
+  }
+  ::close(in);
+  if (out >= 0) ::close(out);
+  ok = ok && ::rename(tmp.c_str(), to.c_str()) == 0;
+  if (!ok) ::unlink(tmp.c_str());
+  return ok;
+}
+
+}  // namespace
+
+int64_t SpillOldestObjects(const std::string& dir, const std::string& spill_dir, int64_t used_bytes,
+                           int64_t target_bytes) {
+  struct Value {
+    std::string owner, name;
+    int64_t bytes;
+    absl::Time made;
+  };
+  std::vector<Value> values;
+  for (const std::string& owner : ListDir(dir)) {
+    if (!IsName(owner) || !ObjectOwnerAlive(owner)) continue;
+    const std::string owner_dir = absl::StrCat(dir, "/", owner);
+    for (const std::string& name : ListDir(owner_dir)) {
+      struct stat st {};
+      if (!IsName(name) || ::stat(absl::StrCat(owner_dir, "/", name).c_str(), &st) != 0) continue;
+      values.push_back(
+          {owner, name, static_cast<int64_t>(st.st_size), absl::FromTimeT(st.st_mtime)});
+    }
+  }
+  std::sort(values.begin(), values.end(),
+            [](const Value& a, const Value& b) { return a.made < b.made; });
+  int64_t moved = 0;
+  for (const Value& v : values) {
+    if (used_bytes - moved <= target_bytes) break;
+    const std::string from = absl::StrCat(dir, "/", v.owner, "/", v.name);
+    const std::string to_dir = absl::StrCat(spill_dir, "/", v.owner);
+    const std::string to = absl::StrCat(to_dir, "/", v.name);
+    if (!MakeDirs(to_dir).ok() || !CopyFile(from, to)) continue;
+    if (::unlink(from.c_str()) != 0) {
+      ::unlink(to.c_str());  // freed by its owner meanwhile
+      continue;
+    }
+    moved += v.bytes;
+  }
+  return moved;
 }
 
 bool ObjectHeld(const std::vector<std::string>& dirs, absl::string_view owner,

@@ -32,14 +32,19 @@ inline constexpr absl::Duration kObjectSweepPeriod = absl::Seconds(1);
 // The size of one ReadObject chunk.
 inline constexpr int64_t kObjectChunkBytes = int64_t{1} << 20;
 
+// Past this fraction of its capacity, the node manager makes room in the store: cached copies
+// go first (the least recently read), then values move to the spill directory (the oldest
+// first), so that new values find room in memory (Ray's object_spilling_threshold, 0.8).
+inline constexpr double kObjectSpillThreshold = 0.8;
+
 // The node's cache of other nodes' values, "<store>/.cache/<holder node>/<owner>/<object id>",
 // so that a value crosses the network once per node, however many of its processes read it
 // (as Ray's object manager pulls an object once per node). A reader of this machine that
 // fetches one (python/phalanx/_objects.py's _fetch) takes ".<object id>.lock" (its content:
 // the reader, "<pid>-<start time>"), writes ".<object id>.<reader>" and renames it; other
 // readers wait for it. The node manager drops the copies whose holder no longer holds the
-// value (it was freed, or its owner or node died), and the least recently read ones while
-// the store is past its capacity.
+// value (it was freed, or its owner or node died), and the least recently read ones first
+// when the store is past kObjectSpillThreshold.
 inline constexpr char kObjectCacheDir[] = ".cache";
 // How long the node manager waits for a holder's answer about its cached values (an
 // unanswered holder's copies are kept until the next sweep).
@@ -96,6 +101,13 @@ std::vector<CachedObject> ListObjectCache(const std::string& dir);
 // its cache included) is over `capacity_bytes`. Returns the bytes removed.
 int64_t TrimObjectCache(std::vector<CachedObject> cache, int64_t used_bytes,
                         int64_t capacity_bytes);
+
+// Moves values of store `dir` to `spill_dir` (the same layout), the oldest first, until the
+// store's `used_bytes` is at most `target_bytes`. Each is copied, renamed into place, then
+// unlinked from the store, so a reader finds it in one or the other (readers look in both);
+// one its owner freed meanwhile leaves no copy. Returns the bytes moved.
+int64_t SpillOldestObjects(const std::string& dir, const std::string& spill_dir, int64_t used_bytes,
+                           int64_t target_bytes);
 
 // Whether object `object_id` of `owner` is in one of `dirs` and its owner is alive.
 bool ObjectHeld(const std::vector<std::string>& dirs, absl::string_view owner,

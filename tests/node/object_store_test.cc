@@ -8,6 +8,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -152,6 +153,34 @@ TEST_F(ObjectStoreTest, TrimmingDropsTheLeastRecentlyReadCopiesFirst) {
   EXPECT_FALSE(fs::exists(dir + "/obj0"));
   EXPECT_TRUE(fs::exists(dir + "/obj3"));
   EXPECT_TRUE(fs::exists(dir + "/obj1"));
+}
+
+TEST_F(ObjectStoreTest, SpillingMovesTheOldestValuesToDiskUntilTheStoreIsUnderTheTarget) {
+  const std::string store = root_ + "/store", spill = root_ + "/spill";
+  const std::string mine = absl::StrCat(store, "/", Self());
+  for (const char* name : {"a", "b", "c"}) Write(absl::StrCat(mine, "/", name), "0123456789");
+  Write(store + "/123-456/dead", "0123456789");  // a dead owner's: swept, never moved
+  Write(mine + "/.tmp-being-written", "0123456789");
+  // b was made first, then c, then a.
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(mine + "/b", now - std::chrono::seconds(30));
+  fs::last_write_time(mine + "/c", now - std::chrono::seconds(20));
+  fs::last_write_time(mine + "/a", now - std::chrono::seconds(10));
+
+  EXPECT_EQ(SpillOldestObjects(store, spill, 30, 40), 0);  // under the target: nothing moves
+  EXPECT_EQ(SpillOldestObjects(store, spill, 30, 15), 20);
+  const std::string moved = absl::StrCat(spill, "/", Self());
+  EXPECT_TRUE(fs::exists(moved + "/b") && fs::exists(moved + "/c"));
+  EXPECT_FALSE(fs::exists(mine + "/b") || fs::exists(mine + "/c"));
+  EXPECT_TRUE(fs::exists(mine + "/a"));
+  std::ifstream in(moved + "/b");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes, "0123456789");
+  EXPECT_TRUE(fs::exists(store + "/123-456/dead"));
+  EXPECT_TRUE(fs::exists(mine + "/.tmp-being-written"));
+  for (const auto& e : fs::directory_iterator(moved)) {
+    EXPECT_EQ(e.path().filename().string().find(".spilling"), std::string::npos);
+  }
 }
 
 TEST_F(ObjectStoreTest, AValueIsHeldWhileItsFileIsThereAndItsOwnerLives) {
