@@ -55,8 +55,8 @@ POLL_MAX_S = 0.05
 # (runtime/node/object_store.h's kObjectCacheDir).
 CACHE_DIR = ".cache"
 # A reader waiting for another process of its node to fetch a value into the node's cache
-# reads a copy of its own once that copy has not grown for this long (its fetcher may be
-# stopped).
+# reads a copy of its own once that copy has not been written for this long (its fetcher
+# may be stopped).
 CACHE_STALL_S = 5.0
 
 MAGIC = b"PHXOBJ1\0"
@@ -843,7 +843,7 @@ def _map_cached(path):
 def _await_cached(path, lock, deadline):
     """Waits while another process of this node fetches the value into `path` under `lock`:
     (value,) once it is there; "retry" when the lock went without a copy (that fetch failed:
-    try again); "alone" when the fetcher died or its copy has not grown for CACHE_STALL_S."""
+    try again); "alone" when the fetcher died or its copy has not changed for CACHE_STALL_S."""
     last, since = -1, time.monotonic()
     with Polling() as polling:
         while True:
@@ -859,14 +859,15 @@ def _await_cached(path, lock, deadline):
             if reader and not owner_alive(reader):
                 _unlink(lock)
                 return "retry"
-            try:
-                size = os.stat(os.path.join(os.path.dirname(path),
-                                            f".{os.path.basename(path)}.{reader}")).st_size
+            try:  # its copy's progress: written chunk by chunk into space allocated first
+                st = os.stat(os.path.join(os.path.dirname(path),
+                                          f".{os.path.basename(path)}.{reader}"))
+                progress = (st.st_size, st.st_mtime_ns)
             except OSError:
-                size = 0
+                progress = None
             now = time.monotonic()
-            if size != last:
-                last, since = size, now
+            if progress != last:
+                last, since = progress, now
             elif now - since > CACHE_STALL_S:
                 return "alone"
             if deadline is not None and now >= deadline:
