@@ -1,5 +1,5 @@
 #!/bin/bash
-# The NCCL checks of issue 17 (part 8) on a machine with a GPU: the NCCL tests of
+# The NCCL checks on a machine with a GPU: the NCCL tests of
 # collective_test and bench/nccl_bench.
 #
 #   scripts/nccl_check.sh                  # on a machine where this checkout was built

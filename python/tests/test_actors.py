@@ -252,8 +252,8 @@ def _gcs_pid(cluster):
 def test_a_driver_that_dies_while_the_gcs_is_down_is_released_when_it_returns(cluster):
     """The GCS is killed (kill -9), then a driver is SIGKILLed, then the GCS is started again
     as an operator would: the restarted GCS loads the driver leases its predecessor kept in
-    Redis, finds the driver's port refusing connections, and releases its actors. Before, the
-    leases were only in the dead GCS's memory, and the driver's actors stayed ALIVE."""
+    Redis, finds the driver's port refusing connections, and releases its actors (leases kept
+    only in the dead GCS's memory would leave the driver's actors ALIVE)."""
     import subprocess
     proc, _ = _start_driver(cluster, "g")
     gcs_pid = _gcs_pid(cluster)

@@ -163,7 +163,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // Reconnect quickly after a server restart (the default backoff grows to 120 s). gRPC takes
   // its "min reconnect backoff" as the least time a connection attempt gets: at 100 ms a
   // handshake with a process that a busy machine had not run for 100 ms failed, and the
-  // calls waiting on it with "lost the connection" (issue 48).
+  // calls waiting on it with "lost the connection".
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, absl::ToInt64Milliseconds(kReconnectBackoff));
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, absl::ToInt64Milliseconds(kConnectTimeout));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, absl::ToInt64Milliseconds(kMaxReconnectBackoff));

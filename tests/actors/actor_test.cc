@@ -463,9 +463,9 @@ TEST_F(ActorTest, CallsInFlightFailWithTheCauseWhenNotRetried) {
 }
 
 // The caller's connection to a live worker breaks mid-call (its TCP sockets destroyed with
-// `ss -K`, as a reset under load or a blipped link does). Before, the calls in flight failed
-// "lost the connection ... not retried (max_task_retries = 0)" though the actor lived. Now the
-// client connects again and sends them again with their sequence numbers: each answers, and
+// `ss -K`, as a reset under load or a blipped link does). The actor lives, so the calls in
+// flight must not fail "lost the connection ... not retried (max_task_retries = 0)": the
+// client connects again and sends them again with their sequence numbers; each answers, and
 // none runs twice.
 TEST_F(ActorTest, CallsInFlightOnABrokenConnectionToALiveWorkerAnswerAndRunOnce) {
   if (::geteuid() != 0 || std::system("ss -K dst 192.0.2.255 >/dev/null 2>&1") != 0) {

@@ -228,8 +228,8 @@ TEST_F(ElasticTest, ARankStuckStartingIsRestartedAfterPhasesStartSeconds) {
 
 // A rank whose rollback never ends as the first epoch forms, while it answers Pings and the
 // others are done: past phases.formSeconds it is restarted, and the job goes on without it
-// until its replacement joins. Before, the controller waited 120 s, and then again for each
-// of five tries, behind the stuck call, and failed the job.
+// until its replacement joins, rather than the controller waiting 120 s behind the stuck call
+// for each of five tries and failing the job.
 TEST_F(ElasticTest, ARankStuckFormingAnEpochIsRestartedAfterPhasesFormSeconds) {
   AddNode("node-a", 4);
   JobSpec spec = Spec(3, 1, 3);
@@ -441,9 +441,9 @@ TEST_F(ElasticTest, AMemberDyingAsTheEpochFormsEndsTheOthersRendezvousAtOnce) {
 
 // The same member stays frozen (no death is published for it). The liveness probe
 // (hang.silentSeconds) watches the formation as it watches a step: silent while its host is
-// up, it is restarted as hung, and the others stop waiting at once. Before, its Reconfigure
-// failed once its connection was found dead (gRPC keepalive, 10-15 s), each try to form the
-// epoch failed on it again (the GCS still called it alive), and the job failed.
+// up, it is restarted as hung, and the others stop waiting at once. Waiting for its
+// connection to be found dead instead (gRPC keepalive, 10-15 s) fails each try to form the
+// epoch on it again, as the GCS still calls it alive, and so the job.
 TEST_F(ElasticTest, AMemberFrozenAsTheEpochFormsIsFoundByItsSilence) {
   JobSpec spec = Spec(3, 1, 3);
   spec.hang_silent_s = 1;
@@ -471,8 +471,8 @@ TEST_F(ElasticTest, AMemberFrozenAsTheEpochFormsWithoutTheProbeGoesOnceItsConnec
 // Rank 1's trainer returns an error at step 20, before the step's allreduce, and its process
 // lives on (a trainer that raises): ranks 0 and 2 wait for it in that allreduce. The
 // controller aborts them as soon as rank 1's call answers with the error, as it does when a
-// member dies, and the job goes on in a new epoch from the committed state with all 3 ranks.
-// Before, nothing ended their wait but the group's timeout (min(60 s, the hang timeout)).
+// member dies, and the job goes on in a new epoch from the committed state with all 3 ranks;
+// otherwise only the group's timeout (min(60 s, the hang timeout)) would end their wait.
 TEST_F(ElasticTest, AStepThatFailsOnOneRankEndsTheOthersWaitAtOnce) {
   AddNode("node-a", 3);
   JobSpec spec = Spec(3, 1, 3);
@@ -503,9 +503,8 @@ TEST_F(ElasticTest, AStepThatFailsOnOneRankEndsTheOthersWaitAtOnce) {
 // Rank 0 freezes while it saves a checkpoint. Its save is held first (a FIFO where it writes
 // the file: a file system that does not answer), while it still answers Pings, and then it is
 // SIGSTOPped there. The liveness probe watches the save as it watches a step: rank 0 is
-// restarted as hung within about silentSeconds. Before, the save's call failed only when gRPC's
-// keepalive gave up on the connection (15 s), and the next step then waited in its allreduce
-// for the group's timeout (60 s): the job stood still for 81 s.
+// restarted as hung within about silentSeconds, not when gRPC's keepalive gives up on the
+// connection (15 s) and the next step's allreduce on the group's timeout (60 s).
 TEST_F(ElasticTest, ARank0FrozenWhileItSavesACheckpointIsFoundByItsSilence) {
   AddNode("node-a", 4);
   JobSpec spec = Spec(3, 1, 3);

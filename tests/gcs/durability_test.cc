@@ -259,10 +259,10 @@ bool FillDisk(const std::string& path) {
   return full;
 }
 
-// Issue 49: Redis's disk fills (its dir on a small disk). Redis then fails to append a write
-// to its AOF, logs "Short write while writing to the AOF file", yet replies +OK to it (the
-// writes after it get MISCONF). Before, the GCS acknowledged that write, and a Redis killed
-// before the space came back lost it (2 of 2 runs). Now the GCS asks Redis, after each batch,
+// Redis's disk fills (its dir on a small disk). Redis then fails to append a write to its
+// AOF, logs "Short write while writing to the AOF file", yet replies +OK to it (the writes
+// after it get MISCONF), so an acknowledged write would be lost by a Redis killed before the
+// space came back. The GCS therefore asks Redis, after each batch,
 // whether its AOF append failed (aof_last_write_status) and acknowledges nothing it did not
 // persist: after a kill -9 of Redis on the full disk, then space freed and Redis restarted, no
 // acknowledged write is missing.

@@ -413,9 +413,9 @@ config: {stepMs: "5", dims: "8"}
   EXPECT_TRUE(absl::StrContains(no_code.output, "codePath: empty")) << no_code.output;
 }
 
-// A wrong program fails fast and says why (issue 49): a codePath that exits at once (its
-// controller was restarted 2,658 times in 4 minutes, and `job stop` could not end it), and a
-// trainer class the program does not register (the job sat RUNNING at world size 0).
+// A wrong program fails fast and says why: a codePath that exits at once (else its
+// controller is restarted thousands of times, and `job stop` cannot end it), and a trainer
+// class the program does not register (else the job sits RUNNING at world size 0).
 TEST_F(JobTest, AWrongProgramOrTrainerFailsTheJobAtOnceNamingIt) {
   testing::TempDir specs;
   const std::string rest =

@@ -271,9 +271,9 @@ def test_a_flapping_link_kills_no_healthy_rank(cluster, hosts):
     """A rank's host whose link goes down and up again and again, each outage shorter than
     the node timeout (2 s): no rank is lost, because none died. A Ping that went out while the
     link was down waits in TCP retransmission after the link is back, while the node's
-    heartbeats show the host up: the controller judged such a rank frozen by that Ping and
-    killed it (issue 48: 7-8 healthy ranks killed in 30 s of flapping). A rank is frozen now
-    only when a Ping on a connection made after its host was seen up goes unanswered too."""
+    heartbeats show the host up, so such a Ping alone must not judge a rank frozen (that
+    would kill healthy ranks, several in 30 s of flapping). A rank is frozen only when a Ping
+    on a connection made after its host was seen up goes unanswered too."""
     import random
     rng = random.Random(48)
     run = ElasticRun(cluster, hosts.dir, steps=900, step_ms=40, hang_s=30)
@@ -304,13 +304,13 @@ def test_a_flapping_link_kills_no_healthy_rank(cluster, hosts):
 
 
 def test_the_heads_link_down_for_30s_costs_no_step(hosts):
-    """Issue 49: the head's link down for 30 s while a job trains on the other two hosts (the
-    head has no CPU, as a head often has none to spare). Before, both worker hosts fenced
-    themselves after the node timeout, killing a healthy controller and healthy ranks, and the
-    cut-off GCS declared both hosts dead and failed the job. Now the GCS holds a silent
-    majority for the partition timeout, and the two worker hosts, each vouched for by the
-    other (both cut off from the GCS: 2 of the 3 nodes), keep their workers: steps go on
-    through the cut, and when the link returns nothing was restarted."""
+    """The head's link down for 30 s while a job trains on the other two hosts (the head has
+    no CPU, as a head often has none to spare). The worker hosts must not fence themselves
+    after the node timeout (that kills a healthy controller and healthy ranks), nor the cut-off
+    GCS declare both hosts dead and fail the job: the GCS holds a silent majority for the
+    partition timeout, and the two worker hosts, each vouched for by the other (both cut off
+    from the GCS: 2 of the 3 nodes), keep their workers: steps go on through the cut, and
+    when the link returns nothing was restarted."""
     import netns
     cluster = netns.Cluster(hosts, num_cpus=2, head_num_cpus=0, node_timeout_ms=2000,
                             heartbeat_ms=250)
@@ -356,12 +356,11 @@ def test_the_heads_link_down_for_30s_costs_no_step(hosts):
 
 
 def test_two_rank_hosts_that_cannot_reach_each_other_leave_one_out(cluster, hosts):
-    """Issue 49: two rank hosts that cannot reach each other while the GCS (and the third
-    host) reach both. Before, the step hung the hang timeout, then the same 3 ranks were formed
-    5 times, 20 s each, and the job failed. Now the failed step (at the group timeout, the hang
-    timeout here: 5 s) leads the controller to ask every rank which ranks' hosts it reaches;
-    the two that reach each other and the third go on at world size 2, and the left-out rank
-    rejoins once the path heals: world size 3 again."""
+    """Two rank hosts that cannot reach each other while the GCS (and the third host) reach
+    both. Rather than forming the same 3 ranks again and again until the job fails, the failed
+    step (at the group timeout, the hang timeout here: 5 s) leads the controller to ask every
+    rank which ranks' hosts it reaches; the two that reach each other and the third go on at
+    world size 2, and the left-out rank rejoins once the path heals: world size 3 again."""
     run = ElasticRun(cluster, hosts.dir, steps=1500, step_ms=40, hang_s=5)
     run.submit()
     run.wait_world(3, timeout=60)
