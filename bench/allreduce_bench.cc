@@ -33,6 +33,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
 #include "collectives/collective_group.h"
+#include "collectives/environment.h"
 #include "runtime/common/files.h"
 #include "tests/testing/test_util.h"
 
@@ -142,6 +143,7 @@ int RunRank(const std::string& mode, const std::string& gcs, const std::string& 
   options.gcs_address = gcs;
   options.token = token;
   options.host = host;
+  collective::GroupOptionsFromEnvironment(&options);
   auto group = CollectiveGroup::Create(options);
   if (!group.ok() || !(*group)->Reconfigure(1, rank, world).ok()) return 1;
   setvbuf(stdout, nullptr, _IOLBF, 0);

@@ -73,10 +73,10 @@ absl::StatusOr<std::unique_ptr<CommBackend>> ConnectGloo(KvStore* store,
 // shared-memory segment carries every call (ConnectShm). Members on several machines: the
 // hierarchical backend (shared memory inside each machine, one TCP stream per pair of
 // machines between their leaders). Without shared memory: that backend with every member
-// its own "machine", i.e. TCP between all. $PHALANX_COLLECTIVE_TRANSPORT=gloo: Gloo's mesh.
+// its own "machine", i.e. TCP between all. `gloo_mesh`: Gloo's mesh instead.
 absl::StatusOr<std::unique_ptr<CommBackend>> ConnectHost(KvStore* store,
                                                          const ConnectOptions& options,
-                                                         bool allow_shared_memory);
+                                                         bool allow_shared_memory, bool gloo_mesh);
 
 // A shared-memory segment for `options.world_size` members, all on this machine (keys under
 // `store`). FailedPrecondition when some member could not map it (then no member uses it).

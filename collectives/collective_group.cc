@@ -428,11 +428,10 @@ class GroupImpl final : public CollectiveGroup {
       forming_ = connect.abort;
     }
     if (aborted()) connect.abort->Raise();
-    const char* shm_env = std::getenv("PHALANX_COLLECTIVE_SHM");
-    bool use_shm = options_.shared_memory && !(shm_env && std::string(shm_env) == "0");
     absl::StatusOr<std::unique_ptr<CommBackend>> formed =
-        options_.backend == Backend::kGloo ? ConnectHost(&store, connect, use_shm)
-                                           : ConnectNccl(&store, connect, backend_.get(), kept);
+        options_.backend == Backend::kGloo
+            ? ConnectHost(&store, connect, options_.shared_memory, options_.gloo_mesh)
+            : ConnectNccl(&store, connect, backend_.get(), kept);
     // The old epoch ends here: released, not aborted (peers may still be leaving its last
     // call; a failed epoch was aborted when it failed).
     {
@@ -561,12 +560,9 @@ absl::StatusOr<NetworkCheckReport> GroupImpl::NetworkCheckNow(const NetworkCheck
     return (p >= 0 && p < n && p != r) ? p : -1;
   };
   double matmul_ms = TimeMatmulMs(options.matmul_size, options.matmul_iterations);
-  if (const char* delay = std::getenv("PHALANX_NETCHECK_DELAY_MS")) {  // test hook
-    int ms = 0;
-    if (absl::SimpleAtoi(delay, &ms) && ms > 0) {
-      absl::SleepFor(absl::Milliseconds(ms));
-      matmul_ms += ms;
-    }
+  if (options.matmul_delay > absl::ZeroDuration()) {
+    absl::SleepFor(options.matmul_delay);
+    matmul_ms += absl::ToDoubleMilliseconds(options.matmul_delay);
   }
   std::vector<char> send(options.exchange_bytes, 1), recv(options.exchange_bytes);
   bool ok[3] = {true, true, true};

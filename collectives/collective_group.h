@@ -73,9 +73,10 @@ struct GroupOptions {
   // The default timeout of every call, and of forming an epoch.
   absl::Duration timeout = absl::Seconds(30);
   // Host memory: members on one machine talk through shared memory instead of loopback TCP.
-  // Off (or $PHALANX_COLLECTIVE_SHM=0): TCP between every pair of members.
-  // $PHALANX_COLLECTIVE_TRANSPORT=gloo: Gloo's TCP mesh instead (for comparison).
+  // Off: TCP between every pair of members.
   bool shared_memory = true;
+  // Host memory: Gloo's own TCP mesh instead of the hierarchical transport (for comparison).
+  bool gloo_mesh = false;
   // NCCL: the CUDA device of this member (-1: rank % device count) and the stream ops are
   // issued on (a cudaStream_t; nullptr: the group's own stream). Buffers are device memory.
   int cuda_device = -1;
@@ -118,6 +119,8 @@ struct NetworkCheckOptions {
   size_t exchange_bytes = 1 << 20;
   double straggler_factor = 2.0;
   absl::Duration timeout = absl::Seconds(10);
+  // Added to this rank's matmul time, as if it were that much slower (a test's straggler).
+  absl::Duration matmul_delay = absl::ZeroDuration();
 };
 
 struct RankCheck {

@@ -433,9 +433,8 @@ absl::StatusOr<std::unique_ptr<CommBackend>> ConnectHierarchical(
 
 absl::StatusOr<std::unique_ptr<CommBackend>> ConnectHost(KvStore* store,
                                                          const ConnectOptions& options,
-                                                         bool allow_shared_memory) {
-  const char* transport = std::getenv("PHALANX_COLLECTIVE_TRANSPORT");
-  if (transport != nullptr && std::string(transport) == "gloo") return ConnectGloo(store, options);
+                                                         bool allow_shared_memory, bool gloo_mesh) {
+  if (gloo_mesh) return ConnectGloo(store, options);
   std::string here = MachineId();
   if (auto s = store->Set(absl::StrCat("machine/", options.rank), here); !s.ok()) return s;
   std::vector<std::string> machines(options.world_size);

@@ -13,6 +13,7 @@
 #include "actors/elastic/controller.h"
 #include "actors/elastic/job_recorder.h"
 #include "actors/elastic/trainer_protocol.h"
+#include "collectives/environment.h"
 #include "gcs/gcs_client.h"
 #include "runtime/common/files.h"
 #include "runtime/common/logging.h"
@@ -211,6 +212,7 @@ int64_t TrainerHostBase::Reconfigure(std::string group, int64_t epoch, int rank,
       options.host = address.substr(0, address.rfind(':'));
     }
     options.timeout = absl::Seconds(std::min(60.0, spec_.hang_timeout_s));
+    collective::GroupOptionsFromEnvironment(&options);
     auto made = collective::CollectiveGroup::Create(options);
     if (!made.ok()) throw std::runtime_error(std::string(made.status().message()));
     live_group_ = nullptr;
@@ -296,6 +298,7 @@ std::vector<int> TrainerHostBase::NetworkCheck(double factor) {
   if (!group_) throw std::runtime_error("no collective group yet");
   collective::NetworkCheckOptions options;
   options.straggler_factor = factor;
+  collective::NetworkCheckOptionsFromEnvironment(&options);
   phase_ = kCollective;
   auto report = group_->NetworkCheck(options);
   phase_ = kIdle;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/collective_group.h"
+#include "collectives/environment.h"
 #include "python/src/bindings.h"
 #include "runtime/worker/core_worker.h"
 
@@ -116,6 +117,7 @@ class PyCollectiveGroup {
     if (!host.empty()) options.host = host;
     options.timeout = absl::Seconds(timeout_s);
     options.shared_memory = shared_memory;
+    collective::GroupOptionsFromEnvironment(&options);
     group_ = CallBlocking([&] { return collective::CollectiveGroup::Create(options); },
                           ErrorDomain::kCollective);
   }

@@ -29,6 +29,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "collectives/collective_group.h"
+#include "collectives/environment.h"
 #include "collectives/half.h"
 
 #ifdef PHALANX_WITH_NCCL
@@ -276,6 +277,7 @@ int Main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   options.backend = backend == "nccl" ? Backend::kNccl : Backend::kGloo;
   options.timeout = absl::Milliseconds(timeout_ms);
+  GroupOptionsFromEnvironment(&options);
   std::vector<Step> plan;
   for (absl::string_view item : absl::StrSplit(plan_text, ',', absl::SkipEmpty())) {
     std::vector<std::string> f = absl::StrSplit(item, ':');
@@ -434,6 +436,7 @@ int Main(int argc, char** argv) {
     if (std::getenv("TEST_EXIT_BEFORE_NETCHECK")) _exit(0);  // plays a rank that is gone
     NetworkCheckOptions check;
     check.timeout = absl::Seconds(5);
+    NetworkCheckOptionsFromEnvironment(&check);
     auto report = g.NetworkCheck(check);
     if (!report.ok()) {
       std::printf("netcheck failed: %s\n", std::string(report.status().message()).c_str());
