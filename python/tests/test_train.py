@@ -151,7 +151,7 @@ def test_a_loop_that_raises_on_one_rank_has_the_others_aborted_at_once(cluster, 
     assert waited < 30, "they waited out the group's timeout"
 
 
-def test_ray_train_names_and_the_deprecated_ones_give_the_same_job(tmp_path):
+def test_ray_train_names_make_the_job_and_unknown_ones_are_refused(tmp_path):
     import warnings
     new = train.TorchTrainer(
         lambda c: None, train_loop_config={"a": 1},
@@ -160,24 +160,18 @@ def test_ray_train_names_and_the_deprecated_ones_give_the_same_job(tmp_path):
                                    failure_config=train.FailureConfig(max_failures=-1),
                                    checkpoint_config=train.CheckpointConfig(
                                        checkpoint_frequency=7)))
-    with pytest.warns(DeprecationWarning, match="scaling_config"):
-        old = train.ElasticTrainer(
-            lambda c: None, {"a": 1}, name="same",
-            scaling=train.ScalingConfig(num_workers=(1, 3), placement_strategy="SPREAD"),
-            failure=train.FailureConfig(max_failures=-1),
-            checkpoint=train.CheckpointConfig(str(tmp_path / "same"), 7))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the Ray names warn about nothing
         a = new._spec("k")
-    b = old._spec("k")
-    for field in ("name", "min_replicas", "max_replicas", "restart_limit", "checkpoint_dir",
-                  "checkpoint_interval", "placement_strategy"):
-        assert getattr(a, field) == getattr(b, field), field
+    assert (a.name, a.min_replicas, a.max_replicas) == ("same", 1, 3)
     assert a.checkpoint_dir == str(tmp_path / "same") and a.checkpoint_interval == 7
     assert a.restart_limit > 1_000_000 and a.placement_strategy == "SPREAD"
-    with pytest.raises(TypeError, match="not both"), pytest.warns(DeprecationWarning):
-        train.ElasticTrainer(lambda c: None, scaling_config=train.ScalingConfig(),
-                             scaling=train.ScalingConfig())
+    # The keywords of the first release are gone: each is refused, naming it.
+    for old in ("scaling", "failure", "checkpoint", "name"):
+        with pytest.raises(TypeError, match=old):
+            train.ElasticTrainer(lambda c: None, **{old: None})
+    with pytest.raises(ValueError, match="num_to_keep"):
+        train.CheckpointConfig(str(tmp_path), 7)  # the old (dir, interval_steps)
     with pytest.raises(TypeError, match="unexpected keyword"):
         train.ElasticTrainer(lambda c: None, scalingconfig=train.ScalingConfig())
     with pytest.raises(ValueError, match="num_to_keep"):

@@ -679,35 +679,9 @@ class CheckpointConfig:
     ``checkpoint_at_end=True``: also the final committed state, when the loop returns (Ray
     refuses it for function trainers; here the controller holds that state, so it writes it).
     ``num_to_keep``: how many of the newest checkpoints the loop reports
-    (``train.report(metrics, checkpoint=...)``) are kept (None: all).
+    (``train.report(metrics, checkpoint=...)``) are kept (None: all)."""
 
-    The old form ``CheckpointConfig(dir, interval_steps=50)`` still works for one release,
-    with a DeprecationWarning."""
-
-    def __init__(self, *args, num_to_keep=None, checkpoint_frequency=0, checkpoint_at_end=None,
-                 dir=None, interval_steps=None):
-        if args and isinstance(args[0], (str, os.PathLike)):
-            if len(args) > 2:
-                raise TypeError("CheckpointConfig(dir, interval_steps) takes at most 2 "
-                                "positional arguments")
-            dir = args[0]
-            interval_steps = args[1] if len(args) > 1 else interval_steps
-            args = ()
-        elif args:
-            if len(args) > 2:
-                raise TypeError("CheckpointConfig takes num_to_keep and checkpoint_frequency "
-                                "positionally; name the others")
-            num_to_keep = args[0]
-            if len(args) > 1:
-                checkpoint_frequency = args[1]
-        if dir is not None or interval_steps is not None:
-            warnings.warn("CheckpointConfig(dir, interval_steps) is deprecated: use "
-                          "CheckpointConfig(checkpoint_frequency=N) and RunConfig(storage_path"
-                          "=..., name=...), as in Ray Train", DeprecationWarning, stacklevel=2)
-            if dir is None:
-                raise ValueError("CheckpointConfig(interval_steps=...) needs dir=, or use "
-                                 "checkpoint_frequency= with RunConfig(storage_path=...)")
-            checkpoint_frequency = 50 if interval_steps is None else interval_steps
+    def __init__(self, num_to_keep=None, checkpoint_frequency=0, checkpoint_at_end=None):
         if num_to_keep is not None and (isinstance(num_to_keep, bool) or
                                         not isinstance(num_to_keep, int) or num_to_keep < 1):
             raise ValueError(f"num_to_keep={num_to_keep!r}: give a whole number >= 1 of the "
@@ -721,11 +695,6 @@ class CheckpointConfig:
         self.num_to_keep = num_to_keep
         self.checkpoint_frequency = checkpoint_frequency
         self.checkpoint_at_end = checkpoint_at_end
-        self.dir = os.fspath(dir) if dir is not None else None
-
-    @property
-    def interval_steps(self):
-        return self.checkpoint_frequency
 
 
 class RunConfig:
@@ -750,8 +719,6 @@ class RunConfig:
         c = self.checkpoint_config
         if c is None or (c.checkpoint_frequency == 0 and not c.checkpoint_at_end):
             return None
-        if c.dir is not None:
-            return c.dir
         root = self.storage_path or os.path.join(os.path.expanduser("~"), "phalanx_results")
         return os.path.join(os.path.abspath(os.fspath(root)), name)
 
@@ -870,11 +837,6 @@ def job_status(job_id):
     return Result(_phalanx.job_status(job_id))
 
 
-_RENAMED = {"scaling": "scaling_config", "failure": "run_config=RunConfig(failure_config=...)",
-            "checkpoint": "run_config=RunConfig(checkpoint_config=...)",
-            "name": "run_config=RunConfig(name=...)"}
-
-
 def _names_in(code):
     names = set(code.co_names)
     for const in code.co_consts:
@@ -918,15 +880,12 @@ class ElasticTrainer:
     spec's ``stepCallMs``; 0: one step per call). 100 ms by default, where a C++ job's is
     50: each call costs a Python loop about 1 ms on a busy host (the state's copy at the
     call's end, and the GIL handed to the host's thread and back), so 100 ms keeps that near
-    1% at any step time. A failure redoes at most about two calls of work.
-
-    The keywords ``scaling=``, ``failure=``, ``checkpoint=`` and ``name=`` of earlier releases
-    still work for this one, with a DeprecationWarning."""
+    1% at any step time. A failure redoes at most about two calls of work."""
 
     def __init__(self, train_loop=None, train_loop_config=None, *, scaling_config=None,
                  run_config=None, train_loop_per_worker=None, verbose=True, env=None,
                  prestart_imports=None, step_call_ms=PYTHON_STEP_CALL_MS, torch_config=None,
-                 resume_from_checkpoint=None, **deprecated):
+                 resume_from_checkpoint=None):
         if train_loop_per_worker is not None:
             if train_loop is not None:
                 raise TypeError("give the training function once: as the first argument or "
@@ -934,27 +893,7 @@ class ElasticTrainer:
             train_loop = train_loop_per_worker
         if not callable(train_loop):
             raise TypeError("train_loop must be a function taking the config dict")
-        unknown = set(deprecated) - set(_RENAMED)
-        if unknown:
-            raise TypeError(f"ElasticTrainer got unexpected keyword(s) {sorted(unknown)}; it "
-                            f"takes train_loop_config, scaling_config, run_config, verbose, env, "
-                            f"prestart_imports, step_call_ms")
         run_config = run_config or RunConfig()
-        for old, new in _RENAMED.items():
-            if old in deprecated:
-                warnings.warn(f"ElasticTrainer({old}=...) is deprecated: use {new}, as in Ray "
-                              f"Train", DeprecationWarning, stacklevel=2)
-        if "scaling" in deprecated:
-            if scaling_config is not None:
-                raise TypeError("give scaling_config= or the deprecated scaling=, not both")
-            scaling_config = deprecated["scaling"]
-        for old, field in (("failure", "failure_config"), ("checkpoint", "checkpoint_config"),
-                           ("name", "name")):
-            if old in deprecated:
-                if getattr(run_config, field) is not None:
-                    raise TypeError(f"give run_config=RunConfig({field}=...) or the deprecated "
-                                    f"{old}=, not both")
-                setattr(run_config, field, deprecated[old])
         self.train_loop = train_loop
         self.train_loop_config = train_loop_config
         self.scaling = scaling_config or ScalingConfig()
