@@ -39,6 +39,12 @@
 //   phalanx::ObjectRef<int> four = phalanx::Task(&Square).Remote(2);
 //   phalanx::ObjectRef<int> sixteen = phalanx::Task(&Square).Remote(four);  // a ref: resolved
 //
+// Ray's Put: phalanx::Put(value) is a ref to a value this process holds, to Get or to pass to
+// tasks and actor calls like any other ref (its value goes in the call, once):
+//
+//   phalanx::ObjectRef<std::vector<double>> weights = phalanx::Put(std::move(w));
+//   trainer->Task(&Trainer::Load).Remote(weights);
+//
 // Errors: every call that can fail returns absl::Status / absl::StatusOr whose message names
 // the actor and the cause, tagged with a kind: IsActorDied (the actor is DEAD: cause), IsTaskError
 // (the method threw), IsGetTimeout; unknown methods and wrong argument types are
@@ -158,6 +164,11 @@ absl::StatusOr<T> Get(const ObjectRef<T>& ref, absl::Duration timeout = absl::In
 inline absl::Status Get(const ObjectRef<void>& ref,
                         absl::Duration timeout = absl::InfiniteDuration());
 
+// A ref to `value`, held by this process (its owner, as in Ray): Get gives it back, and tasks
+// and actor calls take it where they take a value of its type.
+template <typename T>
+ObjectRef<std::decay_t<T>> Put(T&& value);
+
 // Waits for all of `refs` (the timeout bounds the whole wait); the first error wins.
 template <typename T>
 absl::StatusOr<std::vector<T>> Get(const std::vector<ObjectRef<T>>& refs,
@@ -212,8 +223,11 @@ absl::Status ReleaseBundle(const PlacementGroup& group, int index);
 // Actors
 
 // A method call about to be sent: Remote(args...) converts the arguments to the method's
-// parameter types (a compile-time check) and sends them. An unregistered method's calls fail
-// with InvalidArgument (kind InvalidCall) naming the fix.
+// parameter types (a compile-time check) and sends them. An argument may be an ObjectRef of a
+// type that converts: its value goes in the call. Remote() waits for a ref that is not ready
+// yet, so the caller's calls keep their order; a ref that failed fails the call with its
+// error. An unregistered method's calls fail with InvalidArgument (kind InvalidCall) naming
+// the fix.
 template <typename R, typename... Params>
 class TaskCaller {
  public:

@@ -17,6 +17,32 @@
 
 namespace phalanx {
 
+namespace internal {
+
+template <typename T>
+struct IsObjectRef : std::false_type {};
+template <typename T>
+struct IsObjectRef<ObjectRef<T>> : std::true_type {
+  using Value = T;
+};
+
+// Adds one argument of a task for parameter type P: a value, packed as P, or a ref.
+template <typename P, typename A>
+void AddTaskArgument(std::vector<TaskArgument>* parts,
+                     std::vector<std::shared_ptr<worker::ObjectState>>* deps, A&& arg) {
+  using D = std::decay_t<A>;
+  if constexpr (IsObjectRef<D>::value) {
+    static_assert(std::is_convertible_v<typename IsObjectRef<D>::Value, std::decay_t<P>>,
+                  "this ObjectRef's value does not convert to the function's parameter type");
+    deps->push_back(arg.state());
+    parts->push_back({"", static_cast<int>(deps->size()) - 1});
+  } else {
+    parts->push_back({PackValue(static_cast<std::decay_t<P>>(std::forward<A>(arg))), -1});
+  }
+}
+
+}  // namespace internal
+
 template <typename T>
 absl::StatusOr<T> Get(const ObjectRef<T>& ref, absl::Duration timeout) {
   if (auto s = internal::Await(ref.state(), timeout, ref.what()); !s.ok()) return s;
@@ -44,6 +70,13 @@ absl::StatusOr<std::vector<T>> Get(const std::vector<ObjectRef<T>>& refs, absl::
 }
 
 template <typename T>
+ObjectRef<std::decay_t<T>> Put(T&& value) {
+  auto state = std::make_shared<worker::ObjectState>();
+  state->Set(absl::OkStatus(), internal::PackValue(static_cast<const std::decay_t<T>&>(value)));
+  return ObjectRef<std::decay_t<T>>(std::move(state), "a value put by this process");
+}
+
+template <typename T>
 WaitResult<T> Wait(const std::vector<ObjectRef<T>>& refs, int num_returns, absl::Duration timeout) {
   std::vector<std::shared_ptr<worker::ObjectState>> states;
   for (const auto& r : refs) states.push_back(r.state());
@@ -66,9 +99,21 @@ ObjectRef<R> TaskCaller<R, Params...>::Remote(Args&&... args) const {
     state->Set(error_);
     return ObjectRef<R>(state, what_);
   }
-  std::string packed =
-      internal::PackArgs(static_cast<std::decay_t<Params>>(std::forward<Args>(args))...);
-  return ObjectRef<R>(internal::SubmitCall(actor_id_, method_, std::move(packed)), what_);
+  std::vector<internal::TaskArgument> parts;
+  std::vector<std::shared_ptr<worker::ObjectState>> deps;
+  (internal::AddTaskArgument<Params>(&parts, &deps, std::forward<Args>(args)), ...);
+  std::vector<std::string> values;
+  for (const auto& dep : deps) {  // in order: the call's place among the caller's is kept
+    if (auto s = internal::Await(dep, absl::InfiniteDuration(), what_); !s.ok()) {
+      auto state = std::make_shared<worker::ObjectState>();
+      state->Set(s);
+      return ObjectRef<R>(state, what_);
+    }
+    values.push_back(dep->value());
+  }
+  return ObjectRef<R>(
+      internal::SubmitCall(actor_id_, method_, internal::AssembleTaskArguments(parts, values)),
+      what_);
 }
 
 namespace internal {
@@ -216,32 +261,6 @@ absl::StatusOr<ActorDescription> GetActorInfo(const ActorHandle<T>& actor) {
 }
 
 // ---- remote functions ----
-
-namespace internal {
-
-template <typename T>
-struct IsObjectRef : std::false_type {};
-template <typename T>
-struct IsObjectRef<ObjectRef<T>> : std::true_type {
-  using Value = T;
-};
-
-// Adds one argument of a task for parameter type P: a value, packed as P, or a ref.
-template <typename P, typename A>
-void AddTaskArgument(std::vector<TaskArgument>* parts,
-                     std::vector<std::shared_ptr<worker::ObjectState>>* deps, A&& arg) {
-  using D = std::decay_t<A>;
-  if constexpr (IsObjectRef<D>::value) {
-    static_assert(std::is_convertible_v<typename IsObjectRef<D>::Value, std::decay_t<P>>,
-                  "this ObjectRef's value does not convert to the function's parameter type");
-    deps->push_back(arg.state());
-    parts->push_back({"", static_cast<int>(deps->size()) - 1});
-  } else {
-    parts->push_back({PackValue(static_cast<std::decay_t<P>>(std::forward<A>(arg))), -1});
-  }
-}
-
-}  // namespace internal
 
 template <typename R, typename... Params>
 FunctionCaller<R, Params...>::FunctionCaller(std::string name, absl::Status error)

@@ -100,6 +100,26 @@ TEST_F(ActorTest, CreateCallKill) {
   EXPECT_NE(after.status().message().find("KILLED_BY_USER"), std::string::npos);
 }
 
+// Ray's Put and refs as actor-call arguments: a put value, another call's result (waited for,
+// so the caller's calls keep their order), and a failed ref, whose error the call takes.
+TEST_F(ActorTest, PutValuesAndRefsAreActorCallArguments) {
+  auto counter = Actor<Counter>().Remote(5);
+  ASSERT_TRUE(counter.ok()) << counter.status();
+  ObjectRef<int> three = Put(3);
+  EXPECT_EQ(*Get(three), 3);
+  EXPECT_EQ(*Get(counter->Task(&Counter::Add).Remote(three)), 8);
+  ObjectRef<std::string> word = Put(std::string("put"));
+  EXPECT_EQ(*Get(counter->Task(&Counter::Echo).Remote(word)), "put");
+  // A call's result, not ready when the next call is made: it goes first, in order.
+  ObjectRef<int> slow = counter->Task(&Counter::SleepMs).Remote(300);
+  EXPECT_EQ(*Get(counter->Task(&Counter::Add).Remote(slow)), 8 + 300);
+  auto failed = counter->Task(&Counter::Fail).Remote("no value");
+  auto taken = Get(counter->Task(&Counter::Add).Remote(failed));
+  ASSERT_FALSE(taken.ok());
+  EXPECT_TRUE(absl::StrContains(taken.status().message(), "no value")) << taken.status();
+  EXPECT_EQ(*Get(counter->Task(&Counter::Value).Remote()), 308);  // the failed one never ran
+}
+
 TEST_F(ActorTest, TenThousandCallsFromOneCallerArriveInOrder) {
   auto counter = Actor<Counter>().Remote(0);
   ASSERT_TRUE(counter.ok());

@@ -87,6 +87,11 @@ TEST_F(TaskTest, ResultsComeBackAndRefsAreResolvedFirst) {
   EXPECT_EQ(*Get(Task(&Square).Remote(four), kTaskTimeout), 16);
   EXPECT_EQ(*Get(Task(&Add).Remote(four, 3), kTaskTimeout), 7);
   EXPECT_EQ(*Get(Task(&Add).Remote(Task(&Square).Remote(3), four), kTaskTimeout), 13);
+  // Ray's Put: a value this process holds, passed like any ref.
+  ObjectRef<int> five = Put(5);
+  EXPECT_EQ(*Get(five), 5);
+  EXPECT_EQ(*Get(Task(&Square).Remote(five), kTaskTimeout), 25);
+  EXPECT_EQ(*Get(Task(&Add).Remote(five, Task(&Square).Remote(five)), kTaskTimeout), 30);
 }
 
 TEST_F(TaskTest, TasksRunOnPooledWorkersNotOneProcessEach) {
