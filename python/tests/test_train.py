@@ -211,7 +211,7 @@ def test_a_snapshot_keeps_the_state_of_its_commit_and_loads_back_as_tensors():
     import warnings
 
     import torch
-    from phalanx.train import _copy_state
+    from phalanx.train._state import _copy_state
 
     def make():
         torch.manual_seed(0)
