@@ -13,9 +13,15 @@
 #include "runtime/rpc/describe.h"
 #include "runtime/rpc/tls.h"
 #include "runtime/worker/core_worker.h"
+#include "runtime/worker/errors.h"
 #include "runtime/worker/worker_host.h"
 
 namespace phalanx {
+
+std::string ErrorKind(const absl::Status& status) { return worker::ErrorKind(status); }
+bool IsActorDied(const absl::Status& status) { return worker::IsActorDied(status); }
+bool IsTaskError(const absl::Status& status) { return worker::IsTaskError(status); }
+bool IsGetTimeout(const absl::Status& status) { return worker::IsGetTimeout(status); }
 namespace {
 
 absl::Status NotInitialized() {

@@ -63,17 +63,16 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "actors/internal/actor_options.h"
-#include "actors/internal/macros.h"
-#include "runtime/worker/errors.h"
-#include "runtime/worker/object_state.h"
 
 namespace phalanx {
 
-// The errors' kinds, as the comment above lists them (runtime/worker/errors.h).
-using worker::ErrorKind;
-using worker::IsActorDied;
-using worker::IsGetTimeout;
-using worker::IsTaskError;
+// The errors' kinds, as the comment above lists them: "ActorDied", "ActorUnavailable",
+// "TaskError", "InvalidCall", "GetTimeout", "CreationFailed", "TaskCancelled" ("" for a
+// status that is not one of this API's errors).
+std::string ErrorKind(const absl::Status& status);
+bool IsActorDied(const absl::Status& status);
+bool IsTaskError(const absl::Status& status);
+bool IsGetTimeout(const absl::Status& status);
 
 // ---------------------------------------------------------------------------------------
 // Runtime
@@ -148,7 +147,7 @@ class ObjectRef {
   ObjectRef() = default;
   ObjectRef(std::shared_ptr<worker::ObjectState> state, std::string what)
       : state_(std::move(state)), what_(std::move(what)) {}
-  bool Ready() const { return state_ && state_->done(); }
+  bool Ready() const;
   const std::shared_ptr<worker::ObjectState>& state() const { return state_; }
   // "Counter.Add on actor 3f2a9c1d", for error messages.
   const std::string& what() const { return what_; }

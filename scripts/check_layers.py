@@ -13,7 +13,8 @@ The layers, bottom to top (the same list opens the top-level CMakeLists.txt):
     programs      runtime/cli, examples, python, sdk
     tests         tests, bench, fuzz
 
-A folder may include its own headers and those of the folders ALLOWED lists for it (below):
+A folder may include its own headers and those of the folders ALLOWED lists for it (below),
+and a contract (a public header such as actors/api.h) only its own machinery (CONTRACTS):
 never a folder of a higher layer, at most the layers below its own, and another folder of its
 own layer only where listed. Only project includes are checked: `#include "folder/..."` (or
 <folder/...>) where folder is one of the project's top-level folders; Abseil, gRPC, the
@@ -92,6 +93,14 @@ COMPOSITION_ROOTS = {
     "gcs/gcs_server_main.cc": ["actors/elastic/job_kind.h"],
 }
 
+# Contracts: public headers that may include, of the project, only the folders listed (their
+# own machinery), whatever their folder's layer allows: a user's program that includes one
+# sees no runtime type in it.
+CONTRACTS = {
+    "actors/api.h": ["actors/internal"],
+    "actors/internal/actor_options.h": [],
+}
+
 # Code we do not own and output of builds: never checked. Every other folder with C++ in it
 # must be in LAYERS.
 SKIP_DIRS = {"third_party", "__pycache__"}
@@ -163,6 +172,15 @@ def check(root):
                     "include a header of a listed folder, or add its folder to LAYERS in "
                     "scripts/check_layers.py"))
                 continue
+            if rel in CONTRACTS and dst not in CONTRACTS[rel]:
+                problems.append(violation(
+                    rel, lineno, text,
+                    f"{rel} is a contract (CONTRACTS in scripts/check_layers.py): it may "
+                    f"include only {', '.join(CONTRACTS[rel]) or 'no project header'}",
+                    f"declare what it needs from {header} here (a forward declaration, or a "
+                    f"function of the API defined in a .cc), or include it from "
+                    f"actors/internal/api_inl.h, the machinery it includes last"))
+                continue
             if allowed(src, dst) or header in COMPOSITION_ROOTS.get(rel, []):
                 continue
             may = ", ".join([src] + ALLOWED[src])
@@ -217,12 +235,13 @@ def self_test():
         "runtime/cli/job.cc": '#include "gcs/gcs_client.h"\n#include "actors/elastic/spec.h"\n',
         "newmod/x.cc": '#include "gcs/gcs_client.h"\n',
         "actors/api.cc": '#include "actors/api.h"\n#include "actors/elastic/controller.h"\n',
+        "actors/api.h": '#include "actors/internal/api_inl.h"\n#include "runtime/worker/errors.h"\n',
         "build-tsa/gen.pb.cc": '#include "tests/x.h"\n',  # build output: not checked
     }
     expected = {
         "placement/bad_up.cc:2:", "runtime/node/bad_side.cc:1:", "gcs/job_manager.cc:1:",
         "gcs/other_main.cc:1:", "runtime/common/bad_up2.h:1:", "gcs/unknown.cc:1:",
-        "runtime/cli/job.cc:2:", "newmod/x.cc:1:", "actors/api.cc:2:",
+        "runtime/cli/job.cc:2:", "newmod/x.cc:1:", "actors/api.cc:2:", "actors/api.h:2:",
     }
     with tempfile.TemporaryDirectory() as root:
         for rel, text in files.items():

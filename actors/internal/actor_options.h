@@ -8,9 +8,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/worker/object_state.h"
 
 // Declared (with their enumerators) in actors/api.h, which includes this header first.
+namespace phalanx::worker {
+class ObjectState;  // runtime/worker/object_state.h
+}  // namespace phalanx::worker
+
 namespace phalanx {
 enum class SchedulingStrategy;
 enum class Language;

@@ -11,6 +11,7 @@
 
 #include "actors/internal/actor_options.h"
 #include "actors/internal/functions.h"
+#include "actors/internal/macros.h"
 #include "actors/internal/registration.h"
 #include "actors/internal/serialization.h"
 #include "actors/internal/task_pool.h"
@@ -42,6 +43,11 @@ void AddTaskArgument(std::vector<TaskArgument>* parts,
 }
 
 }  // namespace internal
+
+template <typename T>
+bool ObjectRef<T>::Ready() const {
+  return state_ && state_->done();
+}
 
 template <typename T>
 absl::StatusOr<T> Get(const ObjectRef<T>& ref, absl::Duration timeout) {
