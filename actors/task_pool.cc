@@ -232,6 +232,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
   enum class Cpu { kHeld, kLending, kLent, kReclaiming };
   struct Worker {
     int in_flight = 0;
+    int exclusive = 0;      // of those, TaskSubmission::exclusive ones: nothing goes behind
     absl::Time idle_since;  // when in_flight last fell to 0
     absl::Time last_done;   // its last completion
     Cpu cpu = Cpu::kHeld;   // tasks go only to kHeld workers
@@ -307,14 +308,18 @@ class Pool : public std::enable_shared_from_this<Pool> {
       absl::Time now = absl::Now();
       while (!queue_.empty()) {
         auto best = workers_.end();
+        // An exclusive task goes only to a free worker, and nothing goes behind one.
+        const int room = queue_.front()->spec.exclusive ? 1 : depth;
         for (auto it = workers_.begin(); it != workers_.end(); ++it) {
-          if (it->second.cpu == Cpu::kHeld && it->second.in_flight < depth &&
+          if (it->second.cpu == Cpu::kHeld && it->second.in_flight < room &&
+              it->second.exclusive == 0 &&
               (best == workers_.end() || it->second.in_flight < best->second.in_flight)) {
             best = it;
           }
         }
         if (best == workers_.end()) break;
         ++best->second.in_flight;
+        if (queue_.front()->spec.exclusive) ++best->second.exclusive;
         queue_.front()->sent = now;
         queue_.front()->worker_id = best->first;
         sends.emplace_back(best->first, std::move(queue_.front()));
@@ -388,6 +393,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
         absl::Duration spent = now - std::max(task->sent, w.last_done);
         task_time_ = task_time_ == absl::ZeroDuration() ? spent : (task_time_ * 4 + spent) / 5;
         w.last_done = now;
+        if (task->spec.exclusive) --w.exclusive;
         if (--w.in_flight == 0) w.idle_since = now;
       }
       if (retry && !shut_down_) {
@@ -473,7 +479,7 @@ class Pool : public std::enable_shared_from_this<Pool> {
         --leases_in_flight_;
         lease_failures_ = 0;
         ++stats_.workers_leased;
-        if (!shut_down) workers_[id] = Worker{0, absl::Now(), absl::Now()};
+        if (!shut_down) workers_[id] = Worker{0, 0, absl::Now(), absl::Now()};
       }
     }
     if (shut_down) return;

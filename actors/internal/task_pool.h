@@ -78,6 +78,10 @@ struct TaskSubmission {
   // Whether an application error (TaskError) is retried too (counted in max_retries). May
   // rewrite `detail`, the error's detail the caller sees. Empty: never.
   std::function<bool(const absl::Status& error, std::string* detail)> retryable;
+  // The task may wait for results of this process's other tasks (refs inside its arguments,
+  // read in the task): no task is pipelined behind it on its worker, where it would wait
+  // for the task that waits for it.
+  bool exclusive = false;
 };
 
 // Queues the task; the returned slot gets its result or its error. Never null.

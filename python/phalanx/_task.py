@@ -330,9 +330,12 @@ class RemoteFunction:
             worker_options.setdefault("num_cpus", 1)
             self._native = _native_options(worker_options)
             self._native["max_concurrency"] = 1
+        # A call's result inside the arguments may be one of this process's tasks, which
+        # must not queue behind this one on its worker (it would wait for it in get).
+        exclusive = any(p._ref is not None for p in pins)
         ref = _phalanx.submit_task(self._name, _TASK_WORKER_CLASS, _worker_init_args(),
                                    _READY_ARGS, self._native, TASK_METHOD, call, deps,
-                                   int(o.get("max_retries", 3)))
+                                   int(o.get("max_retries", 3)), exclusive)
         note_child(ref)
         return _returns(ref, ser.PICKLE, num_returns, pins or None, stream_id)
 

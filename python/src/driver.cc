@@ -179,7 +179,7 @@ constexpr char kRetryableMark[] = "\nretryable";
 PyObjectRef SubmitTask(const std::string& function, const std::string& worker_class,
                        py::bytes worker_init_args, py::bytes ready_args, const py::dict& options,
                        const std::string& method, py::bytes call,
-                       const std::vector<PyObjectRef>& deps, int max_retries) {
+                       const std::vector<PyObjectRef>& deps, int max_retries, bool exclusive) {
   internal::TaskSubmission task;
   task.function = function;
   task.worker_class = worker_class;
@@ -193,6 +193,7 @@ PyObjectRef SubmitTask(const std::string& function, const std::string& worker_cl
     return FrameTaskCall(call, values);
   };
   task.max_retries = max_retries;
+  task.exclusive = exclusive;
   task.retryable = [](const absl::Status&, std::string* detail) {
     if (!absl::EndsWith(*detail, kRetryableMark)) return false;
     detail->resize(detail->size() - std::strlen(kRetryableMark));

@@ -106,3 +106,38 @@ def test_a_task_waiting_in_get_lends_its_cpu_and_takes_it_back(cluster, task):
     gate.open.remote()
     assert phalanx.get(ref, timeout=TREE_TIMEOUT_S) is True
     phalanx.kill(gate)
+
+
+
+NESTED_REFS_PROGRAM = """
+import phalanx as ray
+ray.init(num_cpus=2)
+
+@ray.remote
+def f():
+    return 1
+
+@ray.remote
+def pass_via_nested_ref(refs):
+    return sum(ray.get(refs))
+
+print(ray.get(pass_via_nested_ref.remote([f.remote() for _ in range(3)]), timeout=30))
+"""
+
+
+def test_a_task_given_refs_to_fresh_tasks_does_not_wait_behind_them(tmp_path):
+    """Ray's nested-get page, as a program of its own (a fresh private cluster each run):
+    refs to fresh tasks, passed nested in a list to a task that reads them. Short tasks are
+    pipelined to busy workers, and one queued behind the task that waits for it never ran
+    (half the runs hung): such a task, with a call's result inside its arguments, now gets a
+    worker of its own and nothing queues behind it."""
+    import os
+    import subprocess
+    import sys
+    program = tmp_path / "nested_refs.py"
+    program.write_text(NESTED_REFS_PROGRAM)
+    for run in range(6):
+        out = subprocess.run([sys.executable, str(program)], capture_output=True, text=True,
+                             timeout=90, env=dict(os.environ))
+        assert out.returncode == 0 and out.stdout.strip().endswith("3"), \
+            f"run {run}: {out.stdout[-2000:]}{out.stderr[-2000:]}"
