@@ -2,6 +2,7 @@
 
 import atexit
 import inspect
+import json
 import itertools
 import os
 import pickle
@@ -796,6 +797,8 @@ def _native_options(options):
     if isinstance(strategy, PlacementGroupSchedulingStrategy):
         pg, index = strategy.placement_group, strategy.placement_group_bundle_index
         capture = strategy.placement_group_capture_child_tasks
+        if pg is None:
+            pg = "default"  # Ray's placement_group=None: no group, not even the parent's
     elif strategy is None and pg is None and os.environ.get(PG_CAPTURE_ENV) == "1" and \
             os.environ.get(PG_ENV):
         # Started by an actor or task whose group captures its children: in the group too.
@@ -903,6 +906,8 @@ class ActorHandle:
 # max_concurrency says otherwise: Ray's default. Its coroutines share one event loop, and a
 # thread waits for each call only while it runs (the worker starts them as calls need them).
 ASYNC_MAX_CONCURRENCY = 1000
+# The GCS KV namespace of a named actor's methods' num_returns (@phalanx.method), by actor id.
+METHOD_RETURNS_NS = "phalanx-method-returns"
 
 
 def _method_returns(cls):
@@ -972,8 +977,19 @@ class ActorClass:
                 and _is_async_class(self._cls)):
             options["max_concurrency"] = ASYNC_MAX_CONCURRENCY
         actor_id = _phalanx.create_actor(self._class_name, self._language, init_args, options)
-        return ActorHandle(actor_id, self._class_name, self._language,
-                           _method_returns(self._cls))
+        returns = _method_returns(self._cls)
+        if returns and self._options.get("name"):
+            # get_actor's handle of this named actor knows them too (Ray keeps them in the GCS).
+            _phalanx.kv_put(METHOD_RETURNS_NS, actor_id, json.dumps(returns).encode(), True)
+        return ActorHandle(actor_id, self._class_name, self._language, returns)
+
+    def get_or_create(self, *args, **kwargs):
+        """The live actor of this ``name`` (and namespace), else a new one made with these
+        arguments: ``.options(name=..., get_if_exists=True).remote(...)``."""
+        if not self._options.get("name"):
+            raise ValueError("get_or_create needs a name: Cls.options(name=...)"
+                             ".get_or_create(...)")
+        return self.options(get_if_exists=True).remote(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"actor classes are created with .remote(): "
@@ -1040,7 +1056,9 @@ def get_actor(name, namespace=None):
         info = _phalanx.named_actor(name, ns)
     except NotFoundError as e:
         raise ValueError(str(e)) from None
-    return ActorHandle(info["actor_id"], info["class_name"], info["language"])
+    returns = _phalanx.kv_get(METHOD_RETURNS_NS, info["actor_id"])
+    return ActorHandle(info["actor_id"], info["class_name"], info["language"],
+                       json.loads(returns) if returns else None)
 
 
 def actor_info(handle):

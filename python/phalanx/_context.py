@@ -12,6 +12,17 @@ def _is_task_worker(hosted):
     return hosted[2] == _TASK_WORKER_CLASS
 
 
+class _Id(str):
+    """An id as Ray's properties give it: the hex string itself, with Ray's ``hex()``."""
+
+    @classmethod
+    def of(cls, value):
+        return None if value is None else cls(value)
+
+    def hex(self):
+        return str(self)
+
+
 class RuntimeContext:
     """What this process is, in Ray's terms (``phalanx.get_runtime_context()``)."""
 
@@ -52,9 +63,28 @@ class RuntimeContext:
         from . import _worker
         return _worker.is_canceled()
 
+    @property
     def was_current_actor_reconstructed(self):
+        """Whether this actor is a restart of one that died (Ray's property)."""
         hosted = _phalanx.hosted_actor()
         return bool(hosted and hosted[1] > 0)
+
+    # Ray's properties beside the getters: ids with .hex(), as Ray's JobID, NodeID, ...
+    @property
+    def job_id(self):
+        return _Id.of(self.get_job_id())
+
+    @property
+    def node_id(self):
+        return _Id.of(self.get_node_id())
+
+    @property
+    def actor_id(self):
+        return _Id.of(self.get_actor_id())
+
+    @property
+    def task_id(self):
+        return _Id.of(self.get_task_id())
 
     @property
     def namespace(self):

@@ -101,6 +101,90 @@ class ObjectStoreFullError(PhalanxError, MemoryError):
     """No room for a value in the node's store (/dev/shm)."""
 
 
+class WorkerCrashedError(ActorDiedError):
+    """A task's worker process died while it ran the task, on every try (Ray's
+    WorkerCrashedError; an ActorDiedError too, as a task worker is an actor here)."""
+
+
+class OutOfMemoryError(WorkerCrashedError):
+    """A task's worker was killed for passing its memory limit, or by the node's memory
+    monitor (Ray's OutOfMemoryError)."""
+
+
+class NodeDiedError(PhalanxError):
+    """The node that held the work died (Ray's NodeDiedError)."""
+
+
+class TaskUnschedulableError(PhalanxError):
+    """No node can ever run the task (Ray's TaskUnschedulableError)."""
+
+
+class ActorUnschedulableError(PhalanxError):
+    """No node can ever host the actor (Ray's ActorUnschedulableError)."""
+
+
+class RuntimeEnvSetupError(PhalanxError):
+    """The runtime environment could not be set up (Ray's RuntimeEnvSetupError)."""
+
+
+class ActorPlacementGroupRemoved(ActorError):
+    """The actor's placement group was removed (Ray's ActorPlacementGroupRemoved)."""
+
+
+class TaskPlacementGroupRemoved(PhalanxError):
+    """The task's placement group was removed (Ray's TaskPlacementGroupRemoved)."""
+
+
+class ObjectReconstructionFailedError(ObjectLostError):
+    """A lost value could not be made again (Ray's ObjectReconstructionFailedError; values
+    are not reconstructed here)."""
+
+
+class ObjectFetchTimedOutError(ObjectLostError):
+    """A value could not be fetched from its node in time (Ray's ObjectFetchTimedOutError)."""
+
+
+class PendingCallsLimitExceeded(PhalanxError):
+    """Too many calls wait on an actor (Ray's PendingCallsLimitExceeded)."""
+
+
+class AsyncioActorExit(PhalanxError):
+    """Raised inside an async actor to end it (Ray's AsyncioActorExit)."""
+
+
+class LocalRayletDiedError(PhalanxError):
+    """This machine's node died (Ray's LocalRayletDiedError)."""
+
+
+class RaySystemError(PhalanxError):
+    """An error of the runtime itself (Ray's RaySystemError)."""
+
+
+class UnserializableException(PhalanxError):
+    """A remote exception that could not be pickled back (Ray's UnserializableException)."""
+
+
+class CrossLanguageError(PhalanxError):
+    """An error that crossed from another language (Ray's CrossLanguageError)."""
+
+
+# Ray's names for the bases: `except ray.exceptions.RayTaskError` and the others work as
+# written.
+RayError = PhalanxError
+RayTaskError = TaskError
+RayActorError = ActorError
+
+
+def _actor_died(message, actor_id="", cause=""):
+    """The ActorDiedError the native module raises: a WorkerCrashedError for a task whose
+    worker died (actors/task_pool.cc names it "task <function>: its worker died"), an
+    OutOfMemoryError when that worker was killed for memory."""
+    cls = ActorDiedError
+    if message.startswith("task ") and ": its worker died" in message:
+        cls = OutOfMemoryError if "OOM" in message or "OOM" in cause else WorkerCrashedError
+    return cls(message, actor_id=actor_id, cause=cause)
+
+
 # ---- a remote exception as the caller sees it -------------------------------------------------
 
 _AS_CAUSE = {}  # the cause's class -> the TaskError subclass that is also one (None: cannot be)

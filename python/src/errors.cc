@@ -68,7 +68,11 @@ void SetPythonError(const StatusError& e) {
   py::str message(std::string(e.status.message()));
   py::object error;
   if (std::string(name) == "ActorDiedError") {
-    error = cls(message, py::arg("actor_id") = e.actor_id, py::arg("cause") = e.cause);
+    // A task's dead worker: WorkerCrashedError, or OutOfMemoryError (Ray's classes).
+    error = py::module_::import("phalanx.exceptions")
+                .attr("_actor_died")(message, py::arg("actor_id") = e.actor_id,
+                                     py::arg("cause") = e.cause);
+    cls = py::type::of(error);
   } else if (std::string(name) == "ActorUnavailableError") {
     error = cls(message, py::arg("actor_id") = e.actor_id);
   } else if (std::string(name) == "TaskError") {

@@ -188,9 +188,11 @@ def test_generator_values_stream_as_they_are_yielded(cluster, tmp_path):
     gen = count_to.remote(5)
     assert phalanx.get(next(gen), timeout=60) == 0
     phalanx.get(gen.completed(), timeout=60)
+    stream = f"{gen._stream}/"
     del gen
     gc.collect()
-    assert wait_for(lambda: not _phalanx.kv_list(_objects.STREAM_NS, ""), timeout=30)
+    assert wait_for(lambda: not _phalanx.kv_list(_objects.STREAM_NS, stream), timeout=30), \
+        _phalanx.kv_list(_objects.STREAM_NS, "")
 
 
 def test_an_actor_ends_itself_for_good(cluster):
@@ -485,3 +487,50 @@ def test_cancel_actor_calls_queued_running_async_and_finished(cluster):
     assert phalanx.get(done) == result
     with pytest.raises(RuntimeError, match="driver"):
         phalanx.get_runtime_context().is_canceled()
+
+
+@phalanx.remote(max_retries=0)
+def worker_exits():
+    os._exit(3)
+
+
+@phalanx.remote(num_cpus=0)
+class Pair:
+    @phalanx.method(num_returns=2)
+    def two(self):
+        return 1, 2
+
+    def reconstructed(self):
+        ctx = phalanx.get_runtime_context()
+        return ctx.was_current_actor_reconstructed, ctx.actor_id.hex(), ctx.node_id
+
+
+def test_ray_names_of_errors_context_and_actors(cluster):
+    """What Ray Core's documentation programs use, as they spell it."""
+    ex = phalanx.exceptions
+    assert ex.RayError is phalanx.PhalanxError and ex.RayTaskError is ex.TaskError
+    assert issubclass(ex.ActorDiedError, ex.RayActorError)
+    for name in ("WorkerCrashedError", "OutOfMemoryError", "NodeDiedError",
+                 "TaskUnschedulableError", "ActorUnschedulableError", "RuntimeEnvSetupError",
+                 "ActorPlacementGroupRemoved", "TaskPlacementGroupRemoved",
+                 "ObjectReconstructionFailedError", "ObjectFetchTimedOutError",
+                 "PendingCallsLimitExceeded", "AsyncioActorExit", "LocalRayletDiedError",
+                 "RaySystemError", "UnserializableException", "CrossLanguageError"):
+        assert issubclass(getattr(ex, name), ex.RayError), name
+    # A task whose worker dies: Ray's WorkerCrashedError (an ActorDiedError too).
+    with pytest.raises(ex.WorkerCrashedError, match="its worker died"):
+        phalanx.get(worker_exits.remote(), timeout=60)
+    # The context's properties, as Ray's.
+    a = Pair.options(name="pair-of-ray-names").remote()
+    fresh, actor_id, node_id = phalanx.get(a.reconstructed.remote(), timeout=60)
+    assert fresh is False and actor_id and node_id == phalanx.get_runtime_context().get_node_id()
+    # get_actor's handle keeps @method(num_returns), and get_or_create finds the live one.
+    x, y = phalanx.get_actor("pair-of-ray-names").two.remote()
+    assert phalanx.get([x, y], timeout=60) == [1, 2]
+    same = Pair.options(name="pair-of-ray-names").get_or_create()
+    assert phalanx.get(same.reconstructed.remote(), timeout=60)[1] == actor_id
+    # PlacementGroupSchedulingStrategy(placement_group=None): no group, as in Ray.
+    from phalanx.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    assert phalanx.get(one.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        placement_group=None)).remote(), timeout=60) == 1
+    phalanx.kill(a)
