@@ -365,7 +365,7 @@ class ObjectRefGenerator:
         stream = getattr(self, "_stream", None)
         try:
             if stream is not None and not self.is_finished():
-                _objects._here.drop_stream(stream)
+                _objects._here.drop_stream(stream, self._ref)
         except Exception:  # noqa: BLE001 - at interpreter exit the module may be half gone
             pass
 

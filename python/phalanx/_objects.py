@@ -167,7 +167,7 @@ class _Here:
         self.dropped = set()  # borrowed ids held no more, to be unregistered
         self.in_flight = []   # (call, pins): a dropped result's call, and the refs it carries
         self.streamed = {}    # STREAM_NS key -> refs in a streamed value, until it is taken
-        self.streams_dropped = set()  # streams whose reader went: their keys are deleted
+        self.streams_dropped = {}  # stream whose reader went -> its call: keys deleted until done
         self.kv_lock = threading.Lock()  # orders a borrow's registration and its removal
         self.remote_checked = 0.0  # when borrowers on other nodes were last asked about
         self.wake = threading.Event()
@@ -248,19 +248,18 @@ class _Here:
             self.streamed[key] = refs
             self._start_sweeper()
 
-    def drop_stream(self, stream_id):
-        """A stream's reader is gone: the values it did not take are deleted."""
+    def drop_stream(self, stream_id, call=None):
+        """A stream's reader is gone: the values it did not take are deleted, and those its
+        generator yields later too, until its `call` is done."""
+        self.ensure()  # a driver that has not put or borrowed anything yet
         with self.lock:
-            if self.pid != os.getpid():
-                return
-            self.streams_dropped.add(stream_id)
+            self.streams_dropped[stream_id] = call
             self._start_sweeper()
 
     def keep_until_done(self, call, pins):
         """Keeps a call's pinned refs until the call has finished (its result was dropped)."""
+        self.ensure()  # a driver that has not put or borrowed anything yet
         with self.lock:
-            if self.pid != os.getpid():
-                return
             self.in_flight.append((call, pins))
             self._start_sweeper()
 
@@ -331,10 +330,14 @@ class _Here:
             for _, key in gone:
                 _phalanx.kv_delete(BORROW_NS, key, False)
         with self.lock:
-            dropped_streams, self.streams_dropped = self.streams_dropped, set()
+            dropped_streams, self.streams_dropped = self.streams_dropped, {}
             streams = {k.split("/", 1)[0] for k in self.streamed}
-        for stream_id in dropped_streams:
+        for stream_id, call in dropped_streams.items():
+            done = call is None or call.done()  # before the delete: none is written after
             _phalanx.kv_delete(STREAM_NS, f"{stream_id}/", True)
+            if not done:  # the generator still runs: its next values go too
+                with self.lock:
+                    self.streams_dropped.setdefault(stream_id, call)
         for stream_id in streams:
             left = set(_phalanx.kv_list(STREAM_NS, f"{stream_id}/"))
             with self.lock:

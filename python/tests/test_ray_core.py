@@ -534,3 +534,38 @@ def test_ray_names_of_errors_context_and_actors(cluster):
     assert phalanx.get(one.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
         placement_group=None)).remote(), timeout=60) == 1
     phalanx.kill(a)
+
+
+DROPPED_STREAM_PROGRAM = """
+import time
+import _phalanx
+import phalanx as ray
+from phalanx import _objects
+ray.init(num_cpus=2)
+
+@ray.remote
+def count_to(n):
+    for i in range(n):
+        time.sleep(0.05)
+        yield i
+
+for _ in range(3):
+    first = next(iter(count_to.remote(4)))  # the generator is dropped while it still yields
+    assert ray.get(first) == 0
+deadline = time.time() + 20
+while _phalanx.kv_list(_objects.STREAM_NS, "") and time.time() < deadline:
+    time.sleep(0.1)
+print("left", _phalanx.kv_list(_objects.STREAM_NS, ""))
+"""
+
+
+def test_a_generator_dropped_while_it_yields_leaves_no_values(tmp_path):
+    """A fresh driver (it has put nothing) takes one value of each of three generators and
+    drops them while they still yield: what they yield later goes too (its keys, and the
+    values the workers keep for them), not only what was there at the drop."""
+    program = tmp_path / "dropped_stream.py"
+    program.write_text(DROPPED_STREAM_PROGRAM)
+    out = subprocess.run([sys.executable, str(program)], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ))
+    assert out.returncode == 0 and out.stdout.strip().endswith("left []"), \
+        out.stdout[-2000:] + out.stderr[-2000:]

@@ -244,7 +244,11 @@ int64_t SpillOldestObjects(const std::string& dir, const std::string& spill_dir,
     const std::string owner_dir = absl::StrCat(dir, "/", owner);
     for (const std::string& name : ListDir(owner_dir)) {
       struct stat st {};
-      if (!IsName(name) || ::stat(absl::StrCat(owner_dir, "/", name).c_str(), &st) != 0) continue;
+      // "fetch-...": a private copy a reader is writing (_objects.py), not a value.
+      if (!IsName(name) || absl::StartsWith(name, "fetch-") ||
+          ::stat(absl::StrCat(owner_dir, "/", name).c_str(), &st) != 0) {
+        continue;
+      }
       values.push_back(
           {owner, name, static_cast<int64_t>(st.st_size), absl::FromTimeT(st.st_mtime)});
     }

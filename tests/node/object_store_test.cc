@@ -161,11 +161,13 @@ TEST_F(ObjectStoreTest, SpillingMovesTheOldestValuesToDiskUntilTheStoreIsUnderTh
   for (const char* name : {"a", "b", "c"}) Write(absl::StrCat(mine, "/", name), "0123456789");
   Write(store + "/123-456/dead", "0123456789");  // a dead owner's: swept, never moved
   Write(mine + "/.tmp-being-written", "0123456789");
+  Write(mine + "/fetch-abc-12345678", "0123456789");  // a reader's private copy
   // b was made first, then c, then a.
   const auto now = fs::file_time_type::clock::now();
   fs::last_write_time(mine + "/b", now - std::chrono::seconds(30));
   fs::last_write_time(mine + "/c", now - std::chrono::seconds(20));
   fs::last_write_time(mine + "/a", now - std::chrono::seconds(10));
+  fs::last_write_time(mine + "/fetch-abc-12345678", now - std::chrono::seconds(60));
 
   EXPECT_EQ(SpillOldestObjects(store, spill, 30, 40), 0);  // under the target: nothing moves
   EXPECT_EQ(SpillOldestObjects(store, spill, 30, 15), 20);
@@ -178,6 +180,7 @@ TEST_F(ObjectStoreTest, SpillingMovesTheOldestValuesToDiskUntilTheStoreIsUnderTh
   EXPECT_EQ(bytes, "0123456789");
   EXPECT_TRUE(fs::exists(store + "/123-456/dead"));
   EXPECT_TRUE(fs::exists(mine + "/.tmp-being-written"));
+  EXPECT_TRUE(fs::exists(mine + "/fetch-abc-12345678"));
   for (const auto& e : fs::directory_iterator(moved)) {
     EXPECT_EQ(e.path().filename().string().find(".spilling"), std::string::npos);
   }
