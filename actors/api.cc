@@ -163,11 +163,12 @@ void SleepFor(absl::Duration duration) {
 
 absl::StatusOr<PlacementGroup> CreatePlacementGroup(
     const std::vector<std::map<std::string, double>>& bundles, PlacementStrategy strategy,
-    const std::string& name, bool detached) {
+    const std::string& name, bool detached, bool pend_if_infeasible) {
   worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   rpc::PlacementGroupInfo spec;
   spec.set_name(name);
+  spec.set_pend_if_infeasible(pend_if_infeasible);
   spec.set_strategy(std::string(ToString(strategy)));
   if (!detached) spec.set_job_id(cw->options().job_id);  // removed with the job
   for (const auto& bundle : bundles) {
@@ -298,8 +299,8 @@ absl::Status CancelActorCall(const std::string& actor_id,
 }
 
 std::shared_ptr<worker::ObjectState> SubmitCall(const std::string& actor_id,
-                                                const std::string& method,
-                                                std::string packed_args) {
+                                                const std::string& method, std::string packed_args,
+                                                const std::string& concurrency_group) {
   worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) {
     auto state = std::make_shared<worker::ObjectState>();
@@ -312,7 +313,7 @@ std::shared_ptr<worker::ObjectState> SubmitCall(const std::string& actor_id,
     state->Set(client.status());
     return state;
   }
-  return (*client)->Submit(method, std::move(packed_args));
+  return (*client)->Submit(method, std::move(packed_args), 0, concurrency_group);
 }
 
 absl::StatusOr<ActorDescription> DescribeNamedActor(const std::string& name,

@@ -205,13 +205,14 @@ class PlacementGroup {
 };
 
 // Creates a placement group of bundles like {{"CPU", 1}, {"GPU", 1}}. Returns at once (Wait()
-// for the reservation), or an error for a malformed request or one no node could ever hold.
+// for the reservation), or an error for a malformed request or, unless `pend_if_infeasible`
+// (Ray's behaviour: it waits for a node that has it), one no node could ever hold.
 // The group is removed when this driver's job ends, unless `detached` (Ray's
 // lifetime="detached": it stays until RemovePlacementGroup).
 absl::StatusOr<PlacementGroup> CreatePlacementGroup(
     const std::vector<std::map<std::string, double>>& bundles,
     PlacementStrategy strategy = PlacementStrategy::kPack, const std::string& name = "",
-    bool detached = false);
+    bool detached = false, bool pend_if_infeasible = false);
 // Kills the group's actors and frees its bundles.
 absl::Status RemovePlacementGroup(const PlacementGroup& group);
 // Kills the actors in bundle `index` and gives its resources back to its node for good; the

@@ -121,7 +121,7 @@ class TaskRegistry {
 
 bool WorkerDied(const absl::Status& status) {
   std::string kind = worker::ErrorKind(status);
-  return kind == worker::error_kind::kActorDied || kind == worker::error_kind::kActorUnavailable;
+  return worker::IsActorDied(status) || kind == worker::error_kind::kActorUnavailable;
 }
 
 // The death cause of `actor_id` once the GCS has it, or "" after kDeathCauseWait.
@@ -424,8 +424,11 @@ class Pool : public std::enable_shared_from_this<Pool> {
     Background::Get().Run([task, worker_id, status] {
       std::string cause = DeathCause(worker_id);
       const TaskSubmission& spec = task->spec;
+      // The node names an OOM kill's cause by its kind first (rpc::DeathCause).
+      const char* kind = absl::StartsWith(cause, "OOM_KILLED") ? worker::error_kind::kOutOfMemory
+                                                               : worker::error_kind::kWorkerCrashed;
       task->result->Set(worker::MakeError(
-          status.code(), worker::error_kind::kActorDied,
+          status.code(), kind,
           absl::StrCat("task ", spec.function, ": its worker died",
                        spec.max_retries > 0
                            ? absl::StrCat(" on each of ", task->attempts + 1,

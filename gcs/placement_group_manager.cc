@@ -124,7 +124,7 @@ absl::StatusOr<rpc::PlacementGroupInfo> GcsPlacementGroupManager::Create(
   if (!strategy.ok()) return strategy.status();
   spec.set_strategy(placement::BundleStrategyName(*strategy));
   placement::BundlePlan probe = scheduler_->ProbeBundles(*strategy, BundleResources(spec));
-  if (probe.infeasible) {
+  if (probe.infeasible && !spec.pend_if_infeasible()) {
     return absl::FailedPreconditionError(
         absl::StrCat("placement group cannot be placed: ", probe.reason,
                      ". Ask for less, or add a node that has it"));

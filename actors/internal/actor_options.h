@@ -45,8 +45,10 @@ struct ActorOptions {
 absl::StatusOr<std::string> CreateActor(const std::string& class_name, const ActorOptions& options,
                                         std::string packed_args);
 // Never null: a failure to submit is the returned slot's error.
+// `concurrency_group`: the actor's group to run it in ("": the method's own).
 std::shared_ptr<worker::ObjectState> SubmitCall(const std::string& actor_id,
-                                                const std::string& method, std::string packed_args);
+                                                const std::string& method, std::string packed_args,
+                                                const std::string& concurrency_group = "");
 // Cancels an actor call (worker::ActorClient::Cancel); OK when it had finished.
 absl::Status CancelActorCall(const std::string& actor_id,
                              const std::shared_ptr<worker::ObjectState>& result);

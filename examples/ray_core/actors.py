@@ -74,18 +74,18 @@ class Sleeper:
         return self.cancelled
 
 
-def cancel_running(ref):
+def cancel_running(ref, error):
     time.sleep(1)  # wait until the task is scheduled
     ray.cancel(ref)
     try:
         ray.get(ref)
         raise AssertionError("the cancelled call returned")
-    except ray.exceptions.TaskCancelledError:
+    except error:  # Ray's documentation catches either
         pass
 
 
 sleeper = Sleeper.remote()
-cancel_running(sleeper.f.remote())
+cancel_running(sleeper.f.remote(), ray.exceptions.RayTaskError)
 deadline = time.time() + 30
 while not ray.get(sleeper.was_cancelled.remote()):
     assert time.time() < deadline, "the actor task was not cancelled"
@@ -103,7 +103,7 @@ class Looper:
 
 
 looper = Looper.remote()
-cancel_running(looper.f.remote())
+cancel_running(looper.f.remote(), ray.exceptions.TaskCancelledError)
 
 
 @ray.remote

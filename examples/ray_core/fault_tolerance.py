@@ -1,8 +1,11 @@
 # Ray Core's fault tolerance with only the import changed: a task retried after its worker
 # dies, retry_exceptions, an actor restarted with max_restarts, the user's exception class
-# through get, the owner of an object dying, and cancel.
+# through get, the owner of an object dying, cancel, and the actor-checkpointing pattern (an
+# actor that calls sys.exit(1) restarts from its checkpoint, its calls retried).
+import json
 import os
 import signal
+import sys
 import tempfile
 import time
 
@@ -98,4 +101,39 @@ try:
     ray.get(task)
 except ray.exceptions.TaskCancelledError:
     pass
+
+checkpoint = os.path.join(tempfile.mkdtemp(), "checkpoint.json")
+
+
+@ray.remote(max_restarts=-1, max_task_retries=-1)
+class ImmortalActor:
+    def __init__(self, path):
+        self.path = path
+        self.state = {}
+        if os.path.exists(path):  # restore from the checkpoint
+            with open(path) as f:
+                self.state = json.load(f)
+
+    def update(self, key, value, crash):
+        if crash and key not in self.state:
+            self.state[key] = "crashing"
+            with open(self.path, "w") as f:
+                json.dump(self.state, f)
+            sys.exit(1)  # a crash: the actor restarts and the call is retried
+        self.state[key] = value
+        with open(self.path, "w") as f:
+            json.dump(self.state, f)
+
+    def get(self, key):
+        return self.state[key]
+
+    def pid(self):
+        return os.getpid()
+
+
+immortal = ImmortalActor.remote(checkpoint)
+before = ray.get(immortal.pid.remote())
+ray.get(immortal.update.remote("1", 1, crash=True))
+assert ray.get(immortal.get.remote("1")) == 1
+assert ray.get(immortal.pid.remote()) != before  # restarted once
 print("OK")

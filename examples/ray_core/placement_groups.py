@@ -1,5 +1,6 @@
 # Ray Core's placement groups with only the import changed: reserve bundles, wait for them,
-# schedule an actor and a task into them, read the table, and remove the group.
+# schedule an actor and a task into them, read the table, and remove the group; a group no
+# node can hold stays pending (with a warning), as in Ray.
 import phalanx as ray
 from phalanx.util.placement_group import (placement_group, placement_group_table,
                                           remove_placement_group)
@@ -32,4 +33,10 @@ assert ray.get(where.options(scheduling_strategy=PlacementGroupSchedulingStrateg
 assert placement_group_table(pg)["state"] == "CREATED"
 remove_placement_group(pg)
 assert placement_group_table(pg)["state"] == "REMOVED"
+
+too_big = placement_group([{"CPU": 1000}])
+ready, unready = ray.wait([too_big.ready()], timeout=1)
+assert not ready and unready
+assert placement_group_table(too_big)["state"] == "PENDING"
+remove_placement_group(too_big)
 print("OK")

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 
 import cloudpickle
 
@@ -156,7 +157,7 @@ def _machine_cluster_answers():
         return False
 
 
-def init(address=None, *, token=None, namespace="", num_cpus=None, num_gpus=None,
+def init(address=None, *, token=None, namespace=None, num_cpus=None, num_gpus=None,
          resources=None, ignore_reinit_error=False, runtime_env=None,
          object_store_memory=None, _plasma_directory=None):
     """Connects this process to a cluster, like ``ray.init()``.
@@ -168,6 +169,8 @@ def init(address=None, *, token=None, namespace="", num_cpus=None, num_gpus=None
     them, ``None`` never joins the machine's. ``"auto"`` connects to the cluster this machine
     runs (an error if there is none); ``"host:port"`` to that GCS. The token comes
     from ``token``, ``$PHALANX_TOKEN`` or this machine's session of that address.
+    ``namespace`` scopes the names of actors (and what ``get_actor`` finds); without one,
+    the driver gets an anonymous namespace of its own, as in Ray.
     ``runtime_env={"env_vars": {...}}`` is every actor's and task's environment this driver
     starts (theirs are added on top). ``object_store_memory`` (bytes) and
     ``_plasma_directory`` (Ray's names; ``phalanx start --object-store-memory`` and
@@ -204,6 +207,10 @@ def init(address=None, *, token=None, namespace="", num_cpus=None, num_gpus=None
             address, token = f"127.0.0.1:{port}", tok
         elif address == "auto":
             address = ""
+        if namespace is None:
+            namespace = str(uuid.uuid4())  # Ray's anonymous namespace: this driver's own
+        elif not isinstance(namespace, str):
+            raise TypeError(f"namespace={namespace!r}: give a string")
         try:
             _phalanx.init(address, token or "", namespace)
         except PhalanxError:
@@ -324,8 +331,66 @@ class ObjectRef:
 _publish_lock = threading.Lock()
 
 
+class YieldedThenRaised:
+    """What a generator called with ``num_returns=n`` or ``"dynamic"`` returns when it raised
+    after yielding: its values, then its error. As in Ray, the refs of the values yielded
+    read them, and the later refs raise the error."""
+
+    def __init__(self, values, message, detail):
+        self.values = values
+        self.message = message  # the TaskError's message and detail (_task_error)
+        self.detail = detail
+
+    def error(self):
+        from .exceptions import _task_error
+        return _task_error(self.message, self.detail)
+
+
+def collect_yielded(gen, name):
+    """The values `gen` yields, as a list; a YieldedThenRaised if it raised after the first."""
+    values = []
+    try:
+        for v in gen:
+            values.append(v)
+    except Exception as e:  # noqa: BLE001 - the later refs raise it
+        if not values:
+            raise
+        return _yielded_then(values, e, name)
+    return values
+
+
+async def collect_yielded_async(agen, name):
+    """collect_yielded of an async generator."""
+    values = []
+    try:
+        async for v in agen:
+            values.append(v)
+    except Exception as e:  # noqa: BLE001
+        if not values:
+            raise
+        return _yielded_then(values, e, name)
+    return values
+
+
+def _yielded_then(values, e, name):
+    import traceback
+
+    from .exceptions import _remote_detail
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+    return YieldedThenRaised(values, f"{type(e).__name__}: {e}\n\n{name} raised after "
+                                     f"{len(values)} value(s):\n{tb}", _remote_detail(e))
+
+
 def _returned(value, index):
     """The value a ref stands for: the call's result, or its i-th value of n (num_returns)."""
+    if isinstance(value, YieldedThenRaised):
+        if index == "dynamic":
+            return DynamicObjectRefGenerator(
+                [put(v) for v in value.values] +
+                [ObjectRef(None, ser.PICKLE, _objects.put_error(value.error()))])
+        if index is not None and index[0] < len(value.values):
+            return value.values[index[0]]
+        raise value.error()
     if index is None:
         return value
     if index == "dynamic":
@@ -538,15 +603,55 @@ def check_num_returns(value):
     return value
 
 
-def method(*, num_returns=1, concurrency_group=None):
-    """Ray's ``@phalanx.method(num_returns=2)`` on an actor's method: its calls give that many
-    refs."""
+def method(*, num_returns=1, concurrency_group=None, retry_exceptions=None,
+           max_task_retries=None, enable_task_events=None):
+    """Ray's ``@phalanx.method(...)`` on an actor's method: ``num_returns`` (its calls give
+    that many refs), ``concurrency_group`` (one of the actor's ``concurrency_groups`` it runs
+    in), ``retry_exceptions`` (True or exception classes: the method is run again when it
+    raises one, up to ``max_task_retries`` times; that defaults to the actor's). Phalanx
+    records no per-task events, so ``enable_task_events`` changes nothing."""
     check_num_returns(num_returns)
+    _check_retry_exceptions(retry_exceptions)
+    _check_retries(max_task_retries, "max_task_retries")
+    if concurrency_group is not None and not (isinstance(concurrency_group, str) and
+                                              concurrency_group):
+        raise ValueError(f"concurrency_group={concurrency_group!r}: give the name of one of "
+                         f"the actor's concurrency_groups")
 
     def mark(fn):
         fn.__phalanx_num_returns__ = num_returns
+        if concurrency_group is not None:
+            fn.__phalanx_concurrency_group__ = concurrency_group
+        if retry_exceptions is not None:
+            fn.__phalanx_retry_exceptions__ = _retry_value(retry_exceptions)
+        if max_task_retries is not None:
+            fn.__phalanx_max_task_retries__ = max_task_retries
         return fn
     return mark
+
+
+def _check_retry_exceptions(value):
+    if value is None or isinstance(value, bool) or (
+            isinstance(value, (list, tuple)) and all(
+                inspect.isclass(c) and issubclass(c, BaseException) for c in value)):
+        return
+    raise ValueError(f"retry_exceptions={value!r}: give True, False or a list of exception "
+                     f"classes")
+
+
+def _retry_value(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _check_retries(value, name):
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or
+                              value < -1):
+        raise ValueError(f"{name}={value!r}: give a whole number >= 0, or -1 for no limit")
+
+
+# A method call's own retry_exceptions and max_task_retries (ActorMethod.options) travel to
+# the actor under this keyword.
+RETRY_KWARG = "__phalanx_retry__"
 
 
 def _ref_from_obj(obj, borrow=False):
@@ -685,17 +790,19 @@ def cancel(ref, *, force=False, recursive=True):
 
 def wait(refs, *, num_returns=1, timeout=None, fetch_local=True):
     """(ready, not_ready): the first ``num_returns`` refs done, or whatever is done when
-    ``timeout`` seconds pass. Order within each list follows ``refs``."""
+    ``timeout`` seconds pass. Order within each list follows ``refs``. As in Ray, an
+    ObjectRefGenerator among them is ready when its next ref is (or it has ended)."""
     if isinstance(refs, ObjectRef) or not isinstance(refs, (list, tuple)):
         raise TypeError(f"phalanx.wait takes a list of ObjectRefs, not {type(refs).__name__}")
     refs = list(refs)
     for r in refs:
-        if not isinstance(r, (ObjectRef, _PlacementGroupReady)):
-            raise TypeError(f"phalanx.wait takes ObjectRefs, not {type(r).__name__}")
+        if not isinstance(r, (ObjectRef, _PlacementGroupReady, ObjectRefGenerator)):
+            raise TypeError(f"phalanx.wait takes ObjectRefs (or ObjectRefGenerators), not "
+                            f"{type(r).__name__}")
     if num_returns < 0 or num_returns > len(refs):
         raise ValueError(f"num_returns={num_returns} must be between 0 and len(refs)="
                          f"{len(refs)}")
-    calls = [r for r in refs if r._ref is not None]
+    calls = [r for r in refs if isinstance(r, ObjectRef) and r._ref is not None]
     if len(calls) == len(refs):
         done = _phalanx.wait([r._ref for r in refs], num_returns,
                              -1.0 if timeout is None else float(timeout))
@@ -704,7 +811,8 @@ def wait(refs, *, num_returns=1, timeout=None, fetch_local=True):
         deadline = None if timeout is None else time.monotonic() + float(timeout)
         with _objects.Polling() as polling:
             while True:
-                done = [r.done() for r in refs]
+                done = [r.next_ready() if isinstance(r, ObjectRefGenerator) else r.done()
+                        for r in refs]
                 if sum(done) >= num_returns or (deadline is not None and
                                                 time.monotonic() >= deadline):
                     break
@@ -746,7 +854,7 @@ _OPTION_NAMES = {"num_cpus", "num_gpus", "memory", "resources", "max_restarts",
                  "max_task_retries", "max_concurrency", "name", "namespace", "lifetime",
                  "placement_group", "placement_group_bundle_index",
                  "placement_group_capture_child_tasks", "scheduling_strategy",
-                 "runtime_env", "code_path", "get_if_exists"}
+                 "runtime_env", "code_path", "get_if_exists", "concurrency_groups"}
 
 
 def _check_known_and_amounts(options, names, what):
@@ -763,6 +871,12 @@ def _check_known_and_amounts(options, names, what):
 
 def _check_options(options):
     _check_known_and_amounts(options, _OPTION_NAMES, "actor")
+    groups = options.get("concurrency_groups")
+    if groups is not None and not (isinstance(groups, dict) and all(
+            isinstance(k, str) and k and isinstance(v, int) and not isinstance(v, bool) and
+            v >= 1 for k, v in groups.items())):
+        raise ValueError(f"concurrency_groups={groups!r}: give a dict of group name -> its "
+                         f"max concurrency (a whole number >= 1), e.g. {{'io': 2}}")
     lifetime = options.get("lifetime")
     if lifetime not in (None, "detached", "non_detached"):
         raise ValueError(f"lifetime={lifetime!r}: give 'detached' or None")
@@ -825,21 +939,35 @@ def _native_options(options):
     return o
 
 
-class ActorMethod:
-    __slots__ = ("_handle", "_name", "_num_returns")
+_METHOD_OPTION_NAMES = {"num_returns", "concurrency_group", "retry_exceptions",
+                        "max_task_retries", "enable_task_events", "name"}
 
-    def __init__(self, handle, name, num_returns=None):
+
+class ActorMethod:
+    __slots__ = ("_handle", "_name", "_options")
+
+    def __init__(self, handle, name, options=None):
         self._handle = handle
         self._name = name
-        self._num_returns = num_returns
+        self._options = options or {}
 
-    def options(self, *, num_returns=None, **unsupported):
-        """Ray's per-call options of a method: ``num_returns``."""
-        if unsupported:
-            raise ValueError(f"unknown method option(s) {sorted(unsupported)}; the option is "
-                             f"num_returns")
-        return ActorMethod(self._handle, self._name,
-                           None if num_returns is None else check_num_returns(num_returns))
+    def options(self, **options):
+        """Ray's per-call options of a method: ``num_returns``, ``concurrency_group``,
+        ``retry_exceptions``, ``max_task_retries``; ``name`` and ``enable_task_events`` are
+        taken and change nothing."""
+        unknown = set(options) - _METHOD_OPTION_NAMES
+        if unknown:
+            raise ValueError(f"unknown method option(s) {sorted(unknown)}; the options are "
+                             f"{sorted(_METHOD_OPTION_NAMES)}")
+        if options.get("num_returns") is not None:
+            check_num_returns(options["num_returns"])
+        _check_retry_exceptions(options.get("retry_exceptions"))
+        _check_retries(options.get("max_task_retries"), "max_task_retries")
+        group = options.get("concurrency_group")
+        if group is not None and not (isinstance(group, str) and group):
+            raise ValueError(f"concurrency_group={group!r}: give the name of one of the "
+                             f"actor's concurrency_groups")
+        return ActorMethod(self._handle, self._name, dict(self._options, **options))
 
     def remote(self, *args, **kwargs):
         h = self._handle
@@ -849,17 +977,22 @@ class ActorMethod:
             args, kwargs, pins = _swap_ref_args(args, kwargs)
         elif any(isinstance(a, ObjectRef) for a in args):
             args = tuple(get(a) if isinstance(a, ObjectRef) else a for a in args)  # C++: values
-        n = self._num_returns
+        o = self._options
+        n = o.get("num_returns")
         if n is None:
             n = h._method_returns.get(self._name, 1)
         stream_id = None
         if encoding == ser.PICKLE:
             kwargs, stream_id = _stream_kwargs(kwargs, n)
+            if o.get("retry_exceptions") is not None or o.get("max_task_retries") is not None:
+                kwargs = dict(kwargs, **{RETRY_KWARG: (_retry_value(o.get("retry_exceptions")),
+                                                       o.get("max_task_retries"))})
         with _objects.collecting() as inside:  # refs inside the arguments: pinned too
             payload = ser.dumps_call(args, kwargs, encoding)
         if inside:
             pins = (pins or []) + inside
-        call = _phalanx.submit(h._actor_id, self._name, payload)
+        call = _phalanx.submit(h._actor_id, self._name, payload,
+                               o.get("concurrency_group") or "")
         from ._task import note_child
         note_child(call)
         return _returns(call, encoding, n, pins, stream_id)
@@ -969,7 +1102,8 @@ class ActorClass:
             if "" in sys.path or not sys.path[0]:
                 paths.insert(0, os.getcwd())
             init_args = cloudpickle.dumps((paths, cloudpickle.dumps((self._cls, args, kwargs),
-                                                                    protocol=5)), protocol=5)
+                                                                    protocol=5),
+                                           self._worker_settings()), protocol=5)
         else:
             init_args = ser.dumps_call(args, kwargs, ser.MSGPACK)
         options = _native_options(self._options)
@@ -982,6 +1116,21 @@ class ActorClass:
             # get_actor's handle of this named actor knows them too (Ray keeps them in the GCS).
             _phalanx.kv_put(METHOD_RETURNS_NS, actor_id, json.dumps(returns).encode(), True)
         return ActorHandle(actor_id, self._class_name, self._language, returns)
+
+    def _worker_settings(self):
+        """What the actor's worker is told beside its class (phalanx._worker.create): the
+        actor's max_task_retries (its methods' retry_exceptions retry up to it) and its
+        concurrency groups, checked against the groups its methods name."""
+        groups = dict(self._options.get("concurrency_groups") or {})
+        for name in dir(self._cls):
+            group = getattr(getattr(self._cls, name, None), "__phalanx_concurrency_group__",
+                            None)
+            if group is not None and group not in groups:
+                raise ValueError(f"{self._class_name}.{name}: @method(concurrency_group="
+                                 f"{group!r}) names no group of the actor's "
+                                 f"concurrency_groups {sorted(groups)}; add it there")
+        return {"max_task_retries": self._options.get("max_task_retries") or 0,
+                "concurrency_groups": groups}
 
     def get_or_create(self, *args, **kwargs):
         """The live actor of this ``name`` (and namespace), else a new one made with these
@@ -1127,7 +1276,8 @@ class PlacementGroup:
 def placement_group(bundles, strategy="PACK", name="", lifetime=None):
     """Reserves ``bundles`` (e.g. ``[{"CPU": 1}, {"CPU": 1, "GPU": 1}]``) all-or-nothing:
     PACK, SPREAD, STRICT_PACK or STRICT_SPREAD. It is removed when this driver's job ends,
-    unless ``lifetime="detached"``."""
+    unless ``lifetime="detached"``. As in Ray, a group no node of the cluster could hold
+    stays pending (a node that has what it asks may join), with a warning saying why."""
     _ensure_init()
     if strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
         raise ValueError(f"strategy={strategy!r}: give PACK, SPREAD, STRICT_PACK or "
@@ -1138,7 +1288,15 @@ def placement_group(bundles, strategy="PACK", name="", lifetime=None):
     for b in bundles:
         converted.append({("memory" if k == "memory" else k): float(v) for k, v in b.items()})
     pg_id = _phalanx.create_placement_group(converted, strategy, name or "",
-                                            lifetime == "detached")  # PlacementGroupError
+                                            lifetime == "detached",  # PlacementGroupError
+                                            pend_if_infeasible=True)
+    for info in _phalanx.list_placement_groups():
+        reason = info["pending_reason"] if info["placement_group_id"] == pg_id else ""
+        if info["state"] == "PENDING" and reason.startswith("INFEASIBLE"):
+            import warnings
+            warnings.warn(f"placement group {pg_id[:8]} cannot be placed on any node of the "
+                          f"cluster now ({reason}); it waits for a node that has it to join",
+                          stacklevel=2)
     return PlacementGroup(pg_id, bundles, strategy)
 
 

@@ -673,6 +673,18 @@ def put(value):
                spilled)
 
 
+def put_error(error):
+    """An Obj whose readers raise `error`, owned by this process (it travels by value)."""
+    _here.ensure()
+    try:
+        meta = cloudpickle.dumps(error)
+    except Exception:  # noqa: BLE001 - an exception that cannot be pickled: its text
+        from .exceptions import PhalanxError
+        meta = pickle.dumps(PhalanxError(str(error)))
+    return Obj(_new_id(), "", "", _here.owner, _here.label, _to_bytes(KIND_ERROR, meta, []),
+               False, False)
+
+
 def _escape(refs):
     with _here.lock:
         _here.escaped.update(r._obj.id for r in refs)

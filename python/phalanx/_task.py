@@ -107,23 +107,20 @@ def generated(result, stream_id, run):
     """What a call returns for its result: a generator's values are sent on the call's stream
     (the number of them is returned), or listed when the call has none (num_returns=n or
     "dynamic"). `run` runs a coroutine to its end."""
-    from ._api import _check_streamable, stream_out, stream_out_async
+    from ._api import (_check_streamable, collect_yielded, collect_yielded_async, stream_out,
+                       stream_out_async)
     if stream_id is not None:
         if inspect.isasyncgen(result):
             return run(stream_out_async(stream_id, result))
         if not inspect.isgenerator(result):
             result = _check_streamable(result)
         return stream_out(stream_id, result)
+    # A generator's values (the refs of num_returns read them), and its error if it raised.
     if inspect.isgenerator(result):
-        return list(result)  # a generator's values (the refs of num_returns read them)
+        return collect_yielded(result, result.__qualname__)
     if inspect.isasyncgen(result):
-        return run(collect_async(result))
+        return run(collect_yielded_async(result, result.__qualname__))
     return result
-
-
-async def collect_async(agen):
-    """The values an async generator yields, as a list."""
-    return [v async for v in agen]
 
 
 class TaskWorker:
@@ -213,18 +210,12 @@ class TaskWorker:
 
 
 def _check_task_options(options):
-    from ._api import _check_known_and_amounts, check_num_returns
+    from ._api import (_check_known_and_amounts, _check_retries, _check_retry_exceptions,
+                       check_num_returns)
     _check_known_and_amounts(options, _TASK_OPTION_NAMES, "task")
     check_num_returns(options.get("num_returns", 1))
-    retries = options.get("max_retries", 3)
-    if not isinstance(retries, int) or retries < -1:
-        raise ValueError(f"max_retries={retries!r}: give a whole number >= 0, or -1 for no "
-                         f"limit")
-    retry = options.get("retry_exceptions", False)
-    if not (isinstance(retry, bool) or (isinstance(retry, (list, tuple)) and all(
-            inspect.isclass(c) and issubclass(c, BaseException) for c in retry))):
-        raise ValueError(f"retry_exceptions={retry!r}: give True, False or a list of exception "
-                         f"classes")
+    _check_retries(options.get("max_retries", 3), "max_retries")
+    _check_retry_exceptions(options.get("retry_exceptions", False))
 
 
 # The task worker's constructor arguments, per import path (what ActorClass.remote sends).

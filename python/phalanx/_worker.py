@@ -14,7 +14,7 @@ import traceback
 import _phalanx
 
 from . import _serialization as ser
-from ._api import resolve_args
+from ._api import RETRY_KWARG, resolve_args
 from .actor import EXIT_WAIT_S as _EXIT_WAIT_S
 from .actor import _end_this_actor, _ExitActor
 from ._objects import STREAM_KWARG
@@ -23,12 +23,18 @@ from ._task import generated
 from ._task import TaskWorker as _TaskWorker
 
 
+# What ActorClass.remote tells this actor's worker beside its class: max_task_retries (the
+# retries of a method's retry_exceptions) and concurrency_groups.
+_settings = {}
+
+
 def create(init_args: bytes):
     """Builds the actor object from its pickled (class, args, kwargs)."""
     if not ser.is_pickled(init_args):
         raise RuntimeError("this actor's constructor arguments are not pickled: a Python actor "
                            "is created from Python (phalanx.remote)")
-    paths, payload = pickle.loads(init_args)
+    paths, payload, *settings = pickle.loads(init_args)
+    _settings.update(settings[0] if settings else {})
     for p in paths:
         if p not in sys.path:
             sys.path.append(p)
@@ -37,6 +43,67 @@ def create(init_args: bytes):
         return cls(*args, **kwargs)
     except Exception:
         raise RuntimeError(traceback.format_exc().rstrip()) from None
+
+
+def concurrency_groups(obj):
+    """({group: max concurrency}, {method: group}) of the actor: its concurrency_groups
+    option, and the methods that @phalanx.method(concurrency_group=...) puts in one."""
+    groups = dict(_settings.get("concurrency_groups") or {})
+    methods = {}
+    for name in dir(type(obj)):
+        group = getattr(getattr(type(obj), name, None), "__phalanx_concurrency_group__", None)
+        if group in groups:
+            methods[name] = group
+    return groups, methods
+
+
+def _retry_policy(fn, kwargs):
+    """(retry_exceptions, retries) of a call: the call's own options, else its method's
+    @phalanx.method marks, the retries defaulting to the actor's max_task_retries; None when
+    the call is not retried on an exception."""
+    own = kwargs.pop(RETRY_KWARG, None) if isinstance(kwargs, dict) else None
+    retry, retries = own if own is not None else (None, None)
+    if retry is None:
+        retry = getattr(fn, "__phalanx_retry_exceptions__", None)
+    if retries is None:
+        retries = getattr(fn, "__phalanx_max_task_retries__", None)
+    if retries is None:
+        retries = _settings.get("max_task_retries", 0)
+    if not retry or retries == 0:
+        return None
+    return retry, retries
+
+
+def _retries_on(error, retry):
+    return retry is True or isinstance(error, retry)
+
+
+def _retrying(fn, policy):
+    """`fn` run again on an exception its policy names, as many times as it allows (-1:
+    without limit); a coroutine function stays one."""
+    retry, retries = policy
+    if inspect.iscoroutinefunction(fn):
+        async def run_async(*args, **kwargs):
+            left = retries
+            while True:
+                try:
+                    return await fn(*args, **kwargs)
+                except Exception as e:  # noqa: BLE001 - raised again unless retried
+                    if left == 0 or not _retries_on(e, retry):
+                        raise
+                    left -= 1
+        return run_async
+
+    def run(*args, **kwargs):
+        left = retries
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:  # noqa: BLE001
+                if left == 0 or not _retries_on(e, retry):
+                    raise
+                left -= 1
+    return run
 
 
 def call(obj, method: str, payload: bytes, done=None):
@@ -56,6 +123,7 @@ def call(obj, method: str, payload: bytes, done=None):
     except Exception as e:  # noqa: BLE001
         return False, b"", "InvalidCall", f"cannot decode the arguments of {method}: {e}"
     stream_id = kwargs.pop(STREAM_KWARG, None) if isinstance(kwargs, dict) else None
+    policy = _retry_policy(fn, kwargs)
     try:
         inspect.signature(fn).bind(*args, **kwargs)
     except TypeError as e:
@@ -66,6 +134,8 @@ def call(obj, method: str, payload: bytes, done=None):
     with _calls_lock:
         _running[key] = None
     later = False
+    if policy is not None:
+        fn = _retrying(fn, policy)
     try:
         args, kwargs = resolve_args(args, kwargs)
         result = fn(*args, **kwargs)
@@ -104,6 +174,8 @@ def _outcome(obj, method, key, encoding, result, error, wait_on_exit=False):
     ends (exit_actor() or sys.exit(): its caller gets ActorDiedError, as in Ray; no reply is
     sent). A plain call's thread waits there for the end (`wait_on_exit`)."""
     _forget(key)
+    if isinstance(error, SystemExit) and error.code not in (None, 0):
+        _crash(error.code)
     if isinstance(error, (_ExitActor, SystemExit)):
         _end_this_actor()
         if not wait_on_exit:
@@ -186,6 +258,17 @@ def _start_coroutine(coroutine, key=None):
         if cancelled:
             future.cancel()
     return future
+
+
+def _crash(code):
+    """sys.exit(code) with a failing code in a method: the worker process ends with it, as a
+    crash (the actor restarts as its max_restarts allows, and the calls in flight are
+    retried as max_task_retries allows), as in Ray. exit_actor() and sys.exit(0) end the
+    actor for good instead."""
+    print(f"[phalanx worker] a method called sys.exit({code!r}): the worker exits",
+          file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(code if isinstance(code, int) and 0 < code < 256 else 1)
 
 
 def _run_coroutine(coroutine, key=None):

@@ -175,14 +175,20 @@ RayTaskError = TaskError
 RayActorError = ActorError
 
 
-def _actor_died(message, actor_id="", cause=""):
-    """The ActorDiedError the native module raises: a WorkerCrashedError for a task whose
-    worker died (actors/task_pool.cc names it "task <function>: its worker died"), an
-    OutOfMemoryError when that worker was killed for memory."""
-    cls = ActorDiedError
-    if message.startswith("task ") and ": its worker died" in message:
-        cls = OutOfMemoryError if "OOM" in message or "OOM" in cause else WorkerCrashedError
-    return cls(message, actor_id=actor_id, cause=cause)
+class _CancelledTaskError(TaskError, TaskCancelledError):
+    """What ``get`` of a cancelled call raises: a TaskCancelledError that is also a TaskError
+    (Ray's RayTaskError whose cause is TaskCancelledError), so that ``except RayTaskError``
+    and ``except TaskCancelledError`` both catch it, as Ray's documentation writes them."""
+
+    def __init__(self, message):
+        TaskError.__init__(self, message, "TaskCancelledError", "", None)
+
+    def __reduce__(self):
+        return (_cancelled, (str(self),))
+
+
+def _cancelled(message):
+    return _CancelledTaskError(message)
 
 
 # ---- a remote exception as the caller sees it -------------------------------------------------

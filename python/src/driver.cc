@@ -77,10 +77,11 @@ std::string CreateActor(const std::string& class_name, const std::string& langua
   return CallBlocking([&] { return internal::CreateActor(class_name, o, std::move(args)); });
 }
 
-PyObjectRef Submit(const std::string& actor_id, const std::string& method, py::bytes args) {
+PyObjectRef Submit(const std::string& actor_id, const std::string& method, py::bytes args,
+                   const std::string& concurrency_group) {
   std::string packed(args);
-  auto state =
-      CallBlocking([&] { return internal::SubmitCall(actor_id, method, std::move(packed)); });
+  auto state = CallBlocking(
+      [&] { return internal::SubmitCall(actor_id, method, std::move(packed), concurrency_group); });
   return {std::move(state), actor_id, method};
 }
 
@@ -256,7 +257,8 @@ void BindActors(py::module_& m) {
       .def_readonly("actor_id", &PyObjectRef::actor_id)
       .def_readonly("method", &PyObjectRef::method);
   m.def("create_actor", &CreateActor);
-  m.def("submit", &Submit);
+  m.def("submit", &Submit, py::arg("actor_id"), py::arg("method"), py::arg("args"),
+        py::arg("concurrency_group") = "");
   m.def("submit_task", &SubmitTask);
   m.def("task_pool_stats", [] {
     py::list out;
@@ -306,13 +308,18 @@ void BindPlacementGroups(py::module_& m) {
   m.def(
       "create_placement_group",
       [](const std::vector<std::map<std::string, double>>& bundles, const std::string& strategy,
-         const std::string& name, bool detached) {
+         const std::string& name, bool detached, bool pend_if_infeasible) {
         PlacementStrategy parsed = ParseOrRaise(ParsePlacementStrategy(strategy, "strategy"), kPg);
-        return CallBlocking([&] { return CreatePlacementGroup(bundles, parsed, name, detached); },
-                            kPg)
+        return CallBlocking(
+                   [&] {
+                     return CreatePlacementGroup(bundles, parsed, name, detached,
+                                                 pend_if_infeasible);
+                   },
+                   kPg)
             .id();
       },
-      py::arg("bundles"), py::arg("strategy"), py::arg("name"), py::arg("detached") = false);
+      py::arg("bundles"), py::arg("strategy"), py::arg("name"), py::arg("detached") = false,
+      py::arg("pend_if_infeasible") = false);
   // Every group the GCS knows: dicts of id, name, strategy, state, bundles, job_id.
   m.def("list_placement_groups", [] {
     auto groups = CallBlocking([] { return Worker().gcs().ListPlacementGroups(); }, kPg);

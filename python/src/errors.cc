@@ -18,6 +18,8 @@ const char* ExceptionClassFor(const absl::Status& status, ErrorDomain domain) {
   if (kind == worker::error_kind::kActorDied || kind == worker::error_kind::kCreationFailed) {
     return "ActorDiedError";
   }
+  if (kind == worker::error_kind::kWorkerCrashed) return "WorkerCrashedError";
+  if (kind == worker::error_kind::kOutOfMemory) return "OutOfMemoryError";
   if (kind == worker::error_kind::kActorUnavailable) return "ActorUnavailableError";
   if (kind == worker::error_kind::kTaskError) return "TaskError";
   if (kind == worker::error_kind::kInvalidCall) return "InvalidCallError";
@@ -67,15 +69,16 @@ void SetPythonError(const StatusError& e) {
   py::object cls = py::module_::import("phalanx.exceptions").attr(name);
   py::str message(std::string(e.status.message()));
   py::object error;
-  if (std::string(name) == "ActorDiedError") {
-    // A task's dead worker: WorkerCrashedError, or OutOfMemoryError (Ray's classes).
-    error = py::module_::import("phalanx.exceptions")
-                .attr("_actor_died")(message, py::arg("actor_id") = e.actor_id,
-                                     py::arg("cause") = e.cause);
+  const std::string n = name;
+  if (n == "ActorDiedError" || n == "WorkerCrashedError" || n == "OutOfMemoryError") {
+    error = cls(message, py::arg("actor_id") = e.actor_id, py::arg("cause") = e.cause);
+  } else if (n == "TaskCancelledError") {
+    // Also a TaskError, as Ray's cancelled call is a RayTaskError whose cause is it.
+    error = py::module_::import("phalanx.exceptions").attr("_cancelled")(message);
     cls = py::type::of(error);
-  } else if (std::string(name) == "ActorUnavailableError") {
+  } else if (n == "ActorUnavailableError") {
     error = cls(message, py::arg("actor_id") = e.actor_id);
-  } else if (std::string(name) == "TaskError") {
+  } else if (n == "TaskError") {
     // Also an instance of the remote exception's class where one can be made.
     error =
         py::module_::import("phalanx.exceptions").attr("_task_error")(message, py::bytes(e.detail));

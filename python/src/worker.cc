@@ -3,8 +3,10 @@
 // registered in this module (the elastic controller, the PythonTrainer host) are hosted as
 // in any C++ worker.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -71,6 +73,23 @@ class PyActorInstance final : public worker::ActorInstance {
     } catch (const std::exception& e) {
       spdlog::warn("interrupting the running call failed: {}", e.what());
       return false;
+    }
+  }
+
+  // The groups of the actor's options and of its methods' @phalanx.method marks
+  // (phalanx._worker.concurrency_groups).
+  void ConcurrencyGroups(std::map<std::string, int>* group_concurrency,
+                         std::map<std::string, std::string>* method_group) override {
+    py::gil_scoped_acquire acquire;
+    try {
+      auto r =
+          py::module_::import("phalanx._worker")
+              .attr("concurrency_groups")(obj_)
+              .cast<std::pair<std::map<std::string, int>, std::map<std::string, std::string>>>();
+      for (const auto& [group, n] : r.first) (*group_concurrency)[group] = n;
+      for (const auto& [method, group] : r.second) (*method_group)[method] = group;
+    } catch (const std::exception& e) {
+      spdlog::warn("reading the actor's concurrency groups failed: {}", e.what());
     }
   }
 

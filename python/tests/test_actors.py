@@ -140,7 +140,7 @@ def test_placement_groups(cluster):
         wait_for(lambda: phalanx.actor_info(c)["state"] == "DEAD", timeout=20)
         phalanx.get(c.add.remote(1), timeout=10)
     with pytest.raises(phalanx.PlacementGroupError, match="CPU"):
-        phalanx.placement_group([{"CPU": 1000}], strategy="STRICT_PACK")
+        phalanx.placement_group([{"CPU": -1}], strategy="STRICT_PACK")
     with pytest.raises(ValueError, match="strategy"):
         phalanx.placement_group([{"CPU": 1}], strategy="TIGHT")
 
@@ -185,7 +185,7 @@ import sys, time
 sys.path.insert(0, {tests!r})
 import phalanx
 from helpers import Counter
-phalanx.init({address!r}, token={token!r})
+phalanx.init({address!r}, token={token!r}, namespace={namespace!r})
 a = Counter.options(name="owned-a-" + sys.argv[1]).remote(1)
 b = Counter.options(name="owned-b-" + sys.argv[1]).remote(2)
 kept = Counter.options(name="kept-" + sys.argv[1], lifetime="detached").remote(3)
@@ -197,11 +197,20 @@ time.sleep(600)
 """
 
 
+LEAKY_NAMESPACE = "leaky-drivers"  # each driver has an anonymous one of its own otherwise
+
+
+def _leaky(name):
+    """The handle of the leaky driver's actor `name` (in its namespace)."""
+    return phalanx.get_actor(name, namespace=LEAKY_NAMESPACE)
+
+
 def _start_driver(cluster, tag):
     import subprocess
     import sys as _sys
     code = LEAKY_DRIVER.format(tests=os.path.dirname(os.path.abspath(__file__)),
-                               address=cluster.address, token=cluster.token)
+                               address=cluster.address, token=cluster.token,
+                               namespace=LEAKY_NAMESPACE)
     proc = subprocess.Popen([_sys.executable, "-c", code, tag], stdout=subprocess.PIPE,
                             text=True, env=dict(os.environ, PHALANX_TLS_DIR=cluster.tls_dir))
     line = proc.stdout.readline()
@@ -216,8 +225,8 @@ def test_a_sigkilled_drivers_actors_and_placement_groups_are_released(cluster):
     timeout (3 s) and a knock. Its detached actor stays."""
     proc, pg_id = _start_driver(cluster, "k")
     try:
-        owned = [phalanx.get_actor(f"owned-{x}-k") for x in "ab"]
-        kept = phalanx.get_actor("kept-k")
+        owned = [_leaky(f"owned-{x}-k") for x in "ab"]
+        kept = _leaky("kept-k")
         killed_at = time.time()
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
@@ -260,7 +269,7 @@ def test_a_driver_that_dies_while_the_gcs_is_down_is_released_when_it_returns(cl
     assert gcs_pid, "no phalanx-gcs of this cluster"
     restarted = None
     try:
-        owned = [phalanx.get_actor(f"owned-{x}-g") for x in "ab"]
+        owned = [_leaky(f"owned-{x}-g") for x in "ab"]
         os.kill(gcs_pid, signal.SIGKILL)
         assert wait_for(lambda: not os.path.exists(f"/proc/{gcs_pid}"), timeout=30)
         os.kill(proc.pid, signal.SIGKILL)
@@ -282,7 +291,7 @@ def test_a_driver_that_dies_while_the_gcs_is_down_is_released_when_it_returns(cl
             assert "OWNER_DIED" in phalanx.actor_info(h)["death_cause"], phalanx.actor_info(h)
         print(f"\n[driver SIGKILL while the GCS was down] its actors dead "
               f"{time.time() - back_at:.2f} s after the GCS was started again")
-        phalanx.kill(phalanx.get_actor("kept-g"))
+        phalanx.kill(_leaky("kept-g"))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -296,14 +305,14 @@ def test_a_stopped_driver_keeps_its_actors(cluster):
     after SIGCONT it renews again."""
     proc, _ = _start_driver(cluster, "s")
     try:
-        owned = [phalanx.get_actor(f"owned-{x}-s") for x in "ab"]
+        owned = [_leaky(f"owned-{x}-s") for x in "ab"]
         os.kill(proc.pid, signal.SIGSTOP)
         time.sleep(6)  # twice the node timeout
         os.kill(proc.pid, signal.SIGCONT)
         time.sleep(1)
         assert all(phalanx.actor_info(h)["state"] == "ALIVE" for h in owned), \
             [phalanx.actor_info(h) for h in owned]
-        phalanx.kill(phalanx.get_actor("kept-s"))
+        phalanx.kill(_leaky("kept-s"))
     finally:
         proc.kill()
         proc.wait()

@@ -15,6 +15,8 @@ FAILED_PRECONDITION, ABORTED, UNAVAILABLE = 9, 10, 14
 @pytest.mark.parametrize("code, kind, domain, cls", [
     (ABORTED, "ActorDied", "", phalanx.ActorDiedError),
     (ABORTED, "CreationFailed", "", phalanx.ActorDiedError),
+    (ABORTED, "WorkerCrashed", "", exceptions.WorkerCrashedError),
+    (ABORTED, "OutOfMemory", "", exceptions.OutOfMemoryError),
     (CANCELLED, "ActorUnavailable", "", phalanx.ActorUnavailableError),
     (UNKNOWN, "TaskError", "", phalanx.TaskError),
     (INVALID_ARGUMENT, "InvalidCall", "", phalanx.InvalidCallError),
@@ -35,6 +37,18 @@ def test_each_error_kind_and_code_maps_to_its_class(code, kind, domain, cls):
     assert type(e.value) is cls
     assert str(e.value) == "what went wrong"
     assert isinstance(e.value, phalanx.PhalanxError)
+
+
+def test_a_cancelled_call_is_a_task_cancelled_error_and_a_task_error():
+    # Ray's documentation catches a cancelled call as either (RayTaskError whose cause is
+    # TaskCancelledError).
+    with pytest.raises(phalanx.TaskCancelledError) as e:
+        _phalanx._raise_status(CANCELLED, "TaskCancelled", "the call was cancelled", "")
+    assert isinstance(e.value, exceptions.RayTaskError)
+    assert str(e.value) == "the call was cancelled"
+    import pickle
+    again = pickle.loads(pickle.dumps(e.value))
+    assert isinstance(again, phalanx.TaskCancelledError) and isinstance(again, phalanx.TaskError)
 
 
 def test_a_task_error_carries_its_remote_class_beside_the_message():
@@ -84,6 +98,18 @@ def test_a_timed_out_placement_group_ready_raises_get_timeout(cluster):
 def test_lookups_of_what_the_cluster_does_not_know(cluster):
     with pytest.raises(ValueError, match="no live actor named"):
         phalanx.get_actor("no-such-actor")
+    # A group no node can hold waits, as Ray's does (a node that has it may join), warning
+    # why; its ready() times out.
+    with pytest.warns(UserWarning, match="INFEASIBLE: bundle 0 {CPU: 1000} is bigger"):
+        pg = phalanx.placement_group([{"CPU": 1000}], strategy="STRICT_PACK")
+    try:
+        with pytest.raises(phalanx.GetTimeoutError, match="INFEASIBLE"):
+            phalanx.get(pg.ready(), timeout=1)
+        [info] = [g for g in _phalanx.list_placement_groups()
+                  if g["placement_group_id"] == pg.id]
+        assert info["state"] == "PENDING", info
+    finally:
+        phalanx.remove_placement_group(pg)
+    # A bundle that could never be valid is still refused at once.
     with pytest.raises(phalanx.PlacementGroupError):
-        phalanx.get(phalanx.placement_group([{"CPU": 1000}], strategy="STRICT_PACK").ready(),
-                    timeout=1)
+        phalanx.placement_group([{"CPU": -1}])

@@ -196,7 +196,7 @@ def test_bad_use_is_refused_clearly(cluster):
         phalanx.put(square.remote(1))
     with pytest.raises(ValueError, match="an ObjectRef or a list of ObjectRefs, not int"):
         phalanx.get(1)
-    with pytest.raises(TypeError, match="ObjectRefs, not int"):
+    with pytest.raises(TypeError, match=r"ObjectRefs \(or ObjectRefGenerators\), not int"):
         phalanx.wait([1])
 
 

@@ -72,7 +72,8 @@ absl::Status ActorClient::DeadStatusLocked() const {
 }
 
 std::shared_ptr<ObjectState> ActorClient::Submit(const std::string& method, std::string args,
-                                                 int encoding) {
+                                                 int encoding,
+                                                 const std::string& concurrency_group) {
   auto state = std::make_shared<ObjectState>();
   absl::MutexLock lock(&mu_);
   if (closed_) {
@@ -84,7 +85,9 @@ std::shared_ptr<ObjectState> ActorClient::Submit(const std::string& method, std:
     state->Set(DeadStatusLocked());
     return state;
   }
-  Call call{next_seq_++, method, std::move(args), encoding, info_.max_task_retries(), state};
+  Call call{
+      next_seq_++, method, std::move(args), encoding, concurrency_group, info_.max_task_retries(),
+      state};
   if (info_.state() == rpc::ACTOR_RESTARTING) {
     if (call.retries_left == 0) {
       state->Set(MakeError(absl::StatusCode::kAborted, error_kind::kActorDied,
@@ -190,6 +193,7 @@ void ActorClient::WriteQueuedLocked() {
       c->set_method(call.method);
       c->set_args(call.args);
       c->set_encoding(call.encoding);
+      c->set_concurrency_group(call.concurrency_group);
       call.sent = true;
       inflight_.emplace(call.seq, std::move(call));
     }

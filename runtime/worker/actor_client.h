@@ -38,8 +38,9 @@ class ActorClient : public std::enable_shared_from_this<ActorClient> {
   rpc::ActorInfo info() const;
 
   // Queues a call; the returned state completes with its result.
-  std::shared_ptr<ObjectState> Submit(const std::string& method, std::string args,
-                                      int encoding = 0);
+  // `concurrency_group` names the worker's group to run it in ("": its method's).
+  std::shared_ptr<ObjectState> Submit(const std::string& method, std::string args, int encoding = 0,
+                                      const std::string& concurrency_group = "");
 
   // Cancels the call whose result is `result`, as Ray's cancel of an actor task: its result
   // becomes a TaskCancelled error at once. One not sent yet goes as a no-op; one sent is
@@ -59,6 +60,7 @@ class ActorClient : public std::enable_shared_from_this<ActorClient> {
     std::string method;
     std::string args;
     int encoding;
+    std::string concurrency_group;
     int retries_left;  // -1: forever
     std::shared_ptr<ObjectState> result;
     // Sent to a worker before (queued again to go to the same worker on a new connection):

@@ -42,6 +42,14 @@ class ActorInstance {
   // actor cancels an async method's asyncio task and flags a plain one (is_canceled). Runs
   // on the thread that reads calls (kCancelMethod).
   virtual void Cancel(const std::string& call) { (void)call; }
+  // Concurrency groups the instance names beside its class's (a Python actor's come from its
+  // options and @method marks): group → max concurrency, method → group. Asked once, after
+  // the constructor.
+  virtual void ConcurrencyGroups(std::map<std::string, int>* group_concurrency,
+                                 std::map<std::string, std::string>* method_group) {
+    (void)group_concurrency;
+    (void)method_group;
+  }
 };
 
 struct ActorClass {

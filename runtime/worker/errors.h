@@ -20,6 +20,10 @@ inline constexpr char kInvalidCall[] = "InvalidCall";            // unknown meth
 inline constexpr char kGetTimeout[] = "GetTimeout";              // Get/Wait timed out
 inline constexpr char kCreationFailed[] = "CreationFailed";      // the constructor failed
 inline constexpr char kTaskCancelled[] = "TaskCancelled";        // a task was cancelled
+// A task's worker process died (a kind of kActorDied: the task ran in a worker actor), and
+// the same when it was killed for memory (Ray's WorkerCrashedError, OutOfMemoryError).
+inline constexpr char kWorkerCrashed[] = "WorkerCrashed";
+inline constexpr char kOutOfMemory[] = "OutOfMemory";
 }  // namespace error_kind
 
 // A status of `code` with `message`, tagged with `kind`.
@@ -28,7 +32,12 @@ absl::Status MakeError(absl::StatusCode code, absl::string_view kind, absl::stri
 // The kind a status was tagged with ("" if none).
 std::string ErrorKind(const absl::Status& status);
 
-inline bool IsActorDied(const absl::Status& s) { return ErrorKind(s) == error_kind::kActorDied; }
+// Whether the actor (or the worker of a task) is dead.
+inline bool IsActorDied(const absl::Status& s) {
+  const std::string kind = ErrorKind(s);
+  return kind == error_kind::kActorDied || kind == error_kind::kWorkerCrashed ||
+         kind == error_kind::kOutOfMemory;
+}
 inline bool IsTaskError(const absl::Status& s) { return ErrorKind(s) == error_kind::kTaskError; }
 inline bool IsGetTimeout(const absl::Status& s) { return ErrorKind(s) == error_kind::kGetTimeout; }
 

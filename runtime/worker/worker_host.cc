@@ -243,12 +243,14 @@ class Host {
     };
     default_executor_ = make("actor-default", default_concurrency);
     slots_[default_executor_.get()] = std::make_unique<CallSlots>(default_concurrency);
-    for (const auto& [group, concurrency] : cls->group_concurrency) {
+    std::map<std::string, int> group_concurrency = cls->group_concurrency;
+    method_group_ = cls->method_group;
+    instance_->ConcurrencyGroups(&group_concurrency, &method_group_);
+    for (const auto& [group, concurrency] : group_concurrency) {
       group_serial_[group] = concurrency <= 1;
       group_executors_[group] = make("actor-" + group, concurrency);
       slots_[group_executors_[group].get()] = std::make_unique<CallSlots>(concurrency);
     }
-    method_group_ = cls->method_group;
     if (int rc = Ready(""); rc != 0) return rc;
     spdlog::info("{} ready at {}", rpc::DescribeActor(actor_), address_);
 
@@ -320,7 +322,7 @@ class Host {
         ++i;
         continue;
       }
-      auto [executor, serial] = ExecutorFor(calls[i].method());
+      auto [executor, serial] = ExecutorFor(calls[i]);
       if (!serial) {
         CallSlots* slots = slots_.at(executor).get();
         executor->Post([this, call = std::move(calls[i]), caller, slots] {
@@ -335,8 +337,7 @@ class Host {
       }
       std::vector<rpc::ActorCall> run;
       while (i < calls.size() && calls[i].method() != kInterruptMethod &&
-             calls[i].method() != kCancelMethod &&
-             ExecutorFor(calls[i].method()).first == executor) {
+             calls[i].method() != kCancelMethod && ExecutorFor(calls[i]).first == executor) {
         run.push_back(std::move(calls[i]));
         ++i;
       }
@@ -358,12 +359,16 @@ class Host {
 
   CallLedger& ledger() { return ledger_; }
 
-  std::pair<Executor*, bool> ExecutorFor(const std::string& method) {
-    auto g = method_group_.find(method);
-    if (g != method_group_.end()) {
-      auto e = group_executors_.find(g->second);
-      if (e != group_executors_.end()) return {e->second.get(), group_serial_[g->second]};
+  // The executor of `call`'s concurrency group: the one the call names, else its method's,
+  // else the default one.
+  std::pair<Executor*, bool> ExecutorFor(const rpc::ActorCall& call) {
+    std::string group = call.concurrency_group();
+    if (group.empty()) {
+      auto g = method_group_.find(call.method());
+      if (g != method_group_.end()) group = g->second;
     }
+    auto e = group.empty() ? group_executors_.end() : group_executors_.find(group);
+    if (e != group_executors_.end()) return {e->second.get(), group_serial_[group]};
     return {default_executor_.get(), default_serial_};
   }
 
