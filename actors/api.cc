@@ -137,6 +137,7 @@ absl::Status Init(const InitOptions& options) {
   core.code_path = options.code_path;
   core.namespace_ = options.namespace_;
   core.is_driver = true;
+  core.log_to_driver = options.log_to_driver;
   if (const char* job = std::getenv("PHALANX_JOB_ID"); job && *job) core.job_id = job;
   if (auto s = worker::CoreWorker::Init(core); !s.ok()) return s;
   static bool registered = false;

@@ -87,6 +87,9 @@ struct InitOptions {
   std::string code_path;
   // Namespace for actor names.
   std::string namespace_;
+  // Print what this program's actors and tasks print, on its stderr, each line after
+  // "(Class pid=N)" (Ray's log_to_driver; Python's init() turns it on).
+  bool log_to_driver = false;
 };
 
 // Connects this process to the cluster. In a worker process (started by a node manager) it

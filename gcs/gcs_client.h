@@ -149,6 +149,9 @@ class GcsClient {
       const std::string& pg_id, absl::Duration timeout) = 0;
   virtual absl::StatusOr<std::vector<rpc::PlacementGroupInfo>> ListPlacementGroups() = 0;
 
+  // Publishes what the node's workers printed (channel LOGS).
+  virtual absl::Status PublishLogs(const rpc::PublishLogsRequest& request) = 0;
+
   // Streams every change of `channels` to `on_message`, on a thread of the subscription's
   // own, in order. The stream reconnects by itself after a GCS restart or a network break,
   // resuming from the last sequence number seen: missed messages are replayed, or (after a

@@ -198,6 +198,18 @@ class GcsServiceImpl final : public GcsServiceHandlers {
     return grpc::Status::OK;
   }
 
+  grpc::Status PublishLogs(grpc::ServerContext*, const rpc::PublishLogsRequest* request,
+                           rpc::PublishLogsReply*) override {
+    for (const rpc::LogLines& lines : request->logs()) {
+      rpc::PubMessage m;
+      m.set_channel(rpc::LOGS);
+      m.set_key(lines.job_id());
+      *m.mutable_log() = lines;
+      publisher_->Publish(std::move(m));
+    }
+    return grpc::Status::OK;
+  }
+
   grpc::Status KillActor(grpc::ServerContext*, const rpc::KillActorViaGcsRequest* request,
                          rpc::KillActorViaGcsReply*) override {
     return rpc::ToGrpc(actors_->Kill(request->actor_id(), request->no_restart()));

@@ -159,7 +159,7 @@ def _machine_cluster_answers():
 
 def init(address=None, *, token=None, namespace=None, num_cpus=None, num_gpus=None,
          resources=None, ignore_reinit_error=False, runtime_env=None,
-         object_store_memory=None, _plasma_directory=None):
+         object_store_memory=None, _plasma_directory=None, log_to_driver=True):
     """Connects this process to a cluster, like ``ray.init()``.
 
     ``address``: ``None`` connects to ``$PHALANX_ADDRESS`` when set (a job submitted with
@@ -169,6 +169,9 @@ def init(address=None, *, token=None, namespace=None, num_cpus=None, num_gpus=No
     them, ``None`` never joins the machine's. ``"auto"`` connects to the cluster this machine
     runs (an error if there is none); ``"host:port"`` to that GCS. The token comes
     from ``token``, ``$PHALANX_TOKEN`` or this machine's session of that address.
+    With ``log_to_driver`` (Ray's), what this driver's actors and tasks print comes to its
+    stderr, each line after ``(Class pid=N)`` (``(pid=N)`` for a task, with ``ip=`` for
+    another host), about 0.1 s after it was printed.
     ``namespace`` scopes the names of actors (and what ``get_actor`` finds); without one,
     the driver gets an anonymous namespace of its own, as in Ray.
     ``runtime_env={"env_vars": {...}}`` is every actor's and task's environment this driver
@@ -212,7 +215,7 @@ def init(address=None, *, token=None, namespace=None, num_cpus=None, num_gpus=No
         elif not isinstance(namespace, str):
             raise TypeError(f"namespace={namespace!r}: give a string")
         try:
-            _phalanx.init(address, token or "", namespace)
+            _phalanx.init(address, token or "", namespace, bool(log_to_driver))
         except PhalanxError:
             _stop_local_cluster()
             raise

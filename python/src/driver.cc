@@ -221,14 +221,17 @@ py::dict ToDict(const ActorDescription& a) {
 void BindRuntime(py::module_& m) {
   m.def(
       "init",
-      [](const std::string& address, const std::string& token, const std::string& ns) {
+      [](const std::string& address, const std::string& token, const std::string& ns,
+         bool log_to_driver) {
         InitOptions options;
         options.address = address;
         options.token = token;
         options.namespace_ = ns;
+        options.log_to_driver = log_to_driver;
         CallBlocking([&] { return Init(options); });
       },
-      py::arg("address") = "", py::arg("token") = "", py::arg("namespace") = "");
+      py::arg("address") = "", py::arg("token") = "", py::arg("namespace") = "",
+      py::arg("log_to_driver") = false);
   m.def("is_initialized", [] { return worker::CoreWorker::Get() != nullptr; });
   m.def("shutdown", [] { CallBlocking([] { Shutdown(); }); });
   // The actor this process hosts: (actor id, attempt, class name), or None in a driver.

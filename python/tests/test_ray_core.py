@@ -284,6 +284,58 @@ def test_init_without_an_address_joins_this_machines_cluster(cluster, tmp_path):
     assert out.stdout.split()[0] != cluster.address, out.stdout
 
 
+PRINTING_PROGRAM = """
+import sys, time
+import phalanx as ray
+ray.init(log_to_driver=sys.argv[1] == "on")
+
+@ray.remote
+def task(x):
+    print("task says", x)
+    return x
+
+@ray.remote
+class Actor:
+    def speak(self):
+        print("actor says hi")
+        print("actor warns", file=sys.stderr)
+        return 1
+
+assert ray.get([task.remote(i) for i in range(2)]) == [0, 1]
+ray.get(Actor.remote().speak.remote())
+deadline = time.time() + 60  # the lines come about 0.1 s after they were printed
+while time.time() < deadline and sys.argv[1] == "on":
+    time.sleep(0.2)
+    if open(sys.argv[2]).read().count("says") >= 3:
+        break
+time.sleep(1)  # what else might come
+print("DONE")
+"""
+
+
+def test_what_tasks_and_actors_print_reaches_the_driver(cluster, tmp_path):
+    # Ray's log_to_driver: each line on the driver's stderr after "(Class pid=N)".
+    env = dict(cluster.env, PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("PHALANX_TLS_DIR", None)
+    for switch in ("on", "off"):
+        err_path = tmp_path / f"stderr-{switch}"
+        with open(err_path, "w") as err:
+            out = subprocess.run([sys.executable, "-c", PRINTING_PROGRAM, switch, str(err_path)],
+                                 env=env, stdout=subprocess.PIPE, stderr=err, text=True,
+                                 timeout=180)
+        text = err_path.read_text()
+        assert out.returncode == 0 and out.stdout.strip() == "DONE", text[-3000:]
+        lines = text.splitlines()
+        if switch == "off":
+            assert not [x for x in lines if "says" in x or "warns" in x], text
+            continue
+        said = sorted(x.split(") ", 1)[1] for x in lines if x.startswith("(") and ") " in x)
+        assert said == ["actor says hi", "actor warns", "task says 0", "task says 1"], text
+        assert all(x.startswith("(pid=") for x in lines if "task says" in x), text
+        assert all(x.startswith("(Actor pid=") for x in lines if "actor " in x), text
+        assert not [x for x in lines if "[info]" in x], text  # the worker host's own log
+
+
 @phalanx.remote(num_cpus=1, max_retries=3)
 def sleeper(seconds, marker=None):
     time.sleep(seconds)

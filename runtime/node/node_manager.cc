@@ -7,6 +7,7 @@
 #include <map>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gcs/gcs_client.h"
@@ -16,6 +17,7 @@
 #include "runtime/common/node_lease.h"
 #include "runtime/common/session.h"
 #include "runtime/common/system.h"
+#include "runtime/node/log_forwarder.h"
 #include "runtime/node/node_metrics.h"
 #include "runtime/node/object_store.h"
 #include "runtime/node/worker_pool.h"
@@ -35,6 +37,17 @@ using rpc::ToProto;
 // applied first; a reserve applied after that cancel would hold the bundle for good. The
 // margin covers the time the cancel takes to be sent and to arrive.
 constexpr absl::Duration kReserveDeadlineMargin = absl::Seconds(2);
+
+// How often the workers' new output is read and sent to the GCS for their drivers
+// (LogForwarder): a line printed in a task reaches its driver about this much later.
+constexpr absl::Duration kLogForwardPeriod = absl::Milliseconds(100);
+
+// "Counter" of "__main__.Counter"; "" for the task worker (its lines name the pid alone).
+std::string LogLabel(const std::string& class_name) {
+  if (absl::EndsWith(class_name, ".TaskWorker")) return "";
+  size_t dot = class_name.rfind('.');
+  return dot == std::string::npos ? class_name : class_name.substr(dot + 1);
+}
 
 class NodeManagerImpl;
 
@@ -166,6 +179,7 @@ class NodeManagerImpl final : public NodeManager {
     fence_thread_ = std::thread([this] { FenceLoop(); });
     store_thread_ = std::thread([this] { StoreLoop(); });
     report_thread_ = std::thread([this] { ReportLoop(); });
+    log_thread_ = std::thread([this] { LogLoop(); });
     spdlog::info("node {} serving at {}:{} with {}", node_id_, options_.node_ip, port_,
                  options_.resources.ToString());
     return absl::OkStatus();
@@ -198,6 +212,7 @@ class NodeManagerImpl final : public NodeManager {
     if (fence_thread_.joinable()) fence_thread_.join();
     if (report_thread_.joinable()) report_thread_.join();
     if (store_thread_.joinable()) store_thread_.join();
+    if (log_thread_.joinable()) log_thread_.join();
     // Workers go with their node: the GCS learns it from the node's death (NODE_DIED).
     if (pool_) pool_->Shutdown();
     bool dead;
@@ -430,6 +445,30 @@ class NodeManagerImpl final : public NodeManager {
 
   // Removes the objects of owners that died, and measures what the store holds (for the
   // heartbeats and /metrics), every kObjectSweepPeriod.
+  // Sends what the workers printed to the GCS (channel LOGS) for the drivers of their jobs,
+  // every kLogForwardPeriod. Lines are dropped, not held, while the GCS cannot take them.
+  void LogLoop() {
+    LogForwarder forwarder(options_.node_ip);
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), kLogForwardPeriod)) return;
+      }
+      std::vector<LogForwarder::Source> sources;
+      for (const WorkerRecord& w : pool_->List()) {
+        if (w.idle || w.job_id.empty()) continue;
+        sources.push_back({w.log_path, w.pid, w.job_id, w.actor_id, LogLabel(w.class_name)});
+      }
+      std::vector<rpc::LogLines> batches = forwarder.Collect(sources);
+      if (batches.empty()) continue;
+      rpc::PublishLogsRequest request;
+      for (auto& b : batches) *request.add_logs() = std::move(b);
+      if (auto s = gcs_->PublishLogs(request); !s.ok()) {
+        spdlog::debug("the workers' output was not forwarded: {}", s.message());
+      }
+    }
+  }
+
   void StoreLoop() {
     while (true) {
       {
@@ -796,6 +835,7 @@ class NodeManagerImpl final : public NodeManager {
   std::thread fence_thread_;
   std::thread report_thread_;
   std::thread store_thread_;
+  std::thread log_thread_;
   NodeMetrics metrics_;  // before the pool: the pool's exit callback counts into it
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<rpc::HttpServer> metrics_http_;  // after the pool: it reads the pool

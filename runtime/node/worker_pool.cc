@@ -170,6 +170,8 @@ absl::StatusOr<pid_t> WorkerPool::Start(const rpc::ActorInfo& actor, int attempt
         }
         w.idle = false;
         w.actor_id = actor.actor_id();
+        w.job_id = actor.job_id();
+        w.class_name = actor.class_name();
         w.attempt = attempt;
         w.started = absl::Now();
         w.peak_rss = 0;
@@ -334,6 +336,8 @@ absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int atte
 
   WorkerRecord record;
   record.actor_id = idle ? "" : actor.actor_id();
+  record.job_id = idle ? "" : actor.job_id();
+  record.class_name = idle ? "" : actor.class_name();
   record.attempt = attempt;
   record.pid = *pid;
   record.started = absl::Now();

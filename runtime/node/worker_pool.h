@@ -67,6 +67,8 @@ struct Assignment {
 
 struct WorkerRecord {
   std::string actor_id;
+  std::string job_id;      // its actor's job ("" while idle)
+  std::string class_name;  // its actor's class
   int attempt = 0;
   pid_t pid = 0;
   std::string address;       // set once the worker is ready

@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdio>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/common/ids.h"
 #include "runtime/common/logging.h"
@@ -36,7 +38,14 @@ absl::Status CoreWorker::Init(const CoreWorkerOptions& options) {
   if (filled.job_id.empty()) filled.job_id = NewId();
   if (filled.code_path.empty()) filled.code_path = SelfExe();
   bool driver = filled.is_driver;
+  bool logs = filled.is_driver && filled.log_to_driver;
   g_core_worker = new CoreWorker(std::move(filled), std::move(*gcs));
+  if (logs) {
+    CoreWorker* cw = g_core_worker;
+    absl::MutexLock sub(&cw->subscribe_mu_);
+    cw->logs_ =
+        cw->gcs_->Subscribe({rpc::LOGS}, [cw](const rpc::PubMessage& m) { cw->PrintLogs(m); });
+  }
   if (driver) {
     CoreWorker* cw = g_core_worker;
     cw->driver_lease_ = std::make_unique<DriverLease>(
@@ -101,14 +110,31 @@ void CoreWorker::Stop() {
     for (const auto& id : owned) gcs_->KillActor(id, /*no_restart=*/true).IgnoreError();
     if (driver_lease_) driver_lease_->End();
   }
-  std::unique_ptr<gcs::GcsClient::Subscription> subscription;
+  std::unique_ptr<gcs::GcsClient::Subscription> subscription, logs;
   {
     absl::MutexLock lock(&subscribe_mu_);
     stopped_ = true;
     subscription = std::move(subscription_);
+    logs = std::move(logs_);
   }
   subscription.reset();
+  logs.reset();
   for (auto& [id, client] : clients) client->Close();
+}
+
+void CoreWorker::PrintLogs(const rpc::PubMessage& message) {
+  if (!message.has_log() || message.log().job_id() != options().job_id) return;
+  const rpc::LogLines& log = message.log();
+  std::string prefix =
+      absl::StrCat("(", log.label(), log.label().empty() ? "" : " ", "pid=", log.pid());
+  if (!log.node_ip().empty() && !absl::StartsWith(log.node_ip(), "127.")) {
+    absl::StrAppend(&prefix, ", ip=", log.node_ip());
+  }
+  prefix += ") ";
+  std::string text;
+  for (const std::string& line : log.lines()) absl::StrAppend(&text, prefix, line, "\n");
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
 }
 
 void CoreWorker::OnActorMessage(const rpc::PubMessage& message) {

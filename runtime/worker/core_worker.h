@@ -25,6 +25,9 @@ struct CoreWorkerOptions {
   std::string namespace_;  // actors' namespace for names
   std::string code_path;   // what workers of this process's actors run; empty: this binary
   bool is_driver = false;  // a driver kills the actors it created (unless detached) at Shutdown
+  // A driver prints what its job's workers print (Ray's log_to_driver), on its stderr, each
+  // line after "(Class pid=N)" ("(pid=N)" for a task; ", ip=" added for another host's).
+  bool log_to_driver = false;
 };
 
 class CoreWorker {
@@ -56,6 +59,7 @@ class CoreWorker {
  private:
   explicit CoreWorker(CoreWorkerOptions options, std::unique_ptr<gcs::GcsClient> gcs);
   void OnActorMessage(const rpc::PubMessage& message);
+  void PrintLogs(const rpc::PubMessage& message);
   std::shared_ptr<ActorClient> AddClient(const rpc::ActorInfo& info);
   // Follows the actor table's changes from now on (once; not after Stop).
   void Subscribe();
@@ -68,6 +72,8 @@ class CoreWorker {
   absl::Mutex subscribe_mu_;
   std::unique_ptr<gcs::GcsClient::Subscription> subscription_ ABSL_GUARDED_BY(subscribe_mu_);
   bool stopped_ ABSL_GUARDED_BY(subscribe_mu_) = false;
+  // The LOGS channel, for a driver with log_to_driver (set by Init, ended by Stop).
+  std::unique_ptr<gcs::GcsClient::Subscription> logs_ ABSL_GUARDED_BY(subscribe_mu_);
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ActorClient>> clients_ ABSL_GUARDED_BY(mu_);
