@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+import _phalanx
 import phalanx
 from phalanx import _objects
 
@@ -64,6 +65,11 @@ class Trainer:
 
     def owned(self, n):             # a value this actor puts, handed out by ref
         return [phalanx.put(np.full(n, 2.0))]
+
+    def lend(self, other, n):       # a value this actor owns, kept by another actor
+        ref = phalanx.put(np.full(n, 1.0))
+        phalanx.get(other.keep.remote({"w": ref}))
+        return f"{ref._obj.node}:{ref._obj.owner}/"
 
     def pid(self):
         return os.getpid()
@@ -216,6 +222,18 @@ def test_a_value_dies_with_its_owner_and_the_error_names_it(cluster):
     # The node removes what the dead owner left in its store.
     store = _objects._store_root(ref._obj.node)
     assert wait_for(lambda: not os.path.exists(os.path.join(store, ref._obj.owner)), timeout=30)
+
+
+def test_a_dead_owners_borrow_keys_go_though_its_borrower_died_too(cluster):
+    """An owner SIGKILLed, then its borrower: no process is left to delete the borrower's
+    key; the owner's node deletes the keys of the values of an owner whose store it sweeps."""
+    owner, borrower = Trainer.remote(), Trainer.remote()
+    prefix = phalanx.get(owner.lend.remote(borrower, 1_000_000), timeout=60)
+    assert _phalanx.kv_list(_objects.BORROW_NS, prefix)  # the borrower's key
+    for actor in (owner, borrower):
+        os.kill(phalanx.get(actor.pid.remote(), timeout=60), signal.SIGKILL)
+    assert wait_for(lambda: not _phalanx.kv_list(_objects.BORROW_NS, prefix), timeout=30), \
+        _phalanx.kv_list(_objects.BORROW_NS, prefix)
 
 
 def test_a_failed_calls_error_reaches_every_reader_of_its_ref(cluster):

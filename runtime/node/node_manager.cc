@@ -5,6 +5,7 @@
 #include <atomic>
 #include <deque>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -41,6 +42,10 @@ constexpr absl::Duration kReserveDeadlineMargin = absl::Seconds(2);
 // How often the workers' new output is read and sent to the GCS for their drivers
 // (LogForwarder): a line printed in a task reaches its driver about this much later.
 constexpr absl::Duration kLogForwardPeriod = absl::Milliseconds(100);
+
+// The GCS KV namespace where Python processes register as borrowers of values
+// (python/phalanx/_objects.py, BORROW_NS).
+constexpr char kBorrowNamespace[] = "phalanx-borrows";
 
 // "Counter" of "__main__.Counter"; "" for the task worker (its lines name the pid alone).
 std::string LogLabel(const std::string& class_name) {
@@ -475,14 +480,27 @@ class NodeManagerImpl final : public NodeManager {
         absl::MutexLock lock(&mu_);
         if (mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), kObjectSweepPeriod)) return;
       }
-      int removed = SweepObjectStore(store_dir_) + SweepObjectStore(spill_dir_);
+      std::vector<std::string> dead;
+      int removed = SweepObjectStore(store_dir_, &dead) + SweepObjectStore(spill_dir_, &dead);
       if (removed > 0) spdlog::info("removed the objects of {} owner(s) that died", removed);
+      ForgetBorrowsOf(dead);
       CheckObjectCache();
       rpc::ObjectStoreUsage usage = MeasureObjectStore(store_dir_, spill_dir_, store_capacity_);
       if (MakeRoom(usage)) usage = MeasureObjectStore(store_dir_, spill_dir_, store_capacity_);
       usage.set_sent_bytes(sent_bytes_.load());
       absl::MutexLock lock(&store_mu_);
       store_usage_ = std::move(usage);
+    }
+  }
+
+  // Deletes the borrow keys (the Python object store's, _objects.BORROW_NS: "<node
+  // id>:<owner>/<object>/<borrower>") of the values of owners of this node that died: their
+  // borrowers may have died too, and no one else would delete them.
+  void ForgetBorrowsOf(const std::vector<std::string>& owners) {
+    for (const std::string& owner : std::set<std::string>(owners.begin(), owners.end())) {
+      auto s = gcs_->KvDelete(kBorrowNamespace, absl::StrCat(node_id_, ":", owner, "/"),
+                              /*by_prefix=*/true);
+      if (!s.ok()) spdlog::debug("the borrow keys of {} stay: {}", owner, s.status().message());
     }
   }
 

@@ -309,13 +309,16 @@ rpc::ObjectStoreUsage MeasureObjectStore(const std::string& dir, const std::stri
   return usage;
 }
 
-int SweepObjectStore(const std::string& dir) {
-  int removed = 0;
+int SweepObjectStore(const std::string& dir, std::vector<std::string>* removed) {
+  int count = 0;
   for (const std::string& owner : ListDir(dir)) {
     if (!IsName(owner) || ObjectOwnerAlive(owner)) continue;
-    if (RemoveAll(absl::StrCat(dir, "/", owner)).ok()) ++removed;
+    if (RemoveAll(absl::StrCat(dir, "/", owner)).ok()) {
+      ++count;
+      if (removed != nullptr) removed->push_back(owner);
+    }
   }
-  return removed;
+  return count;
 }
 
 absl::Status StreamObject(const std::vector<std::string>& dirs, absl::string_view owner,

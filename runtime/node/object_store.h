@@ -85,8 +85,9 @@ absl::Status CreateObjectStore(const std::string& dir, const std::string& spill_
 // Removes an (empty) store directory: the directory, or the link and the directory it names.
 void RemoveObjectStoreDir(const std::string& dir);
 
-// Removes the directories of owners that are not alive; returns how many.
-int SweepObjectStore(const std::string& dir);
+// Removes the directories of owners that are not alive; returns how many (and their names,
+// into `removed` when given).
+int SweepObjectStore(const std::string& dir, std::vector<std::string>* removed = nullptr);
 
 // Removes the stores in /dev/shm, other than `own_dir`, whose node manager is gone (its
 // ".node" names a process that does not run, or the store has none and no owner is left in
