@@ -266,6 +266,219 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml) {
   }
 }
 
+namespace {
+
+// The names listed under `key` of the spec (preimports, nodes).
+absl::Status ReadNames(const YAML::Node& root, const std::string& key, const std::string& fix,
+                       const std::string& item_fix, std::vector<std::string>* out) {
+  YAML::Node list = root[key];
+  if (!list) return absl::OkStatus();
+  if (!list.IsSequence()) return Bad(key, "not a list", fix);
+  for (const auto& item : list) {
+    if (!item.IsScalar()) return Bad(key, "an item that is not a name", item_fix);
+    out->push_back(item.as<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+// The sizes and limits at the top level: replicas (and their bounds), restarts, steps, epochs.
+absl::Status ReadCounts(const YAML::Node& root, JobSpec* spec) {
+  if (auto s = Read(root, "replicas", "replicas", "a whole number", ToInt, &spec->replicas);
+      !s.ok())
+    return s;
+  spec->min_replicas = spec->replicas;
+  spec->max_replicas = spec->replicas;
+  if (auto s =
+          Read(root, "minReplicas", "minReplicas", "a whole number", ToInt, &spec->min_replicas);
+      !s.ok())
+    return s;
+  if (auto s =
+          Read(root, "maxReplicas", "maxReplicas", "a whole number", ToInt, &spec->max_replicas);
+      !s.ok())
+    return s;
+  if (auto s =
+          Read(root, "restartLimit", "restartLimit", "a whole number", ToInt, &spec->restart_limit);
+      !s.ok())
+    return s;
+  if (auto s = Read(root, "restartTimeLimit", "restartTimeLimit", "a number of seconds", ToDouble,
+                    &spec->restart_time_limit_s);
+      !s.ok())
+    return s;
+  if (auto s = Read(root, "steps", "steps", "a whole number", ToInt64, &spec->steps); !s.ok())
+    return s;
+  if (auto s =
+          Read(root, "dataEpochs", "dataEpochs", "a whole number", ToInt64, &spec->data_epochs);
+      !s.ok())
+    return s;
+  if (auto s = Read(root, "scaleOutDebounceSeconds", "scaleOutDebounceSeconds",
+                    "a number of seconds", ToDouble, &spec->scale_out_debounce_s);
+      !s.ok())
+    return s;
+  return absl::OkStatus();
+}
+
+absl::Status ReadResources(const YAML::Node& root, JobSpec* spec) {
+  if (YAML::Node r = root["resources"]) {
+    if (!r.IsMap()) return Bad("resources", "not a map", "give e.g. {CPU: 1, memory: 1Gi}");
+    for (const auto& kv : r) {
+      std::string name = kv.first.as<std::string>();
+      std::string value = Scalar(kv.second);
+      std::string field = absl::StrCat("resources.", name);
+      if (name == "memory") {
+        auto bytes = ParseBytes(value);
+        if (!bytes.ok())
+          return Bad(field, std::string(bytes.status().message()), "e.g. memory: 1Gi");
+        spec->resources[name] = static_cast<double>(*bytes);
+      } else {
+        double amount;
+        if (!ToDouble(value, &amount))
+          return Bad(field, absl::StrCat("'", value, "' is not a number"), "e.g. CPU: 1");
+        spec->resources[name] = amount;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The optional sections of settings: data, checkpoint, straggler, hang, phases, failPolicy.
+absl::Status ReadSections(const YAML::Node& root, JobSpec* spec) {
+  if (YAML::Node d = root["data"]) {
+    if (!d.IsMap()) return Bad("data", "not a map", "give {numSamples: N, globalBatch: B}");
+    if (auto s =
+            Read(d, "numSamples", "data.numSamples", "a whole number", ToInt64, &spec->num_samples);
+        !s.ok())
+      return s;
+    if (auto s = Read(d, "globalBatch", "data.globalBatch", "a whole number", ToInt64,
+                      &spec->global_batch);
+        !s.ok())
+      return s;
+    if (auto s = Read(d, "seed", "data.seed", "a whole number", ToInt64, &spec->seed); !s.ok())
+      return s;
+  }
+  if (YAML::Node c = root["checkpoint"]) {
+    spec->checkpoint_dir = Scalar(c["dir"]);
+    if (auto s = Read(c, "intervalSteps", "checkpoint.intervalSteps", "a whole number", ToInt64,
+                      &spec->checkpoint_interval);
+        !s.ok())
+      return s;
+    if (auto s =
+            Read(c, "atEnd", "checkpoint.atEnd", "true or false", ToBool, &spec->checkpoint_at_end);
+        !s.ok())
+      return s;
+  }
+  if (YAML::Node st = root["straggler"]) {
+    if (auto s =
+            Read(st, "check", "straggler.check", "true or false", ToBool, &spec->straggler_check);
+        !s.ok())
+      return s;
+    if (auto s =
+            Read(st, "factor", "straggler.factor", "a number", ToDouble, &spec->straggler_factor);
+        !s.ok())
+      return s;
+  }
+  if (YAML::Node h = root["hang"]) {
+    if (auto s = Read(h, "timeoutSeconds", "hang.timeoutSeconds", "a number of seconds", ToDouble,
+                      &spec->hang_timeout_s);
+        !s.ok())
+      return s;
+    if (auto s = Read(h, "controllerLeaseSeconds", "hang.controllerLeaseSeconds",
+                      "a number of seconds", ToDouble, &spec->controller_lease_s);
+        !s.ok())
+      return s;
+    if (auto s = Read(h, "silentSeconds", "hang.silentSeconds", "a number of seconds", ToDouble,
+                      &spec->hang_silent_s);
+        !s.ok())
+      return s;
+  }
+  if (auto s = ReadPhases(root["phases"], spec); !s.ok()) return s;
+  if (auto s = Read(root, "stepCallMs", "stepCallMs", "a number of milliseconds", ToDouble,
+                    &spec->step_call_ms);
+      !s.ok())
+    return s;
+  if (YAML::Node f = root["failPolicy"]) {
+    if (auto s = Read(f, "belowMinTimeoutSeconds", "failPolicy.belowMinTimeoutSeconds",
+                      "a number of seconds", ToDouble, &spec->below_min_timeout_s);
+        !s.ok())
+      return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadConfig(const YAML::Node& root, JobSpec* spec) {
+  if (YAML::Node c = root["config"]) {
+    if (!c.IsMap()) return Bad("config", "not a map", "give key: value pairs");
+    for (const auto& kv : c) {
+      std::string key = kv.first.as<std::string>();
+      if (!kv.second.IsScalar() && !kv.second.IsNull()) {
+        // Its value would be dropped (the trainer reads strings), and an alias bomb hides here.
+        return Bad(absl::StrCat("config.", key), kv.second.IsMap() ? "a map" : "a list",
+                   "give a string (a trainer reads its config as strings), e.g. key: \"1,2,3\"");
+      }
+      spec->config[key] = Scalar(kv.second);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// One rule of faultTolerantPolicy (`field` names it in errors).
+absl::StatusOr<FaultPolicy> ReadPolicy(const YAML::Node& e, const std::string& field) {
+  if (!e.IsMap()) return Bad(field, "not a map", "give {event: oom, action: respawnLarger}");
+  FaultPolicy policy;
+  std::string codes = Scalar(e["exitCodes"]);
+  policy.event = Scalar(e["event"]);
+  if (codes.empty() == policy.event.empty()) {
+    return Bad(field, "needs exactly one of exitCodes and event",
+               "e.g. {exitCodes: \"129,101\", action: restart} or {event: oom, action: "
+               "respawnLarger}");
+  }
+  for (absl::string_view c : absl::StrSplit(codes, ',', absl::SkipWhitespace())) {
+    int code;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(c), &code) || code < 0 || code > 255) {
+      return Bad(field + ".exitCodes", absl::StrCat("'", codes, "'"),
+                 "give comma-separated exit codes 0..255, e.g. \"129,101\"");
+    }
+    policy.exit_codes.push_back(code);
+  }
+  if (!policy.event.empty() && !kEvents.count(policy.event)) {
+    return Bad(field + ".event", absl::StrCat("'", policy.event, "'"),
+               "use oom, nodeDied, straggler, hang or exited");
+  }
+  auto action = ParseAction(field + ".action", Scalar(e["action"]));
+  if (!action.ok()) return action.status();
+  policy.action = *action;
+  if (auto s = Read(e, "memoryGrowth", field + ".memoryGrowth", "a number", ToDouble,
+                    &policy.memory_growth);
+      !s.ok())
+    return s;
+  if (auto s = Read(e, "maxMemoryStep", field + ".maxMemoryStep", "a size like 8Gi", ToBytes,
+                    &policy.max_memory_step);
+      !s.ok())
+    return s;
+  if (auto s = Read(e, "memoryCap", field + ".memoryCap", "a size like 64Gi", ToBytes,
+                    &policy.memory_cap);
+      !s.ok())
+    return s;
+  if (auto s = Read(e, "dump", field + ".dump", "true or false", ToBool, &policy.dump); !s.ok())
+    return s;
+  return policy;
+}
+
+absl::Status ReadPolicies(const YAML::Node& root, JobSpec* spec) {
+  YAML::Node p = root["faultTolerantPolicy"];
+  if (!p) return absl::OkStatus();
+  if (!p.IsSequence()) {
+    return Bad("faultTolerantPolicy", "not a list", "give a list of {exitCodes|event, action}");
+  }
+  for (size_t i = 0; i < p.size(); ++i) {
+    auto policy = ReadPolicy(p[i], absl::StrCat("faultTolerantPolicy[", i, "]"));
+    if (!policy.ok()) return policy.status();
+    spec->policies.push_back(*policy);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root) {
   if (!root.IsMap()) {
     return absl::InvalidArgumentError("job spec must be a YAML map (name: …, trainer: …)");
@@ -285,199 +498,18 @@ absl::StatusOr<JobSpec> ParseSpecNode(const YAML::Node& root) {
   spec.trainer = Scalar(root["trainer"]);
   spec.code_path = Scalar(root["codePath"]);
   if (root["language"]) spec.language = Scalar(root["language"]);
-  if (YAML::Node imports = root["preimports"]) {
-    if (!imports.IsSequence()) {
-      return Bad("preimports", "not a list", "give a list of module names, e.g. [torch, numpy]");
-    }
-    for (const auto& item : imports) {
-      if (!item.IsScalar()) {
-        return Bad("preimports", "an item that is not a name", "give module names, e.g. torch");
-      }
-      spec.preimports.push_back(item.as<std::string>());
-    }
-  }
-  if (YAML::Node nodes = root["nodes"]) {
-    if (!nodes.IsSequence()) {
-      return Bad("nodes", "not a list",
-                 "give a list of node ids, hostnames or IP addresses, e.g. [host-a, host-b]");
-    }
-    for (const auto& item : nodes) {
-      if (!item.IsScalar()) {
-        return Bad("nodes", "an item that is not a name",
-                   "give node ids, hostnames or IP addresses");
-      }
-      spec.nodes.push_back(item.as<std::string>());
-    }
-  }
   spec.placement_strategy =
       root["placementStrategy"] ? Scalar(root["placementStrategy"]) : spec.placement_strategy;
-  if (auto s = Read(root, "replicas", "replicas", "a whole number", ToInt, &spec.replicas); !s.ok())
-    return s;
-  spec.min_replicas = spec.replicas;
-  spec.max_replicas = spec.replicas;
-  if (auto s =
-          Read(root, "minReplicas", "minReplicas", "a whole number", ToInt, &spec.min_replicas);
-      !s.ok())
-    return s;
-  if (auto s =
-          Read(root, "maxReplicas", "maxReplicas", "a whole number", ToInt, &spec.max_replicas);
-      !s.ok())
-    return s;
-  if (auto s =
-          Read(root, "restartLimit", "restartLimit", "a whole number", ToInt, &spec.restart_limit);
-      !s.ok())
-    return s;
-  if (auto s = Read(root, "restartTimeLimit", "restartTimeLimit", "a number of seconds", ToDouble,
-                    &spec.restart_time_limit_s);
-      !s.ok())
-    return s;
-  if (auto s = Read(root, "steps", "steps", "a whole number", ToInt64, &spec.steps); !s.ok())
-    return s;
-  if (auto s = Read(root, "dataEpochs", "dataEpochs", "a whole number", ToInt64, &spec.data_epochs);
-      !s.ok())
-    return s;
-  if (auto s = Read(root, "scaleOutDebounceSeconds", "scaleOutDebounceSeconds",
-                    "a number of seconds", ToDouble, &spec.scale_out_debounce_s);
-      !s.ok())
-    return s;
-
-  if (YAML::Node r = root["resources"]) {
-    if (!r.IsMap()) return Bad("resources", "not a map", "give e.g. {CPU: 1, memory: 1Gi}");
-    for (const auto& kv : r) {
-      std::string name = kv.first.as<std::string>();
-      std::string value = Scalar(kv.second);
-      std::string field = absl::StrCat("resources.", name);
-      if (name == "memory") {
-        auto bytes = ParseBytes(value);
-        if (!bytes.ok())
-          return Bad(field, std::string(bytes.status().message()), "e.g. memory: 1Gi");
-        spec.resources[name] = static_cast<double>(*bytes);
-      } else {
-        double amount;
-        if (!ToDouble(value, &amount))
-          return Bad(field, absl::StrCat("'", value, "' is not a number"), "e.g. CPU: 1");
-        spec.resources[name] = amount;
-      }
-    }
+  for (auto s : {ReadNames(root, "preimports", "give a list of module names, e.g. [torch, numpy]",
+                           "give module names, e.g. torch", &spec.preimports),
+                 ReadNames(root, "nodes",
+                           "give a list of node ids, hostnames or IP addresses, e.g. [host-a, "
+                           "host-b]",
+                           "give node ids, hostnames or IP addresses", &spec.nodes)}) {
+    if (!s.ok()) return s;
   }
-  if (YAML::Node d = root["data"]) {
-    if (!d.IsMap()) return Bad("data", "not a map", "give {numSamples: N, globalBatch: B}");
-    if (auto s =
-            Read(d, "numSamples", "data.numSamples", "a whole number", ToInt64, &spec.num_samples);
-        !s.ok())
-      return s;
-    if (auto s = Read(d, "globalBatch", "data.globalBatch", "a whole number", ToInt64,
-                      &spec.global_batch);
-        !s.ok())
-      return s;
-    if (auto s = Read(d, "seed", "data.seed", "a whole number", ToInt64, &spec.seed); !s.ok())
-      return s;
-  }
-  if (YAML::Node c = root["checkpoint"]) {
-    spec.checkpoint_dir = Scalar(c["dir"]);
-    if (auto s = Read(c, "intervalSteps", "checkpoint.intervalSteps", "a whole number", ToInt64,
-                      &spec.checkpoint_interval);
-        !s.ok())
-      return s;
-    if (auto s =
-            Read(c, "atEnd", "checkpoint.atEnd", "true or false", ToBool, &spec.checkpoint_at_end);
-        !s.ok())
-      return s;
-  }
-  if (YAML::Node st = root["straggler"]) {
-    if (auto s =
-            Read(st, "check", "straggler.check", "true or false", ToBool, &spec.straggler_check);
-        !s.ok())
-      return s;
-    if (auto s =
-            Read(st, "factor", "straggler.factor", "a number", ToDouble, &spec.straggler_factor);
-        !s.ok())
-      return s;
-  }
-  if (YAML::Node h = root["hang"]) {
-    if (auto s = Read(h, "timeoutSeconds", "hang.timeoutSeconds", "a number of seconds", ToDouble,
-                      &spec.hang_timeout_s);
-        !s.ok())
-      return s;
-    if (auto s = Read(h, "controllerLeaseSeconds", "hang.controllerLeaseSeconds",
-                      "a number of seconds", ToDouble, &spec.controller_lease_s);
-        !s.ok())
-      return s;
-    if (auto s = Read(h, "silentSeconds", "hang.silentSeconds", "a number of seconds", ToDouble,
-                      &spec.hang_silent_s);
-        !s.ok())
-      return s;
-  }
-  if (auto s = ReadPhases(root["phases"], &spec); !s.ok()) return s;
-  if (auto s = Read(root, "stepCallMs", "stepCallMs", "a number of milliseconds", ToDouble,
-                    &spec.step_call_ms);
-      !s.ok())
-    return s;
-  if (YAML::Node f = root["failPolicy"]) {
-    if (auto s = Read(f, "belowMinTimeoutSeconds", "failPolicy.belowMinTimeoutSeconds",
-                      "a number of seconds", ToDouble, &spec.below_min_timeout_s);
-        !s.ok())
-      return s;
-  }
-  if (YAML::Node c = root["config"]) {
-    if (!c.IsMap()) return Bad("config", "not a map", "give key: value pairs");
-    for (const auto& kv : c) {
-      std::string key = kv.first.as<std::string>();
-      if (!kv.second.IsScalar() && !kv.second.IsNull()) {
-        // Its value would be dropped (the trainer reads strings), and an alias bomb hides here.
-        return Bad(absl::StrCat("config.", key), kv.second.IsMap() ? "a map" : "a list",
-                   "give a string (a trainer reads its config as strings), e.g. key: \"1,2,3\"");
-      }
-      spec.config[key] = Scalar(kv.second);
-    }
-  }
-  if (YAML::Node p = root["faultTolerantPolicy"]) {
-    if (!p.IsSequence()) {
-      return Bad("faultTolerantPolicy", "not a list", "give a list of {exitCodes|event, action}");
-    }
-    for (size_t i = 0; i < p.size(); ++i) {
-      std::string field = absl::StrCat("faultTolerantPolicy[", i, "]");
-      const YAML::Node& e = p[i];
-      if (!e.IsMap()) return Bad(field, "not a map", "give {event: oom, action: respawnLarger}");
-      FaultPolicy policy;
-      std::string codes = Scalar(e["exitCodes"]);
-      policy.event = Scalar(e["event"]);
-      if (codes.empty() == policy.event.empty()) {
-        return Bad(field, "needs exactly one of exitCodes and event",
-                   "e.g. {exitCodes: \"129,101\", action: restart} or {event: oom, action: "
-                   "respawnLarger}");
-      }
-      for (absl::string_view c : absl::StrSplit(codes, ',', absl::SkipWhitespace())) {
-        int code;
-        if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(c), &code) || code < 0 || code > 255) {
-          return Bad(field + ".exitCodes", absl::StrCat("'", codes, "'"),
-                     "give comma-separated exit codes 0..255, e.g. \"129,101\"");
-        }
-        policy.exit_codes.push_back(code);
-      }
-      if (!policy.event.empty() && !kEvents.count(policy.event)) {
-        return Bad(field + ".event", absl::StrCat("'", policy.event, "'"),
-                   "use oom, nodeDied, straggler, hang or exited");
-      }
-      auto action = ParseAction(field + ".action", Scalar(e["action"]));
-      if (!action.ok()) return action.status();
-      policy.action = *action;
-      if (auto s = Read(e, "memoryGrowth", field + ".memoryGrowth", "a number", ToDouble,
-                        &policy.memory_growth);
-          !s.ok())
-        return s;
-      if (auto s = Read(e, "maxMemoryStep", field + ".maxMemoryStep", "a size like 8Gi", ToBytes,
-                        &policy.max_memory_step);
-          !s.ok())
-        return s;
-      if (auto s = Read(e, "memoryCap", field + ".memoryCap", "a size like 64Gi", ToBytes,
-                        &policy.memory_cap);
-          !s.ok())
-        return s;
-      if (auto s = Read(e, "dump", field + ".dump", "true or false", ToBool, &policy.dump); !s.ok())
-        return s;
-      spec.policies.push_back(policy);
-    }
+  for (auto read : {ReadCounts, ReadResources, ReadSections, ReadConfig, ReadPolicies}) {
+    if (auto s = read(root, &spec); !s.ok()) return s;
   }
   if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
   return spec;
@@ -499,7 +531,10 @@ absl::Status CheckNodeNames(const std::vector<std::string>& nodes, const std::st
   return absl::OkStatus();
 }
 
-absl::Status ValidateJobSpec(const JobSpec& spec) {
+namespace {
+
+// The spec's texts: the name, the trainer and its language, preimports, nodes.
+absl::Status ValidateNames(const JobSpec& spec) {
   if (spec.name.empty()) return Bad("name", "missing", "name the job, e.g. name: regression");
   // A spec is text: the job kind passes it on as YAML (JobSpecToYaml), which must read back
   // as the same spec.
@@ -548,6 +583,11 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                "remove it: only Python trainers (language: python) import modules");
   }
   if (auto s = CheckNodeNames(spec.nodes, "nodes"); !s.ok()) return s;
+  return absl::OkStatus();
+}
+
+// The spec's numbers: replicas, resources, data, steps, restarts.
+absl::Status ValidateSizes(const JobSpec& spec) {
   // A Python trainer runs its own loop over its own data until it returns.
   const bool trainer_driven = spec.language == "python";
   if (spec.replicas < 1) return Bad("replicas", std::to_string(spec.replicas), "give 1 or more");
@@ -589,6 +629,11 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return Bad("restartTimeLimit", std::to_string(spec.restart_time_limit_s),
                "give a window in seconds (> 0)");
   }
+  return absl::OkStatus();
+}
+
+// The spec's times and switches: checkpoints, stragglers, hangs, phases, placement.
+absl::Status ValidateTimes(const JobSpec& spec) {
   if (spec.checkpoint_interval < 0 ||
       (spec.checkpoint_interval > 0 && spec.checkpoint_dir.empty())) {
     return Bad("checkpoint", absl::StrCat("intervalSteps ", spec.checkpoint_interval),
@@ -635,6 +680,10 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return Bad("placementStrategy", absl::StrCat("'", spec.placement_strategy, "'"),
                "use PACK, SPREAD, STRICT_PACK or STRICT_SPREAD");
   }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePolicies(const JobSpec& spec) {
   for (size_t i = 0; i < spec.policies.size(); ++i) {
     const auto& p = spec.policies[i];
     std::string field = absl::StrCat("faultTolerantPolicy[", i, "]");
@@ -649,6 +698,15 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
       return Bad(field + ".action", "respawnLarger",
                  "give resources.memory (the limit to grow), or another action");
     }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJobSpec(const JobSpec& spec) {
+  for (auto validate : {ValidateNames, ValidateSizes, ValidateTimes, ValidatePolicies}) {
+    if (auto s = validate(spec); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
