@@ -385,6 +385,26 @@ void Controller::KillStrays(const std::set<std::string>& keep) {
 }
 
 void Controller::Train() {
+  if (!Begin()) return;
+  run_start_ = absl::Now();
+  run_start_step_ = 0;
+  need_epoch_ = true;
+  grow_after_ = absl::InfiniteFuture();
+  // Each turn: take signals, start ranks when there are none, keep at least minReplicas,
+  // form an epoch when needed, then run a step; a part may end the turn early.
+  while (!failed_) {
+    Turn turn = TakeSignals();
+    if (turn == Turn::kOn && members_.empty()) turn = StartFromNothing();
+    if (turn == Turn::kOn) turn = KeepMinReplicas();
+    if (turn == Turn::kOn) turn = EnsureEpoch();
+    if (turn == Turn::kOn) turn = StepOnce();
+    if (turn == Turn::kStop) return;
+    if (turn == Turn::kEnd) break;
+  }
+  Finish();
+}
+
+bool Controller::Begin() {
   bool adopted = false;
   if (!previous_.members().empty()) {
     adopted = Adopt(previous_);
@@ -403,186 +423,204 @@ void Controller::Train() {
     }
     if (restarted_) RemoveReservationsNamed(GroupName());
     pg_ = PlacementGroup();
-    if (!PlaceAndStart()) return;
+    if (!PlaceAndStart()) return false;
   }
-  absl::Time start = absl::Now();
-  int64_t start_step = 0;
-  bool need_epoch = true;
-  grow_after_ = absl::InfiniteFuture();
-  while (!failed_) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) return;
-      if (resource_event_) {
-        resource_event_ = false;
-        // A new node lifts a ceiling left by a shrink; freed resources alone do not (the
-        // resources a shrunk rank freed are not a reason to bring it back).
-        if (node_added_) ceiling_ = spec_.max_replicas;
-        node_added_ = false;
-        // Grow toward maxReplicas (or the requested size) once things settle.
-        target_ = std::min(requested_ > 0 ? requested_ : spec_.max_replicas, ceiling_);
-        target_ = std::max(target_, static_cast<int>(members_.size()));
-        grow_after_ = absl::Now() + absl::Seconds(spec_.scale_out_debounce_s);
-      }
+  return true;
+}
+
+// A resource change (a node joined: growth may follow) and a stop request.
+Controller::Turn Controller::TakeSignals() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return Turn::kStop;
+    if (resource_event_) {
+      resource_event_ = false;
+      // A new node lifts a ceiling left by a shrink; freed resources alone do not (the
+      // resources a shrunk rank freed are not a reason to bring it back).
+      if (node_added_) ceiling_ = spec_.max_replicas;
+      node_added_ = false;
+      // Grow toward maxReplicas (or the requested size) once things settle.
+      target_ = std::min(requested_ > 0 ? requested_ : spec_.max_replicas, ceiling_);
+      target_ = std::max(target_, static_cast<int>(members_.size()));
+      grow_after_ = absl::Now() + absl::Seconds(spec_.scale_out_debounce_s);
     }
-    if (stop_requested_ || recorder_.StopAsked()) {
-      Condition("Failed", "Stopped", "stopped on request");
-      recorder_.SetState(rpc::JOB_STOPPED, "stopped on request", 1);
-      return;
+  }
+  if (stop_requested_ || recorder_.StopAsked()) {
+    Condition("Failed", "Stopped", "stopped on request");
+    recorder_.SetState(rpc::JOB_STOPPED, "stopped on request", 1);
+    return Turn::kStop;
+  }
+  return Turn::kOn;
+}
+
+// No rank left (or none yet): wait for ranks; once they are up, start from the last
+// checkpoint (or from the start).
+Controller::Turn Controller::StartFromNothing() {
+  // The wait is timed from when the job had no rank (a replacement that failed to start
+  // ends one wait early; the next waits for the rest of the time).
+  if (below_min_since_ == absl::InfiniteFuture()) below_min_since_ = absl::Now();
+  absl::Time waited_from = below_min_since_;
+  absl::Duration bound = absl::Seconds(spec_.below_min_timeout_s);
+  WaitForJoiners(spec_.min_replicas, waited_from + bound - absl::Now());
+  if (recorder_.StopAsked()) return Turn::kNextTurn;  // the next turn ends it
+  // Those that failed to start go (their policy starts others, or fails the job).
+  DropFailedJoiners();
+  if (failed_) return Turn::kEnd;
+  if (ReadyJoiners() < spec_.min_replicas && !joining_.empty() &&
+      absl::Now() - waited_from < bound) {
+    return Turn::kNextTurn;  // replacements are coming
+  }
+  if (ReadyJoiners() < spec_.min_replicas) {
+    Fail(absl::StrCat("fewer than minReplicas (", spec_.min_replicas,
+                      ") ranks could be started: ", ReadyJoiners(), " ready after ",
+                      absl::StrFormat("%.1f", absl::ToDoubleSeconds(absl::Now() - waited_from)),
+                      " s (failPolicy.belowMinTimeoutSeconds: ", spec_.below_min_timeout_s, ")"));
+    return Turn::kEnd;
+  }
+  for (auto it = joining_.begin();
+       it != joining_.end() && static_cast<int>(members_.size()) < target_;) {
+    if (it->setup.Ready() && Get(it->setup).ok()) {
+      members_.push_back(std::move(*it));
+      it = joining_.erase(it);
+    } else {
+      ++it;
     }
-    if (members_.empty()) {
-      // Nothing left (or nothing yet): wait for ranks; once they are up, start from the last
-      // checkpoint (or from the start).
-      // The wait is timed from when the job had no rank (a replacement that failed to start
-      // ends one wait early; the next waits for the rest of the time).
-      if (below_min_since_ == absl::InfiniteFuture()) below_min_since_ = absl::Now();
-      absl::Time waited_from = below_min_since_;
-      absl::Duration bound = absl::Seconds(spec_.below_min_timeout_s);
-      WaitForJoiners(spec_.min_replicas, waited_from + bound - absl::Now());
-      if (recorder_.StopAsked()) continue;  // the loop's top ends it
-      // Those that failed to start go (their policy starts others, or fails the job).
-      DropFailedJoiners();
-      if (failed_) break;
-      if (ReadyJoiners() < spec_.min_replicas && !joining_.empty() &&
-          absl::Now() - waited_from < bound) {
-        continue;  // replacements are coming
-      }
-      if (ReadyJoiners() < spec_.min_replicas) {
-        Fail(absl::StrCat("fewer than minReplicas (", spec_.min_replicas,
-                          ") ranks could be started: ", ReadyJoiners(), " ready after ",
-                          absl::StrFormat("%.1f", absl::ToDoubleSeconds(absl::Now() - waited_from)),
-                          " s (failPolicy.belowMinTimeoutSeconds: ", spec_.below_min_timeout_s,
-                          ")"));
-        break;
-      }
-      for (auto it = joining_.begin();
-           it != joining_.end() && static_cast<int>(members_.size()) < target_;) {
-        if (it->setup.Ready() && Get(it->setup).ok()) {
-          members_.push_back(std::move(*it));
-          it = joining_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-      if (members_.empty()) continue;
-      // If rank 0 dies loading it, the epoch below fails without it and the next rank 0 loads.
-      RestartFromCheckpoint(had_members_ ? "every rank was lost" : "");
-      need_epoch = true;
+  }
+  if (members_.empty()) return Turn::kNextTurn;
+  // If rank 0 dies loading it, the epoch below fails without it and the next rank 0 loads.
+  RestartFromCheckpoint(had_members_ ? "every rank was lost" : "");
+  need_epoch_ = true;
+  return Turn::kOn;
+}
+
+// The boundary of the step (what changed), and the wait for replacements below minReplicas.
+Controller::Turn Controller::KeepMinReplicas() {
+  // With a step out ahead, the boundary waits for the next one (MayRunAhead sent it only
+  // because nothing waited; what came since is taken once it is answered).
+  Change change = ahead_.empty() ? Boundary() : Change::kNone;
+  if (change == Change::kFormed) need_epoch_ = false;
+  if (change == Change::kFailed) {
+    // A member may have died as the epoch formed: the next try goes without those the GCS
+    // calls dead (else each try waits out the group's timeout for them again).
+    std::vector<size_t> all(members_.size());
+    std::iota(all.begin(), all.end(), 0);
+    RemoveDead(all, /*only_confirmed=*/true);
+    need_epoch_ = true;
+  }
+  if (static_cast<int>(members_.size()) < spec_.min_replicas) {
+    absl::Time now = absl::Now();
+    if (below_min_since_ == absl::InfiniteFuture()) {
+      below_min_since_ = now;
+      Condition("Restarting", "BelowMinReplicas",
+                absl::StrCat(members_.size(), " ranks < minReplicas ", spec_.min_replicas,
+                             ": waiting for replacements"));
     }
-    // With a step out ahead, the boundary waits for the next one (MayRunAhead sent it only
-    // because nothing waited; what came since is taken once it is answered).
-    Change change = ahead_.empty() ? Boundary() : Change::kNone;
-    if (change == Change::kFormed) need_epoch = false;
-    if (change == Change::kFailed) {
-      // A member may have died as the epoch formed: the next try goes without those the GCS
-      // calls dead (else each try waits out the group's timeout for them again).
+    absl::Time deadline = below_min_since_ + absl::Seconds(spec_.below_min_timeout_s);
+    WaitForJoiners(spec_.min_replicas, deadline - now);
+    Boundary();
+    if (static_cast<int>(members_.size()) < spec_.min_replicas) {
+      // The timer runs from when the job went below, not from this wait: a replacement that
+      // failed to start ends a wait early, and the next one (its policy's) is still coming.
+      if (absl::Now() < deadline && !failed_) return Turn::kNextTurn;
+      Fail(absl::StrCat(
+          "below minReplicas (", members_.size(), " < ", spec_.min_replicas, ") for ",
+          absl::StrFormat("%.1f", absl::ToDoubleSeconds(absl::Now() - below_min_since_)),
+          " s (failPolicy.belowMinTimeoutSeconds: ", spec_.below_min_timeout_s, ")"));
+      return Turn::kEnd;
+    }
+    need_epoch_ = false;
+  }
+  below_min_since_ = absl::InfiniteFuture();
+  return Turn::kOn;
+}
+
+Controller::Turn Controller::EnsureEpoch() {
+  if (need_epoch_) {
+    if (!FormEpoch(epoch_ == 0 ? "start" : "recovery")) {
       std::vector<size_t> all(members_.size());
       std::iota(all.begin(), all.end(), 0);
+      size_t alive = members_.size();
       RemoveDead(all, /*only_confirmed=*/true);
-      need_epoch = true;
-    }
-    if (static_cast<int>(members_.size()) < spec_.min_replicas) {
-      absl::Time now = absl::Now();
-      if (below_min_since_ == absl::InfiniteFuture()) {
-        below_min_since_ = now;
-        Condition("Restarting", "BelowMinReplicas",
-                  absl::StrCat(members_.size(), " ranks < minReplicas ", spec_.min_replicas,
-                               ": waiting for replacements"));
-      }
-      absl::Time deadline = below_min_since_ + absl::Seconds(spec_.below_min_timeout_s);
-      WaitForJoiners(spec_.min_replicas, deadline - now);
-      Boundary();
-      if (static_cast<int>(members_.size()) < spec_.min_replicas) {
-        // The timer runs from when the job went below, not from this wait: a replacement that
-        // failed to start ends a wait early, and the next one (its policy's) is still coming.
-        if (absl::Now() < deadline && !failed_) continue;
+      // Every member alive, and still no epoch: some may not reach the others.
+      if (members_.size() == alive && LeaveOutTheCutOff()) return Turn::kNextTurn;
+      if (++consecutive_failures_ > 5) {
         Fail(absl::StrCat(
-            "below minReplicas (", members_.size(), " < ", spec_.min_replicas, ") for ",
-            absl::StrFormat("%.1f", absl::ToDoubleSeconds(absl::Now() - below_min_since_)),
-            " s (failPolicy.belowMinTimeoutSeconds: ", spec_.below_min_timeout_s, ")"));
-        break;
+            "the group could not be formed five times in a row",
+            last_phase_timeout_.empty() ? "" : "; the last time: ", last_phase_timeout_));
       }
-      need_epoch = false;
+      return Turn::kNextTurn;
     }
-    below_min_since_ = absl::InfiniteFuture();
-    if (need_epoch) {
-      if (!FormEpoch(epoch_ == 0 ? "start" : "recovery")) {
-        std::vector<size_t> all(members_.size());
-        std::iota(all.begin(), all.end(), 0);
-        size_t alive = members_.size();
-        RemoveDead(all, /*only_confirmed=*/true);
-        // Every member alive, and still no epoch: some may not reach the others.
-        if (members_.size() == alive && LeaveOutTheCutOff()) continue;
-        if (++consecutive_failures_ > 5) {
-          Fail(absl::StrCat(
-              "the group could not be formed five times in a row",
-              last_phase_timeout_.empty() ? "" : "; the last time: ", last_phase_timeout_));
-        }
-        continue;
-      }
-      need_epoch = false;
-    }
-    had_members_ = true;
-    if (!running_) {
-      running_ = true;
-      Condition("Running", "Training", absl::StrCat("world size ", members_.size()));
-      start = absl::Now();
-      start_step = agreed_;
-    }
-    if (spec_.TotalSteps() > 0 && agreed_ >= spec_.TotalSteps()) break;
-    if (trainer_done_) break;
-    std::vector<size_t> lost;
-    std::string error;
-    std::vector<Metrics> results;
-    int64_t ran = 0;
-    if (RunStep(&ran, &lost, &error, &results)) {
-      consecutive_failures_ = 0;
-      last_phase_timeout_.clear();
-      int64_t before = agreed_;
-      agreed_ += ran;
-      steps_per_call_ = ran;
-      StepAgreed(results);
-      if (step_log_) {
-        // For benchmarks: when each step was agreed, and by how many ranks.
-        int64_t now_ms = absl::ToUnixMillis(absl::Now());
-        for (int64_t s = before + 1; s <= agreed_; ++s) {
-          *step_log_ << s << " " << now_ms << " " << members_.size() << "\n";
-        }
-        step_log_->flush();
-      }
-      double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
-      if (elapsed > 0) steps_per_second_ = static_cast<double>(agreed_ - start_step) / elapsed;
-      CheckpointIfDue();
-      if (agreed_ / 10 != before / 10 || agreed_ == spec_.TotalSteps()) PublishStatus();
-      continue;
-    }
-    // The step failed: survivors go on without the dead at once (epoch + 1); the dead are
-    // replaced by policy and join later.
-    step_failed_ = std::min(step_failed_, absl::Now());
-    size_t before = members_.size();
-    RemoveDead(lost, /*only_confirmed=*/false);
-    if (members_.size() == before && LeaveOutTheCutOff()) {
-      // Nobody died: the step failed because some members cannot reach others. The largest
-      // set that reaches each other goes on; the others wait to rejoin.
-      Condition("Restarting", "Partitioned",
-                absl::StrCat("step ", agreed_, " failed; world size now ", members_.size(), " (",
-                             cut_off_.size(), " cut off)"));
-      need_epoch = true;
-      continue;
-    }
-    if (members_.size() == before && ++consecutive_failures_ >= 3) {
-      // Nobody died, yet the step keeps failing: a bug, not a fault to heal.
-      Fail(absl::StrCat("step ", agreed_, " failed three times without a rank dying: ", error));
-      break;
-    }
-    if (members_.size() == before) {
-      // Nobody died: say what failed (the first line of the error).
-      Event("step_failed", absl::StrCat("step ", agreed_, ": ", error.substr(0, error.find('\n'))));
-    }
-    Condition("Restarting", members_.size() < before ? "RankLost" : "StepFailed",
-              absl::StrCat("step ", agreed_, " failed; world size now ", members_.size()));
-    need_epoch = true;
+    need_epoch_ = false;
   }
+  return Turn::kOn;
+}
+
+Controller::Turn Controller::StepOnce() {
+  had_members_ = true;
+  if (!running_) {
+    running_ = true;
+    Condition("Running", "Training", absl::StrCat("world size ", members_.size()));
+    run_start_ = absl::Now();
+    run_start_step_ = agreed_;
+  }
+  if (spec_.TotalSteps() > 0 && agreed_ >= spec_.TotalSteps()) return Turn::kEnd;
+  if (trainer_done_) return Turn::kEnd;
+  std::vector<size_t> lost;
+  std::string error;
+  std::vector<Metrics> results;
+  int64_t ran = 0;
+  if (RunStep(&ran, &lost, &error, &results)) {
+    consecutive_failures_ = 0;
+    last_phase_timeout_.clear();
+    int64_t before = agreed_;
+    agreed_ += ran;
+    steps_per_call_ = ran;
+    StepAgreed(results);
+    if (step_log_) {
+      // For benchmarks: when each step was agreed, and by how many ranks.
+      int64_t now_ms = absl::ToUnixMillis(absl::Now());
+      for (int64_t s = before + 1; s <= agreed_; ++s) {
+        *step_log_ << s << " " << now_ms << " " << members_.size() << "\n";
+      }
+      step_log_->flush();
+    }
+    double elapsed = absl::ToDoubleSeconds(absl::Now() - run_start_);
+    if (elapsed > 0) steps_per_second_ = static_cast<double>(agreed_ - run_start_step_) / elapsed;
+    CheckpointIfDue();
+    if (agreed_ / 10 != before / 10 || agreed_ == spec_.TotalSteps()) PublishStatus();
+    return Turn::kNextTurn;
+  }
+  // The step failed: survivors go on without the dead at once (epoch + 1); the dead are
+  // replaced by policy and join later.
+  step_failed_ = std::min(step_failed_, absl::Now());
+  size_t before = members_.size();
+  RemoveDead(lost, /*only_confirmed=*/false);
+  if (members_.size() == before && LeaveOutTheCutOff()) {
+    // Nobody died: the step failed because some members cannot reach others. The largest
+    // set that reaches each other goes on; the others wait to rejoin.
+    Condition("Restarting", "Partitioned",
+              absl::StrCat("step ", agreed_, " failed; world size now ", members_.size(), " (",
+                           cut_off_.size(), " cut off)"));
+    need_epoch_ = true;
+    return Turn::kNextTurn;
+  }
+  if (members_.size() == before && ++consecutive_failures_ >= 3) {
+    // Nobody died, yet the step keeps failing: a bug, not a fault to heal.
+    Fail(absl::StrCat("step ", agreed_, " failed three times without a rank dying: ", error));
+    return Turn::kEnd;
+  }
+  if (members_.size() == before) {
+    // Nobody died: say what failed (the first line of the error).
+    Event("step_failed", absl::StrCat("step ", agreed_, ": ", error.substr(0, error.find('\n'))));
+  }
+  Condition("Restarting", members_.size() < before ? "RankLost" : "StepFailed",
+            absl::StrCat("step ", agreed_, " failed; world size now ", members_.size()));
+  need_epoch_ = true;
+  return Turn::kNextTurn;
+}
+
+// The job's end: failed, or succeeded with rank 0's results.
+void Controller::Finish() {
   if (failed_) {
     Condition("Failed", "Failed", failure_);
     recorder_.SetState(rpc::JOB_FAILED, failure_, 1);

@@ -201,7 +201,21 @@ class Controller {
 
   void Main();
 
+  // The job's loop, turn by turn, until it ends (Finish) or stops.
   void Train();
+  // What a part of a turn of Train says: go on to the turn's next part, start the next turn,
+  // end the job (Finish), or stop (a stop request, the controller shutting down).
+  enum class Turn { kOn, kNextTurn, kEnd, kStop };
+  // Adopts the ranks a previous controller left, or places and starts new ones; false when
+  // the job ended there.
+  bool Begin();
+  Turn TakeSignals();
+  Turn StartFromNothing();
+  Turn KeepMinReplicas();
+  Turn EnsureEpoch();
+  // Runs one step call; a failed one removes the dead and asks for a new epoch.
+  Turn StepOnce();
+  void Finish();
 
   // The job's first start: reserves the ranks' resources (one placement group) and starts
   // them. False (and the job Failed) when they cannot be placed or started.
@@ -535,6 +549,11 @@ class Controller {
   std::string failure_;
   std::unique_ptr<std::ofstream> step_log_;
   absl::Time grow_after_ = absl::InfiniteFuture();
+  // Train's: whether the next turn forms an epoch, and when and at which step it started
+  // running (for steps_per_second_).
+  bool need_epoch_ = true;
+  absl::Time run_start_;
+  int64_t run_start_step_ = 0;
   // When the job went below minReplicas (InfiniteFuture: it is not): failPolicy's
   // belowMinTimeoutSeconds counts from here, through every wait and replacement in between.
   absl::Time below_min_since_ = absl::InfiniteFuture();
