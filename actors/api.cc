@@ -100,6 +100,7 @@ ActorDescription ToDescription(const rpc::ActorInfo& a) {
   d.pid = a.pid();
   d.node_id = a.node_id();
   d.num_restarts = a.num_restarts();
+  d.labels = {a.labels().begin(), a.labels().end()};
   if (a.death_cause().kind() != rpc::DeathCause::NONE) {
     d.death_cause = rpc::DescribeCause(a.death_cause());
   }
@@ -278,6 +279,7 @@ absl::StatusOr<std::string> CreateActor(const std::string& class_name, const Act
   spec.set_bundle_index(o.bundle_index);
   spec.set_detached(o.detached);
   for (const auto& [k, v] : o.env) (*spec.mutable_env())[k] = v;
+  for (const auto& [k, v] : o.labels) (*spec.mutable_labels())[k] = v;
   spec.set_code_path(o.code_path);
   spec.set_language(std::string(ToString(o.language)));
   spec.set_namespace_(o.namespace_);

@@ -404,6 +404,7 @@ struct ActorDescription {
   std::string node_id;
   int num_restarts = 0;
   std::string death_cause;  // "" while not DEAD, else e.g. "OOM_KILLED: peak 1.9 GiB > ..."
+  std::map<std::string, std::string> labels;  // given at creation (ActorOptions::labels)
 };
 
 // The actor's description; NotFound when the GCS does not know it.

@@ -35,6 +35,9 @@ struct ActorOptions {
   int bundle_index = -1;
   bool detached = false;
   std::map<std::string, std::string> env;
+  // Kept with the actor's record (ActorDescription::labels): what a language's runtime
+  // needs to call it from a handle found by name (Python: its methods' num_returns).
+  std::map<std::string, std::string> labels;
   std::string code_path;
   Language language{};  // kCpp
   std::vector<std::string> avoid_node_ids;

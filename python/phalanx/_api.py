@@ -1042,8 +1042,9 @@ class ActorHandle:
 # max_concurrency says otherwise: Ray's default. Its coroutines share one event loop, and a
 # thread waits for each call only while it runs (the worker starts them as calls need them).
 ASYNC_MAX_CONCURRENCY = 1000
-# The GCS KV namespace of a named actor's methods' num_returns (@phalanx.method), by actor id.
-METHOD_RETURNS_NS = "phalanx-method-returns"
+# The label of an actor's record that holds its methods' num_returns (@phalanx.method), for
+# the handles get_actor makes (Ray keeps them in the GCS too).
+METHOD_RETURNS_LABEL = "phalanx.method_returns"
 
 
 def _method_returns(cls):
@@ -1110,14 +1111,13 @@ class ActorClass:
         else:
             init_args = ser.dumps_call(args, kwargs, ser.MSGPACK)
         options = _native_options(self._options)
+        returns = _method_returns(self._cls)
+        if returns and self._options.get("name"):
+            options["labels"] = {METHOD_RETURNS_LABEL: json.dumps(returns)}
         if (self._language == "python" and self._options.get("max_concurrency") is None
                 and _is_async_class(self._cls)):
             options["max_concurrency"] = ASYNC_MAX_CONCURRENCY
         actor_id = _phalanx.create_actor(self._class_name, self._language, init_args, options)
-        returns = _method_returns(self._cls)
-        if returns and self._options.get("name"):
-            # get_actor's handle of this named actor knows them too (Ray keeps them in the GCS).
-            _phalanx.kv_put(METHOD_RETURNS_NS, actor_id, json.dumps(returns).encode(), True)
         return ActorHandle(actor_id, self._class_name, self._language, returns)
 
     def _worker_settings(self):
@@ -1208,7 +1208,7 @@ def get_actor(name, namespace=None):
         info = _phalanx.named_actor(name, ns)
     except NotFoundError as e:
         raise ValueError(str(e)) from None
-    returns = _phalanx.kv_get(METHOD_RETURNS_NS, info["actor_id"])
+    returns = info.get("labels", {}).get(METHOD_RETURNS_LABEL)
     return ActorHandle(info["actor_id"], info["class_name"], info["language"],
                        json.loads(returns) if returns else None)
 

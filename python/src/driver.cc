@@ -57,6 +57,7 @@ internal::ActorOptions ToActorOptions(const std::string& language, const py::dic
   set("max_restarts", &options.max_restarts);
   set("max_task_retries", &options.max_task_retries);
   set("max_concurrency", &options.max_concurrency);
+  set("labels", &options.labels);
   set("detached", &options.detached);
   set("code_path", &options.code_path);
   set("env", &options.env);
@@ -215,6 +216,7 @@ py::dict ToDict(const ActorDescription& a) {
   d["node_id"] = a.node_id;
   d["num_restarts"] = a.num_restarts;
   d["death_cause"] = a.death_cause;
+  d["labels"] = a.labels;
   return d;
 }
 
