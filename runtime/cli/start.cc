@@ -338,17 +338,52 @@ class Starter {
     }
     if (auto s = rpc::UseTls(tls_dir_); !s.ok()) return Fail(std::string(s.message()));
 
-    // Redis: the embedded one (loopback only, generated password, AOF), or the given one.
-    std::string redis_address = o_.redis_address;
-    std::string password = o_.redis_password;
-    bool sentinel = !o_.redis_sentinel.empty();
-    bool embedded = redis_address.empty() && !sentinel;
+    Redis redis;
+    if (auto s = StartRedis(&redis); !s.ok()) return Fail(std::string(s.message()));
+    std::string gcs_address = absl::StrCat(node_ip_, ":", o_.port);
+    std::unique_ptr<gcs::GcsClient> gcs;
+    if (auto s = StartGcs(cluster_id, token, redis, &gcs); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+    if (auto s = WriteFile(session_ + "/address", gcs_address + "\n"); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+    if (auto s = StartNode(gcs_address, gcs.get()); !s.ok()) return Fail(std::string(s.message()));
+    std::string dashboard = "none (--dashboard-port -1)";
+    if (auto info = gcs->GetClusterInfo(); info.ok() && info->dashboard_port() > 0) {
+      dashboard = absl::StrCat(info->dashboard_https() ? "https" : "http", "://", node_ip_, ":",
+                               info->dashboard_port(),
+                               "/ (sign in with the token; /metrics for Prometheus)");
+    }
+    PrintHeadStarted(cluster_id, token, gcs_address, redis, fingerprint, dashboard);
+    return 0;
+  }
+
+  // The head's Redis: the embedded one, or the one given (an address, or sentinels).
+  struct Redis {
+    std::string address;
+    std::string password;
+    bool sentinel = false;
+    bool embedded = false;
+  };
+
+  // Starts the embedded Redis (loopback only, generated password, AOF) and waits for it, or
+  // checks the given one answers; writes its password where the GCS reads it.
+  absl::Status StartRedis(Redis* out) {
+    std::string& redis_address = out->address;
+    std::string& password = out->password;
+    redis_address = o_.redis_address;
+    password = o_.redis_password;
+    out->sentinel = !o_.redis_sentinel.empty();
+    out->embedded = redis_address.empty() && !out->sentinel;
+    const bool sentinel = out->sentinel;
+    const bool embedded = out->embedded;
     if (embedded) {
       password = RandomHex(16);
       int redis_port = o_.redis_port != 0 ? o_.redis_port : FreePort();
       redis_address = absl::StrCat("127.0.0.1:", redis_port);
       std::string data_dir = session_ + "/redis";
-      if (auto s = MakeDirs(data_dir, 0700); !s.ok()) return Fail(std::string(s.message()));
+      if (auto s = MakeDirs(data_dir, 0700); !s.ok()) return s;
       std::string conf = absl::StrCat(
           "port ", redis_port, "\nbind 127.0.0.1\nprotected-mode yes\nrequirepass ", password,
           "\ndir ", data_dir, "\nappendonly yes\nappendfsync ", o_.redis_fsync, "\nsave \"\"\n",
@@ -357,43 +392,47 @@ class Starter {
           // started again by hand with this file.
           "pidfile ", session_, "/pids/redis.pid\n");
       if (auto s = WriteFile(session_ + "/redis.conf", conf, 0600); !s.ok()) {
-        return Fail(std::string(s.message()));
+        return s;
       }
       auto pid = Spawn("redis", {redis_server_, session_ + "/redis.conf"});
-      if (!pid.ok()) return Fail(std::string(pid.status().message()));
+      if (!pid.ok()) return pid.status();
       gcs::RedisOptions probe{"127.0.0.1", redis_port, password, "probe"};
       probe.connect_timeout = absl::Milliseconds(500);
       auto ready =
           WaitReady("redis-server", *pid, session_ + "/logs/redis.log", absl::Seconds(10),
                     [&]() -> absl::Status { return gcs::ConnectRedisStore(probe).status(); });
-      if (!ready.ok()) return Fail(std::string(ready.message()));
+      if (!ready.ok()) return ready;
     } else if (sentinel) {
       gcs::RedisOptions probe{"", 0, password, "probe"};
       probe.sentinels = *gcs::ParseSentinels(o_.redis_sentinel, "--redis-sentinel");
       probe.master_name = o_.redis_master_name;
       probe.sentinel_password = o_.redis_sentinel_password;
       if (auto s = gcs::ConnectRedisStore(probe).status(); !s.ok()) {
-        return Fail(absl::StrCat("--redis-sentinel: ", s.message()));
+        return absl::Status(s.code(), absl::StrCat("--redis-sentinel: ", s.message()));
       }
       if (auto s = WriteFile(session_ + "/redis_sentinel_password",
                              o_.redis_sentinel_password + "\n", 0600);
           !s.ok()) {
-        return Fail(std::string(s.message()));
+        return s;
       }
     } else {
       auto split = rpc::SplitHostPort(redis_address, "--redis-address");
       gcs::RedisOptions probe{split->first, split->second, password, "probe"};
       if (auto s = gcs::ConnectRedisStore(probe).status(); !s.ok()) {
-        return Fail(absl::StrCat("--redis-address: ", s.message()));
+        return absl::Status(s.code(), absl::StrCat("--redis-address: ", s.message()));
       }
     }
     if (auto s = WriteFile(session_ + "/redis_password", password + "\n", 0600); !s.ok()) {
-      return Fail(std::string(s.message()));
+      return s;
     }
+    return absl::OkStatus();
+  }
 
-    std::string gcs_address = absl::StrCat(node_ip_, ":", o_.port);
-    std::vector<std::string> redis_args = {"--redis-address", redis_address};
-    if (sentinel) {
+  // Starts the GCS and waits until it answers; *gcs is a client of it.
+  absl::Status StartGcs(const std::string& cluster_id, const std::string& token, const Redis& redis,
+                        std::unique_ptr<gcs::GcsClient>* gcs) {
+    std::vector<std::string> redis_args = {"--redis-address", redis.address};
+    if (redis.sentinel) {
       redis_args = {"--redis-sentinel",
                     o_.redis_sentinel,
                     "--redis-master-name",
@@ -426,39 +465,34 @@ class Starter {
     gcs_args.insert(gcs_args.begin() + 3, redis_args.begin(), redis_args.end());
     WriteFile(session_ + "/gcs.args", absl::StrJoin(gcs_args, "\n") + "\n").IgnoreError();
     auto gcs_pid = Spawn("gcs", gcs_args);
-    if (!gcs_pid.ok()) return Fail(std::string(gcs_pid.status().message()));
-    std::unique_ptr<gcs::GcsClient> gcs;
+    if (!gcs_pid.ok()) return gcs_pid.status();
     auto ready = WaitReady(
         "the GCS", *gcs_pid, session_ + "/logs/gcs.log", absl::Seconds(20), [&]() -> absl::Status {
           auto client = gcs::GcsClient::Connect({absl::StrCat("127.0.0.1:", o_.port), token},
                                                 absl::Milliseconds(300));
           if (!client.ok()) return client.status();
-          gcs = std::move(*client);
+          *gcs = std::move(*client);
           return absl::OkStatus();
         });
-    if (!ready.ok()) return Fail(std::string(ready.message()));
-    if (auto s = WriteFile(session_ + "/address", gcs_address + "\n"); !s.ok()) {
-      return Fail(std::string(s.message()));
-    }
-    if (auto s = StartNode(gcs_address, gcs.get()); !s.ok()) return Fail(std::string(s.message()));
-    std::string dashboard = "none (--dashboard-port -1)";
-    if (auto info = gcs->GetClusterInfo(); info.ok() && info->dashboard_port() > 0) {
-      dashboard = absl::StrCat(info->dashboard_https() ? "https" : "http", "://", node_ip_, ":",
-                               info->dashboard_port(),
-                               "/ (sign in with the token; /metrics for Prometheus)");
-    }
+    if (!ready.ok()) return ready;
+    return absl::OkStatus();
+  }
 
+  void PrintHeadStarted(const std::string& cluster_id, const std::string& token,
+                        const std::string& gcs_address, const Redis& redis,
+                        const std::string& fingerprint, const std::string& dashboard) {
     std::cout << "Phalanx head node started (cluster " << cluster_id << ").\n"
               << "  GCS address   " << gcs_address << "\n"
               << "  Redis         "
-              << (sentinel
+              << (redis.sentinel
                       ? absl::StrCat("the primary of '", o_.redis_master_name,
                                      "' by the sentinels ", o_.redis_sentinel,
                                      " (external; followed across failovers)")
-                      : absl::StrCat(redis_address,
-                                     embedded ? " (embedded; loopback only, password protected, "
-                                                "AOF on)"
-                                              : " (external)"))
+                      : absl::StrCat(redis.address,
+                                     redis.embedded
+                                         ? " (embedded; loopback only, password protected, "
+                                           "AOF on)"
+                                         : " (external)"))
               << "\n"
               << "  Node          " << node_id_ << " with " << resources_.ToString() << "\n"
               << "  TLS           "
@@ -477,7 +511,6 @@ class Starter {
               << "  PHALANX_ADDRESS=" << gcs_address << " PHALANX_TOKEN=" << token
               << (o_.no_tls ? "" : " PHALANX_TLS_DIR=<a dir with a copy of tls/ca.pem>") << "\n\n"
               << "See the cluster: phalanx status     Stop everything here: phalanx stop\n";
-    return 0;
   }
 
   int JoinCluster() {
