@@ -36,6 +36,11 @@ bool GcsPublisher::Subscriber::Push(const rpc::PubMessage& message, size_t limit
   return true;
 }
 
+void GcsPublisher::Subscriber::Offer(const rpc::PubMessage& message, size_t limit) {
+  absl::MutexLock lock(&mu_);
+  if (!closed_ && queue_.size() < limit) queue_.push_back(message);
+}
+
 void GcsPublisher::Subscriber::Close() {
   absl::MutexLock lock(&mu_);
   closed_ = true;
@@ -57,8 +62,14 @@ void GcsPublisher::Publish(rpc::PubMessage message) {
   ChannelState& ch = channels_[message.channel()];
   message.set_seq(++ch.seq);
   message.set_incarnation(incarnation_);
-  for (const auto& sub : ch.subscribers) dropped_ += sub->Push(message, queue_limit_) ? 0 : 1;
   ++published_;
+  if (message.channel() == rpc::LOGS) {
+    // Best effort: a subscriber that is behind misses lines rather than holding them (or
+    // losing its stream), and none are kept to replay.
+    for (const auto& sub : ch.subscribers) sub->Offer(message, kLogQueueLimit);
+    return;
+  }
+  for (const auto& sub : ch.subscribers) dropped_ += sub->Push(message, queue_limit_) ? 0 : 1;
   ch.recent.push_back(std::move(message));
   if (ch.recent.size() > replay_limit_) ch.recent.pop_front();
 }

@@ -20,6 +20,11 @@ namespace phalanx::gcs {
 
 class GcsPublisher {
  public:
+  // A subscriber of LOGS gets a batch of lines only while fewer than this many messages wait
+  // in its queue; LOGS messages are never kept for replay. The node reads at most
+  // kLogReadLimit (64 KiB) of a worker per batch: at most 16 MiB wait per subscriber.
+  static constexpr size_t kLogQueueLimit = 256;
+
   // One subscriber's queue. Next() is called by the stream that serves it.
   class Subscriber {
    public:
@@ -33,6 +38,8 @@ class GcsPublisher {
     friend class GcsPublisher;
     // False when this push dropped it (it fell `limit` messages behind).
     bool Push(const rpc::PubMessage& message, size_t limit);
+    // Queues it only while fewer than `limit` wait (the LOGS channel's best effort).
+    void Offer(const rpc::PubMessage& message, size_t limit);
     void Close();
 
     mutable absl::Mutex mu_;

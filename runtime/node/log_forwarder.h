@@ -17,7 +17,7 @@
 namespace phalanx::node {
 
 // At most this much of one file is read per collection; the rest comes at the next.
-inline constexpr int64_t kLogReadLimit = 256 << 10;
+inline constexpr int64_t kLogReadLimit = 64 << 10;
 // A longer line is cut at this length (with "…" added).
 inline constexpr size_t kLogLineLimit = 8 << 10;
 

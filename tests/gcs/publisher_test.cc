@@ -91,5 +91,28 @@ TEST(Publisher, SlowSubscriberIsClosedNotBlocking) {
   EXPECT_TRUE(sub->closed());
 }
 
+TEST(Publisher, LogLinesAreBestEffortNeitherKeptNorClosingASlowSubscriber) {
+  GcsPublisher publisher("inc1");
+  rpc::SubscribeRequest request;
+  request.add_channels(rpc::LOGS);
+  auto sub = publisher.Subscribe(request);
+  ASSERT_EQ(Drain(*sub).size(), 1u);  // the (empty) snapshot's end
+  rpc::PubMessage log;
+  log.set_channel(rpc::LOGS);
+  log.mutable_log()->add_lines("hello");
+  for (size_t i = 0; i < GcsPublisher::kLogQueueLimit + 10; ++i) publisher.Publish(log);
+  EXPECT_FALSE(sub->closed());  // a slow reader misses lines, and keeps its stream
+  EXPECT_EQ(Drain(*sub).size(), GcsPublisher::kLogQueueLimit);
+  publisher.Publish(log);
+  EXPECT_EQ(Drain(*sub).size(), 1u);
+  // None is kept to replay: a subscriber that resumes gets the (empty) snapshot instead.
+  rpc::SubscribeRequest resume = request;
+  resume.set_incarnation("inc1");
+  (*resume.mutable_last_seq())[rpc::LOGS] = 5;
+  auto again = Drain(*publisher.Subscribe(resume));
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_TRUE(again[0].snapshot_done());
+}
+
 }  // namespace
 }  // namespace phalanx::gcs
