@@ -1,5 +1,5 @@
 """A Ray-style driver of the object store across hosts (tests/multihost/test_objects.py):
-weights put on the head and read by actors on two other hosts, a value put by an actor
+weights put on the head and read by actors on two other hosts, an actor's print shown here, a value put by an actor
 read by the driver and by an actor on a third host, a call's result passed on before it is
 done, and a value whose owner is killed. Prints one JSON line per check."""
 
@@ -39,6 +39,9 @@ class Worker:
     def read_kept(self):
         return float(phalanx.get(self.box["w"]).sum())
 
+    def shout(self, text):               # printed on its host, shown by the driver
+        print(text, flush=True)
+
     def slow_make(self, n):
         time.sleep(1.0)
         return np.ones(n)
@@ -59,6 +62,10 @@ def main():
 
     def say(**fields):
         print(json.dumps(fields), flush=True)
+
+    # What an actor on another host prints reaches this driver's stderr (log_to_driver).
+    phalanx.get(w1.shout.remote("hello from another host"), timeout=60)
+    say(check="prints", pid=phalanx.get(w1.pid.remote(), timeout=60))
 
     weights = np.arange(8_000_000, dtype=np.float64)  # 64 MB
     ref = phalanx.put(weights)

@@ -1,6 +1,7 @@
 """The object store across hosts (3 network-namespace hosts, the real CLI on each): values
 move between nodes through the holding node's manager (ReadObject), once per node (its
-cache, which drops a copy once the value is freed), and a value dies with
+cache, which drops a copy once the value is freed), what an actor prints reaches the
+driver, and a value dies with
 its owner's process, with an error that names it. The driver is
 tests/multihost/objects_driver.py, a Ray-style program."""
 
@@ -34,3 +35,7 @@ def test_values_move_between_hosts_and_die_with_their_owner(cluster, hosts):
     assert killed["held"] and killed["freed"], killed
     died = checks["owner_died"]["error"]
     assert died and "died" in died and "actor" in died, checks["owner_died"]
+    # The line an actor printed on another host, prefixed with its class, pid and host.
+    said = [x for x in out.stderr.splitlines() if x.endswith(") hello from another host")]
+    assert said and said[0].startswith(f"(Worker pid={checks['prints']['pid']}, ip=10.213."), \
+        out.stderr[-3000:]
