@@ -448,8 +448,6 @@ class NodeManagerImpl final : public NodeManager {
     reports_.push_back(std::move(report));
   }
 
-  // Removes the objects of owners that died, and measures what the store holds (for the
-  // heartbeats and /metrics), every kObjectSweepPeriod.
   // Sends what the workers printed to the GCS (channel LOGS) for the drivers of their jobs,
   // every kLogForwardPeriod. Lines are dropped, not held, while the GCS cannot take them.
   void LogLoop() {
@@ -474,6 +472,8 @@ class NodeManagerImpl final : public NodeManager {
     }
   }
 
+  // Removes the objects of owners that died (and their borrow keys), and measures what the
+  // store holds (for the heartbeats and /metrics), every kObjectSweepPeriod.
   void StoreLoop() {
     while (true) {
       {
