@@ -104,25 +104,54 @@ class Starter {
       return absl::InvalidArgumentError(
           "give either --head (start a new cluster) or --address HOST:PORT (join one)");
     }
-    std::map<std::string, double> amounts;
-    if (!o_.resources_json.empty()) {
-      auto parsed = Resources::ParseJson(o_.resources_json, "--resources");
-      if (!parsed.ok()) return parsed.status();
-      resources_ = *parsed;
-      for (const char* builtin : {"CPU", "GPU", "memory"}) {
-        if (resources_.GetFixed(builtin) > 0) {
-          return absl::InvalidArgumentError(absl::StrCat("--resources: give ", builtin,
-                                                         " with --num-cpus, --num-gpus or "
-                                                         "--memory, not in the JSON"));
-        }
-      }
-    }
+    if (auto s = ValidateResourcesJson(); !s.ok()) return s;
     if (o_.memory_usage_threshold >= 0 &&
         (o_.memory_usage_threshold == 0 || o_.memory_usage_threshold > 1)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--memory-usage-threshold ", o_.memory_usage_threshold,
           " is not a fraction of the machine's memory: give a number in (0, 1], e.g. 0.95"));
     }
+    if (auto s = ValidateTrust(); !s.ok()) return s;
+    if (o_.num_cpus < -0.5 && o_.num_cpus != -1) {
+      return absl::InvalidArgumentError("--num-cpus must be >= 0");
+    }
+    resources_.Set("CPU", o_.num_cpus >= 0 ? o_.num_cpus : NumCpus());
+    resources_.Set("GPU", o_.num_gpus >= 0 ? o_.num_gpus : NumGpus());
+    resources_.Set("memory", o_.memory >= 0 ? o_.memory : static_cast<double>(TotalMemoryBytes()));
+    node_ip_ = o_.node_ip.empty() ? DetectNodeIp() : o_.node_ip;
+    bin_dir_ = ExecutableDir();
+    for (const char* daemon : {"phalanx-gcs", "phalanx-node"}) {
+      if (!PathExists(absl::StrCat(bin_dir_, "/", daemon))) {
+        return absl::FailedPreconditionError(absl::StrCat(daemon, " is missing next to phalanx in ",
+                                                          bin_dir_,
+                                                          "; rebuild with scripts/setup.sh"));
+      }
+    }
+    if (o_.head) return ValidateHead();
+    if (auto split = rpc::SplitHostPort(o_.address, "--address"); !split.ok()) {
+      return split.status();
+    }
+    return absl::OkStatus();
+  }
+
+  // --resources: JSON of custom resources (CPU, GPU and memory have flags of their own).
+  absl::Status ValidateResourcesJson() {
+    if (o_.resources_json.empty()) return absl::OkStatus();
+    auto parsed = Resources::ParseJson(o_.resources_json, "--resources");
+    if (!parsed.ok()) return parsed.status();
+    resources_ = *parsed;
+    for (const char* builtin : {"CPU", "GPU", "memory"}) {
+      if (resources_.GetFixed(builtin) > 0) {
+        return absl::InvalidArgumentError(absl::StrCat("--resources: give ", builtin,
+                                                       " with --num-cpus, --num-gpus or "
+                                                       "--memory, not in the JSON"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The CA to trust (--ca-dir) and the head's token (a flag, or $PHALANX_TOKEN).
+  absl::Status ValidateTrust() {
     if (!o_.ca_dir.empty()) {
       if (o_.no_tls) {
         return absl::InvalidArgumentError("--ca-dir is for a TLS cluster: drop --no-tls");
@@ -151,68 +180,53 @@ class Starter {
     if (o_.head && !o_.token.empty()) {
       if (auto s = CheckToken(o_.token); !s.ok()) return s;
     }
-    if (o_.num_cpus < -0.5 && o_.num_cpus != -1) {
-      return absl::InvalidArgumentError("--num-cpus must be >= 0");
+    return absl::OkStatus();
+  }
+
+  // A head's port and its Redis: the embedded one, one address, or sentinels.
+  absl::Status ValidateHead() {
+    if (o_.port <= 0 || o_.port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("--port ", o_.port, " is not a port"));
     }
-    resources_.Set("CPU", o_.num_cpus >= 0 ? o_.num_cpus : NumCpus());
-    resources_.Set("GPU", o_.num_gpus >= 0 ? o_.num_gpus : NumGpus());
-    resources_.Set("memory", o_.memory >= 0 ? o_.memory : static_cast<double>(TotalMemoryBytes()));
-    node_ip_ = o_.node_ip.empty() ? DetectNodeIp() : o_.node_ip;
-    bin_dir_ = ExecutableDir();
-    for (const char* daemon : {"phalanx-gcs", "phalanx-node"}) {
-      if (!PathExists(absl::StrCat(bin_dir_, "/", daemon))) {
-        return absl::FailedPreconditionError(absl::StrCat(daemon, " is missing next to phalanx in ",
-                                                          bin_dir_,
-                                                          "; rebuild with scripts/setup.sh"));
-      }
+    if (PortInUse(o_.port)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("port ", o_.port,
+                       " is in use (another cluster or program listens there); pass "
+                       "--port with a free one, or `phalanx stop` the old cluster"));
     }
-    if (o_.head) {
-      if (o_.port <= 0 || o_.port > 65535) {
-        return absl::InvalidArgumentError(absl::StrCat("--port ", o_.port, " is not a port"));
-      }
-      if (PortInUse(o_.port)) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("port ", o_.port,
-                         " is in use (another cluster or program listens there); pass "
-                         "--port with a free one, or `phalanx stop` the old cluster"));
-      }
-      if (!o_.redis_sentinel.empty()) {
-        if (!o_.redis_address.empty()) {
-          return absl::InvalidArgumentError(
-              "give either --redis-sentinel (a Sentinel-managed Redis) or --redis-address (one "
-              "Redis), not both");
-        }
-        auto sentinels = gcs::ParseSentinels(o_.redis_sentinel, "--redis-sentinel");
-        if (!sentinels.ok()) return sentinels.status();
-        if (o_.redis_master_name.empty()) {
-          return absl::InvalidArgumentError(
-              "--redis-sentinel needs --redis-master-name: the name the sentinels monitor "
-              "(NAME in their `sentinel monitor NAME HOST PORT QUORUM`)");
-        }
-      } else if (!o_.redis_master_name.empty() || !o_.redis_sentinel_password.empty()) {
+    if (!o_.redis_sentinel.empty()) {
+      if (!o_.redis_address.empty()) {
         return absl::InvalidArgumentError(
-            "--redis-master-name and --redis-sentinel-password go with --redis-sentinel "
-            "HOST:PORT[,HOST:PORT...]; pass the sentinels too");
-      } else if (o_.redis_address.empty()) {
-        redis_server_ = FindOnPath("redis-server");
-        if (redis_server_.empty()) {
-          return absl::FailedPreconditionError(
-              "redis-server is not on PATH: install it (apt-get install redis-server, or run "
-              "scripts/setup.sh), or pass --redis-address HOST:PORT of a running Redis");
-        }
-        if (o_.redis_fsync != "always" && o_.redis_fsync != "everysec") {
-          return absl::InvalidArgumentError(absl::StrCat("--redis-fsync '", o_.redis_fsync,
-                                                         "' is unknown; use always or everysec"));
-        }
-        if (o_.redis_port != 0 && PortInUse(o_.redis_port)) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("--redis-port ", o_.redis_port, " is in use; pick a free one"));
-        }
-      } else if (auto split = rpc::SplitHostPort(o_.redis_address, "--redis-address");
-                 !split.ok()) {
-        return split.status();
+            "give either --redis-sentinel (a Sentinel-managed Redis) or --redis-address (one "
+            "Redis), not both");
       }
-    } else if (auto split = rpc::SplitHostPort(o_.address, "--address"); !split.ok()) {
+      auto sentinels = gcs::ParseSentinels(o_.redis_sentinel, "--redis-sentinel");
+      if (!sentinels.ok()) return sentinels.status();
+      if (o_.redis_master_name.empty()) {
+        return absl::InvalidArgumentError(
+            "--redis-sentinel needs --redis-master-name: the name the sentinels monitor "
+            "(NAME in their `sentinel monitor NAME HOST PORT QUORUM`)");
+      }
+    } else if (!o_.redis_master_name.empty() || !o_.redis_sentinel_password.empty()) {
+      return absl::InvalidArgumentError(
+          "--redis-master-name and --redis-sentinel-password go with --redis-sentinel "
+          "HOST:PORT[,HOST:PORT...]; pass the sentinels too");
+    } else if (o_.redis_address.empty()) {
+      redis_server_ = FindOnPath("redis-server");
+      if (redis_server_.empty()) {
+        return absl::FailedPreconditionError(
+            "redis-server is not on PATH: install it (apt-get install redis-server, or run "
+            "scripts/setup.sh), or pass --redis-address HOST:PORT of a running Redis");
+      }
+      if (o_.redis_fsync != "always" && o_.redis_fsync != "everysec") {
+        return absl::InvalidArgumentError(absl::StrCat("--redis-fsync '", o_.redis_fsync,
+                                                       "' is unknown; use always or everysec"));
+      }
+      if (o_.redis_port != 0 && PortInUse(o_.redis_port)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("--redis-port ", o_.redis_port, " is in use; pick a free one"));
+      }
+    } else if (auto split = rpc::SplitHostPort(o_.redis_address, "--redis-address"); !split.ok()) {
       return split.status();
     }
     return absl::OkStatus();
