@@ -195,70 +195,7 @@ bool Controller::PlaceAndStart() {
   // A job limited to some nodes places its ranks one by one on them (Spawn): a placement
   // group's bundles could land anywhere.
   bool use_pg = !spec_.resources.empty() && allowed_nodes_.empty();
-  if (use_pg) {
-    // The spec's placementStrategy was checked by job_spec.cc; an error here names it too.
-    auto strategy = ParsePlacementStrategy(spec_.placement_strategy, "placementStrategy");
-    auto pg = strategy.ok() ? CreatePlacementGroup(bundles, *strategy, GroupName())
-                            : absl::StatusOr<PlacementGroup>(strategy.status());
-    // A job that ran before (its ranks were lost with their nodes) waits for nodes to come
-    // back, up to phases.placeSeconds (failPolicy.belowMinTimeoutSeconds by default), instead
-    // of failing because the nodes left are too small; a new job is told at once.
-    absl::Time began = absl::Now();
-    absl::Time deadline = began + absl::Seconds(spec_.PlaceSeconds());
-    bool waiting = false;
-    while (had_members_ && strategy.ok() && !pg.ok() && absl::IsFailedPrecondition(pg.status()) &&
-           absl::Now() < deadline) {
-      if (!waiting) {
-        Condition("Pending", "WaitingForNodes",
-                  absl::StrFormat("%s; waiting up to %g s (phases.placeSeconds) for nodes to "
-                                  "come back",
-                                  pg.status().message(), spec_.PlaceSeconds()));
-        waiting = true;
-      }
-      // Asked again each second; a stop is seen within stop_check.
-      for (absl::Time next = absl::Now() + absl::Seconds(1); absl::Now() < next;) {
-        absl::SleepFor(kTimeouts.stop_check);
-        if (recorder_.StopAsked()) {
-          StoppedWhile("waiting for nodes to place its ranks");
-          return false;
-        }
-      }
-      pg = CreatePlacementGroup(bundles, *strategy, GroupName());
-    }
-    if (!pg.ok()) {
-      Condition("Failed", "Unplaceable", std::string(pg.status().message()));
-      recorder_.SetState(rpc::JOB_FAILED, std::string(pg.status().message()), 1);
-      return false;
-    }
-    pg_ = *pg;
-    PublishStatus();  // the record names the reservation (a restarted controller frees it)
-    // In slices, so that `phalanx job stop` ends a job still waiting for room.
-    absl::Status ready = absl::DeadlineExceededError("");
-    while (true) {
-      absl::Duration left = deadline - absl::Now();
-      ready = pg_.Wait(std::max(std::min(left, kTimeouts.stop_check), absl::ZeroDuration()));
-      if (ready.ok() || !absl::IsDeadlineExceeded(ready) || left <= kTimeouts.stop_check) break;
-      if (recorder_.StopAsked()) {
-        StoppedWhile("placing its ranks");
-        return false;
-      }
-    }
-    if (!ready.ok()) {
-      std::string why(ready.message());
-      if (absl::IsDeadlineExceeded(ready)) {
-        auto group = gcs_->GetPlacementGroup(pg_.id());
-        why = absl::StrFormat(
-            "placing the ranks did not end within %.1f s (phases.placeSeconds: %g): placement "
-            "group %s is %s",
-            absl::ToDoubleSeconds(absl::Now() - began), spec_.PlaceSeconds(), ShortId(pg_.id()),
-            group.ok() && !group->pending_reason().empty() ? group->pending_reason() : "pending");
-        Event("phase_timeout", why);
-      }
-      Condition("Failed", "Unplaceable", why);
-      recorder_.SetState(rpc::JOB_FAILED, why, 1);
-      return false;
-    }
-  }
+  if (use_pg && !Reserve(bundles)) return false;
   Condition("Creating", "StartingRanks", absl::StrCat(spec_.replicas, " ranks"));
   double memory = spec_.resources.count("memory") ? spec_.resources.at("memory") : 0;
   for (int r = 0; r < spec_.replicas; ++r) {
@@ -277,6 +214,74 @@ bool Controller::PlaceAndStart() {
     return false;
   }
   target_ = spec_.replicas;  // grow beyond only when resources appear
+  return true;
+}
+
+// Reserves the ranks' bundles in one placement group and waits until it is placed; false
+// (the job Failed or Stopped) when it cannot be, within phases.placeSeconds.
+bool Controller::Reserve(const std::vector<std::map<std::string, double>>& bundles) {
+  // The spec's placementStrategy was checked by job_spec.cc; an error here names it too.
+  auto strategy = ParsePlacementStrategy(spec_.placement_strategy, "placementStrategy");
+  auto pg = strategy.ok() ? CreatePlacementGroup(bundles, *strategy, GroupName())
+                          : absl::StatusOr<PlacementGroup>(strategy.status());
+  // A job that ran before (its ranks were lost with their nodes) waits for nodes to come
+  // back, up to phases.placeSeconds (failPolicy.belowMinTimeoutSeconds by default), instead
+  // of failing because the nodes left are too small; a new job is told at once.
+  absl::Time began = absl::Now();
+  absl::Time deadline = began + absl::Seconds(spec_.PlaceSeconds());
+  bool waiting = false;
+  while (had_members_ && strategy.ok() && !pg.ok() && absl::IsFailedPrecondition(pg.status()) &&
+         absl::Now() < deadline) {
+    if (!waiting) {
+      Condition("Pending", "WaitingForNodes",
+                absl::StrFormat("%s; waiting up to %g s (phases.placeSeconds) for nodes to "
+                                "come back",
+                                pg.status().message(), spec_.PlaceSeconds()));
+      waiting = true;
+    }
+    // Asked again each second; a stop is seen within stop_check.
+    for (absl::Time next = absl::Now() + absl::Seconds(1); absl::Now() < next;) {
+      absl::SleepFor(kTimeouts.stop_check);
+      if (recorder_.StopAsked()) {
+        StoppedWhile("waiting for nodes to place its ranks");
+        return false;
+      }
+    }
+    pg = CreatePlacementGroup(bundles, *strategy, GroupName());
+  }
+  if (!pg.ok()) {
+    Condition("Failed", "Unplaceable", std::string(pg.status().message()));
+    recorder_.SetState(rpc::JOB_FAILED, std::string(pg.status().message()), 1);
+    return false;
+  }
+  pg_ = *pg;
+  PublishStatus();  // the record names the reservation (a restarted controller frees it)
+  // In slices, so that `phalanx job stop` ends a job still waiting for room.
+  absl::Status ready = absl::DeadlineExceededError("");
+  while (true) {
+    absl::Duration left = deadline - absl::Now();
+    ready = pg_.Wait(std::max(std::min(left, kTimeouts.stop_check), absl::ZeroDuration()));
+    if (ready.ok() || !absl::IsDeadlineExceeded(ready) || left <= kTimeouts.stop_check) break;
+    if (recorder_.StopAsked()) {
+      StoppedWhile("placing its ranks");
+      return false;
+    }
+  }
+  if (!ready.ok()) {
+    std::string why(ready.message());
+    if (absl::IsDeadlineExceeded(ready)) {
+      auto group = gcs_->GetPlacementGroup(pg_.id());
+      why = absl::StrFormat(
+          "placing the ranks did not end within %.1f s (phases.placeSeconds: %g): placement "
+          "group %s is %s",
+          absl::ToDoubleSeconds(absl::Now() - began), spec_.PlaceSeconds(), ShortId(pg_.id()),
+          group.ok() && !group->pending_reason().empty() ? group->pending_reason() : "pending");
+      Event("phase_timeout", why);
+    }
+    Condition("Failed", "Unplaceable", why);
+    recorder_.SetState(rpc::JOB_FAILED, why, 1);
+    return false;
+  }
   return true;
 }
 

@@ -220,6 +220,8 @@ class Controller {
   // The job's first start: reserves the ranks' resources (one placement group) and starts
   // them. False (and the job Failed) when they cannot be placed or started.
   bool PlaceAndStart();
+  // Its placement group, reserved and placed; false (the job Failed or Stopped) when not.
+  bool Reserve(const std::vector<std::map<std::string, double>>& bundles);
   // `phalanx job stop` came before the first step: the job ends STOPPED, saying in `phase`.
   void StoppedWhile(const std::string& phase);
 
