@@ -673,16 +673,21 @@ def put(value):
                spilled)
 
 
+def _pickled_error(error):
+    """The metadata of a KIND_ERROR object: the pickled exception, or a PhalanxError with its
+    text where it cannot be pickled."""
+    try:
+        return cloudpickle.dumps(error)
+    except Exception:  # noqa: BLE001
+        from .exceptions import PhalanxError
+        return pickle.dumps(PhalanxError(str(error)))
+
+
 def put_error(error):
     """An Obj whose readers raise `error`, owned by this process (it travels by value)."""
     _here.ensure()
-    try:
-        meta = cloudpickle.dumps(error)
-    except Exception:  # noqa: BLE001 - an exception that cannot be pickled: its text
-        from .exceptions import PhalanxError
-        meta = pickle.dumps(PhalanxError(str(error)))
-    return Obj(_new_id(), "", "", _here.owner, _here.label, _to_bytes(KIND_ERROR, meta, []),
-               False, False)
+    return Obj(_new_id(), "", "", _here.owner, _here.label,
+               _to_bytes(KIND_ERROR, _pickled_error(error), []), False, False)
 
 
 def _escape(refs):
@@ -720,11 +725,7 @@ def publish(native_ref, encoding, index=None):
             with collecting() as inside:
                 item = _result(native_ref, encoding, index)
         except BaseException as e:  # noqa: BLE001 - every reader raises it
-            try:
-                item = (KIND_ERROR, cloudpickle.dumps(e), [])
-            except Exception:  # noqa: BLE001
-                from .exceptions import PhalanxError
-                item = (KIND_ERROR, pickle.dumps(PhalanxError(str(e))), [])
+            item = (KIND_ERROR, _pickled_error(e), [])
         if _here.wanted(object_id):
             _write_placed(object_id, *item)
             if inside:
