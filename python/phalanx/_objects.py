@@ -22,6 +22,9 @@ A ref that leaves a process any other way (inside a call's result, or pickled by
 kept by that process until it exits, as the receiver cannot be known. An owner's values die
 with it: the node manager removes the directory of an owner that died, and readers get
 ``OwnerDiedError`` naming it.
+The file of a large value the owner frees is kept for its next puts of about that size
+(_object_pool.py): they copy into pages already in memory. Readers hold a shared lock on
+each file they map, so the owner never writes into one a reader's array still views.
 
 The file: ``MAGIC``, then kind, buffer count and metadata length, then (offset, length) of each
 buffer, the metadata and the buffers (each at a multiple of ``_ALIGN``). Kinds: a pickle with
@@ -46,6 +49,8 @@ import uuid
 import cloudpickle
 
 import _phalanx
+
+from ._object_pool import POOL_MAX_FRACTION, Pool, hold_for_reading
 
 # Values smaller than this, pickled, travel inside their ref (Ray: 100 KiB).
 INLINE_MAX = 100 * 1024
@@ -172,6 +177,9 @@ class _Here:
         self.remote_checked = 0.0  # when borrowers on other nodes were last asked about
         self.wake = threading.Event()
         self.sweeper = None
+        old, self.pool = getattr(self, "pool", None), Pool()  # freed values' files
+        if old is not None:
+            old.close()
 
     def key(self):
         """How borrowers name this process: "<node or host>:<pid>-<start time>"."""
@@ -229,9 +237,18 @@ class _Here:
         del inside  # its refs are released (outside the lock)
 
     def release_files(self, object_id):
-        for d in (self.dir, self.spill_dir):
-            if d:
-                _unlink(os.path.join(d, object_id))
+        """A freed value's file goes: into the pool, for this process's next puts, when it is
+        large and in the store; else unlinked."""
+        if self.dir:
+            path = os.path.join(self.dir, object_id)
+            limit = int(self.capacity * POOL_MAX_FRACTION) if self.capacity else 0
+            if self.pool.keep(path, object_id, limit):
+                with self.lock:
+                    self._start_sweeper()  # it unlinks the kept files left unused
+            else:
+                _unlink(path)
+        if self.spill_dir:
+            _unlink(os.path.join(self.spill_dir, object_id))
 
     def wanted(self, object_id):
         with self.lock:
@@ -354,9 +371,10 @@ class _Here:
                     free = object_id in self.lent and object_id not in self.counts
                 if free:
                     self.free(object_id)
+        pooled = self.pool.trim()
         with self.lock:
             return bool(self.in_flight or self.lent or self.dropped or self.streamed or
-                        self.streams_dropped)
+                        self.streams_dropped or pooled)
 
     def _borrowed(self):
         """The ids of this process's values that live borrowers hold. The key of a borrower
@@ -435,6 +453,7 @@ def forget_all():
             return
         dirs = (_here.dir, _here.spill_dir)
         _here.pid = None
+        _here.pool.close()
     _here.goodbye()
     _here.wake.set()  # the sweeper sees the pid change and ends
     import shutil
@@ -557,11 +576,11 @@ def _pwrite_all(fd, data, at):
         done += os.pwrite(fd, view[done:done + _WRITE_CHUNK], at + done)
 
 
-def _write_file(path, kind, meta, buffers):
-    """Writes the object to `path` (whole, or not at all: it appears by rename). Written with
-    pwrite, one copy into the store's pages (2x a copy through a mapping of new pages, which
-    faults on each); a full /dev/shm is an ENOSPC here, not a SIGBUS later."""
-    head, placed, total = _encode(kind, meta, buffers)
+def _write_file(path, head, placed, total):
+    """Writes an object (`_encode`'s parts) to a new file at `path` (whole, or not at all: it
+    appears by rename). Written with pwrite, one copy into new pages (as fast as a copy
+    through a mapping of them, which faults on each); a full /dev/shm is an ENOSPC here, not
+    a SIGBUS later."""
     tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
@@ -603,9 +622,14 @@ def _decode(buf):
 
 
 def _map_file(path):
+    """A private mapping of an object file, which its owner does not write into while the
+    mapping (or a view of it) lives (_object_pool.hold_for_reading)."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) if size else b""
+        if not size:
+            return b""
+        hold_for_reading(f.fileno(), path)
+        return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
 
 
 # ---- put, publish, read ----------------------------------------------------------------------
@@ -640,9 +664,15 @@ def _store_used(root):
 
 def _place(size):
     """(this process's directory for a `size`-byte value, whether it is the spill one): the
-    store while the value fits in its capacity, else the node's spill directory on disk."""
-    spill = _here.spill_dir is not None and _here.capacity is not None and \
-        _store_used(os.path.dirname(_here.dir)) + size > _here.capacity
+    store while the value fits in its capacity (this process's kept files given up first),
+    else the node's spill directory on disk."""
+    def over():
+        return _here.spill_dir is not None and _here.capacity is not None and \
+            _store_used(os.path.dirname(_here.dir)) + size > _here.capacity
+    spill = over()
+    if spill and _here.pool.kept_bytes():
+        _here.pool.trim(drop_all=True)
+        spill = over()
     where = _here.spill_dir if spill else _here.dir
     os.makedirs(where, mode=0o700, exist_ok=True)
     return where, spill
@@ -650,8 +680,18 @@ def _place(size):
 
 def _write_placed(object_id, kind, meta, buffers):
     """Writes an object where it fits; whether it went to disk."""
-    where, spilled = _place(_encode(kind, meta, buffers)[2])
-    _write_file(os.path.join(where, object_id), kind, meta, buffers)
+    head, placed, total = _encode(kind, meta, buffers)
+    where, spilled = _place(total)
+    path = os.path.join(where, object_id)
+    if spilled or not _here.pool.write(path, object_id, head, placed, total):
+        from .exceptions import ObjectStoreFullError
+        try:
+            _write_file(path, head, placed, total)
+        except ObjectStoreFullError:
+            if not _here.pool.kept_bytes():
+                raise
+            _here.pool.trim(drop_all=True)  # /dev/shm is full: the kept files make room
+            _write_file(path, head, placed, total)
     return spilled
 
 

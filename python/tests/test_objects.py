@@ -13,7 +13,7 @@ import pytest
 
 import _phalanx
 import phalanx
-from phalanx import _objects
+from phalanx import _object_pool, _objects
 
 from conftest import wait_for
 
@@ -75,9 +75,27 @@ class Trainer:
         return os.getpid()
 
 
+@phalanx.remote
+class Reader:
+    """Keeps the array it read, not the ref (as in Ray, the array keeps the value it views)."""
+
+    def take(self, box):
+        self.array = phalanx.get(box["w"])
+        return float(self.array.sum())
+
+    def total(self):
+        return float(self.array.sum())
+
+    def drop(self):
+        self.array = None
+        gc.collect()
+
+
 def _my_objects():
+    """The values this process has in the store (not the files it keeps for its next puts)."""
     d = _objects._here.dir
-    return sorted(os.listdir(d)) if d and os.path.isdir(d) else []
+    names = os.listdir(d) if d and os.path.isdir(d) else []
+    return sorted(n for n in names if not n.startswith(_object_pool.POOL_PREFIX))
 
 
 def test_put_get_and_refs_anywhere(cluster):
@@ -145,6 +163,56 @@ def test_a_value_is_freed_when_no_ref_holds_it(cluster):
     del kept
     gc.collect()
     assert wait_for(lambda: kept_id not in _my_objects(), timeout=30)
+
+
+def _inode(ref):
+    return os.stat(os.path.join(_objects._here.dir, ref._obj.id)).st_ino
+
+
+def _kept_files():
+    return [n for n in os.listdir(_objects._here.dir)
+            if n.startswith(_object_pool.POOL_PREFIX)]
+
+
+def test_a_freed_values_file_takes_the_next_put_once_no_reader_maps_it(cluster, monkeypatch):
+    """Ray's plasma reuses its memory: so does a process's store directory. A freed value's
+    file is written again by a put of its size, but never while a reader (here, or in an
+    actor) still has an array that views it."""
+    n = 1 << 18  # 2 MiB of float64
+    reader = Reader.remote()
+    first = phalanx.put(np.full(n, 1.0))
+    first_id, inode = first._obj.id, _inode(first)
+    assert phalanx.get(reader.take.remote({"w": first}), timeout=60) == n
+    mine = phalanx.get(first)
+    del first
+    gc.collect()
+    assert wait_for(lambda: first_id not in _my_objects(), timeout=30)  # freed, file kept
+    assert _object_pool.POOL_PREFIX + first_id in _kept_files()
+
+    second = phalanx.put(np.full(n, 2.0))  # two readers map the freed file: a new one
+    assert _inode(second) != inode
+    del mine
+    gc.collect()
+    third = phalanx.put(np.full(n, 3.0))  # the actor still maps it
+    assert _inode(third) != inode
+    assert phalanx.get(reader.total.remote(), timeout=60) == n  # its array is untouched
+    phalanx.get(reader.drop.remote(), timeout=60)
+    fourth = phalanx.put(np.full(n, 4.0))  # nobody maps it now: written again
+    assert _inode(fourth) == inode
+    assert phalanx.get(fourth).sum() == 4.0 * n
+    assert phalanx.get(total.remote(fourth), timeout=60) == 4.0 * n
+    assert phalanx.get(second).sum() == 2.0 * n and phalanx.get(third).sum() == 3.0 * n
+
+    # Small values' files are not kept, and kept files go once unused for POOL_IDLE_S.
+    small = phalanx.put(np.ones(20_000))  # 160 KB: in the store, under POOL_MIN_BYTES
+    small_id = small._obj.id
+    del small
+    gc.collect()
+    assert _object_pool.POOL_PREFIX + small_id not in _kept_files()
+    monkeypatch.setattr(_object_pool, "POOL_IDLE_S", 0.2)
+    del second, third, fourth
+    gc.collect()
+    assert wait_for(lambda: not _kept_files(), timeout=30), _kept_files()
 
 
 def test_borrowers_keep_a_value_until_the_last_one_drops_it(cluster):

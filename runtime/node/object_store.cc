@@ -296,7 +296,7 @@ rpc::ObjectStoreUsage MeasureObjectStore(const std::string& dir, const std::stri
         } else {
           usage.set_used_bytes(usage.used_bytes() + st.st_size);
         }
-        usage.set_objects(usage.objects() + 1);
+        if (!absl::StartsWith(object, kObjectPoolPrefix)) usage.set_objects(usage.objects() + 1);
       }
     }
   };

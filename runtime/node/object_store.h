@@ -50,6 +50,12 @@ inline constexpr char kObjectCacheDir[] = ".cache";
 // unanswered holder's copies are kept until the next sweep).
 inline constexpr absl::Duration kObjectCacheCheckTimeout = absl::Seconds(2);
 
+// The name prefix of a file that an owner keeps after freeing its value, to write its next
+// values into (python/phalanx/_object_pool.py: pages already in memory, as Ray's plasma
+// reuses its arena). Such a file is used memory of the store, not an object; the node neither
+// spills nor serves it, and it goes with its owner's directory.
+inline constexpr char kObjectPoolPrefix[] = ".free-";
+
 // A copy in the node's cache.
 struct CachedObject {
   std::string node;  // the node that holds the value

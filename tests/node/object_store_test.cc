@@ -135,6 +135,16 @@ TEST_F(ObjectStoreTest, TheCacheListsCopiesAndRemovesWhatDeadReadersLeft) {
   EXPECT_EQ(usage.objects(), 0);       // copies, not values of this node
 }
 
+TEST_F(ObjectStoreTest, AKeptFileIsUsedMemoryButNotAnObject) {
+  const std::string store = root_ + "/store", spill = root_ + "/spill";
+  const std::string mine = absl::StrCat(store, "/", Self());
+  Write(mine + "/value", std::string(100, 'x'));
+  Write(absl::StrCat(mine, "/", kObjectPoolPrefix, "freed"), std::string(40, 'y'));
+  rpc::ObjectStoreUsage usage = MeasureObjectStore(store, spill, 1 << 20);
+  EXPECT_EQ(usage.used_bytes(), 140);
+  EXPECT_EQ(usage.objects(), 1);
+}
+
 TEST_F(ObjectStoreTest, TrimmingDropsTheLeastRecentlyReadCopiesFirst) {
   const std::string dir = root_ + "/cache";
   std::vector<CachedObject> cache;
@@ -162,6 +172,7 @@ TEST_F(ObjectStoreTest, SpillingMovesTheOldestValuesToDiskUntilTheStoreIsUnderTh
   Write(store + "/123-456/dead", "0123456789");  // a dead owner's: swept, never moved
   Write(mine + "/.tmp-being-written", "0123456789");
   Write(mine + "/fetch-abc-12345678", "0123456789");  // a reader's private copy
+  Write(absl::StrCat(mine, "/", kObjectPoolPrefix, "old"), "0123456789");  // a kept file
   // b was made first, then c, then a.
   const auto now = fs::file_time_type::clock::now();
   fs::last_write_time(mine + "/b", now - std::chrono::seconds(30));
@@ -181,6 +192,7 @@ TEST_F(ObjectStoreTest, SpillingMovesTheOldestValuesToDiskUntilTheStoreIsUnderTh
   EXPECT_TRUE(fs::exists(store + "/123-456/dead"));
   EXPECT_TRUE(fs::exists(mine + "/.tmp-being-written"));
   EXPECT_TRUE(fs::exists(mine + "/fetch-abc-12345678"));
+  EXPECT_TRUE(fs::exists(absl::StrCat(mine, "/", kObjectPoolPrefix, "old")));
   for (const auto& e : fs::directory_iterator(moved)) {
     EXPECT_EQ(e.path().filename().string().find(".spilling"), std::string::npos);
   }
