@@ -1,8 +1,11 @@
 #include "actors/api.h"
 
 #include <algorithm>
+#include <atomic>
 #include <boost/fiber/operations.hpp>
 #include <cstdlib>
+#include <functional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -317,6 +320,46 @@ std::shared_ptr<worker::ObjectState> SubmitCall(const std::string& actor_id,
     return state;
   }
   return (*client)->Submit(method, std::move(packed_args), 0, concurrency_group);
+}
+
+std::shared_ptr<worker::ObjectState> SubmitCallAfter(
+    const std::string& actor_id, const std::string& method,
+    std::vector<std::shared_ptr<worker::ObjectState>> deps,
+    std::function<std::string(const std::vector<std::string>&)> assemble) {
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
+  if (cw == nullptr) {
+    auto state = std::make_shared<worker::ObjectState>();
+    state->Set(NotInitialized());
+    return state;
+  }
+  auto client = cw->Client(actor_id);
+  if (!client.ok()) {
+    auto state = std::make_shared<worker::ObjectState>();
+    state->Set(client.status());
+    return state;
+  }
+  std::shared_ptr<worker::ObjectState> state;
+  uint64_t seq = 0;
+  std::tie(state, seq) = (*client)->Reserve(method);
+  if (seq == 0) return state;
+  // Filled once the last dependency is done, on a thread of its own: the thread that sets a
+  // dependency may hold the lock of this very client (another call's result failed by it).
+  auto left = std::make_shared<std::atomic<int>>(static_cast<int>(deps.size()));
+  auto shared = std::make_shared<std::vector<std::shared_ptr<worker::ObjectState>>>(deps);
+  for (const auto& dep : deps) {
+    dep->OnDone([c = *client, seq, shared, left, assemble] {
+      if (left->fetch_sub(1) != 1) return;
+      RunInBackground([c, seq, shared, assemble] {
+        std::vector<std::string> values;
+        for (const auto& d : *shared) {
+          if (!d->status().ok()) return c->Fill(seq, d->status(), d->value());
+          values.push_back(d->value());
+        }
+        c->Fill(seq, absl::OkStatus(), assemble(values));
+      });
+    });
+  }
+  return state;
 }
 
 absl::StatusOr<ActorDescription> DescribeNamedActor(const std::string& name,

@@ -227,10 +227,11 @@ absl::Status ReleaseBundle(const PlacementGroup& group, int index);
 
 // A method call about to be sent: Remote(args...) converts the arguments to the method's
 // parameter types (a compile-time check) and sends them. An argument may be an ObjectRef of a
-// type that converts: its value goes in the call. Remote() waits for a ref that is not ready
-// yet, so the caller's calls keep their order; a ref that failed fails the call with its
-// error. An unregistered method's calls fail with InvalidArgument (kind InvalidCall) naming
-// the fix.
+// type that converts: its value goes in the call. Remote() returns at once, as Ray's does:
+// a call with a ref that is not ready yet is sent once it is, and the caller's later calls
+// to the same actor go after it, so they keep their order; a ref that failed fails the call
+// with its error. An unregistered method's calls fail with InvalidArgument (kind
+// InvalidCall) naming the fix.
 template <typename R, typename... Params>
 class TaskCaller {
  public:

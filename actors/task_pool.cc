@@ -688,6 +688,8 @@ std::shared_ptr<worker::ObjectState> SubmitTask(TaskSubmission spec) {
   return result;
 }
 
+void RunInBackground(std::function<void()> fn) { Background::Get().Run(std::move(fn)); }
+
 absl::Status CancelTask(const std::shared_ptr<worker::ObjectState>& result, bool force) {
   TaskPtr task = TaskRegistry::Get().Find(result.get());
   if (task == nullptr) {

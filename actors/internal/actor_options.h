@@ -2,6 +2,7 @@
 // non-template entry points into the runtime that the API's templates call (actors/api.cc).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,6 +53,14 @@ absl::StatusOr<std::string> CreateActor(const std::string& class_name, const Act
 std::shared_ptr<worker::ObjectState> SubmitCall(const std::string& actor_id,
                                                 const std::string& method, std::string packed_args,
                                                 const std::string& concurrency_group = "");
+// The same for a call whose arguments wait for `deps` (other calls' results, none of them
+// null): it is sent, `assemble`d from their values in order, once all are done, and fails
+// with the first one's error if one failed. The caller's later calls to the actor go after
+// it (worker::ActorClient::Reserve); the caller does not wait.
+std::shared_ptr<worker::ObjectState> SubmitCallAfter(
+    const std::string& actor_id, const std::string& method,
+    std::vector<std::shared_ptr<worker::ObjectState>> deps,
+    std::function<std::string(const std::vector<std::string>&)> assemble);
 // Cancels an actor call (worker::ActorClient::Cancel); OK when it had finished.
 absl::Status CancelActorCall(const std::string& actor_id,
                              const std::shared_ptr<worker::ObjectState>& result);

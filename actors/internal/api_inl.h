@@ -108,8 +108,19 @@ ObjectRef<R> TaskCaller<R, Params...>::Remote(Args&&... args) const {
   std::vector<internal::TaskArgument> parts;
   std::vector<std::shared_ptr<worker::ObjectState>> deps;
   (internal::AddTaskArgument<Params>(&parts, &deps, std::forward<Args>(args)), ...);
+  const bool pending = std::any_of(deps.begin(), deps.end(),
+                                   [](const auto& d) { return d != nullptr && !d->done(); });
+  const bool empty = std::any_of(deps.begin(), deps.end(), [](const auto& d) { return !d; });
+  if (pending && !empty) {  // sent once they are done; the caller goes on, its order kept
+    return ObjectRef<R>(internal::SubmitCallAfter(
+                            actor_id_, method_, std::move(deps),
+                            [parts = std::move(parts)](const std::vector<std::string>& values) {
+                              return internal::AssembleTaskArguments(parts, values);
+                            }),
+                        what_);
+  }
   std::vector<std::string> values;
-  for (const auto& dep : deps) {  // in order: the call's place among the caller's is kept
+  for (const auto& dep : deps) {  // done (or empty: the error says so)
     if (auto s = internal::Await(dep, absl::InfiniteDuration(), what_); !s.ok()) {
       auto state = std::make_shared<worker::ObjectState>();
       state->Set(s);

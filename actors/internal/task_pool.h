@@ -93,6 +93,9 @@ std::shared_ptr<worker::ObjectState> SubmitTask(TaskSubmission task);
 // result. INVALID_ARGUMENT for a slot that is not a task of this process.
 absl::Status CancelTask(const std::shared_ptr<worker::ObjectState>& result, bool force);
 
+// Runs `fn` on a thread of its own, which ShutdownTaskPools waits for (a bounded while).
+void RunInBackground(std::function<void()> fn);
+
 // Fails every queued task, forgets every pool and stops the reaper (phalanx::Shutdown calls
 // it; the workers die with their owner).
 void ShutdownTaskPools();

@@ -74,33 +74,65 @@ absl::Status ActorClient::DeadStatusLocked() const {
 std::shared_ptr<ObjectState> ActorClient::Submit(const std::string& method, std::string args,
                                                  int encoding,
                                                  const std::string& concurrency_group) {
+  return Enqueue(method, std::move(args), encoding, concurrency_group, /*reserved=*/false).first;
+}
+
+std::pair<std::shared_ptr<ObjectState>, uint64_t> ActorClient::Reserve(
+    const std::string& method, int encoding, const std::string& concurrency_group) {
+  return Enqueue(method, "", encoding, concurrency_group, /*reserved=*/true);
+}
+
+std::pair<std::shared_ptr<ObjectState>, uint64_t> ActorClient::Enqueue(
+    const std::string& method, std::string args, int encoding, const std::string& concurrency_group,
+    bool reserved) {
   auto state = std::make_shared<ObjectState>();
   absl::MutexLock lock(&mu_);
   if (closed_) {
     state->Set(MakeError(absl::StatusCode::kCancelled, error_kind::kActorUnavailable,
                          "phalanx was shut down in this process"));
-    return state;
+    return {state, 0};
   }
   if (info_.state() == rpc::ACTOR_DEAD) {
     state->Set(DeadStatusLocked());
-    return state;
+    return {state, 0};
   }
   Call call{
       next_seq_++, method, std::move(args), encoding, concurrency_group, info_.max_task_retries(),
       state};
+  call.reserved = reserved;
   if (info_.state() == rpc::ACTOR_RESTARTING) {
     if (call.retries_left == 0) {
       state->Set(MakeError(absl::StatusCode::kAborted, error_kind::kActorDied,
                            absl::StrCat(rpc::DescribeActor(info_), " is RESTARTING after ",
                                         rpc::DescribeCause(info_.death_cause()),
                                         "; the call is not retried (max_task_retries = 0)")));
-      return state;
+      return {state, 0};
     }
     if (call.retries_left > 0) --call.retries_left;
   }
+  const uint64_t seq = call.seq;
   queue_.push_back(std::move(call));
   FlushLocked();
-  return state;
+  return {state, seq};
+}
+
+void ActorClient::Fill(uint64_t seq, const absl::Status& status, std::string value) {
+  std::shared_ptr<ObjectState> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it =
+        std::find_if(queue_.begin(), queue_.end(), [seq](const Call& c) { return c.seq == seq; });
+    if (it == queue_.end() || !it->reserved) return;  // failed or cancelled meanwhile
+    if (status.ok()) {
+      it->reserved = false;
+      it->args = std::move(value);
+    } else {
+      failed = it->result;
+      queue_.erase(it);  // never sent: its number is skipped, as a worker allows
+    }
+    FlushLocked();
+  }
+  if (failed != nullptr) failed->Set(status, std::move(value));
 }
 
 bool ActorClient::Cancel(const std::shared_ptr<ObjectState>& result) {
@@ -115,6 +147,10 @@ bool ActorClient::Cancel(const std::shared_ptr<ObjectState>& result) {
       method = call.method;
       call.method = kCancelMethod;
       call.args.clear();
+      if (call.reserved) {
+        call.reserved = false;
+        FlushLocked();
+      }
       break;
     }
     for (auto* calls : {&inflight_, &orphans_}) {
@@ -152,7 +188,7 @@ void ActorClient::ConnectLocked() {
 }
 
 void ActorClient::FlushLocked() {
-  if (connection_ == nullptr || writing_ || queue_.empty()) return;
+  if (connection_ == nullptr || writing_ || !SendableLocked()) return;
   if (inflight_.empty() && queue_.size() == 1 && connection_->established) {
     WriteQueuedLocked();
     return;
@@ -178,7 +214,7 @@ void ActorClient::WriterLoop() {
 void ActorClient::WriteQueuedLocked() {
   if (connection_ == nullptr || writing_) return;
   writing_ = true;
-  while (!queue_.empty() && connection_ != nullptr) {
+  while (SendableLocked() && connection_ != nullptr) {
     std::shared_ptr<Connection> conn = connection_;
     rpc::CallBatch batch;
     if (!conn->header_sent) {
@@ -187,7 +223,8 @@ void ActorClient::WriteQueuedLocked() {
       batch.set_attempt(conn->attempt);
       conn->header_sent = true;
     }
-    for (auto& call : queue_) {
+    while (SendableLocked()) {  // up to the first call that waits for its arguments
+      Call& call = queue_.front();
       rpc::ActorCall* c = batch.add_calls();
       c->set_seq(call.seq);
       c->set_method(call.method);
@@ -196,12 +233,13 @@ void ActorClient::WriteQueuedLocked() {
       c->set_concurrency_group(call.concurrency_group);
       call.sent = true;
       inflight_.emplace(call.seq, std::move(call));
+      queue_.pop_front();
     }
-    queue_.clear();
     // Every call below the lowest one still unanswered has its answer: the worker may forget
     // those results.
     uint64_t lowest = inflight_.empty() ? next_seq_ : inflight_.begin()->first;
     if (!orphans_.empty()) lowest = std::min(lowest, orphans_.begin()->first);
+    for (const Call& call : queue_) lowest = std::min(lowest, call.seq);
     batch.set_acked_through(lowest - 1);
     mu_.Unlock();
     bool ok = conn->stream->Write(batch);

@@ -42,6 +42,16 @@ class ActorClient : public std::enable_shared_from_this<ActorClient> {
   std::shared_ptr<ObjectState> Submit(const std::string& method, std::string args, int encoding = 0,
                                       const std::string& concurrency_group = "");
 
+  // Queues a call whose arguments are not known yet (they wait for other calls' results, as
+  // Ray resolves an actor task's arguments before it sends the task): it keeps its place,
+  // and this caller's later calls go after it. `Fill` gives its arguments (OK `status`,
+  // `value` the packed arguments) or the error that fails it (`value` its detail; the call
+  // is then never sent). Returns its result and its sequence number (0 when the result is
+  // set already: a dead actor, a closed client).
+  std::pair<std::shared_ptr<ObjectState>, uint64_t> Reserve(
+      const std::string& method, int encoding = 0, const std::string& concurrency_group = "");
+  void Fill(uint64_t seq, const absl::Status& status, std::string value);
+
   // Cancels the call whose result is `result`, as Ray's cancel of an actor task: its result
   // becomes a TaskCancelled error at once. One not sent yet goes as a no-op; one sent is
   // named to the worker (kCancelMethod), which does not start it, or has the actor cancel
@@ -66,9 +76,19 @@ class ActorClient : public std::enable_shared_from_this<ActorClient> {
     // Sent to a worker before (queued again to go to the same worker on a new connection):
     // if that worker is replaced first, it counts as a retry.
     bool sent = false;
+    // Reserved and not yet filled: it and the calls after it wait in the queue.
+    bool reserved = false;
   };
   struct Connection;
 
+  std::pair<std::shared_ptr<ObjectState>, uint64_t> Enqueue(const std::string& method,
+                                                            std::string args, int encoding,
+                                                            const std::string& concurrency_group,
+                                                            bool reserved);
+  // Whether the queue's first call may go (it is not waiting for its arguments).
+  bool SendableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !queue_.empty() && !queue_.front().reserved;
+  }
   void ConnectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends queued calls: inline when this is the only call on an established connection (a
   // synchronous caller pays no thread hop), else by the writer thread, which batches what

@@ -2,6 +2,8 @@
 // SIGKILL and real memory limits.
 #include <signal.h>
 
+#include <fstream>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -118,6 +120,36 @@ TEST_F(ActorTest, PutValuesAndRefsAreActorCallArguments) {
   ASSERT_FALSE(taken.ok());
   EXPECT_TRUE(absl::StrContains(taken.status().message(), "no value")) << taken.status();
   EXPECT_EQ(*Get(counter->Task(&Counter::Value).Remote()), 308);  // the failed one never ran
+}
+
+// As in Ray, Remote() with a ref that is not ready does not make the caller wait: the call
+// goes once the ref is, and the caller's later calls to that actor run after it. A ref that
+// fails later fails its call, which never runs, and the calls after it still do.
+TEST_F(ActorTest, ACallWithAPendingRefReturnsAtOnceAndKeepsItsPlace) {
+  auto gate = Actor<Counter>().Remote(0);
+  auto counter = Actor<Counter>().Remote(0);
+  ASSERT_TRUE(gate.ok() && counter.ok());
+  const std::string open = absl::StrCat("/tmp/phalanx-actor-test-gate-", ::getpid());
+  ::unlink(open.c_str());
+  ObjectRef<int> opened = gate->Task(&Counter::WaitForFile).Remote(open);
+  ObjectRef<int> failed = gate->Task(&Counter::Fail).Remote("the gate failed");  // after it
+  ObjectRef<int64_t> first = counter->Task(&Counter::Record).Remote(opened);     // Record(1)
+  ObjectRef<int64_t> second = counter->Task(&Counter::Record).Remote(int64_t{1});
+  ObjectRef<int64_t> never = counter->Task(&Counter::Record).Remote(failed);
+  ObjectRef<int64_t> third = counter->Task(&Counter::Record).Remote(int64_t{2});
+  // The gate is closed: Remote() returned without waiting, and nothing after it ran.
+  EXPECT_FALSE(opened.Ready());
+  EXPECT_FALSE(second.Ready());
+  { std::ofstream(open) << "open"; }
+  auto results = Get(std::vector<ObjectRef<int64_t>>{first, second, third}, absl::Seconds(60));
+  ::unlink(open.c_str());
+  ASSERT_TRUE(results.ok()) << results.status();
+  // Record returns how many calls came before it: first, second and third in order.
+  EXPECT_EQ(*results, (std::vector<int64_t>{0, 1, 2}));
+  auto lost = Get(never, absl::Seconds(60));
+  ASSERT_FALSE(lost.ok());
+  EXPECT_TRUE(absl::StrContains(lost.status().message(), "the gate failed")) << lost.status();
+  EXPECT_EQ(*Get(counter->Task(&Counter::Record).Remote(int64_t{3})), 3);  // `never` never ran
 }
 
 TEST_F(ActorTest, TenThousandCallsFromOneCallerArriveInOrder) {

@@ -1,5 +1,7 @@
 #include "tests/actors/test_actors.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -34,7 +36,15 @@ std::vector<int64_t> Counter::Overlap(int ms) {
 using phalanx::testing::BadInit;
 using phalanx::testing::Counter;
 PHALANX_ACTOR(Counter, int);
+int Counter::WaitForFile(std::string path) {
+  for (int i = 0; i < 12000; ++i) {
+    if (::access(path.c_str(), F_OK) == 0) return 1;
+    ::usleep(10000);
+  }
+  return 0;
+}
+
 PHALANX_METHODS(Counter, Add, Value, Record, InOrder, Pid, Echo, Exit, Fail, Allocate, SleepMs,
-                Overlap);
+                Overlap, WaitForFile);
 PHALANX_ACTOR(BadInit, std::string);
 PHALANX_METHODS(BadInit, Never);

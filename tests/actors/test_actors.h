@@ -34,6 +34,8 @@ class Counter {
   // Allocates and touches `mib` MiB, in 16 MiB steps so RSS grows steadily.
   int64_t Allocate(int mib);
   int SleepMs(int ms);
+  // Returns 1 once `path` exists (0 after 120 s without it).
+  int WaitForFile(std::string path);
   // Fiber-friendly sleep; returns {start_us, end_us} of the call.
   std::vector<int64_t> Overlap(int ms);
 
