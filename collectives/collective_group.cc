@@ -470,6 +470,16 @@ class GroupImpl final : public CollectiveGroup {
   }
 
   absl::StatusOr<NetworkCheckReport> NetworkCheckNow(const NetworkCheckOptions& options);
+  // This rank's two timed rounds of a check (index 1 and 2; an unpaired rank's round stays
+  // ok in 0 ms). A failed round fails the epoch (failure_).
+  struct CheckRounds {
+    bool ok[3] = {true, true, true};
+    double ms[3] = {0, 0, 0};
+  };
+  CheckRounds RunCheckRounds(const NetworkCheckOptions& options);
+  // Exchanges `count` int32 with partner `p`, the lower rank sending first.
+  absl::Status CheckExchange(const NetworkCheckOptions& options, int p, size_t count,
+                             std::vector<char>* send, std::vector<char>* recv);
 
   const GroupOptions options_;
   std::unique_ptr<gcs::GcsClient> gcs_;
@@ -540,77 +550,29 @@ absl::StatusOr<NetworkCheckReport> GroupImpl::NetworkCheck(const NetworkCheckOpt
   return out;
 }
 
-absl::StatusOr<NetworkCheckReport> GroupImpl::NetworkCheckNow(const NetworkCheckOptions& options) {
-  if (!backend_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("collective group '", options_.name, "' has no epoch: call Reconfigure"));
+// The partner of rank `r` of `n` in round 1 or 2 of a network check, or -1 when it sits
+// out: round 1 pairs (0,1),(2,3)…; round 2 pairs (1,2),(3,4)…(n-1,0).
+int NetworkCheckPartner(int round, int r, int n) {
+  int p;
+  if (round == 1) {
+    p = r ^ 1;
+  } else if (r == 0) {
+    p = n % 2 == 0 ? n - 1 : -1;
+  } else {
+    p = r % 2 == 1 ? r + 1 : r - 1;
+    if (p == n) p = n % 2 == 0 ? 0 : -1;
   }
-  const int n = current_.world, me = current_.rank;
-  // Round 1 pairs (0,1),(2,3)…; round 2 pairs (1,2),(3,4)…(n-1,0). An unpaired rank sits out.
-  auto partner = [n](int round, int r) {
-    int p;
-    if (round == 1) {
-      p = r ^ 1;
-    } else if (r == 0) {
-      p = n % 2 == 0 ? n - 1 : -1;
-    } else {
-      p = r % 2 == 1 ? r + 1 : r - 1;
-      if (p == n) p = n % 2 == 0 ? 0 : -1;
-    }
-    return (p >= 0 && p < n && p != r) ? p : -1;
-  };
-  double matmul_ms = TimeMatmulMs(options.matmul_size, options.matmul_iterations);
-  if (options.matmul_delay > absl::ZeroDuration()) {
-    absl::SleepFor(options.matmul_delay);
-    matmul_ms += absl::ToDoubleMilliseconds(options.matmul_delay);
-  }
-  std::vector<char> send(options.exchange_bytes, 1), recv(options.exchange_bytes);
-  bool ok[3] = {true, true, true};
-  absl::Status check_failure;
-  double ms[3] = {0, 0, 0};
-  for (int round = 1; round <= 2; ++round) {
-    int p = partner(round, me);
-    if (p < 0) continue;
-    absl::Time t0 = absl::Now();
-    absl::Status s;
-    if (failure_.ok()) {
-      // Exchanges `count` int32 with the partner, lower rank sending first.
-      auto exchange = [&](size_t count) {
-        absl::Status e;
-        if (me < p) {
-          e = backend_->Send(send.data(), count, DType::kInt32, p, options.timeout);
-          if (e.ok()) e = backend_->Recv(recv.data(), count, DType::kInt32, p, options.timeout);
-        } else {
-          e = backend_->Recv(recv.data(), count, DType::kInt32, p, options.timeout);
-          if (e.ok()) e = backend_->Send(send.data(), count, DType::kInt32, p, options.timeout);
-        }
-        return e;
-      };
-      // Meet first (untimed), so that a partner slow to arrive does not count as a slow link.
-      s = exchange(1);
-      t0 = absl::Now();
-      if (s.ok()) s = exchange(options.exchange_bytes / 4);
-      // A failed round leaves the group to be re-formed, but the other round still runs:
-      // its partner is another rank, and a rank is faulty only if both rounds fail.
-      if (!s.ok() && check_failure.ok()) {
-        check_failure = absl::UnavailableError(
-            absl::StrCat("collective group '", options_.name, "' epoch ", current_.epoch,
-                         ": network check with rank ", p, " failed: ", s.message(),
-                         "; form a new epoch with Reconfigure"));
-      }
-    } else {
-      s = failure_;
-    }
-    ok[round] = s.ok();
-    ms[round] = absl::ToDoubleMilliseconds(absl::Now() - t0);
-  }
-  if (!check_failure.ok()) failure_ = check_failure;
-  KvStore store(gcs_.get(), EpochPrefix(current_.epoch));
-  std::string mine = absl::StrFormat("%f,%d,%f,%d,%f", matmul_ms, ok[1], ms[1], ok[2], ms[2]);
-  if (auto s = store.Set(absl::StrCat("netcheck/", me), mine); !s.ok()) return s;
+  return (p >= 0 && p < n && p != r) ? p : -1;
+}
 
+// Every rank's line of epoch `epoch`'s check from `store` (waiting up to options.timeout in
+// all), judged against the median: a rank with no line, or whose two rounds both failed, is
+// faulty (a round fails for both partners, so the one failing twice is the common factor);
+// one slower than straggler_factor times the median is a straggler.
+NetworkCheckReport ReadNetworkCheck(KvStore& store, int n, int64_t epoch,
+                                    const NetworkCheckOptions& options) {
   NetworkCheckReport report;
-  report.epoch = current_.epoch;
+  report.epoch = epoch;
   absl::Time deadline = absl::Now() + options.timeout;
   std::vector<double> totals;
   for (int r = 0; r < n; ++r) {
@@ -638,8 +600,6 @@ absl::StatusOr<NetworkCheckReport> GroupImpl::NetworkCheckNow(const NetworkCheck
   std::sort(totals.begin(), totals.end());
   report.median_ms = totals.empty() ? 0 : totals[(totals.size() - 1) / 2];
   for (auto& check : report.ranks) {
-    // Faulty: no report, or both of its rounds failed. (A round fails for both partners, so
-    // the one failing twice is the common factor.)
     check.faulty = !check.reported || (!check.round1_ok && !check.round2_ok);
     check.straggler = check.reported && !check.faulty &&
                       check.total_ms > options.straggler_factor * report.median_ms;
@@ -647,6 +607,68 @@ absl::StatusOr<NetworkCheckReport> GroupImpl::NetworkCheckNow(const NetworkCheck
     if (check.straggler) report.stragglers.push_back(check.rank);
   }
   return report;
+}
+
+absl::Status GroupImpl::CheckExchange(const NetworkCheckOptions& options, int p, size_t count,
+                                      std::vector<char>* send, std::vector<char>* recv) {
+  const int me = current_.rank;
+  absl::Status e;
+  if (me < p) {
+    e = backend_->Send(send->data(), count, DType::kInt32, p, options.timeout);
+    if (e.ok()) e = backend_->Recv(recv->data(), count, DType::kInt32, p, options.timeout);
+  } else {
+    e = backend_->Recv(recv->data(), count, DType::kInt32, p, options.timeout);
+    if (e.ok()) e = backend_->Send(send->data(), count, DType::kInt32, p, options.timeout);
+  }
+  return e;
+}
+
+GroupImpl::CheckRounds GroupImpl::RunCheckRounds(const NetworkCheckOptions& options) {
+  CheckRounds rounds;
+  std::vector<char> send(options.exchange_bytes, 1), recv(options.exchange_bytes);
+  absl::Status check_failure;
+  for (int round = 1; round <= 2; ++round) {
+    int p = NetworkCheckPartner(round, current_.rank, current_.world);
+    if (p < 0) continue;
+    absl::Time t0 = absl::Now();
+    absl::Status s = failure_;
+    if (failure_.ok()) {
+      // Meet first (untimed), so that a partner slow to arrive does not count as a slow link.
+      s = CheckExchange(options, p, 1, &send, &recv);
+      t0 = absl::Now();
+      if (s.ok()) s = CheckExchange(options, p, options.exchange_bytes / 4, &send, &recv);
+      // A failed round leaves the group to be re-formed, but the other round still runs:
+      // its partner is another rank, and a rank is faulty only if both rounds fail.
+      if (!s.ok() && check_failure.ok()) {
+        check_failure = absl::UnavailableError(
+            absl::StrCat("collective group '", options_.name, "' epoch ", current_.epoch,
+                         ": network check with rank ", p, " failed: ", s.message(),
+                         "; form a new epoch with Reconfigure"));
+      }
+    }
+    rounds.ok[round] = s.ok();
+    rounds.ms[round] = absl::ToDoubleMilliseconds(absl::Now() - t0);
+  }
+  if (!check_failure.ok()) failure_ = check_failure;
+  return rounds;
+}
+
+absl::StatusOr<NetworkCheckReport> GroupImpl::NetworkCheckNow(const NetworkCheckOptions& options) {
+  if (!backend_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("collective group '", options_.name, "' has no epoch: call Reconfigure"));
+  }
+  double matmul_ms = TimeMatmulMs(options.matmul_size, options.matmul_iterations);
+  if (options.matmul_delay > absl::ZeroDuration()) {
+    absl::SleepFor(options.matmul_delay);
+    matmul_ms += absl::ToDoubleMilliseconds(options.matmul_delay);
+  }
+  CheckRounds rounds = RunCheckRounds(options);
+  KvStore store(gcs_.get(), EpochPrefix(current_.epoch));
+  std::string mine = absl::StrFormat("%f,%d,%f,%d,%f", matmul_ms, rounds.ok[1], rounds.ms[1],
+                                     rounds.ok[2], rounds.ms[2]);
+  if (auto s = store.Set(absl::StrCat("netcheck/", current_.rank), mine); !s.ok()) return s;
+  return ReadNetworkCheck(store, current_.world, current_.epoch, options);
 }
 
 }  // namespace

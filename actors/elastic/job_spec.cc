@@ -775,53 +775,30 @@ YAML::Emitter& operator<<(YAML::Emitter& out, KeyText k) {
   return out << YAML::Key << Text{k.s};
 }
 
-}  // namespace
-
-std::string JobSpecToYaml(const JobSpec& spec) {
-  YAML::Emitter out;
-  out << YAML::BeginMap;
-  out << YAML::Key << "name" << YAML::Value << spec.name;
-  out << YAML::Key << "trainer" << YAML::Value << Text{spec.trainer};
-  if (!spec.code_path.empty()) {
-    out << YAML::Key << "codePath" << YAML::Value << Text{spec.code_path};
-  }
-  if (spec.language != "cpp") out << YAML::Key << "language" << YAML::Value << spec.language;
-  if (!spec.preimports.empty()) {
-    out << YAML::Key << "preimports" << YAML::Value << YAML::Flow << spec.preimports;
-  }
-  out << YAML::Key << "replicas" << YAML::Value << spec.replicas;
-  out << YAML::Key << "minReplicas" << YAML::Value << spec.min_replicas;
-  out << YAML::Key << "maxReplicas" << YAML::Value << spec.max_replicas;
-  if (!spec.resources.empty()) {
-    out << YAML::Key << "resources" << YAML::Value << YAML::BeginMap;
-    for (const auto& [k, v] : spec.resources) out << KeyText{k} << YAML::Value << v;
+// JobSpecToYaml's parts: the fault-tolerant policies, and the recovery's limits, checks and
+// phase bounds.
+void EmitPolicies(const JobSpec& spec, YAML::Emitter& out) {
+  out << YAML::Key << "faultTolerantPolicy" << YAML::Value << YAML::BeginSeq;
+  for (const auto& p : spec.policies) {
+    out << YAML::BeginMap;
+    if (!p.event.empty()) {
+      out << YAML::Key << "event" << YAML::Value << p.event;
+    } else {
+      std::vector<std::string> codes;
+      for (int c : p.exit_codes) codes.push_back(std::to_string(c));
+      out << YAML::Key << "exitCodes" << YAML::Value << absl::StrJoin(codes, ",");
+    }
+    out << YAML::Key << "action" << YAML::Value << ActionName(p.action);
+    out << YAML::Key << "memoryGrowth" << YAML::Value << p.memory_growth;
+    out << YAML::Key << "maxMemoryStep" << YAML::Value << p.max_memory_step;
+    out << YAML::Key << "memoryCap" << YAML::Value << p.memory_cap;
+    if (p.dump) out << YAML::Key << "dump" << YAML::Value << true;
     out << YAML::EndMap;
   }
-  out << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "numSamples"
-      << YAML::Value << spec.num_samples << YAML::Key << "globalBatch" << YAML::Value
-      << spec.global_batch << YAML::Key << "seed" << YAML::Value << spec.seed << YAML::EndMap;
-  if (spec.steps > 0) out << YAML::Key << "steps" << YAML::Value << spec.steps;
-  if (spec.data_epochs > 0) out << YAML::Key << "dataEpochs" << YAML::Value << spec.data_epochs;
-  if (!spec.policies.empty()) {
-    out << YAML::Key << "faultTolerantPolicy" << YAML::Value << YAML::BeginSeq;
-    for (const auto& p : spec.policies) {
-      out << YAML::BeginMap;
-      if (!p.event.empty()) {
-        out << YAML::Key << "event" << YAML::Value << p.event;
-      } else {
-        std::vector<std::string> codes;
-        for (int c : p.exit_codes) codes.push_back(std::to_string(c));
-        out << YAML::Key << "exitCodes" << YAML::Value << absl::StrJoin(codes, ",");
-      }
-      out << YAML::Key << "action" << YAML::Value << ActionName(p.action);
-      out << YAML::Key << "memoryGrowth" << YAML::Value << p.memory_growth;
-      out << YAML::Key << "maxMemoryStep" << YAML::Value << p.max_memory_step;
-      out << YAML::Key << "memoryCap" << YAML::Value << p.memory_cap;
-      if (p.dump) out << YAML::Key << "dump" << YAML::Value << true;
-      out << YAML::EndMap;
-    }
-    out << YAML::EndSeq;
-  }
+  out << YAML::EndSeq;
+}
+
+void EmitRecovery(const JobSpec& spec, YAML::Emitter& out) {
   out << YAML::Key << "restartLimit" << YAML::Value << spec.restart_limit;
   out << YAML::Key << "restartTimeLimit" << YAML::Value << spec.restart_time_limit_s;
   out << YAML::Key << "failPolicy" << YAML::Value << YAML::BeginMap << YAML::Key
@@ -851,6 +828,37 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::Key << "syncSeconds" << YAML::Value << spec.sync_timeout_s;
   out << YAML::Key << "checkpointSeconds" << YAML::Value << spec.checkpoint_timeout_s;
   out << YAML::EndMap;
+}
+
+}  // namespace
+
+std::string JobSpecToYaml(const JobSpec& spec) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << spec.name;
+  out << YAML::Key << "trainer" << YAML::Value << Text{spec.trainer};
+  if (!spec.code_path.empty()) {
+    out << YAML::Key << "codePath" << YAML::Value << Text{spec.code_path};
+  }
+  if (spec.language != "cpp") out << YAML::Key << "language" << YAML::Value << spec.language;
+  if (!spec.preimports.empty()) {
+    out << YAML::Key << "preimports" << YAML::Value << YAML::Flow << spec.preimports;
+  }
+  out << YAML::Key << "replicas" << YAML::Value << spec.replicas;
+  out << YAML::Key << "minReplicas" << YAML::Value << spec.min_replicas;
+  out << YAML::Key << "maxReplicas" << YAML::Value << spec.max_replicas;
+  if (!spec.resources.empty()) {
+    out << YAML::Key << "resources" << YAML::Value << YAML::BeginMap;
+    for (const auto& [k, v] : spec.resources) out << KeyText{k} << YAML::Value << v;
+    out << YAML::EndMap;
+  }
+  out << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "numSamples"
+      << YAML::Value << spec.num_samples << YAML::Key << "globalBatch" << YAML::Value
+      << spec.global_batch << YAML::Key << "seed" << YAML::Value << spec.seed << YAML::EndMap;
+  if (spec.steps > 0) out << YAML::Key << "steps" << YAML::Value << spec.steps;
+  if (spec.data_epochs > 0) out << YAML::Key << "dataEpochs" << YAML::Value << spec.data_epochs;
+  if (!spec.policies.empty()) EmitPolicies(spec, out);
+  EmitRecovery(spec, out);
   out << YAML::Key << "placementStrategy" << YAML::Value << spec.placement_strategy;
   if (!spec.nodes.empty()) {
     out << YAML::Key << "nodes" << YAML::Value << YAML::Flow << spec.nodes;
