@@ -294,6 +294,23 @@ absl::StatusOr<std::string> CreateActor(const std::string& class_name, const Act
   return created->actor_id();
 }
 
+absl::Status CancelRef(const std::shared_ptr<worker::ObjectState>& result, bool force) {
+  if (result == nullptr) return absl::InvalidArgumentError("Cancel of an empty ObjectRef");
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
+  if (cw == nullptr) return NotInitialized();
+  absl::Status task = CancelTask(result, force);
+  if (!absl::IsInvalidArgument(task)) return task;  // a task of this process
+  if (force) {
+    if (result->done()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "Cancel(ref, force=true) is for tasks; an actor call is cancelled without force (or "
+        "Kill its actor)");
+  }
+  if (cw->CancelCall(result) || result->done()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "Cancel takes the ref of a task or an actor call of this process");
+}
+
 absl::Status CancelActorCall(const std::string& actor_id,
                              const std::shared_ptr<worker::ObjectState>& result) {
   worker::CoreWorker* cw = worker::CoreWorker::Get();
@@ -321,6 +338,12 @@ std::shared_ptr<worker::ObjectState> SubmitCall(const std::string& actor_id,
   }
   return (*client)->Submit(method, std::move(packed_args), 0, concurrency_group);
 }
+
+}  // namespace internal
+
+bool IsCanceled() { return worker::CurrentCallCancelled(); }
+
+namespace internal {
 
 std::shared_ptr<worker::ObjectState> SubmitCallAfter(
     const std::string& actor_id, const std::string& method,

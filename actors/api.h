@@ -176,6 +176,20 @@ template <typename T>
 absl::StatusOr<std::vector<T>> Get(const std::vector<ObjectRef<T>>& refs,
                                    absl::Duration timeout = absl::InfiniteDuration());
 
+// Cancels a task or an actor call (Ray's cancel): its ref fails with kind TaskCancelled at
+// once. One not started never runs. One that runs cannot be interrupted in C++: it runs on,
+// and sees IsCanceled() (a Python task gets KeyboardInterrupt); its result is dropped.
+// `force` kills a running task's worker (not for actor calls: kill the actor instead). OK
+// for a ref already done (it keeps its value, a Put one too); InvalidArgument for a ref that
+// is not done and not a task or actor call of this process.
+template <typename T>
+absl::Status Cancel(const ObjectRef<T>& ref, bool force = false);
+
+// Whether the task or actor call this thread runs was cancelled: a long C++ function or
+// method checks it to stop early, as Ray's runtime_context.is_canceled(). False on a thread
+// that runs none (the driver).
+bool IsCanceled();
+
 template <typename T>
 struct WaitResult {
   std::vector<ObjectRef<T>> ready;

@@ -169,7 +169,8 @@ class Pool : public std::enable_shared_from_this<Pool> {
     return {task->worker_id, w != workers_.end() && w->second.in_flight == 1};
   }
 
-  // Whether this pool's workers can interrupt their running task (Python's can).
+  // Whether this pool's workers raise KeyboardInterrupt in their running task (Python's do;
+  // a C++ one has its task see IsCanceled()).
   bool Interruptible() const { return shape_.worker_class == worker::kPythonTaskWorkerClass; }
 
   // Returns the workers idle for longer than kTaskWorkerIdleTimeout, lends the CPU of those
@@ -612,11 +613,32 @@ class Pools {
   std::shared_ptr<bool> stop_reaper_ ABSL_GUARDED_BY(mu_);
 };
 
-// The C++ task worker: hosts the functions this program registered with PHALANX_FUNCTION.
+// The C++ task worker: hosts the functions this program registered with PHALANX_FUNCTION. A
+// cancel of the task it runs (Interrupt) marks that call cancelled: C++ code cannot be
+// interrupted, so the function sees it in IsCanceled() and may stop early.
 class CppTaskWorker final : public worker::ActorInstance {
  public:
   worker::CallOutcome Call(const std::string& method, const std::string& args) override {
     if (method == kTaskWorkerReadyMethod) return {absl::OkStatus(), PackValue(true)};
+    {
+      absl::MutexLock lock(&mu_);
+      running_ = worker::CurrentCall();
+    }
+    worker::CallOutcome outcome = Run(method, args);
+    absl::MutexLock lock(&mu_);
+    running_.clear();
+    return outcome;
+  }
+
+  bool Interrupt() override {
+    absl::MutexLock lock(&mu_);
+    if (running_.empty()) return false;
+    worker::MarkCallCancelled(running_);
+    return true;
+  }
+
+ private:
+  static worker::CallOutcome Run(const std::string& method, const std::string& args) {
     const auto& table = FunctionTable();
     auto it = table.find(method);
     if (it == table.end()) {
@@ -631,6 +653,9 @@ class CppTaskWorker final : public worker::ActorInstance {
     }
     return it->second(args);
   }
+
+  absl::Mutex mu_;
+  std::string running_ ABSL_GUARDED_BY(mu_);  // CurrentCall() of the task it runs ("": none)
 };
 
 }  // namespace
@@ -705,16 +730,19 @@ absl::Status CancelTask(const std::shared_ptr<worker::ObjectState>& result, bool
     interruptible = pool->Interruptible();
   }
   const bool killed = force && !running.empty();
-  // Not forced: a Python task that runs now gets KeyboardInterrupt, as in Ray (one that waits
-  // behind another on its worker, pipelined, is only dropped).
-  const bool interrupt = !force && !running.empty() && alone && interruptible;
+  // Not forced: a Python task that runs now gets KeyboardInterrupt, as in Ray, and a C++ one
+  // sees IsCanceled() (one that waits behind another on its worker, pipelined, is only
+  // dropped).
+  const bool interrupt = !force && !running.empty() && alone;
   result->Set(worker::MakeError(
       absl::StatusCode::kCancelled, worker::error_kind::kTaskCancelled,
       absl::StrCat("task ", task->spec.function, " was cancelled",
                    killed            ? " (its worker was killed)"
                    : running.empty() ? " before it ran"
-                   : interrupt       ? " while it ran (KeyboardInterrupt was raised in it)"
-                                     : " (it runs on, and its result is dropped)")));
+                   : !interrupt      ? " (it runs on, and its result is dropped)"
+                   : interruptible   ? " while it ran (KeyboardInterrupt was raised in it)"
+                                     : " while it ran (it sees IsCanceled(); its result is "
+                                       "dropped)")));
   if (killed) {
     Background::Get().Run([running] { KillActor(running, /*no_restart=*/true).IgnoreError(); });
   }

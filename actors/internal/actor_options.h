@@ -61,6 +61,9 @@ std::shared_ptr<worker::ObjectState> SubmitCallAfter(
     const std::string& actor_id, const std::string& method,
     std::vector<std::shared_ptr<worker::ObjectState>> deps,
     std::function<std::string(const std::vector<std::string>&)> assemble);
+// phalanx::Cancel: a task of this process (CancelTask) or an actor call of any of its
+// clients (CoreWorker::CancelCall).
+absl::Status CancelRef(const std::shared_ptr<worker::ObjectState>& result, bool force);
 // Cancels an actor call (worker::ActorClient::Cancel); OK when it had finished.
 absl::Status CancelActorCall(const std::string& actor_id,
                              const std::shared_ptr<worker::ObjectState>& result);

@@ -83,6 +83,11 @@ ObjectRef<std::decay_t<T>> Put(T&& value) {
 }
 
 template <typename T>
+absl::Status Cancel(const ObjectRef<T>& ref, bool force) {
+  return internal::CancelRef(ref.state(), force);
+}
+
+template <typename T>
 WaitResult<T> Wait(const std::vector<ObjectRef<T>>& refs, int num_returns, absl::Duration timeout) {
   std::vector<std::shared_ptr<worker::ObjectState>> states;
   for (const auto& r : refs) states.push_back(r.state());

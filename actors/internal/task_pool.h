@@ -88,9 +88,10 @@ struct TaskSubmission {
 std::shared_ptr<worker::ObjectState> SubmitTask(TaskSubmission task);
 
 // Cancels the task whose result slot is `result` (Ray's cancel): the slot fails with
-// kTaskCancelled at once. A queued task is never sent; a running one runs on and its result is
-// dropped, unless `force`, which kills its worker (no retry). A finished task keeps its
-// result. INVALID_ARGUMENT for a slot that is not a task of this process.
+// kTaskCancelled at once. A queued task is never sent; a running one gets KeyboardInterrupt
+// (Python) or sees IsCanceled() (C++) and its result is dropped, unless `force`, which kills
+// its worker (no retry). A finished task keeps its result. INVALID_ARGUMENT for a slot that
+// is not a task of this process.
 absl::Status CancelTask(const std::shared_ptr<worker::ObjectState>& result, bool force);
 
 // Runs `fn` on a thread of its own, which ShutdownTaskPools waits for (a bounded while).

@@ -234,6 +234,18 @@ absl::StatusOr<std::shared_ptr<ActorClient>> CoreWorker::NamedClient(const std::
   return AddClient(*info);
 }
 
+bool CoreWorker::CancelCall(const std::shared_ptr<ObjectState>& result) {
+  std::vector<std::shared_ptr<ActorClient>> clients;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, client] : clients_) clients.push_back(client);
+  }
+  for (const auto& client : clients) {
+    if (client->Cancel(result)) return true;
+  }
+  return false;
+}
+
 absl::Status CoreWorker::Kill(const std::string& actor_id, bool no_restart) {
   return gcs_->KillActor(actor_id, no_restart);
 }

@@ -51,6 +51,9 @@ class CoreWorker {
   absl::StatusOr<std::shared_ptr<ActorClient>> NamedClient(const std::string& name,
                                                            const std::string& ns);
   absl::Status Kill(const std::string& actor_id, bool no_restart);
+  // Cancels the actor call of this process whose result is `result`, whichever actor it went
+  // to (ActorClient::Cancel); false when none of its clients has it unanswered.
+  bool CancelCall(const std::shared_ptr<ObjectState>& result);
   // A client of `actor_id` on a connection of its own, as a caller of its own: not the
   // shared one (which may wait in TCP retransmission after a network outage), not kept, and
   // not told of the actor's changes. Close it when done.

@@ -386,6 +386,7 @@ class Host {
       cancelled_[{caller, seq}] = now;
       cancelled_count_.store(cancelled_.size(), std::memory_order_release);
     }
+    MarkCallCancelled(absl::StrCat(caller, "/", seq));
     instance_->Cancel(absl::StrCat(caller, "/", seq));
     return true;
   }
@@ -530,6 +531,27 @@ bool InWorkerMode() {
 
 std::string CurrentCall() {
   return current_caller == nullptr ? "" : absl::StrCat(*current_caller, "/", current_seq);
+}
+
+namespace {
+absl::Mutex cancelled_calls_mu;
+std::map<std::string, absl::Time> cancelled_calls ABSL_GUARDED_BY(cancelled_calls_mu);
+}  // namespace
+
+void MarkCallCancelled(const std::string& call) {
+  absl::MutexLock lock(&cancelled_calls_mu);
+  const absl::Time now = absl::Now();
+  for (auto it = cancelled_calls.begin(); it != cancelled_calls.end();) {  // long finished
+    it = now - it->second > kCallResultKeep ? cancelled_calls.erase(it) : std::next(it);
+  }
+  cancelled_calls[call] = now;
+}
+
+bool CurrentCallCancelled() {
+  if (current_caller == nullptr) return false;
+  const std::string call = CurrentCall();
+  absl::MutexLock lock(&cancelled_calls_mu);
+  return cancelled_calls.count(call) > 0;
 }
 
 std::optional<HostedActor> CurrentHostedActor() {

@@ -41,6 +41,14 @@ inline constexpr char kCancelMethod[] = "__phalanx_cancel__";
 // own code (a Python actor's is_canceled) names its call.
 std::string CurrentCall();
 
+// Marks actor call `call` (CurrentCall's form) cancelled while it runs: a cancel of an actor
+// call (kCancelMethod), or a C++ task's (kInterruptMethod to its task worker). Kept
+// kCallResultKeep.
+void MarkCallCancelled(const std::string& call);
+// Whether the call this thread runs was marked cancelled (false when it runs none): what a
+// C++ task or method checks to stop early (phalanx::IsCanceled), as it cannot be interrupted.
+bool CurrentCallCancelled();
+
 // True when this process was started by a node manager to host an actor.
 bool InWorkerMode();
 

@@ -152,6 +152,29 @@ TEST_F(ActorTest, ACallWithAPendingRefReturnsAtOnceAndKeepsItsPlace) {
   EXPECT_EQ(*Get(counter->Task(&Counter::Record).Remote(int64_t{3})), 3);  // `never` never ran
 }
 
+// Ray's cancel of an actor call: a running C++ method sees IsCanceled(); a call queued
+// behind it never runs; force is for tasks.
+TEST_F(ActorTest, ACancelledCallSeesIsCanceledAndOneNotStartedNeverRuns) {
+  auto counter = Actor<Counter>().Remote(0);
+  ASSERT_TRUE(counter.ok());
+  testing::TempDir tmp;
+  ObjectRef<int> running = counter->Task(&Counter::RunUntilCanceled).Remote(tmp.path());
+  ObjectRef<int> queued = counter->Task(&Counter::Add).Remote(5);
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return PathExists(tmp.path() + "/started"); }, absl::Seconds(60)));
+  EXPECT_TRUE(absl::IsInvalidArgument(Cancel(running, /*force=*/true)));
+  ASSERT_TRUE(Cancel(queued).ok());
+  ASSERT_TRUE(Cancel(running).ok());
+  for (auto* ref : {&running, &queued}) {
+    auto r = Get(*ref, absl::Seconds(60));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(ErrorKind(r.status()), "TaskCancelled") << r.status();
+  }
+  EXPECT_TRUE(
+      testing::WaitFor([&] { return PathExists(tmp.path() + "/saw-cancel"); }, absl::Seconds(60)));
+  EXPECT_EQ(*Get(counter->Task(&Counter::Value).Remote()), 0);  // Add(5) never ran
+}
+
 TEST_F(ActorTest, TenThousandCallsFromOneCallerArriveInOrder) {
   auto counter = Actor<Counter>().Remote(0);
   ASSERT_TRUE(counter.ok());

@@ -6,6 +6,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "absl/strings/match.h"
 #include "actors/api.h"
 #include "actors/internal/task_pool.h"
 #include "gtest/gtest.h"
@@ -39,6 +40,20 @@ int ThrowOnce(std::string marker) {
   return 7;
 }
 
+// Writes `dir`/started, then runs until it sees IsCanceled() (writing `dir`/saw-cancel) or
+// 120 s pass. Returns whether it saw it.
+int RunUntilCanceled(std::string dir) {
+  WriteFile(dir + "/started", "x").IgnoreError();
+  for (int i = 0; i < 12000; ++i) {
+    if (IsCanceled()) {
+      WriteFile(dir + "/saw-cancel", "x").IgnoreError();
+      return 1;
+    }
+    ::usleep(10000);
+  }
+  return 0;
+}
+
 int NotRegistered(int x) { return x; }
 
 PHALANX_FUNCTION(Square);
@@ -47,6 +62,7 @@ PHALANX_FUNCTION(Pid);
 PHALANX_FUNCTION(Fail);
 PHALANX_FUNCTION(DieOnce);
 PHALANX_FUNCTION(ThrowOnce);
+PHALANX_FUNCTION(RunUntilCanceled);
 
 class TaskTest : public testing::ClusterTest {
  protected:
@@ -138,6 +154,26 @@ TEST_F(TaskTest, ExceptionsFailTheTaskAndItsDependentsAndRetryOnlyWhenAsked) {
   auto retried = Get(Task(&ThrowOnce).SetRetryExceptions().Remote(dir_ + "/t2"), kTaskTimeout);
   ASSERT_TRUE(retried.ok()) << retried.status();
   EXPECT_EQ(*retried, 7);
+}
+
+// Ray's cancel, for C++: a running task cannot be interrupted, so it sees IsCanceled() and
+// may stop; its ref fails with TaskCancelled at once. A task queued behind it never runs.
+TEST_F(TaskTest, ACancelledTaskSeesIsCanceledAndItsRefFails) {
+  EXPECT_FALSE(IsCanceled());  // the driver runs no task
+  ObjectRef<int> running = Task(&RunUntilCanceled).Remote(dir_);
+  ASSERT_TRUE(testing::WaitFor([&] { return PathExists(dir_ + "/started"); }, absl::Seconds(60)));
+  ASSERT_TRUE(Cancel(running).ok());
+  auto r = Get(running, kTaskTimeout);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(ErrorKind(r.status()), "TaskCancelled") << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "IsCanceled")) << r.status();
+  EXPECT_TRUE(
+      testing::WaitFor([&] { return PathExists(dir_ + "/saw-cancel"); }, absl::Seconds(60)));
+  EXPECT_TRUE(Cancel(running).ok());  // finished: nothing to do
+  ObjectRef<int> put = Put(1);
+  EXPECT_TRUE(Cancel(put).ok());  // done already: it keeps its value
+  EXPECT_EQ(*Get(put), 1);
+  EXPECT_EQ(*Get(Task(&Square).Remote(4), kTaskTimeout), 16);  // the worker is free again
 }
 
 TEST_F(TaskTest, AnUnregisteredFunctionSaysHowToRegisterIt) {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "absl/time/clock.h"
@@ -44,7 +45,19 @@ int Counter::WaitForFile(std::string path) {
   return 0;
 }
 
+int Counter::RunUntilCanceled(std::string dir) {
+  std::ofstream(dir + "/started") << "x";
+  for (int i = 0; i < 12000; ++i) {
+    if (IsCanceled()) {
+      std::ofstream(dir + "/saw-cancel") << "x";
+      return 1;
+    }
+    ::usleep(10000);
+  }
+  return 0;
+}
+
 PHALANX_METHODS(Counter, Add, Value, Record, InOrder, Pid, Echo, Exit, Fail, Allocate, SleepMs,
-                Overlap, WaitForFile);
+                Overlap, WaitForFile, RunUntilCanceled);
 PHALANX_ACTOR(BadInit, std::string);
 PHALANX_METHODS(BadInit, Never);

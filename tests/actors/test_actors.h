@@ -36,6 +36,9 @@ class Counter {
   int SleepMs(int ms);
   // Returns 1 once `path` exists (0 after 120 s without it).
   int WaitForFile(std::string path);
+  // Writes `dir`/started, then returns 1 once IsCanceled() (writing `dir`/saw-cancel), or 0
+  // after 120 s.
+  int RunUntilCanceled(std::string dir);
   // Fiber-friendly sleep; returns {start_us, end_us} of the call.
   std::vector<int64_t> Overlap(int ms);
 
