@@ -689,9 +689,14 @@ def _swap_ref_args(args, kwargs):
     return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}, pins
 
 
+def has_ref_args(args, kwargs):
+    """Whether resolve_args has values to read."""
+    return any(isinstance(v, _ArgRef) for v in itertools.chain(args, kwargs.values()))
+
+
 def resolve_args(args, kwargs):
     """The callee's side of _swap_ref_args: each _ArgRef's value."""
-    if not any(isinstance(v, _ArgRef) for v in itertools.chain(args, kwargs.values())):
+    if not has_ref_args(args, kwargs):
         return args, kwargs
 
     def value(v):

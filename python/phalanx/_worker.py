@@ -14,7 +14,7 @@ import traceback
 import _phalanx
 
 from . import _serialization as ser
-from ._api import RETRY_KWARG, resolve_args
+from ._api import RETRY_KWARG, has_ref_args, resolve_args
 from .actor import EXIT_WAIT_S as _EXIT_WAIT_S
 from .actor import _end_this_actor, _ExitActor
 from ._objects import STREAM_KWARG
@@ -218,7 +218,9 @@ def cancel(key):
         while len(_cancelled) > _CANCELLED_KEEP:
             _cancelled.popitem(last=False)
         future = _running.get(key)
-    if future is not None:
+    if isinstance(future, asyncio.Future):  # a queued call's task, on the loop's thread
+        future.get_loop().call_soon_threadsafe(future.cancel)
+    elif future is not None:
         future.cancel()
 
 
@@ -239,18 +241,23 @@ _loop = None
 _loop_lock = threading.Lock()
 
 
-def _start_coroutine(coroutine, key=None):
-    """Starts an async method's coroutine on the actor's one event loop (a thread of its own,
-    started with the first), as Ray's async actors do: calls interleave at their awaits, and
-    what one creates (asyncio.Lock, Queue, tasks) the next can use. Its concurrent future,
-    registered under `key` so that cancel() reaches it."""
+def _event_loop():
+    """The actor's one event loop, on a thread of its own started with the first call that
+    needs it, as Ray's async actors have: calls interleave at their awaits, and what one
+    creates (asyncio.Lock, Queue, tasks) the next can use."""
     global _loop
     with _loop_lock:
         if _loop is None:
             _loop = asyncio.new_event_loop()
             threading.Thread(target=_loop.run_forever, name="phalanx-asyncio",
                              daemon=True).start()
-    future = asyncio.run_coroutine_threadsafe(coroutine, _loop)
+        return _loop
+
+
+def _start_coroutine(coroutine, key=None):
+    """Starts an async method's coroutine on the actor's event loop. Its concurrent future,
+    registered under `key` so that cancel() reaches it."""
+    future = asyncio.run_coroutine_threadsafe(coroutine, _event_loop())
     if key is not None:
         with _calls_lock:
             _running[key] = future
@@ -258,6 +265,80 @@ def _start_coroutine(coroutine, key=None):
         if cancelled:
             future.cancel()
     return future
+
+
+def loop_method(obj, method):
+    """Whether calls of `method` may go straight to the event loop (attach_call_queue): a
+    coroutine function of the actor."""
+    fn = getattr(obj, method, None) if not method.startswith("_") else None
+    return fn is not None and inspect.iscoroutinefunction(fn)
+
+
+def attach_call_queue(obj, fd, take):
+    """Has the event loop start the calls of loop_method methods itself: the worker host
+    queues them without the GIL and makes `fd` (an eventfd) readable once per batch; the loop
+    then `take`s the batch, [(method, payload, key, reply)], and starts each as a task. So
+    no thread hands each call over to the loop (a context switch and a GIL hand-over per
+    call)."""
+    loop = _event_loop()
+
+    def drain():
+        try:
+            os.read(fd, 8)
+        except BlockingIOError:
+            pass
+        for method, payload, key, reply in take():
+            _start_queued(obj, method, payload, key, reply)
+    loop.call_soon_threadsafe(loop.add_reader, fd, drain)
+
+
+def _start_queued(obj, method, payload, key, reply):
+    with _calls_lock:
+        _running[key] = None
+    task = _loop.create_task(_run_queued(obj, method, payload, key, reply))
+    with _calls_lock:
+        if key in _running:
+            _running[key] = task
+        cancelled = key in _cancelled
+    if cancelled:
+        task.cancel()
+
+
+async def _run_queued(obj, method, payload, key, reply):
+    """(On the loop.) `call` of a queued async method: `reply` gets its tuple (none for an
+    actor that ends). Arguments that are refs are read off the loop's thread."""
+    fn = getattr(obj, method)
+    try:
+        args, kwargs, encoding = ser.loads_call(payload)
+    except Exception as e:  # noqa: BLE001
+        _forget(key)
+        return reply((False, b"", "InvalidCall", f"cannot decode the arguments of {method}: {e}"))
+    if isinstance(kwargs, dict) and STREAM_KWARG in kwargs:  # a stream: call() runs it
+        _forget(key)
+        return threading.Thread(target=lambda: reply(call(obj, method, payload)),
+                                daemon=True).start()
+    policy = _retry_policy(fn, kwargs)
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as e:
+        _forget(key)
+        return reply((False, b"", "InvalidCall", f"{type(obj).__name__}.{method}: {e}"))
+    except ValueError:
+        pass
+    if policy is not None:
+        fn = _retrying(fn, policy)
+    result, error = None, None
+    try:
+        if has_ref_args(args, kwargs):
+            args, kwargs = await _loop.run_in_executor(None, resolve_args, args, kwargs)
+        result = fn(*args, **kwargs)
+        if inspect.iscoroutine(result):
+            result = await result
+    except (_ExitActor, SystemExit, Exception, asyncio.CancelledError) as e:  # noqa: BLE001
+        error = e
+    outcome = _outcome(obj, method, key, encoding, result, error)
+    if outcome is not None:
+        reply(outcome)
 
 
 def _crash(code):

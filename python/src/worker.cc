@@ -4,6 +4,8 @@
 // in any C++ worker.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <functional>
 #include <map>
@@ -19,6 +21,20 @@
 
 namespace phalanx::python {
 namespace {
+
+// The calls of an actor's async methods waiting for its event loop to start them
+// (phalanx._worker.attach_call_queue): queued without the GIL, with one write to `fd` (an
+// eventfd the loop watches) per batch; the loop takes the batch, under the GIL, on its thread.
+struct LoopQueue {
+  struct Queued {
+    std::string method, args, key;
+    std::shared_ptr<std::function<void(worker::CallOutcome)>> done;
+  };
+  int fd = -1;
+  absl::Mutex mu;
+  std::vector<Queued> calls ABSL_GUARDED_BY(mu);
+  bool drain_due ABSL_GUARDED_BY(mu) = false;
+};
 
 // A Python actor object, called through phalanx._worker.call(obj, method, args).
 class PyActorInstance final : public worker::ActorInstance {
@@ -43,13 +59,17 @@ class PyActorInstance final : public worker::ActorInstance {
   // An async method's coroutine goes to the actor's event loop and this thread returns at
   // once: `done` is called from the loop's thread when the coroutine ends. Other methods
   // finish here.
+  // An async method's call goes to the event loop's queue, without the GIL, once the method
+  // is known to be one (its first call learns it, under the GIL).
   void CallAsync(const std::string& method, const std::string& args,
                  std::function<void(worker::CallOutcome)> done) override {
     auto shared = std::make_shared<std::function<void(worker::CallOutcome)>>(std::move(done));
+    if (Queue(method, args, shared)) return;
     worker::CallOutcome outcome;
     {
       py::gil_scoped_acquire acquire;
       try {
+        LearnMethod(method);
         py::cpp_function later([shared](py::tuple r) {
           worker::CallOutcome outcome = Outcome(r);
           py::gil_scoped_release release;
@@ -103,6 +123,77 @@ class PyActorInstance final : public worker::ActorInstance {
   }
 
  private:
+  // Queues a call of a method the loop starts itself (false: not one, or not known yet).
+  bool Queue(const std::string& method, const std::string& args,
+             const std::shared_ptr<std::function<void(worker::CallOutcome)>>& done) {
+    std::shared_ptr<LoopQueue> queue;
+    {
+      absl::MutexLock lock(&methods_mu_);
+      auto it = loop_methods_.find(method);
+      if (it == loop_methods_.end() || !it->second) return false;
+      queue = queue_;
+    }
+    bool wake = false;
+    {
+      absl::MutexLock lock(&queue->mu);
+      queue->calls.push_back({method, args, worker::CurrentCall(), done});
+      wake = !std::exchange(queue->drain_due, true);
+    }
+    if (wake) {
+      uint64_t one = 1;
+      ssize_t n = ::write(queue->fd, &one, sizeof(one));
+      (void)n;  // an eventfd's counter: a write only fails past 2^64 - 2 unread
+    }
+    return true;
+  }
+
+  // (Under the GIL.) Whether `method` is one the loop starts itself; the first such method
+  // attaches the loop's queue.
+  void LearnMethod(const std::string& method) {
+    bool attached = false;
+    {
+      absl::MutexLock lock(&methods_mu_);
+      if (loop_methods_.count(method) > 0) return;
+      attached = queue_ != nullptr;
+    }
+    bool yes =
+        py::module_::import("phalanx._worker").attr("loop_method")(obj_, method).cast<bool>();
+    if (yes && !attached) attached = AttachQueue();
+    absl::MutexLock lock(&methods_mu_);
+    loop_methods_[method] = yes && attached;
+  }
+
+  // (Under the GIL.) False when no eventfd could be made: the calls keep going through
+  // phalanx._worker.call.
+  bool AttachQueue() {
+    auto queue = std::make_shared<LoopQueue>();
+    queue->fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (queue->fd < 0) return false;
+    py::cpp_function take([queue] {
+      std::vector<LoopQueue::Queued> calls;
+      {
+        py::gil_scoped_release release;
+        absl::MutexLock lock(&queue->mu);
+        calls.swap(queue->calls);
+        queue->drain_due = false;
+      }
+      py::list out;
+      for (auto& c : calls) {
+        py::cpp_function reply([done = c.done](py::tuple r) {
+          worker::CallOutcome outcome = Outcome(r);
+          py::gil_scoped_release release;
+          (*done)(std::move(outcome));
+        });
+        out.append(py::make_tuple(c.method, py::bytes(c.args), c.key, reply));
+      }
+      return out;
+    });
+    py::module_::import("phalanx._worker").attr("attach_call_queue")(obj_, queue->fd, take);
+    absl::MutexLock lock(&methods_mu_);
+    if (queue_ == nullptr) queue_ = std::move(queue);  // else another thread's came first
+    return true;
+  }
+
   // (ok, value, error kind, message) from phalanx._worker.call; with an error, value is its
   // detail (the exception's class name of a TaskError), which travels to the caller.
   static worker::CallOutcome Outcome(const py::tuple& r) {
@@ -120,6 +211,10 @@ class PyActorInstance final : public worker::ActorInstance {
   }
 
   py::object obj_;
+  absl::Mutex methods_mu_;
+  // Methods seen, and whether the event loop starts their calls itself.
+  std::map<std::string, bool> loop_methods_ ABSL_GUARDED_BY(methods_mu_);
+  std::shared_ptr<LoopQueue> queue_ ABSL_GUARDED_BY(methods_mu_);  // set once
 };
 
 int RunPythonWorker() {

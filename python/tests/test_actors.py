@@ -379,6 +379,45 @@ def test_an_async_actor_interleaves_its_calls_at_their_awaits(cluster):
     assert most == 2, spans
 
 
+@phalanx.remote
+class AsyncWorker:
+    """An async actor whose methods are each called more than once: the first call of a
+    method learns that it is a coroutine function, the next ones go to the event loop's own
+    queue (python/src/worker.cc's LoopQueue)."""
+
+    def __init__(self):
+        self.attempts = 0
+
+    async def total(self, array, scale=1):
+        await asyncio.sleep(0)
+        return float(array.sum()) * scale
+
+    async def fails(self, message):
+        raise ValueError(message)
+
+    async def flaky(self):
+        self.attempts += 1
+        if self.attempts % 2:
+            raise ConnectionError("transient")
+        return self.attempts
+
+
+def test_an_async_methods_later_calls_behave_as_its_first(cluster):
+    import numpy as np
+    a = AsyncWorker.remote()
+    big = phalanx.put(np.ones(50_000))  # 400 KB: a ref to the store, read off the loop
+    for _ in range(3):
+        assert phalanx.get(a.total.remote(big, scale=2), timeout=60) == 100_000.0
+        assert phalanx.get([a.total.remote(np.ones(3)) for _ in range(20)], timeout=60) == \
+            [3.0] * 20
+        with pytest.raises(ValueError, match="no good"):
+            phalanx.get(a.fails.remote("no good"), timeout=60)
+        with pytest.raises(TypeError, match="total"):
+            phalanx.get(a.total.remote(), timeout=60)
+        retried = a.flaky.options(retry_exceptions=[ConnectionError], max_task_retries=1)
+        assert phalanx.get(retried.remote(), timeout=60) % 2 == 0
+
+
 def test_a_ref_is_awaitable_in_an_actor_and_in_the_driver(cluster):
     a = AsyncActor.remote()
     assert phalanx.get([a.doubled.remote(i) for i in range(4)], timeout=60) == [0, 2, 4, 6]
