@@ -169,12 +169,23 @@ void SleepFor(absl::Duration duration) {
 absl::StatusOr<PlacementGroup> CreatePlacementGroup(
     const std::vector<std::map<std::string, double>>& bundles, PlacementStrategy strategy,
     const std::string& name, bool detached, bool pend_if_infeasible) {
+  auto created = internal::CreatePlacementGroupWithReason(bundles, std::string(ToString(strategy)),
+                                                          name, detached, pend_if_infeasible);
+  if (!created.ok()) return created.status();
+  return PlacementGroup(created->first);
+}
+
+namespace internal {
+
+absl::StatusOr<std::pair<std::string, std::string>> CreatePlacementGroupWithReason(
+    const std::vector<std::map<std::string, double>>& bundles, const std::string& strategy,
+    const std::string& name, bool detached, bool pend_if_infeasible) {
   worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
   rpc::PlacementGroupInfo spec;
   spec.set_name(name);
   spec.set_pend_if_infeasible(pend_if_infeasible);
-  spec.set_strategy(std::string(ToString(strategy)));
+  spec.set_strategy(strategy);
   if (!detached) spec.set_job_id(cw->options().job_id);  // removed with the job
   for (const auto& bundle : bundles) {
     auto* b = spec.add_bundles()->mutable_resources()->mutable_amounts();
@@ -182,8 +193,10 @@ absl::StatusOr<PlacementGroup> CreatePlacementGroup(
   }
   auto created = cw->gcs().CreatePlacementGroup(spec);
   if (!created.ok()) return created.status();
-  return PlacementGroup(created->placement_group_id());
+  return std::make_pair(created->placement_group_id(), created->pending_reason());
 }
+
+}  // namespace internal
 
 absl::Status RemovePlacementGroup(const PlacementGroup& group) {
   worker::CoreWorker* cw = worker::CoreWorker::Get();

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -61,6 +62,12 @@ std::shared_ptr<worker::ObjectState> SubmitCallAfter(
     const std::string& actor_id, const std::string& method,
     std::vector<std::shared_ptr<worker::ObjectState>> deps,
     std::function<std::string(const std::vector<std::string>&)> assemble);
+// CreatePlacementGroup, and the group's pending reason in the GCS's answer ("" when it was
+// placed at once; "INFEASIBLE: ..." when no node could hold it now). `strategy`: its name,
+// "PACK", ... (ToString).
+absl::StatusOr<std::pair<std::string, std::string>> CreatePlacementGroupWithReason(
+    const std::vector<std::map<std::string, double>>& bundles, const std::string& strategy,
+    const std::string& name, bool detached, bool pend_if_infeasible);
 // phalanx::Cancel: a task of this process (CancelTask) or an actor call of any of its
 // clients (CoreWorker::CancelCall).
 absl::Status CancelRef(const std::shared_ptr<worker::ObjectState>& result, bool force);

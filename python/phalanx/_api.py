@@ -1295,16 +1295,14 @@ def placement_group(bundles, strategy="PACK", name="", lifetime=None):
     converted = []
     for b in bundles:
         converted.append({("memory" if k == "memory" else k): float(v) for k, v in b.items()})
-    pg_id = _phalanx.create_placement_group(converted, strategy, name or "",
-                                            lifetime == "detached",  # PlacementGroupError
-                                            pend_if_infeasible=True)
-    for info in _phalanx.list_placement_groups():
-        reason = info["pending_reason"] if info["placement_group_id"] == pg_id else ""
-        if info["state"] == "PENDING" and reason.startswith("INFEASIBLE"):
-            import warnings
-            warnings.warn(f"placement group {pg_id[:8]} cannot be placed on any node of the "
-                          f"cluster now ({reason}); it waits for a node that has it to join",
-                          stacklevel=2)
+    pg_id, reason = _phalanx.create_placement_group(converted, strategy, name or "",
+                                                    lifetime == "detached",  # PlacementGroupError
+                                                    pend_if_infeasible=True)
+    if reason.startswith("INFEASIBLE"):
+        import warnings
+        warnings.warn(f"placement group {pg_id[:8]} cannot be placed on any node of the "
+                      f"cluster now ({reason}); it waits for a node that has it to join",
+                      stacklevel=2)
     return PlacementGroup(pg_id, bundles, strategy)
 
 

@@ -316,12 +316,11 @@ void BindPlacementGroups(py::module_& m) {
          const std::string& name, bool detached, bool pend_if_infeasible) {
         PlacementStrategy parsed = ParseOrRaise(ParsePlacementStrategy(strategy, "strategy"), kPg);
         return CallBlocking(
-                   [&] {
-                     return CreatePlacementGroup(bundles, parsed, name, detached,
-                                                 pend_if_infeasible);
-                   },
-                   kPg)
-            .id();
+            [&] {
+              return internal::CreatePlacementGroupWithReason(
+                  bundles, std::string(ToString(parsed)), name, detached, pend_if_infeasible);
+            },
+            kPg);  // (id, pending reason)
       },
       py::arg("bundles"), py::arg("strategy"), py::arg("name"), py::arg("detached") = false,
       py::arg("pend_if_infeasible") = false);
