@@ -19,11 +19,13 @@ using Stub = rpc::GcsService::Stub;
 class SubscriptionImpl final : public GcsClient::Subscription {
  public:
   SubscriptionImpl(Stub* stub, std::string token, std::string address,
-                   std::vector<rpc::Channel> channels, GcsClient::MessageCallback on_message)
+                   std::vector<rpc::Channel> channels, std::vector<std::string> keys,
+                   GcsClient::MessageCallback on_message)
       : stub_(stub),
         token_(std::move(token)),
         address_(std::move(address)),
         channels_(std::move(channels)),
+        keys_(std::move(keys)),
         on_message_(std::move(on_message)) {
     thread_ = std::thread([this] { Loop(); });
   }
@@ -46,6 +48,7 @@ class SubscriptionImpl final : public GcsClient::Subscription {
     while (true) {
       rpc::SubscribeRequest request;
       for (auto c : channels_) request.add_channels(c);
+      for (const auto& k : keys_) request.add_keys(k);
       request.set_incarnation(incarnation_);
       for (const auto& [c, seq] : last_seq_) (*request.mutable_last_seq())[c] = seq;
       grpc::ClientContext context;
@@ -97,6 +100,7 @@ class SubscriptionImpl final : public GcsClient::Subscription {
   const std::string token_;
   const std::string address_;
   const std::vector<rpc::Channel> channels_;
+  const std::vector<std::string> keys_;
   const GcsClient::MessageCallback on_message_;
   // Touched by the loop thread only.
   std::string incarnation_;
@@ -494,8 +498,15 @@ class GcsClientImpl final : public GcsClient {
 
   std::unique_ptr<Subscription> Subscribe(std::vector<rpc::Channel> channels,
                                           MessageCallback on_message) override {
+    return SubscribeKeys(std::move(channels), {}, std::move(on_message));
+  }
+
+  std::unique_ptr<Subscription> SubscribeKeys(std::vector<rpc::Channel> channels,
+                                              std::vector<std::string> keys,
+                                              MessageCallback on_message) override {
     return std::make_unique<SubscriptionImpl>(stub_.get(), options_.token, options_.address,
-                                              std::move(channels), std::move(on_message));
+                                              std::move(channels), std::move(keys),
+                                              std::move(on_message));
   }
 
  private:

@@ -159,6 +159,10 @@ class GcsClient {
   // messages with snapshot = true followed by one with snapshot_done = true.
   virtual std::unique_ptr<Subscription> Subscribe(std::vector<rpc::Channel> channels,
                                                   MessageCallback on_message) = 0;
+  // The same, for only the messages whose key is one of `keys` (the GCS leaves out the rest).
+  virtual std::unique_ptr<Subscription> SubscribeKeys(std::vector<rpc::Channel> channels,
+                                                      std::vector<std::string> keys,
+                                                      MessageCallback on_message) = 0;
 
  protected:
   GcsClient() = default;

@@ -23,6 +23,7 @@ bool GcsPublisher::Subscriber::closed() const {
 }
 
 bool GcsPublisher::Subscriber::Push(const rpc::PubMessage& message, size_t limit) {
+  if (!Wants(message)) return true;
   absl::MutexLock lock(&mu_);
   if (closed_) return true;
   if (queue_.size() >= limit) {
@@ -37,6 +38,7 @@ bool GcsPublisher::Subscriber::Push(const rpc::PubMessage& message, size_t limit
 }
 
 void GcsPublisher::Subscriber::Offer(const rpc::PubMessage& message, size_t limit) {
+  if (!Wants(message)) return;
   absl::MutexLock lock(&mu_);
   if (!closed_ && queue_.size() < limit) queue_.push_back(message);
 }
@@ -100,6 +102,7 @@ void GcsPublisher::AttachLocked(rpc::Channel channel, const std::shared_ptr<Subs
 std::shared_ptr<GcsPublisher::Subscriber> GcsPublisher::Subscribe(
     const rpc::SubscribeRequest& request) {
   auto subscriber = std::make_shared<Subscriber>();
+  subscriber->keys_.insert(request.keys().begin(), request.keys().end());
   for (int c : request.channels()) {
     auto channel = static_cast<rpc::Channel>(c);
     if (std::find(subscriber->channels_.begin(), subscriber->channels_.end(), channel) !=

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "runtime/proto/gcs.pb.h"
@@ -42,10 +43,17 @@ class GcsPublisher {
     void Offer(const rpc::PubMessage& message, size_t limit);
     void Close();
 
+    // Whether it takes `message`: every one, or only those of its keys (and the snapshots'
+    // end markers).
+    bool Wants(const rpc::PubMessage& message) const {
+      return keys_.empty() || message.snapshot_done() || keys_.contains(message.key());
+    }
+
     mutable absl::Mutex mu_;
     std::deque<rpc::PubMessage> queue_ ABSL_GUARDED_BY(mu_);
     bool closed_ ABSL_GUARDED_BY(mu_) = false;
     std::vector<rpc::Channel> channels_;
+    absl::flat_hash_set<std::string> keys_;  // SubscribeRequest.keys, set before it is shared
   };
 
   // Produces the channel's current state as messages (body set, key set) while the table's

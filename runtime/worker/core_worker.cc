@@ -39,12 +39,13 @@ absl::Status CoreWorker::Init(const CoreWorkerOptions& options) {
   if (filled.code_path.empty()) filled.code_path = SelfExe();
   bool driver = filled.is_driver;
   bool logs = filled.is_driver && filled.log_to_driver;
+  const std::string job_id = filled.job_id;
   g_core_worker = new CoreWorker(std::move(filled), std::move(*gcs));
-  if (logs) {
+  if (logs) {  // its job's lines only: the GCS filters LOGS by their key, the job id
     CoreWorker* cw = g_core_worker;
     absl::MutexLock sub(&cw->subscribe_mu_);
-    cw->logs_ =
-        cw->gcs_->Subscribe({rpc::LOGS}, [cw](const rpc::PubMessage& m) { cw->PrintLogs(m); });
+    cw->logs_ = cw->gcs_->SubscribeKeys({rpc::LOGS}, {job_id},
+                                        [cw](const rpc::PubMessage& m) { cw->PrintLogs(m); });
   }
   if (driver) {
     CoreWorker* cw = g_core_worker;

@@ -114,5 +114,29 @@ TEST(Publisher, LogLinesAreBestEffortNeitherKeptNorClosingASlowSubscriber) {
   EXPECT_TRUE(again[0].snapshot_done());
 }
 
+// A driver subscribes to its own job's LOGS: the others' lines never reach its stream.
+TEST(Publisher, ASubscriberWithKeysGetsOnlyTheirMessages) {
+  GcsPublisher publisher("inc1");
+  rpc::SubscribeRequest request;
+  request.add_channels(rpc::LOGS);
+  request.add_keys("job-a");
+  auto mine = publisher.Subscribe(request);
+  request.clear_keys();
+  auto all = publisher.Subscribe(request);
+  ASSERT_EQ(Drain(*mine).size(), 1u);  // the (empty) snapshot's end passes the filter
+  ASSERT_EQ(Drain(*all).size(), 1u);
+  for (const char* job : {"job-a", "job-b", "job-a", "job-c"}) {
+    rpc::PubMessage log;
+    log.set_channel(rpc::LOGS);
+    log.set_key(job);
+    log.mutable_log()->set_job_id(job);
+    publisher.Publish(log);
+  }
+  auto got = Drain(*mine);
+  ASSERT_EQ(got.size(), 2u);
+  for (const auto& m : got) EXPECT_EQ(m.key(), "job-a");
+  EXPECT_EQ(Drain(*all).size(), 4u);
+}
+
 }  // namespace
 }  // namespace phalanx::gcs
