@@ -334,21 +334,28 @@ absl::Status CancelActorCall(const std::string& actor_id,
   return absl::OkStatus();
 }
 
+namespace {
+
+absl::StatusOr<std::shared_ptr<worker::ActorClient>> ClientOf(const std::string& actor_id) {
+  worker::CoreWorker* cw = worker::CoreWorker::Get();
+  if (cw == nullptr) return NotInitialized();
+  return cw->Client(actor_id);
+}
+
+// A call's result slot, failed with `status` before the call was made.
+std::shared_ptr<worker::ObjectState> FailedSlot(const absl::Status& status) {
+  auto state = std::make_shared<worker::ObjectState>();
+  state->Set(status);
+  return state;
+}
+
+}  // namespace
+
 std::shared_ptr<worker::ObjectState> SubmitCall(const std::string& actor_id,
                                                 const std::string& method, std::string packed_args,
                                                 const std::string& concurrency_group) {
-  worker::CoreWorker* cw = worker::CoreWorker::Get();
-  if (cw == nullptr) {
-    auto state = std::make_shared<worker::ObjectState>();
-    state->Set(NotInitialized());
-    return state;
-  }
-  auto client = cw->Client(actor_id);
-  if (!client.ok()) {
-    auto state = std::make_shared<worker::ObjectState>();
-    state->Set(client.status());
-    return state;
-  }
+  auto client = ClientOf(actor_id);
+  if (!client.ok()) return FailedSlot(client.status());
   return (*client)->Submit(method, std::move(packed_args), 0, concurrency_group);
 }
 
@@ -362,18 +369,8 @@ std::shared_ptr<worker::ObjectState> SubmitCallAfter(
     const std::string& actor_id, const std::string& method,
     std::vector<std::shared_ptr<worker::ObjectState>> deps,
     std::function<std::string(const std::vector<std::string>&)> assemble) {
-  worker::CoreWorker* cw = worker::CoreWorker::Get();
-  if (cw == nullptr) {
-    auto state = std::make_shared<worker::ObjectState>();
-    state->Set(NotInitialized());
-    return state;
-  }
-  auto client = cw->Client(actor_id);
-  if (!client.ok()) {
-    auto state = std::make_shared<worker::ObjectState>();
-    state->Set(client.status());
-    return state;
-  }
+  auto client = ClientOf(actor_id);
+  if (!client.ok()) return FailedSlot(client.status());
   std::shared_ptr<worker::ObjectState> state;
   uint64_t seq = 0;
   std::tie(state, seq) = (*client)->Reserve(method);

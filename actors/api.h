@@ -187,7 +187,8 @@ absl::Status Cancel(const ObjectRef<T>& ref, bool force = false);
 
 // Whether the task or actor call this thread runs was cancelled: a long C++ function or
 // method checks it to stop early, as Ray's runtime_context.is_canceled(). False on a thread
-// that runs none (the driver).
+// that runs none (the driver). In an actor whose calls run on fibers (max_concurrency > 1) it
+// names the call only until the method first yields (Get, SleepFor): check it before.
 bool IsCanceled();
 
 template <typename T>
