@@ -57,10 +57,9 @@ class PyActorInstance final : public worker::ActorInstance {
   }
 
   // An async method's coroutine goes to the actor's event loop and this thread returns at
-  // once: `done` is called from the loop's thread when the coroutine ends. Other methods
-  // finish here.
-  // An async method's call goes to the event loop's queue, without the GIL, once the method
-  // is known to be one (its first call learns it, under the GIL).
+  // once: `done` is called from the loop's thread when the coroutine ends. Once the method is
+  // known to be one (its first call learns it, under the GIL), its calls go to the loop's
+  // queue without the GIL. Other methods finish here.
   void CallAsync(const std::string& method, const std::string& args,
                  std::function<void(worker::CallOutcome)> done) override {
     auto shared = std::make_shared<std::function<void(worker::CallOutcome)>>(std::move(done));
