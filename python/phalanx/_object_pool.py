@@ -127,7 +127,7 @@ class Pool:
                 written = f.write(head, placed)
             except OSError:
                 f.close()
-                _unlink(f.path)
+                unlink_quietly(f.path)
                 continue
             if not written:  # a reader still maps it: it waits
                 with self.lock:
@@ -211,7 +211,7 @@ class Pool:
     @staticmethod
     def _drop(f):
         f.close()
-        _unlink(f.path)
+        unlink_quietly(f.path)
 
 
 def _unlinked(fd):
@@ -221,7 +221,8 @@ def _unlinked(fd):
         return True
 
 
-def _unlink(path):
+def unlink_quietly(path):
+    """Unlinks `path`, if it is there (a file that went meanwhile is not an error)."""
     try:
         os.unlink(path)
     except OSError:

@@ -51,6 +51,7 @@ import cloudpickle
 import _phalanx
 
 from ._object_pool import POOL_MAX_FRACTION, Pool, hold_for_reading
+from ._object_pool import unlink_quietly as _unlink
 
 # Values smaller than this, pickled, travel inside their ref (Ray: 100 KiB).
 INLINE_MAX = 100 * 1024
@@ -774,13 +775,6 @@ def publish(native_ref, encoding, index=None):
                 _here.free(object_id)
     threading.Thread(target=write, name="phalanx-publish", daemon=True).start()
     return Obj(object_id, _here.node, _here.host, _here.owner, _here.label, None, True, False)
-
-
-def _unlink(path):
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def is_owned(obj):
