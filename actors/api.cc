@@ -11,13 +11,13 @@
 
 #include "absl/strings/str_join.h"
 #include "actors/internal/task_pool.h"
-#include "runtime/common/mutex_check.h"
-#include "runtime/common/session.h"
-#include "runtime/rpc/describe.h"
-#include "runtime/rpc/tls.h"
-#include "runtime/worker/core_worker.h"
-#include "runtime/worker/errors.h"
-#include "runtime/worker/worker_host.h"
+#include "base/describe.h"
+#include "base/mutex_check.h"
+#include "base/session.h"
+#include "base/tls.h"
+#include "worker/core_worker.h"
+#include "worker/errors.h"
+#include "worker/worker_host.h"
 
 namespace phalanx {
 

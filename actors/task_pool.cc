@@ -15,11 +15,11 @@
 #include "absl/synchronization/mutex.h"
 #include "actors/api.h"
 #include "actors/internal/functions.h"
-#include "runtime/worker/actor_registry.h"
-#include "runtime/worker/core_worker.h"
-#include "runtime/worker/errors.h"
-#include "runtime/worker/worker_host.h"
 #include "spdlog/spdlog.h"
+#include "worker/actor_registry.h"
+#include "worker/core_worker.h"
+#include "worker/errors.h"
+#include "worker/worker_host.h"
 
 namespace phalanx::internal {
 namespace {

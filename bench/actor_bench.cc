@@ -17,11 +17,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "actors/api.h"
+#include "base/process.h"
 #include "bench/bench_util.h"
-#include "gcs/gcs_client.h"
-#include "runtime/common/process.h"
-#include "runtime/worker/worker_host.h"
+#include "client/gcs_client.h"
 #include "tests/testing/test_util.h"
+#include "worker/worker_host.h"
 
 namespace {
 

@@ -31,10 +31,10 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/files.h"
 #include "bench/bench_util.h"
 #include "collectives/collective_group.h"
 #include "collectives/environment.h"
-#include "runtime/common/files.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx {

@@ -14,9 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/rpc.h"
+#include "base/system.h"
 #include "echo.grpc.pb.h"
-#include "runtime/common/system.h"
-#include "runtime/rpc/rpc.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx::bench {

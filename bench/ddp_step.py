@@ -165,7 +165,7 @@ def main():
     layouts = args.layouts.split(",")
     local = [int(w) for w in layouts if w != "2x2"]
     import phalanx
-    import _phalanx
+    from phalanx import _native
     print(f"# ddp_step: DDP over phalanx vs DDP over torch's Gloo (and phalanx.train's "
           f"DataParallel), 25.2 MiB of gradients, {os.cpu_count()} cores", flush=True)
     print(f"{'ranks':<6} {'gloo ms':>9} {'phalanx ms':>11} {'DataParallel ms':>16} "
@@ -187,7 +187,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ddpstep.") as tmp:
         if local:
             phalanx.init(num_cpus=max(local) + 2)
-            address, token = _phalanx.cluster()[:2]
+            address, token = _native.cluster()[:2]
             for world in local:
                 row(str(world), layout(world, args, address, token, tmp))
             phalanx.shutdown()

@@ -23,8 +23,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/mutex_check.h"
 #include "echo.grpc.pb.h"
-#include "runtime/common/mutex_check.h"
 
 namespace {
 

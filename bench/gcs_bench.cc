@@ -33,7 +33,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
-#include "gcs/gcs_client.h"
+#include "client/gcs_client.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx {

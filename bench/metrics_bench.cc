@@ -20,13 +20,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/files.h"
+#include "base/ids.h"
+#include "base/proto/common.pb.h"
+#include "base/tls.h"
 #include "bench/bench_util.h"
-#include "gcs/gcs_client.h"
+#include "client/gcs_client.h"
 #include "gcs/store.h"
-#include "runtime/common/files.h"
-#include "runtime/common/ids.h"
-#include "runtime/proto/common.pb.h"
-#include "runtime/rpc/tls.h"
 
 namespace phalanx {
 namespace {

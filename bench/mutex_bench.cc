@@ -1,7 +1,7 @@
 // mutex_bench: what Abseil's run-time lock-order check costs an absl::Mutex here. Debian's
 // libabsl is built without NDEBUG, so the check is on unless a process turns it off: every
 // Lock then records itself in one process-wide graph under one spin lock. Phalanx's processes
-// turn it off (runtime/common/mutex_check.h); the test suite turns it on. Measured in turn,
+// turn it off (base/mutex_check.h); the test suite turns it on. Measured in turn,
 // --rounds times, with the check on (the peer: Debian's default) and off (Phalanx's):
 //   - a nested pair of locks (lock a, lock b, unlock both) from one thread;
 //   - the same from two threads at once, each with mutexes of its own (nothing shared but

@@ -86,7 +86,7 @@ def main():
     print(f"# object_bench on {os.cpu_count()} cores; best of {args.repeats}", flush=True)
     phalanx.init(num_cpus=4)
     from phalanx import _api
-    address, token = _api._phalanx.cluster()[:2]
+    address, token = _api._native.cluster()[:2]
 
     small = np.random.rand(128)  # 1 KiB
     put_1k = rate(lambda: phalanx.put(small))

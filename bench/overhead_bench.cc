@@ -22,13 +22,13 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "actors/api.h"
-#include "actors/elastic/elastic.h"
+#include "base/files.h"
 #include "bench/bench_util.h"
 #include "collectives/collective_group.h"
+#include "elastic/elastic.h"
 #include "examples/cpp/regression_trainer.h"
-#include "runtime/common/files.h"
-#include "runtime/worker/worker_host.h"
 #include "tests/testing/test_util.h"
+#include "worker/worker_host.h"
 
 using phalanx::examples::RegressionTrainer;
 PHALANX_TRAINER(RegressionTrainer);

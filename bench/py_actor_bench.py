@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-import _phalanx
+from phalanx import _native
 import phalanx
 
 
@@ -70,7 +70,7 @@ def main():
     phalanx.init(num_cpus=4)
     py_actor = Echo.remote()
     cpp_actor = phalanx.cpp_actor_class(
-        "Greeter", os.path.join(_phalanx.BIN_DIR, "actors_quickstart")).remote("hi")
+        "Greeter", os.path.join(_native.BIN_DIR, "actors_quickstart")).remote("hi")
     phalanx.get([py_actor.echo.remote(0), cpp_actor.Count.remote()], timeout=60)
     py_call = py_actor.echo.remote
     cpp_call = lambda i: cpp_actor.Greet.remote("x")  # noqa: E731
@@ -89,7 +89,7 @@ def main():
     phalanx.shutdown()
 
     # The peer: the same calls to a C++ actor from C++, measured by actor_bench now.
-    bench = os.path.join(_phalanx.BIN_DIR, "actor_bench")
+    bench = os.path.join(_native.BIN_DIR, "actor_bench")
     out = subprocess.run([bench], capture_output=True, text=True, timeout=600)
     line = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
     if out.returncode != 0 or not line:

@@ -155,8 +155,8 @@ def main():
           f"over phalanx's group), the plain loop and the same loop under phalanx.train, "
           f"{os.cpu_count()} cores", flush=True)
     phalanx.init(num_cpus=args.ranks + 2)
-    import _phalanx
-    address, token = _phalanx.cluster()[:2]
+    from phalanx import _native
+    address, token = _native.cluster()[:2]
     print(f"{'step':<8} {'steps':>6} {'plain ms/step':>14} {'controller ms/step':>19} "
           f"{'overhead':>9}", flush=True)
     overhead = {}

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 
-import _phalanx
+from phalanx import _native
 import phalanx
 from phalanx import train
 from py_overhead_bench import compute_step, make_model
@@ -123,7 +123,7 @@ def one_run(run, dir_path, rng, imports):
             break
         time.sleep(0.001 if kill_ms is None else 0.1)
     else:
-        _phalanx.stop_job(job_id)
+        _native.stop_job(job_id)
         print(f"run {run}: the job did not end within {RUN_TIMEOUT_S} s", flush=True)
         return None
     if kill_ms is None:

@@ -39,13 +39,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "actors/api.h"
-#include "actors/elastic/elastic.h"
+#include "base/files.h"
 #include "bench/bench_util.h"
+#include "client/gcs_client.h"
+#include "elastic/elastic.h"
 #include "examples/cpp/regression_trainer.h"
-#include "gcs/gcs_client.h"
-#include "runtime/common/files.h"
-#include "runtime/worker/worker_host.h"
 #include "tests/testing/test_util.h"
+#include "worker/worker_host.h"
 
 using phalanx::examples::RegressionTrainer;
 PHALANX_TRAINER(RegressionTrainer);

@@ -44,11 +44,11 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/ids.h"
+#include "base/proto/node.grpc.pb.h"
+#include "base/rpc.h"
 #include "bench/bench_util.h"
-#include "gcs/gcs_client.h"
-#include "runtime/common/ids.h"
-#include "runtime/proto/node.grpc.pb.h"
-#include "runtime/rpc/rpc.h"
+#include "client/gcs_client.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx {

@@ -33,12 +33,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "actors/api.h"
+#include "base/files.h"
+#include "base/process.h"
+#include "base/worker_env.h"
 #include "bench/bench_util.h"
-#include "runtime/common/files.h"
-#include "runtime/common/process.h"
-#include "runtime/common/worker_env.h"
-#include "runtime/worker/worker_host.h"
 #include "tests/testing/test_util.h"
+#include "worker/worker_host.h"
 
 namespace {
 

@@ -32,7 +32,7 @@ import os
 import sys
 import time
 
-import _phalanx
+from phalanx import _native
 import phalanx
 from py_actor_bench import Echo, async_rate, sync_rate  # the actor benchmark's actor and loops
 
@@ -109,7 +109,7 @@ def main():
         rows[f"{name}_sync"] = sync_rate(call, args.seconds)
         rows[f"{name}_async"] = async_rate(call, args.seconds, window=5000)
         if name == "task":  # before idle ones are returned
-            workers = sum(s["workers"] for s in _phalanx.task_pool_stats())
+            workers = sum(s["workers"] for s in _native.task_pool_stats())
     rows["actor_pool_async"] = async_rate(pool_call, args.seconds, window=5000)
     print(f"tasks    sync {rows['task_sync']:9.0f}/s   async {rows['task_async']:9.0f}/s   "
           f"({workers} pooled workers)")

@@ -167,10 +167,10 @@ class LocalCluster:
 
 
 def rank_pid(job_id, rank):
-    import _phalanx
-    for m in _phalanx.job_status(job_id).ranks:
+    from phalanx import _native
+    for m in _native.job_status(job_id).ranks:
         if m.rank == rank and m.actor_id:
-            return _phalanx.actor_info(m.actor_id)["pid"]
+            return _native.actor_info(m.actor_id)["pid"]
     return None
 
 

@@ -17,12 +17,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "base/logging.h"
+#include "base/session.h"
+#include "base/tls.h"
+#include "client/gcs_client.h"
 #include "collectives/backend.h"
 #include "collectives/tcp_transport.h"
-#include "gcs/gcs_client.h"
-#include "runtime/common/logging.h"
-#include "runtime/common/session.h"
-#include "runtime/rpc/tls.h"
 
 namespace phalanx::collective {
 

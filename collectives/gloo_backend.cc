@@ -23,11 +23,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/process.h"
+#include "base/sha256.h"
+#include "base/system.h"
 #include "collectives/backend.h"
 #include "collectives/reduce.h"
-#include "runtime/common/process.h"
-#include "runtime/common/sha256.h"
-#include "runtime/common/system.h"
 #include "spdlog/spdlog.h"
 
 namespace phalanx::collective {

@@ -30,11 +30,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/logging.h"
+#include "base/system.h"
 #include "collectives/backend.h"
 #include "collectives/reduce.h"
 #include "collectives/tcp_transport.h"
-#include "runtime/common/logging.h"
-#include "runtime/common/system.h"
 
 namespace phalanx::collective {
 namespace {

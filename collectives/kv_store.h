@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "gcs/gcs_client.h"
+#include "client/gcs_client.h"
 
 namespace phalanx::collective {
 

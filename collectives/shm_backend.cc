@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/ids.h"
+#include "base/process.h"
+#include "base/system.h"
 #include "collectives/backend.h"
 #include "collectives/reduce.h"
-#include "runtime/common/ids.h"
-#include "runtime/common/process.h"
-#include "runtime/common/system.h"
 
 namespace phalanx::collective {
 namespace {

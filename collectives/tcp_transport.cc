@@ -16,7 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/common/sha256.h"
+#include "base/sha256.h"
 #include "spdlog/spdlog.h"
 
 namespace phalanx::collective {

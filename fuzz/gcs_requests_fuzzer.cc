@@ -35,11 +35,11 @@
 #include <memory>
 #include <string>
 
-#include "actors/elastic/job_kind.h"
+#include "base/proto/gcs.grpc.pb.h"
+#include "base/rpc.h"
+#include "base/tls.h"
+#include "elastic/job_kind.h"
 #include "gcs/gcs_server.h"
-#include "runtime/proto/gcs.grpc.pb.h"
-#include "runtime/rpc/rpc.h"
-#include "runtime/rpc/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace {

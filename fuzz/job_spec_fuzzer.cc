@@ -1,4 +1,4 @@
-// Fuzzes the elastic job spec parser (actors/elastic/job_spec.h) with arbitrary YAML.
+// Fuzzes the elastic job spec parser (elastic/job_spec.h) with arbitrary YAML.
 //
 // Properties checked besides "no crash, no sanitizer report":
 //   - a refused spec is InvalidArgument (the submitter's fault, never an internal error);
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "actors/elastic/job_spec.h"
+#include "elastic/job_spec.h"
 
 namespace {
 

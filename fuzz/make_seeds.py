@@ -114,7 +114,7 @@ METHOD_INDEX = {m: i for i, (m, _) in enumerate(HANDLERS)}
 def gcs(name, method, text):
     request = dict(HANDLERS)[method]
     encoded = subprocess.run(
-        ["protoc", "-I", ROOT, f"--encode=phalanx.rpc.{request}", "runtime/proto/gcs.proto"],
+        ["protoc", "-I", ROOT, f"--encode=phalanx.rpc.{request}", "base/proto/gcs.proto"],
         input=text.encode(), stdout=subprocess.PIPE, check=True, cwd=ROOT).stdout
     write("gcs_requests", name, bytes([METHOD_INDEX[method]]) + encoded)
 

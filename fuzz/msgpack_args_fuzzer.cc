@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "actors/api.h"
-#include "runtime/worker/actor_registry.h"
-#include "runtime/worker/errors.h"
+#include "worker/actor_registry.h"
+#include "worker/errors.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Fuzzes the working-dir upload's server side (runtime/common/upload.h): the path checks and
+// Fuzzes the working-dir upload's server side (base/upload.h): the path checks and
 // the writers (WriteUploadedFile, and UploadWriter as UploadWorkingDir streams), into a
 // scratch dir.
 //
@@ -28,7 +28,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "runtime/common/upload.h"
+#include "base/upload.h"
 
 namespace {
 

@@ -5,11 +5,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/describe.h"
+#include "base/ids.h"
+#include "base/logging.h"
+#include "base/system.h"
 #include "gcs/availability.h"
-#include "runtime/common/ids.h"
-#include "runtime/common/logging.h"
-#include "runtime/common/system.h"
-#include "runtime/rpc/describe.h"
 
 namespace phalanx::gcs {
 namespace {

@@ -22,13 +22,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "base/proto/gcs.pb.h"
+#include "base/timer.h"
 #include "gcs/node_client_pool.h"
 #include "gcs/node_manager.h"
 #include "gcs/publisher.h"
 #include "gcs/table.h"
 #include "placement/resource_scheduler.h"
-#include "runtime/common/timer.h"
-#include "runtime/proto/gcs.pb.h"
 
 namespace phalanx::gcs {
 

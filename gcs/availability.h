@@ -4,9 +4,9 @@
 
 #include <string>
 
+#include "base/describe.h"
 #include "gcs/node_manager.h"
 #include "placement/resource_scheduler.h"
-#include "runtime/rpc/describe.h"
 
 namespace phalanx::gcs {
 

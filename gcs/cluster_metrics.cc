@@ -5,9 +5,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/describe.h"
+#include "base/resources.h"
 #include "gcs/dashboard.h"
-#include "runtime/common/resources.h"
-#include "runtime/rpc/describe.h"
 
 namespace phalanx::gcs {
 namespace {

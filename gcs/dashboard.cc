@@ -10,10 +10,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/files.h"
+#include "base/logging.h"
+#include "base/tls.h"
 #include "nlohmann/json.hpp"
-#include "runtime/common/files.h"
-#include "runtime/common/logging.h"
-#include "runtime/rpc/tls.h"
 
 namespace phalanx::gcs {
 

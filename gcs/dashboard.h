@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "base/http_server.h"
+#include "base/metrics.h"
 #include "gcs/actor_manager.h"
 #include "gcs/job_history.h"
 #include "gcs/job_manager.h"
@@ -17,8 +19,6 @@
 #include "gcs/publisher.h"
 #include "gcs/record_table.h"
 #include "gcs/store.h"
-#include "runtime/common/metrics.h"
-#include "runtime/rpc/http_server.h"
 
 namespace phalanx::gcs {
 

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/common/logging.h"
-#include "runtime/common/system.h"
+#include "base/logging.h"
+#include "base/system.h"
 
 namespace phalanx::gcs {
 

@@ -24,8 +24,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/proto/gcs.pb.h"
 #include "gcs/store.h"
-#include "runtime/proto/gcs.pb.h"
 
 namespace phalanx::gcs {
 

@@ -37,7 +37,7 @@ struct GcsServerOptions {
   std::string session_dir;
   int64_t max_working_dir_bytes = 100ll << 20;
   // The job kinds this GCS launches besides drivers (gcs/job_kind.h); the program that runs
-  // the GCS picks them (gcs_server_main.cc: elastic training).
+  // the GCS picks them (cli/gcs_main.cc: elastic training).
   std::vector<std::shared_ptr<const JobKind>> job_kinds;
   // The cluster's TLS dir (rpc/tls.h) when it holds the CA's key: IssueCertificate signs
   // joining machines' keys with it. Empty: IssueCertificate fails (a --no-tls cluster).

@@ -7,6 +7,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/describe.h"
+#include "base/files.h"
+#include "base/ids.h"
+#include "base/logging.h"
+#include "base/proto/gcs.grpc.pb.h"
+#include "base/rpc.h"
+#include "base/system.h"
+#include "base/tls.h"
 #include "gcs/actor_manager.h"
 #include "gcs/driver_leases.h"
 #include "gcs/job_history.h"
@@ -16,14 +24,6 @@
 #include "gcs/placement_group_manager.h"
 #include "gcs/publisher.h"
 #include "gcs/record_table.h"
-#include "runtime/common/files.h"
-#include "runtime/common/ids.h"
-#include "runtime/common/logging.h"
-#include "runtime/common/system.h"
-#include "runtime/proto/gcs.grpc.pb.h"
-#include "runtime/rpc/describe.h"
-#include "runtime/rpc/rpc.h"
-#include "runtime/rpc/tls.h"
 
 namespace phalanx::gcs {
 namespace {

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "base/proto/gcs.grpc.pb.h"
+#include "base/tls.h"
 #include "gcs/actor_manager.h"
 #include "gcs/job_history.h"
 #include "gcs/job_manager.h"
@@ -16,8 +18,6 @@
 #include "gcs/placement_group_manager.h"
 #include "gcs/publisher.h"
 #include "gcs/record_table.h"
-#include "runtime/proto/gcs.grpc.pb.h"
-#include "runtime/rpc/tls.h"
 
 namespace phalanx::gcs {
 

@@ -12,7 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "runtime/proto/common.pb.h"
+#include "base/proto/common.pb.h"
 
 namespace phalanx::gcs {
 

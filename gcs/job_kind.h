@@ -1,6 +1,6 @@
 // JobKind: a kind of job the job manager launches other than a driver (gcs/job_manager.h).
 //
-// The GCS knows no kind by itself: the program that runs it (gcs_server_main.cc) hands it the
+// The GCS knows no kind by itself: the program that runs it (cli/gcs_main.cc) hands it the
 // kinds it supports in GcsServerOptions::job_kinds. A submission names its kind
 // (SubmitJobRequest.kind). The job manager then:
 //
@@ -8,7 +8,7 @@
 //   records launch.job, creates launch.actor (a controller that owns the job from then on)
 //   RequestStop / RequestScale              the kind passes the request on to its controller
 //
-// The elastic training kind lives in actors/elastic/job_kind.h.
+// The elastic training kind lives in elastic/job_kind.h.
 #pragma once
 
 #include <string>
@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "runtime/proto/gcs.pb.h"
+#include "base/proto/gcs.pb.h"
 
 namespace phalanx::gcs {
 

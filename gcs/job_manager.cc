@@ -18,14 +18,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "runtime/common/files.h"
-#include "runtime/common/ids.h"
-#include "runtime/common/logging.h"
-#include "runtime/common/process.h"
-#include "runtime/common/session.h"
-#include "runtime/common/system.h"
-#include "runtime/common/upload.h"
-#include "runtime/rpc/describe.h"
+#include "base/describe.h"
+#include "base/files.h"
+#include "base/ids.h"
+#include "base/logging.h"
+#include "base/process.h"
+#include "base/session.h"
+#include "base/system.h"
+#include "base/upload.h"
 
 namespace phalanx::gcs {
 namespace {

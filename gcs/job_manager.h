@@ -31,11 +31,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/proto/gcs.pb.h"
 #include "gcs/actor_manager.h"
 #include "gcs/job_kind.h"
 #include "gcs/kv_manager.h"
 #include "gcs/record_table.h"
-#include "runtime/proto/gcs.pb.h"
 
 namespace phalanx::gcs {
 

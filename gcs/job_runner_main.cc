@@ -24,12 +24,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "gcs/gcs_client.h"
-#include "runtime/common/files.h"
-#include "runtime/common/mutex_check.h"
-#include "runtime/common/process.h"
-#include "runtime/common/system.h"
-#include "runtime/rpc/tls.h"
+#include "base/files.h"
+#include "base/mutex_check.h"
+#include "base/process.h"
+#include "base/system.h"
+#include "base/tls.h"
+#include "client/gcs_client.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "runtime/common/logging.h"
+#include "base/logging.h"
 
 namespace phalanx::gcs {
 namespace {

@@ -11,9 +11,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "base/proto/gcs.pb.h"
 #include "gcs/publisher.h"
 #include "gcs/table.h"
-#include "runtime/proto/gcs.pb.h"
 
 namespace phalanx::gcs {
 

@@ -1,8 +1,8 @@
 #include "gcs/node_client_pool.h"
 
 #include "absl/strings/str_cat.h"
-#include "runtime/proto/node.grpc.pb.h"
-#include "runtime/rpc/rpc.h"
+#include "base/proto/node.grpc.pb.h"
+#include "base/rpc.h"
 
 namespace phalanx::gcs {
 

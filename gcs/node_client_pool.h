@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "runtime/proto/node.pb.h"
+#include "base/proto/node.pb.h"
 
 namespace phalanx::gcs {
 

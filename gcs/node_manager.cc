@@ -4,9 +4,9 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/common/ids.h"
-#include "runtime/common/logging.h"
-#include "runtime/common/system.h"
+#include "base/ids.h"
+#include "base/logging.h"
+#include "base/system.h"
 
 namespace phalanx::gcs {
 

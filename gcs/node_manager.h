@@ -8,7 +8,7 @@
 // alive nodes, plus this GCS when no node is the head; the head's own silence is never a
 // partition's): when more are silent at once, this GCS is more likely the one cut off, and they
 // get `partition_timeout` more (their node managers keep their workers as long as a
-// majority of the cluster, cut off together, vouches for them: runtime/node/node_manager.h).
+// majority of the cluster, cut off together, vouches for them: node/node_manager.h).
 // After a GCS restart every node loaded as ALIVE gets `restart_grace` to heartbeat
 // again before it is declared dead. Thread-safe.
 #pragma once
@@ -22,9 +22,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/proto/gcs.pb.h"
 #include "gcs/publisher.h"
 #include "gcs/table.h"
-#include "runtime/proto/gcs.pb.h"
 
 namespace phalanx::gcs {
 

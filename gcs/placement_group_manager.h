@@ -28,14 +28,14 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/proto/gcs.pb.h"
+#include "base/timer.h"
 #include "gcs/actor_manager.h"
 #include "gcs/node_client_pool.h"
 #include "gcs/node_manager.h"
 #include "gcs/publisher.h"
 #include "gcs/table.h"
 #include "placement/resource_scheduler.h"
-#include "runtime/common/timer.h"
-#include "runtime/proto/gcs.pb.h"
 
 namespace phalanx::gcs {
 

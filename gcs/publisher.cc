@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_set.h"
-#include "runtime/common/logging.h"
+#include "base/logging.h"
 
 namespace phalanx::gcs {
 

@@ -15,7 +15,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "runtime/proto/gcs.pb.h"
+#include "base/proto/gcs.pb.h"
 
 namespace phalanx::gcs {
 

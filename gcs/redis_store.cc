@@ -16,8 +16,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "base/logging.h"
 #include "gcs/store.h"
-#include "runtime/common/logging.h"
 
 namespace phalanx::gcs {
 namespace {

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "runtime/common/metrics.h"
+#include "base/metrics.h"
 
 namespace phalanx::gcs {
 

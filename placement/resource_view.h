@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common/resources.h"
+#include "base/resources.h"
 
 namespace phalanx::placement {
 

@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
 """Checks that every project #include follows Phalanx's layers.
 
-The layers, bottom to top (the same list opens the top-level CMakeLists.txt):
+The layers, bottom to top (the same list opens the top-level CMakeLists.txt). Every layer of
+the library is one top-level folder; the programs and the tests are leaves, several folders
+that never include one another:
 
-    ground        runtime/common, runtime/proto, runtime/rpc
+    base          base (ids, files, processes, metrics; base/proto; gRPC helpers, TLS)
+    client        client (the GCS client every process uses; a job's record as people read it)
     placement     placement
-    gcs           gcs
-    runtime       runtime/node, runtime/worker
+    gcs           gcs (the GCS server)
+    node          node
+    worker        worker
     collectives   collectives
-    actors        actors, actors/internal
-    elastic       actors/elastic
-    programs      runtime/cli, examples, python, sdk
+    actors        actors, with actors/internal (the public C++ API and its machinery)
+    elastic       elastic
+    programs      cli, examples, python, sdk
     tests         tests, bench, fuzz
 
 A folder may include its own headers and those of the folders ALLOWED lists for it (below),
@@ -24,10 +28,12 @@ standard library and a folder's own local headers ("half.h") are not.
     scripts/check_layers.py --root DIR   check another tree laid out the same way
     scripts/check_layers.py --self-test  plant bad includes in a temporary tree and check
                                          that each is caught (and the good ones are not)
+    scripts/check_layers.py --graph      draw the includes as arrows between folders, bottom
+                                         layer first, and count those that go up a layer; and
+                                         find import cycles in the phalanx Python package
 """
 
 import argparse
-import fnmatch
 import os
 import re
 import subprocess
@@ -35,14 +41,16 @@ import sys
 import tempfile
 
 LAYERS = [
-    ("ground", ["runtime/common", "runtime/proto", "runtime/rpc"]),
+    ("base", ["base"]),
+    ("client", ["client"]),
     ("placement", ["placement"]),
     ("gcs", ["gcs"]),
-    ("runtime", ["runtime/node", "runtime/worker"]),
+    ("node", ["node"]),
+    ("worker", ["worker"]),
     ("collectives", ["collectives"]),
     ("actors", ["actors", "actors/internal"]),
-    ("elastic", ["actors/elastic"]),
-    ("programs", ["runtime/cli", "examples", "python", "sdk"]),
+    ("elastic", ["elastic"]),
+    ("programs", ["cli", "examples", "python", "sdk"]),
     ("tests", ["tests", "bench", "fuzz"]),
 ]
 
@@ -53,44 +61,36 @@ def below(folder):
     return [f for _, folders in LAYERS[:rank] for f in folders]
 
 
-GROUND = LAYERS[0][1]
-
 # The allow-list: folder -> the folders its files may include besides its own. An entry never
 # reaches above its folder's layer (checked at start-up); it may reach less far, and a folder
 # uses another of its own layer only where listed here.
 ALLOWED = {
-    "runtime/common": [],
-    "runtime/proto": [],
-    "runtime/rpc": ["runtime/common", "runtime/proto"],  # RPC helpers over generated code
-    "placement": GROUND,
+    "base": [],
+    "client": ["base"],
+    "placement": ["base"],  # a pure library: no RPC client, no server
     "gcs": below("gcs"),
-    "runtime/node": below("runtime/node"),
-    "runtime/worker": below("runtime/worker"),
-    "collectives": below("collectives"),
+    # A node and a worker reach the cluster through the client; neither knows the other's
+    # folder nor the GCS server's.
+    "node": ["base", "client", "placement"],
+    "worker": ["base", "client", "placement"],
+    "collectives": ["base", "client", "worker"],
     # The actor API and the machinery behind it (templates, registration, macros).
     "actors": below("actors") + ["actors/internal"],
     "actors/internal": below("actors"),
-    # Elastic training is written on the actor API; nothing below it knows of it.
-    "actors/elastic": below("actors/elastic"),
-    # The `phalanx` command is a client of the GCS: it reads and writes its tables and links
-    # no actor runtime. What it shows of an elastic job comes from the job's GCS record.
-    "runtime/cli": GROUND + ["gcs"],
+    # Elastic training is written on the actor API; nothing below it knows of it. Its job
+    # kind plugs into the GCS server (gcs/job_kind.h), so it may include gcs/ as well.
+    "elastic": below("elastic"),
+    # The commands. `phalanx` is a client of the GCS: it reads and writes its tables and
+    # links no actor runtime (`phalanx start` checks a Redis store itself: gcs/store.h).
+    # phalanx-gcs's main (gcs_main.cc) is where the GCS server is handed the elastic job kind
+    # (elastic/job_kind.h), so that gcs/ never includes elastic/.
+    "cli": ["base", "client", "gcs", "elastic"],
     "examples": below("examples"),
     "sdk": [],  # one file that includes nothing; the library is the archives below, whole
     "python": below("python"),
     "tests": below("tests"),
     "bench": below("bench") + ["tests"],  # benchmarks reuse the test helpers (tests/testing)
     "fuzz": below("fuzz"),  # libFuzzer targets (scripts/fuzz.sh)
-}
-
-# Composition roots: a program's main may wire a higher layer's part into a lower layer's
-# server, since nothing links against a main. Each entry is one *_main.cc and the exact
-# headers it may include against the layers. Keep this list short: anything a library needs
-# belongs in its own layer or below.
-COMPOSITION_ROOTS = {
-    # The GCS server learns the elastic job kind from the actors layer at start-up, so that
-    # gcs/ itself never includes actors/.
-    "gcs/gcs_server_main.cc": ["actors/elastic/job_kind.h"],
 }
 
 # Contracts: public headers that may include, of the project, only the folders listed (their
@@ -181,7 +181,7 @@ def check(root):
                     f"function of the API defined in a .cc), or include it from "
                     f"actors/internal/api_inl.h, the machinery it includes last"))
                 continue
-            if allowed(src, dst) or header in COMPOSITION_ROOTS.get(rel, []):
+            if allowed(src, dst):
                 continue
             may = ", ".join([src] + ALLOWED[src])
             if RANK[dst] > RANK[src]:
@@ -189,8 +189,8 @@ def check(root):
                         f"'{LAYER_NAME[dst]}', above it): a layer uses only layers below it")
                 fix = (f"move what {src}/ needs from {header} into a folder {src}/ may "
                        f"include ({may}), or let {dst}/ hand it in through an interface "
-                       f"that {src}/ defines, wired up in a program's main (a composition "
-                       "root: COMPOSITION_ROOTS in scripts/check_layers.py)")
+                       f"that {src}/ defines, wired up in a program's main in cli/ (as "
+                       "cli/gcs_main.cc hands the GCS its elastic job kind)")
             else:
                 rule = (f"{src}/ may include only {may} (ALLOWED in scripts/check_layers.py), "
                         f"not {dst}/")
@@ -201,47 +201,148 @@ def check(root):
     return nfiles, nincludes, problems
 
 
+def graph(root):
+    """The includes drawn as folder -> folder arrows (with how many includes each carries),
+    from the code alone: returns the lines to print and the number of arrows going up."""
+    edges = {}
+    for rel in project_files(root):
+        src = folder_of(rel)
+        if src is None:
+            continue
+        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                m = INCLUDE_RE.match(line)
+                if not m or m.group(2).split("/")[0] not in TOP or "/" not in m.group(2):
+                    continue
+                dst = folder_of(m.group(2))
+                if dst is not None and dst != src:
+                    edges[(src, dst)] = edges.get((src, dst), 0) + 1
+    lines, up = [], 0
+    for src in sorted({s for s, _ in edges}, key=lambda f: (RANK[f], f)):
+        outs = sorted(((d, n) for (s, d), n in edges.items() if s == src),
+                      key=lambda e: (RANK[e[0]], e[0]))
+        marks = []
+        for dst, n in outs:
+            going_up = RANK[dst] > RANK[src]
+            up += going_up
+            marks.append(f"{dst} ({n}){' UP' if going_up else ''}")
+        lines.append(f"{src:16} -> {', '.join(marks)}")
+    return lines, up
+
+
+def python_modules(root, package="python/phalanx"):
+    """Every module of the Python package: dotted name -> file."""
+    base = os.path.join(root, package)
+    top = os.path.basename(package)
+    modules = {}
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+        for name in filenames:
+            if not name.endswith(".py"):
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, name), base)[:-3].split(os.sep)
+            if rel[-1] == "__init__":
+                rel = rel[:-1]
+            modules[".".join([top] + rel)] = os.path.join(dirpath, name)
+    return modules
+
+
+def python_imports(modules):
+    """module -> the package's modules it imports, anywhere in it (a function's import too:
+    a cycle closed at call time is still a cycle)."""
+    import ast
+    edges = {}
+    for name, path in modules.items():
+        is_package = path.endswith("__init__.py")
+        package = name if is_package else name.rpartition(".")[0]
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                where = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    parts = parts[:len(parts) - node.level + 1]
+                    where = ".".join(parts + ([where] if where else []))
+                for a in node.names:  # `from . import x` imports the module x
+                    found.add(f"{where}.{a.name}" if f"{where}.{a.name}" in modules else where)
+        # Importing a module runs its package's __init__ first, which is not an edge of its
+        # own making: a package that imports its submodules is no cycle.
+        edges[name] = {m for m in found if m in modules and m != name
+                       and not name.startswith(m + ".")}
+    return edges
+
+
+def import_cycles(edges):
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
 def check_rules():
-    """The tables themselves: ALLOWED covers every folder and never points up a layer; every
-    composition root is a *_main.cc of a known folder."""
+    """The table itself: ALLOWED covers every folder and never points up a layer."""
     assert set(ALLOWED) == set(RANK), f"ALLOWED and LAYERS differ: {set(ALLOWED) ^ set(RANK)}"
     for src, dsts in ALLOWED.items():
         for dst in dsts:
             assert RANK[dst] <= RANK[src], f"ALLOWED {src} -> {dst} points up a layer"
-    for main, headers in COMPOSITION_ROOTS.items():
-        assert fnmatch.fnmatch(main, "*_main.cc"), f"{main}: only *_main.cc files are roots"
-        assert folder_of(main) and all(folder_of(h) for h in headers), main
 
 
 def self_test():
     """Plants good and bad includes in a temporary tree; each bad one must be reported."""
     files = {
         # Clean: own folder, a lower layer, a third-party header, a local header.
-        "runtime/common/ids.h": '#include "absl/status/status.h"\n',
+        "base/ids.h": '#include "absl/status/status.h"\n',
         "gcs/table.h": '#include "gcs/store.h"\n#include "placement/view.h"\n#include "x.h"\n',
-        "actors/elastic/policy.h": '#include "actors/api.h"\n#include <runtime/rpc/rpc.h>\n',
-        "tests/gcs/t.cc": '#include "actors/elastic/policy.h"\n',
-        "gcs/gcs_server_main.cc": '#include "actors/elastic/job_kind.h"\n',
+        "elastic/policy.h": '#include "actors/api.h"\n#include <base/rpc.h>\n',
+        "tests/gcs/t.cc": '#include "elastic/policy.h"\n',
+        "cli/gcs_main.cc": '#include "elastic/job_kind.h"\n#include "gcs/gcs_server.h"\n',
         "collectives/third_party/vendored.h": '#include "actors/api.h"\n',
-        # Bad: upward, sideways within a layer, a root's header outside its exception, a
-        # non-root file including the root's header, an unknown folder (included, and a file
-        # in one), a lower folder that is not in the allow-list.
-        "placement/bad_up.cc": '// fine\n#include "gcs/gcs_client.h"\n',
-        "runtime/node/bad_side.cc": '#include "runtime/worker/core_worker.h"\n',
-        "gcs/job_manager.cc": '#include "actors/elastic/job_kind.h"\n',
-        "gcs/other_main.cc": '#  include <actors/elastic/job_kind.h>\n',
-        "runtime/common/bad_up2.h": '#include "tests/testing/test_util.h"\n',
-        "gcs/unknown.cc": '#include "runtime/nowhere/x.h"\n',
-        "runtime/cli/job.cc": '#include "gcs/gcs_client.h"\n#include "actors/elastic/spec.h"\n',
-        "newmod/x.cc": '#include "gcs/gcs_client.h"\n',
-        "actors/api.cc": '#include "actors/api.h"\n#include "actors/elastic/controller.h"\n',
-        "actors/api.h": '#include "actors/internal/api_inl.h"\n#include "runtime/worker/errors.h"\n',
+        # Bad: upward, sideways within a layer, a server's main wiring a higher layer in from
+        # its own folder, a file in an unknown folder, a lower folder that is not in the
+        # allow-list, a contract including the runtime.
+        "placement/bad_up.cc": '// fine\n#include "client/gcs_client.h"\n',
+        "node/bad_side.cc": '#include "worker/core_worker.h"\n',
+        "gcs/job_manager.cc": '#include "elastic/job_kind.h"\n',
+        "gcs/other_main.cc": '#  include <elastic/job_kind.h>\n',
+        "cli/job.cc": '#include "client/gcs_client.h"\n#include "actors/api.h"\n',
+        "base/bad_up2.h": '#include "tests/testing/test_util.h"\n',
+        "newmod/x.cc": '#include "client/gcs_client.h"\n',
+        "actors/api.cc": '#include "actors/api.h"\n#include "elastic/controller.h"\n',
+        "actors/api.h": '#include "actors/internal/api_inl.h"\n#include "worker/errors.h"\n',
         "build-tsa/gen.pb.cc": '#include "tests/x.h"\n',  # build output: not checked
     }
     expected = {
-        "placement/bad_up.cc:2:", "runtime/node/bad_side.cc:1:", "gcs/job_manager.cc:1:",
-        "gcs/other_main.cc:1:", "runtime/common/bad_up2.h:1:", "gcs/unknown.cc:1:",
-        "runtime/cli/job.cc:2:", "newmod/x.cc:1:", "actors/api.cc:2:", "actors/api.h:2:",
+        "placement/bad_up.cc:2:", "node/bad_side.cc:1:", "gcs/job_manager.cc:1:",
+        "gcs/other_main.cc:1:", "base/bad_up2.h:1:",
+        "cli/job.cc:2:", "newmod/x.cc:1:", "actors/api.cc:2:", "actors/api.h:2:",
     }
     with tempfile.TemporaryDirectory() as root:
         for rel, text in files.items():
@@ -276,10 +377,21 @@ def main():
     parser.add_argument("--root", default=os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))
     parser.add_argument("--self-test", action="store_true")
+    parser.add_argument("--graph", action="store_true")
     args = parser.parse_args()
     check_rules()
     if args.self_test:
         return self_test()
+    if args.graph:
+        lines, up = graph(args.root)
+        print("\n".join(lines))
+        modules = python_modules(args.root)
+        cycles = import_cycles(python_imports(modules))
+        for group in cycles:
+            print(f"import cycle: {' <-> '.join(group)}")
+        print(f"check_layers --graph: {len(lines)} folders, {up} arrow(s) going up a layer; "
+              f"{len(modules)} Python modules, {len(cycles)} import cycle(s)")
+        return 1 if up or cycles else 0
     nfiles, nincludes, problems = check(args.root)
     for p in problems:
         print(p)

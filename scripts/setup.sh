@@ -39,6 +39,9 @@ PACKAGES=(
   slurm-wlm munge  # scripts/slurm/phalanx.sbatch; tests/slurm starts its own munged and Slurm
   # The Debian package (cpack -G DEB computes its Depends with dpkg-shlibdeps; tests/sdk)
   dpkg-dev
+  # `pip install .` (pyproject.toml, setup.py) and its test: a wheel built offline with
+  # Debian's setuptools and wheel, installed into a virtual environment
+  python3-pip python3-setuptools python3-wheel python3-venv binutils
 )
 
 [ "$DEMO" = 1 ] && PACKAGES=("${RUN_PACKAGES[@]}")
@@ -73,7 +76,7 @@ if [ "$DEMO" = 1 ]; then
     dpkg-query -W -f='${Status}' libbenchmark-dev 2>/dev/null | grep -q "install ok installed" &&
     TESTS=ON
   TARGETS=(--target phalanx phalanx-gcs phalanx-node phalanx-job-runner elastic_regression
-           _phalanx)
+           phalanx_native)
 else
   TESTS=ON
   TARGETS=()

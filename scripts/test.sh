@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 # Abseil's run-time lock-order check in every process the tests start (Phalanx's processes
-# leave it off otherwise; runtime/common/mutex_check.h): a lock-order cycle aborts the process.
+# leave it off otherwise; base/mutex_check.h): a lock-order cycle aborts the process.
 export PHALANX_MUTEX_DEADLOCK_CHECK="${PHALANX_MUTEX_DEADLOCK_CHECK:-abort}"
 # The layers (under a second: it reads the sources): no folder includes one it may not. The
 # self-test first shows the check still catches a planted bad include.

@@ -13,7 +13,7 @@
 
 // Declared (with their enumerators) in actors/api.h, which includes this header first.
 namespace phalanx::worker {
-class ObjectState;  // runtime/worker/object_state.h
+class ObjectState;  // worker/object_state.h
 }  // namespace phalanx::worker
 
 namespace phalanx {

@@ -15,14 +15,14 @@
 #include "absl/strings/str_cat.h"
 #include "actors/internal/registration.h"
 #include "actors/internal/serialization.h"
-#include "runtime/worker/actor_registry.h"
-#include "runtime/worker/errors.h"
-#include "runtime/worker/worker_host.h"
+#include "worker/actor_registry.h"
+#include "worker/errors.h"
+#include "worker/worker_host.h"
 
 namespace phalanx::internal {
 
 // The actor class of a C++ program's task workers, and the call that asks one if it is up.
-using worker::kCppTaskWorkerClass;  // runtime/worker/worker_host.h
+using worker::kCppTaskWorkerClass;  // worker/worker_host.h
 inline constexpr char kTaskWorkerReadyMethod[] = "__ready__";
 
 // Registers kCppTaskWorkerClass in this program (once; task_pool.cc).

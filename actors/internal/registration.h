@@ -16,8 +16,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "actors/internal/serialization.h"
-#include "runtime/worker/actor_registry.h"
-#include "runtime/worker/errors.h"
+#include "worker/actor_registry.h"
+#include "worker/errors.h"
 
 namespace phalanx::internal {
 

@@ -20,8 +20,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "runtime/worker/errors.h"
-#include "runtime/worker/object_state.h"
+#include "worker/errors.h"
+#include "worker/object_state.h"
 
 namespace phalanx::internal {
 

@@ -34,7 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "actors/internal/actor_options.h"
-#include "runtime/worker/object_state.h"
+#include "worker/object_state.h"
 
 namespace phalanx::internal {
 

@@ -18,7 +18,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
 #include "actors/api.h"
-#include "actors/elastic/elastic.h"
+#include "elastic/elastic.h"
 #include "examples/cpp/regression_trainer.h"
 
 using phalanx::examples::RegressionTrainer;

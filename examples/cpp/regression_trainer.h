@@ -54,8 +54,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "actors/elastic/trainer.h"
-#include "runtime/common/files.h"
+#include "base/files.h"
+#include "elastic/trainer.h"
 
 namespace phalanx::examples {
 

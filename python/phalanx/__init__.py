@@ -24,15 +24,20 @@
 See phalanx.collective for collective groups and phalanx.train for elastic training.
 """
 
+# The native module, phalanx._native, is built beside the sources in a checkout
+# (build/python/phalanx) and installed beside them by a wheel or the .deb: the package's path
+# takes in every phalanx folder on sys.path.
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)
+
 from ._api import (ActorClass, ActorHandle, DynamicObjectRefGenerator,
                    NodeAffinitySchedulingStrategy, ObjectRef, ObjectRefGenerator, PlacementGroup, PlacementGroupSchedulingStrategy, actor_info, cancel,
                    cpp_actor_class,
                    get, get_actor, get_placement_group, init, is_initialized, kill, method,
                    placement_group, placement_group_table,
-                   put, remove_placement_group, remote, shutdown, wait)
-from ._context import (RuntimeContext, available_resources, cluster_resources, get_gpu_ids,
-                       get_runtime_context, nodes)
-from ._task import RemoteFunction
+                   put, remove_placement_group, shutdown, wait)
+from ._api import available_resources, cluster_resources, get_runtime_context, nodes
+from ._context import RuntimeContext, get_gpu_ids
+from ._task import RemoteFunction, remote
 from .exceptions import (ActorDiedError, ActorError, ActorUnavailableError, AlreadyExistsError,
                          CollectiveError,
                          GetTimeoutError, InvalidArgumentError, InvalidCallError, NotFoundError,

@@ -17,10 +17,11 @@ import uuid
 
 import cloudpickle
 
-import _phalanx
+from phalanx import _native
 
 from . import _objects
 from . import _serialization as ser
+from ._context import RuntimeContext, note_child
 from .exceptions import AlreadyExistsError, GetTimeoutError, NotFoundError, PhalanxError
 
 _lock = threading.Lock()
@@ -51,7 +52,7 @@ def _free_port():
 
 
 def _phalanx_cli():
-    return os.path.join(_phalanx.BIN_DIR, "phalanx")
+    return os.path.join(_native.BIN_DIR, "phalanx")
 
 
 def _start_local_cluster(num_cpus=None, num_gpus=None, resources=None, store=None):
@@ -183,8 +184,8 @@ def init(address=None, *, token=None, namespace=None, num_cpus=None, num_gpus=No
     global _local_cluster, _job_runtime_env
     _check_runtime_env(runtime_env, "init")
     with _lock:
-        if _phalanx.is_initialized():
-            if ignore_reinit_error or _phalanx.in_worker_mode():
+        if _native.is_initialized():
+            if ignore_reinit_error or _native.in_worker_mode():
                 return
             raise PhalanxError("phalanx.init() was already called (pass "
                                "ignore_reinit_error=True to allow it)")
@@ -215,7 +216,7 @@ def init(address=None, *, token=None, namespace=None, num_cpus=None, num_gpus=No
         elif not isinstance(namespace, str):
             raise TypeError(f"namespace={namespace!r}: give a string")
         try:
-            _phalanx.init(address, token or "", namespace, bool(log_to_driver))
+            _native.init(address, token or "", namespace, bool(log_to_driver))
         except PhalanxError:
             _stop_local_cluster()
             raise
@@ -224,7 +225,7 @@ def init(address=None, *, token=None, namespace=None, num_cpus=None, num_gpus=No
 
 
 def is_initialized():
-    return _phalanx.is_initialized()
+    return _native.is_initialized()
 
 
 def shutdown():
@@ -232,15 +233,15 @@ def shutdown():
     cluster started by init() is stopped."""
     global _job_runtime_env
     with _lock:
-        if _phalanx.is_initialized() and not _phalanx.in_worker_mode():
+        if _native.is_initialized() and not _native.in_worker_mode():
             _objects.forget_all()  # a driver's values go with it, as in Ray
-            _phalanx.shutdown()
+            _native.shutdown()
         _stop_local_cluster()
         _job_runtime_env = None
 
 
 def _ensure_init():
-    if not _phalanx.is_initialized():
+    if not _native.is_initialized():
         init()
 
 
@@ -302,7 +303,7 @@ class ObjectRef:
         if self._obj is None:
             with _publish_lock:
                 if self._obj is None:
-                    obj = _objects.publish(self._ref, self._encoding, self._index)
+                    obj = _objects.publish(self._ref, self._encoding, self._index, _returned)
                     self._obj = obj  # publish() counted it for this ref
         return self._obj
 
@@ -452,10 +453,10 @@ class ObjectRefGenerator:
         with _objects.Polling() as polling:
             while True:
                 done = self._ref.done()
-                blob = _phalanx.kv_get(_objects.STREAM_NS, key)
+                blob = _native.kv_get(_objects.STREAM_NS, key)
                 if blob is not None:
                     ref = pickle.loads(blob)  # it registers as a borrower before the delete
-                    _phalanx.kv_delete(_objects.STREAM_NS, key, False)
+                    _native.kv_delete(_objects.STREAM_NS, key, False)
                     self._next += 1
                     return ref
                 if done:
@@ -503,7 +504,7 @@ class ObjectRefGenerator:
         """Whether the next ref is ready (or the generator has ended)."""
         if self._stream is None or self._failed or self._count is not None:
             return True
-        return self._ref.done() or _phalanx.kv_get(
+        return self._ref.done() or _native.kv_get(
             _objects.STREAM_NS, f"{self._stream}/{self._next}") is not None
 
     def completed(self):
@@ -539,7 +540,7 @@ def _stream_one(stream_id, index, value):
     key = f"{stream_id}/{index}"
     with _objects.collecting() as refs:
         blob = cloudpickle.dumps(ref, protocol=5)
-    _phalanx.kv_put(_objects.STREAM_NS, key, blob, True)
+    _native.kv_put(_objects.STREAM_NS, key, blob, True)
     # Held (from here by the sweeper, which looks only at keys written) until the reader
     # has taken it, and so registered as its borrower.
     _objects._here.keep_streamed(key, refs)
@@ -737,11 +738,11 @@ def get(refs, *, timeout=None):
     calls = [i for i, r in enumerate(items) if r._ref is not None]
     if calls:
         natives = [items[i]._ref for i in calls]
-        if _phalanx.in_worker_mode():
+        if _native.in_worker_mode():
             _wait_interruptibly(natives, deadline)
         left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
         # The native get raises the first failed call's error as its phalanx class.
-        results = _phalanx.get(natives, left)
+        results = _native.get(natives, left)
         for i, v in zip(calls, results):
             values[i] = _returned(ser.loads_value(v, items[i]._encoding), items[i]._index)
     for i, r in enumerate(items):
@@ -763,14 +764,14 @@ def _wait_interruptibly(natives, deadline):
     Blocked scope), so that phalanx.cancel's KeyboardInterrupt reaches a waiting task."""
     if all(n.done() for n in natives):
         return
-    with _phalanx.Blocked():
+    with _native.Blocked():
         while True:
             step = INTERRUPT_SLICE_S
             if deadline is not None:
                 step = min(step, deadline - time.monotonic())
                 if step <= 0:
                     return
-            if all(_phalanx.wait(natives, len(natives), step)):
+            if all(_native.wait(natives, len(natives), step)):
                 return
 
 
@@ -812,7 +813,7 @@ def wait(refs, *, num_returns=1, timeout=None, fetch_local=True):
                          f"{len(refs)}")
     calls = [r for r in refs if isinstance(r, ObjectRef) and r._ref is not None]
     if len(calls) == len(refs):
-        done = _phalanx.wait([r._ref for r in refs], num_returns,
+        done = _native.wait([r._ref for r in refs], num_returns,
                              -1.0 if timeout is None else float(timeout))
     else:
         # Refs of the store are polled, the calls asked without waiting, until enough are done.
@@ -999,9 +1000,8 @@ class ActorMethod:
             payload = ser.dumps_call(args, kwargs, encoding)
         if inside:
             pins = (pins or []) + inside
-        call = _phalanx.submit(h._actor_id, self._name, payload,
+        call = _native.submit(h._actor_id, self._name, payload,
                                o.get("concurrency_group") or "")
-        from ._task import note_child
         note_child(call)
         return _returns(call, encoding, n, pins, stream_id)
 
@@ -1122,7 +1122,7 @@ class ActorClass:
         if (self._language == "python" and self._options.get("max_concurrency") is None
                 and _is_async_class(self._cls)):
             options["max_concurrency"] = ASYNC_MAX_CONCURRENCY
-        actor_id = _phalanx.create_actor(self._class_name, self._language, init_args, options)
+        actor_id = _native.create_actor(self._class_name, self._language, init_args, options)
         return ActorHandle(actor_id, self._class_name, self._language, returns)
 
     def _worker_settings(self):
@@ -1153,27 +1153,6 @@ class ActorClass:
                         f"{self._class_name}.remote(...)")
 
 
-def remote(*args, **options):
-    """``@phalanx.remote`` on a class (an actor) or a function (a task), bare or with options:
-    ``@phalanx.remote(num_cpus=1, memory=2 << 30, max_restarts=3, max_task_retries=-1,
-    max_concurrency=4, resources={...})`` on a class; ``@phalanx.remote(num_cpus=1,
-    max_retries=3, retry_exceptions=[IOError])`` on a function."""
-    from ._task import RemoteFunction
-
-    def make(target, opts):
-        if inspect.isclass(target):
-            return ActorClass(target, opts)
-        if callable(target):
-            return RemoteFunction(target, opts)
-        raise TypeError(f"phalanx.remote applies to classes (actors) and functions (tasks), "
-                        f"not {type(target).__name__}")
-    if len(args) == 1 and not options:
-        return make(args[0], {})
-    if args:
-        raise TypeError("use @phalanx.remote or @phalanx.remote(option=value, ...)")
-    return lambda target: make(target, options)
-
-
 def cpp_actor_class(class_name, code_path):
     """A C++ actor class (registered with PHALANX_ACTOR in the program ``code_path``), to
     create from Python: ``phalanx.cpp_actor_class("Greeter", "/opt/app/greeter").remote(...)``.
@@ -1192,13 +1171,13 @@ def kill(handle, *, no_restart=True):
     (at most ``KILL_WAIT_S``), so that a call made after it fails with ActorDiedError."""
     if not isinstance(handle, ActorHandle):
         raise TypeError(f"phalanx.kill takes an ActorHandle, not {type(handle).__name__}")
-    _phalanx.kill(handle._actor_id, no_restart)
+    _native.kill(handle._actor_id, no_restart)
     if not no_restart:
         return
     deadline = time.monotonic() + KILL_WAIT_S
     while time.monotonic() < deadline:
         try:
-            if _phalanx.actor_info(handle._actor_id)["state"] == "DEAD":
+            if _native.actor_info(handle._actor_id)["state"] == "DEAD":
                 return
         except PhalanxError:
             return  # the GCS does not know it (any more), or cannot say
@@ -1208,9 +1187,9 @@ def kill(handle, *, no_restart=True):
 def get_actor(name, namespace=None):
     """The handle of the live actor named ``name``; ValueError if there is none."""
     _ensure_init()
-    ns = namespace if namespace is not None else _phalanx.cluster()[3]
+    ns = namespace if namespace is not None else _native.cluster()[3]
     try:
-        info = _phalanx.named_actor(name, ns)
+        info = _native.named_actor(name, ns)
     except NotFoundError as e:
         raise ValueError(str(e)) from None
     returns = info.get("labels", {}).get(METHOD_RETURNS_LABEL)
@@ -1220,7 +1199,7 @@ def get_actor(name, namespace=None):
 
 def actor_info(handle):
     """State, pid, node, restarts and death cause of an actor (a dict)."""
-    return dict(_phalanx.actor_info(handle._actor_id))
+    return dict(_native.actor_info(handle._actor_id))
 
 
 # ---- placement groups ---------------------------------------------------------------------
@@ -1238,7 +1217,7 @@ class _PlacementGroupReady:
 
     def _get(self, timeout):
         # GetTimeoutError after `timeout`; PlacementGroupError if the group was removed.
-        _phalanx.wait_placement_group(self._pg.id, -1.0 if timeout is None else float(timeout))
+        _native.wait_placement_group(self._pg.id, -1.0 if timeout is None else float(timeout))
         return self._pg
 
 
@@ -1255,14 +1234,14 @@ class PlacementGroup:
     def wait(self, timeout_seconds=30):
         """True once every bundle is reserved; False if that did not happen in time."""
         try:
-            _phalanx.wait_placement_group(self.id, float(timeout_seconds))
+            _native.wait_placement_group(self.id, float(timeout_seconds))
             return True
         except PhalanxError:
             return False
 
     @property
     def state(self):
-        return _phalanx.placement_group_state(self.id)
+        return _native.placement_group_state(self.id)
 
     @property
     def bundle_count(self):
@@ -1295,7 +1274,7 @@ def placement_group(bundles, strategy="PACK", name="", lifetime=None):
     converted = []
     for b in bundles:
         converted.append({("memory" if k == "memory" else k): float(v) for k, v in b.items()})
-    pg_id, reason = _phalanx.create_placement_group(converted, strategy, name or "",
+    pg_id, reason = _native.create_placement_group(converted, strategy, name or "",
                                                     lifetime == "detached",  # PlacementGroupError
                                                     pend_if_infeasible=True)
     if reason.startswith("INFEASIBLE"):
@@ -1315,7 +1294,7 @@ def get_placement_group(name):
     """The live placement group named ``name`` (Ray's ``ray.util.get_placement_group``);
     ValueError if there is none."""
     _ensure_init()
-    for info in _phalanx.list_placement_groups():
+    for info in _native.list_placement_groups():
         if info["name"] == name and info["state"] != "REMOVED":
             return _group_from(info)
     raise ValueError(f"there is no placement group named {name!r} (placement_group("
@@ -1327,7 +1306,7 @@ def get_current_placement_group():
     pg_id = os.environ.get(PG_ENV)
     if not pg_id:
         return None
-    for info in _phalanx.list_placement_groups():
+    for info in _native.list_placement_groups():
         if info["placement_group_id"] == pg_id:
             return _group_from(info)
     return PlacementGroup(pg_id, [], "")
@@ -1338,7 +1317,7 @@ def placement_group_table(placement_group=None):
     state, bundles by index and the node of each bundle."""
     _ensure_init()
     table = {}
-    for info in _phalanx.list_placement_groups():
+    for info in _native.list_placement_groups():
         table[info["placement_group_id"]] = {
             "placement_group_id": info["placement_group_id"], "name": info["name"],
             "strategy": info["strategy"], "state": info["state"],
@@ -1351,4 +1330,46 @@ def placement_group_table(placement_group=None):
 
 
 def remove_placement_group(pg):
-    _phalanx.remove_placement_group(pg.id)
+    _native.remove_placement_group(pg.id)
+
+
+# Ray's introspection calls that read the cluster: each connects a driver that has not called
+# init() yet, as Ray's do.
+def get_runtime_context():
+    _ensure_init()
+    return RuntimeContext()
+
+
+def nodes():
+    """Every node the cluster knows, dead ones included, in Ray's shape."""
+    _ensure_init()
+    out = []
+    for n in _native.nodes():
+        host, _, port = n["address"].rpartition(":")
+        out.append({"NodeID": n["node_id"], "Alive": n["alive"],
+                    "NodeManagerAddress": host.strip("[]"), "NodeManagerPort": int(port or 0),
+                    "NodeManagerHostname": n["hostname"], "IsHead": n["is_head"],
+                    "Resources": dict(n["resources"]) if n["alive"] else {},
+                    # What its object store holds, as its last heartbeat said.
+                    "ObjectStore": dict(n["object_store"])})
+    return out
+
+
+def _sum(field):
+    _ensure_init()
+    total = {}
+    for n in _native.nodes():
+        if n["alive"]:
+            for k, v in n[field].items():
+                total[k] = total.get(k, 0.0) + v
+    return total
+
+
+def cluster_resources():
+    """The resources of the cluster's live nodes, summed."""
+    return _sum("resources")
+
+
+def available_resources():
+    """What the live nodes have free now, summed."""
+    return {k: v for k, v in _sum("available").items() if v > 0}

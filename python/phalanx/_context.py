@@ -1,15 +1,60 @@
-"""Ray's introspection calls: ``get_runtime_context()``, ``get_gpu_ids()``, ``nodes()``,
-``cluster_resources()`` and ``available_resources()``."""
+"""What this process is: the RuntimeContext that ``get_runtime_context()`` returns, its GPUs,
+and the calls the running task started. It imports nothing of the package but the native
+module, so every other module may use it: the worker process (``phalanx._worker``) hands it
+what only a worker knows (``set_cancel_probe``)."""
 
 import os
 import socket
 
-import _phalanx
+from phalanx import _native
+
+# The class of the actor that runs tasks in a pooled task worker (phalanx._task.TaskWorker):
+# a process that hosts it is a task worker, not an actor.
+TASK_WORKER_CLASS = "phalanx._task.TaskWorker"
 
 
 def _is_task_worker(hosted):
-    from ._task import _TASK_WORKER_CLASS
-    return hosted[2] == _TASK_WORKER_CLASS
+    return hosted[2] == TASK_WORKER_CLASS
+
+
+# The calls the running task started (native refs), while a task runs in this process: a
+# cancelled task cancels those not done, as Ray's cancel(recursive=True) does.
+_children = None
+
+
+def note_child(native_ref):
+    """Records a call (task or actor call) that the running task started."""
+    children = _children
+    if children is not None:
+        children.append(native_ref)
+
+
+def begin_children():
+    """The running task starts: its calls are recorded from now."""
+    global _children
+    _children = []
+
+
+def end_children(cancel):
+    """The running task ended (cancel: it was cancelled, and so are its calls not done)."""
+    global _children
+    children, _children = _children, None
+    for ref in (children or ()) if cancel else ():
+        try:
+            if not ref.done():
+                ref.cancel(False)
+        except Exception:  # noqa: BLE001 - one that cannot be cancelled runs on
+            pass
+
+
+# Whether the call this thread runs was cancelled: set by the worker process
+# (phalanx._worker), the only one that runs calls; None in a driver.
+_cancel_probe = None
+
+
+def set_cancel_probe(probe):
+    global _cancel_probe
+    _cancel_probe = probe
 
 
 class _Id(str):
@@ -28,7 +73,7 @@ class RuntimeContext:
 
     def get_job_id(self):
         """The id of the job this process belongs to (a driver's own, or its actor's)."""
-        return os.environ.get("PHALANX_JOB_ID") or _phalanx.cluster()[2]
+        return os.environ.get("PHALANX_JOB_ID") or _native.cluster()[2]
 
     def get_node_id(self):
         """The id of the node this process runs on (None where no node of the cluster runs
@@ -37,36 +82,38 @@ class RuntimeContext:
         if node:
             return node
         here = socket.gethostname()
-        for n in _phalanx.nodes():
+        for n in _native.nodes():
             if n["alive"] and n["hostname"] == here:
                 return n["node_id"]
         return None
 
     def get_actor_id(self):
         """The id of the actor this process hosts; None in a driver or a task."""
-        hosted = _phalanx.hosted_actor()
+        hosted = _native.hosted_actor()
         return None if hosted is None or _is_task_worker(hosted) else hosted[0]
 
     def get_actor_name(self):
         actor_id = self.get_actor_id()
-        return _phalanx.actor_info(actor_id).get("name") or None if actor_id else None
+        return _native.actor_info(actor_id).get("name") or None if actor_id else None
 
     def get_task_id(self):
         """The task running in this process (its worker's id), or None in a driver."""
-        hosted = _phalanx.hosted_actor()
+        hosted = _native.hosted_actor()
         return hosted[0] if hosted is not None and _is_task_worker(hosted) else None
 
     def is_canceled(self):
         """Whether the actor call or task this thread runs was cancelled (phalanx.cancel),
         for a plain method to stop early. RuntimeError in a driver or an async method (which
         gets asyncio.CancelledError instead), as in Ray."""
-        from . import _worker
-        return _worker.is_canceled()
+        if _cancel_probe is None:
+            raise RuntimeError("is_canceled() is for a method of an actor or a task; the "
+                               "driver runs none")
+        return _cancel_probe()
 
     @property
     def was_current_actor_reconstructed(self):
         """Whether this actor is a restart of one that died (Ray's property)."""
-        hosted = _phalanx.hosted_actor()
+        hosted = _native.hosted_actor()
         return bool(hosted and hosted[1] > 0)
 
     # Ray's properties beside the getters: ids with .hex(), as Ray's JobID, NodeID, ...
@@ -88,19 +135,13 @@ class RuntimeContext:
 
     @property
     def namespace(self):
-        return _phalanx.cluster()[3]
+        return _native.cluster()[3]
 
     def get_namespace(self):
         return self.namespace
 
     def get_accelerator_ids(self):
         return {"GPU": [str(g) for g in get_gpu_ids()]}
-
-
-def get_runtime_context():
-    from ._api import _ensure_init
-    _ensure_init()
-    return RuntimeContext()
 
 
 def get_gpu_ids():
@@ -113,40 +154,3 @@ def get_gpu_ids():
         if part:
             ids.append(int(part) if part.isdigit() else part)
     return ids
-
-
-def nodes():
-    """Every node the cluster knows, dead ones included, in Ray's shape."""
-    from ._api import _ensure_init
-    _ensure_init()
-    out = []
-    for n in _phalanx.nodes():
-        host, _, port = n["address"].rpartition(":")
-        out.append({"NodeID": n["node_id"], "Alive": n["alive"],
-                    "NodeManagerAddress": host.strip("[]"), "NodeManagerPort": int(port or 0),
-                    "NodeManagerHostname": n["hostname"], "IsHead": n["is_head"],
-                    "Resources": dict(n["resources"]) if n["alive"] else {},
-                    # What its object store holds, as its last heartbeat said.
-                    "ObjectStore": dict(n["object_store"])})
-    return out
-
-
-def _sum(field):
-    from ._api import _ensure_init
-    _ensure_init()
-    total = {}
-    for n in _phalanx.nodes():
-        if n["alive"]:
-            for k, v in n[field].items():
-                total[k] = total.get(k, 0.0) + v
-    return total
-
-
-def cluster_resources():
-    """The resources of the cluster's live nodes, summed."""
-    return _sum("resources")
-
-
-def available_resources():
-    """What the live nodes have free now, summed."""
-    return {k: v for k, v in _sum("available").items() if v > 0}

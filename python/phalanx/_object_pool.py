@@ -20,7 +20,7 @@ Bounded: files under ``POOL_MIN_BYTES`` are unlinked as before; at most ``POOL_M
 wait, holding at most ``POOL_MAX_FRACTION`` of the store's capacity; one unused for
 ``POOL_IDLE_S`` goes (the sweeper of _objects.py trims); and a put that would not fit in the
 store empties the pool first. The node counts the files as used memory, not as objects
-(runtime/node/object_store.h's kObjectPoolPrefix).
+(node/object_store.h's kObjectPoolPrefix).
 """
 
 import fcntl
@@ -30,7 +30,7 @@ import threading
 import time
 
 # The name of a pooled file in its owner's directory: this, then the id of the value it held
-# (runtime/node/object_store.h's kObjectPoolPrefix).
+# (node/object_store.h's kObjectPoolPrefix).
 POOL_PREFIX = ".free-"
 # Files of freed values smaller than this are unlinked, not kept.
 POOL_MIN_BYTES = 1 << 20

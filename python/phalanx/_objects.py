@@ -3,7 +3,7 @@
 Where a value lives:
 - A small one (under ``INLINE_MAX`` bytes) travels inside its ref, as Ray inlines small objects.
 - A larger one is a file of the node's store, ``/dev/shm/phalanx-objects-<node id>/<owner>/<id>``
-  (runtime/node/object_store.h), written once by its owner. A reader on the same machine maps
+  (node/object_store.h), written once by its owner. A reader on the same machine maps
   it: numpy arrays and torch CPU tensors come back as views of that memory (copy-on-write, so
   a reader's writes stay its own), without a copy. A reader on another node has the holding
   node's manager stream it into a file of its own machine (ReadObject), once per get.
@@ -48,8 +48,10 @@ import uuid
 
 import cloudpickle
 
-import _phalanx
+from phalanx import _native
 
+from . import _serialization as ser
+from ._context import RuntimeContext
 from ._object_pool import POOL_MAX_FRACTION, Pool, hold_for_reading
 from ._object_pool import unlink_quietly as _unlink
 
@@ -58,7 +60,7 @@ INLINE_MAX = 100 * 1024
 # How often a reader looks again for a value that is not written yet (at most).
 POLL_MAX_S = 0.05
 # The directory, in a node's store, of its copies of other nodes' values
-# (runtime/node/object_store.h's kObjectCacheDir).
+# (node/object_store.h's kObjectCacheDir).
 CACHE_DIR = ".cache"
 # A reader waiting for another process of its node to fetch a value into the node's cache
 # reads a copy of its own once that copy has not been written for this long (its fetcher
@@ -193,8 +195,7 @@ class _Here:
         with self.lock:
             if self.pid == os.getpid():
                 return
-            from ._context import get_runtime_context
-            ctx = get_runtime_context()
+            ctx = RuntimeContext()
             node = ctx.get_node_id() or ""
             self.owner = f"{os.getpid()}-{_start_time(os.getpid())}"
             actor, task = ctx.get_actor_id(), ctx.get_task_id()
@@ -296,7 +297,7 @@ class _Here:
                     return
                 self.registered[obj.id] = borrow_key
             try:
-                _phalanx.kv_put(BORROW_NS, borrow_key, self.host.encode(), True)
+                _native.kv_put(BORROW_NS, borrow_key, self.host.encode(), True)
             except Exception:  # noqa: BLE001 - no cluster (a ref unpickled outside one)
                 with self.lock:
                     self.registered.pop(obj.id, None)
@@ -346,18 +347,18 @@ class _Here:
                         if i in self.registered and i not in self.borrows]
                 self.dropped.clear()
             for _, key in gone:
-                _phalanx.kv_delete(BORROW_NS, key, False)
+                _native.kv_delete(BORROW_NS, key, False)
         with self.lock:
             dropped_streams, self.streams_dropped = self.streams_dropped, {}
             streams = {k.split("/", 1)[0] for k in self.streamed}
         for stream_id, call in dropped_streams.items():
             done = call is None or call.done()  # before the delete: none is written after
-            _phalanx.kv_delete(STREAM_NS, f"{stream_id}/", True)
+            _native.kv_delete(STREAM_NS, f"{stream_id}/", True)
             if not done:  # the generator still runs: its next values go too
                 with self.lock:
                     self.streams_dropped.setdefault(stream_id, call)
         for stream_id in streams:
-            left = set(_phalanx.kv_list(STREAM_NS, f"{stream_id}/"))
+            left = set(_native.kv_list(STREAM_NS, f"{stream_id}/"))
             with self.lock:
                 taken = [k for k in self.streamed
                          if k.startswith(f"{stream_id}/") and k not in left]
@@ -382,7 +383,7 @@ class _Here:
         that exited is removed: on this node, by its pid and start time; on another, once the
         GCS lists that node dead, or once that node says the process does not run (asked at
         most every REMOTE_BORROWER_CHECK_S; a node that does not answer keeps its keys)."""
-        keys = _phalanx.kv_list(BORROW_NS, f"{self.key()}/")
+        keys = _native.kv_list(BORROW_NS, f"{self.key()}/")
         nodes = None
         alive = {}   # key -> whether its borrower runs (as far as known)
         remote = {}  # node id -> keys of its borrowers, to ask that node
@@ -396,7 +397,7 @@ class _Here:
             # A process of another node: alive while its node is (a host: unknown), and
             # while that node says it runs.
             if nodes is None:
-                nodes = {n["node_id"]: (n["alive"], n["address"]) for n in _phalanx.nodes()}
+                nodes = {n["node_id"]: (n["alive"], n["address"]) for n in _native.nodes()}
             node_alive, address = nodes.get(where, (True, ""))
             alive[key] = node_alive
             if node_alive and ask and address:
@@ -405,7 +406,7 @@ class _Here:
             self.remote_checked = now
         for address, entries in remote.items():
             try:
-                running = _phalanx.processes_alive(address, _phalanx.cluster()[1],
+                running = _native.processes_alive(address, _native.cluster()[1],
                                                    [p for _, p in entries],
                                                    REMOTE_BORROWER_CHECK_S)
             except Exception:  # noqa: BLE001 - not answered now: kept, asked again later
@@ -417,7 +418,7 @@ class _Here:
             if yes:
                 borrowed.add(key.split("/", 2)[1])
             else:
-                _phalanx.kv_delete(BORROW_NS, key, False)
+                _native.kv_delete(BORROW_NS, key, False)
         return borrowed
 
     def goodbye(self):
@@ -427,8 +428,8 @@ class _Here:
             self.registered.clear()
         try:
             for key in keys:
-                _phalanx.kv_delete(BORROW_NS, key, False)
-            _phalanx.kv_delete(BORROW_NS, f"{self.key()}/", True)
+                _native.kv_delete(BORROW_NS, key, False)
+            _native.kv_delete(BORROW_NS, f"{self.key()}/", True)
         except Exception:  # noqa: BLE001 - disconnected already: the keys outlive it
             pass
 
@@ -617,7 +618,6 @@ def _decode(buf):
     if kind == KIND_PICKLE:
         return pickle.loads(meta, buffers=buffers)
     if kind == KIND_RAW:
-        from . import _serialization as ser
         return ser.loads_value(bytes(buffers[0]), meta.decode())
     raise pickle.loads(meta)
 
@@ -736,25 +736,24 @@ def _escape(refs):
         _here.escaped.update(r._obj.id for r in refs)
 
 
-def _result(native_ref, encoding, index):
+def _result(native_ref, encoding, index, returned):
     """(kind, metadata, buffers) of a call's result, or of its index-th value."""
-    (payload,) = _phalanx.get([native_ref], -1.0)
+    (payload,) = _native.get([native_ref], -1.0)
     if index is None:
         return KIND_RAW, encoding.encode(), [memoryview(payload)]
-    from . import _serialization as ser
-    from ._api import _returned
-    return serialize(_returned(ser.loads_value(payload, encoding), index))
+    return serialize(returned(ser.loads_value(payload, encoding), index))
 
 
-def publish(native_ref, encoding, index=None):
+def publish(native_ref, encoding, index, returned):
     """An Obj for the result of a call of this process (or its index-th value, num_returns):
     a thread writes it to the store when it arrives (or the call's error). Counted like a
-    put."""
+    put. `returned(value, index)` is the index-th value of a call's result (the API's
+    reading of num_returns)."""
     _here.ensure()
     if not _here.dir:
         # No node here to serve it: the ref carries the value (this waits for it).
         with collecting() as inside:
-            item = _result(native_ref, encoding, index)
+            item = _result(native_ref, encoding, index, returned)
         _escape(inside)
         return Obj(_new_id(), "", "", _here.owner, _here.label, _to_bytes(*item), False, False)
     object_id = _new_id()
@@ -764,7 +763,7 @@ def publish(native_ref, encoding, index=None):
         inside = []
         try:
             with collecting() as inside:
-                item = _result(native_ref, encoding, index)
+                item = _result(native_ref, encoding, index, returned)
         except BaseException as e:  # noqa: BLE001 - every reader raises it
             item = (KIND_ERROR, _pickled_error(e), [])
         if _here.wanted(object_id):
@@ -793,7 +792,7 @@ def _lost(obj, why):
 
 
 def _node_address(node_id):
-    for n in _phalanx.nodes():
+    for n in _native.nodes():
         if n["node_id"] == node_id:
             return n["address"] if n["alive"] else None
     return None
@@ -814,13 +813,13 @@ def ready(obj):
     if cache is not None and os.path.exists(os.path.join(cache, obj.id)):
         return True
     address = _node_address(obj.node)
-    return address is None or _phalanx.read_object(
-        address, _phalanx.cluster()[1], obj.owner, obj.id, "", 30.0) != "missing"
+    return address is None or _native.read_object(
+        address, _native.cluster()[1], obj.owner, obj.id, "", 30.0) != "missing"
 
 
 class Polling:
     """The pauses of a poll (1 ms, doubling to POLL_MAX_S), in a ``with`` block: from the
-    first pause on, a task worker lends its CPU (``_phalanx.Blocked``), as in get."""
+    first pause on, a task worker lends its CPU (``_native.Blocked``), as in get."""
 
     def __init__(self):
         self._pause = 0.001
@@ -831,7 +830,7 @@ class Polling:
 
     def pause(self):
         if self._blocked is None:
-            self._blocked = _phalanx.Blocked()
+            self._blocked = _native.Blocked()
             self._blocked.__enter__()
         time.sleep(self._pause)
         self._pause = min(self._pause * 2, POLL_MAX_S)
@@ -871,7 +870,7 @@ def read(obj, deadline):
 
 
 def _cache_dir(obj):
-    """This node's cache directory for the values of obj's owner (runtime/node/object_store.h:
+    """This node's cache directory for the values of obj's owner (node/object_store.h:
     a value crosses the network once per node); None when no node runs here."""
     if not _here.node or not obj.node or not os.path.isdir(_store_root(_here.node)):
         return None
@@ -1003,7 +1002,7 @@ def _fetch_into(obj, deadline, node, cached):
     left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
     try:
         try:
-            why = _phalanx.read_object(address, _phalanx.cluster()[1], obj.owner, obj.id, path,
+            why = _native.read_object(address, _native.cluster()[1], obj.owner, obj.id, path,
                                        left if left >= 0 else 3600.0)
         except Exception:
             node.pop("address", None)

@@ -29,9 +29,15 @@ import traceback
 
 import cloudpickle
 
-import _phalanx
+from phalanx import _native
 
+from . import _objects
 from . import _serialization as ser
+from ._api import (ActorClass, ObjectRef, _ArgRef, _check_known_and_amounts, _check_retries,
+                   _check_retry_exceptions, _check_streamable, _ensure_init, _native_options,
+                   _returns, _stream_kwargs, check_num_returns, collect_yielded,
+                   collect_yielded_async, stream_out, stream_out_async)
+from ._context import TASK_WORKER_CLASS, begin_children, end_children, note_child
 from ._objects import STREAM_KWARG
 
 # The key-value namespace of pickled functions (key: "fn/<sha256 of the pickle>").
@@ -56,27 +62,6 @@ class _Dep:
 
     def __reduce__(self):
         return (_Dep, (self.index,))
-
-
-# The calls the running task started (native refs), while a task runs in this process: a
-# cancelled task cancels those not done, as Ray's cancel(recursive=True) does.
-_children = None
-
-
-def note_child(native_ref):
-    """Records a call (task or actor call) that the running task started."""
-    children = _children
-    if children is not None:
-        children.append(native_ref)
-
-
-def _cancel_children():
-    for ref in _children or ():
-        try:
-            if not ref.done():
-                ref.cancel(False)
-        except Exception:  # noqa: BLE001 - one that cannot be cancelled runs on
-            pass
 
 
 def _dumps(value):
@@ -107,8 +92,6 @@ def generated(result, stream_id, run):
     """What a call returns for its result: a generator's values are sent on the call's stream
     (the number of them is returned), or listed when the call has none (num_returns=n or
     "dynamic"). `run` runs a coroutine to its end."""
-    from ._api import (_check_streamable, collect_yielded, collect_yielded_async, stream_out,
-                       stream_out_async)
     if stream_id is not None:
         if inspect.isasyncgen(result):
             return run(stream_out_async(stream_id, result))
@@ -144,17 +127,17 @@ class TaskWorker:
             return self._interrupted
 
     def _run_interruptible(self, payload):
-        global _children
         with self._lock:
             self._running, self._interrupted = threading.get_ident(), False
-        _children = []
+        begin_children()
+        cancelled = False
         try:
             return self._phalanx_run_task(payload)
         except KeyboardInterrupt:
-            _cancel_children()
+            cancelled = True
             return False, b"KeyboardInterrupt", "TaskError", "the task was cancelled"
         finally:
-            _children = None
+            end_children(cancelled)
             import ctypes
             with self._lock:
                 if self._interrupted:  # not raised yet: it must not reach the next task
@@ -169,7 +152,7 @@ class TaskWorker:
         with self._lock:
             fn = self._functions.get(key)
         if fn is None:
-            blob = _phalanx.kv_get(FUNCTION_NAMESPACE, key)
+            blob = _native.kv_get(FUNCTION_NAMESPACE, key)
             if blob is None:
                 raise RuntimeError(f"the task's function ({key}) is not in the cluster's "
                                    f"key-value store; was the cluster restarted without it?")
@@ -210,8 +193,6 @@ class TaskWorker:
 
 
 def _check_task_options(options):
-    from ._api import (_check_known_and_amounts, _check_retries, _check_retry_exceptions,
-                       check_num_returns)
     _check_known_and_amounts(options, _TASK_OPTION_NAMES, "task")
     check_num_returns(options.get("num_returns", 1))
     _check_retries(options.get("max_retries", 3), "max_retries")
@@ -272,18 +253,16 @@ class RemoteFunction:
         self.__init__(state["fn"], state["options"])
 
     def _function_key(self):
-        cluster = _phalanx.cluster()[0]
+        cluster = _native.cluster()[0]
         with self._lock:
             if self._key is None or self._stored_in != cluster:
                 blob = cloudpickle.dumps(self._fn, protocol=5)
                 key = "fn/" + hashlib.sha256(blob).hexdigest()
-                _phalanx.kv_put(FUNCTION_NAMESPACE, key, blob, True)
+                _native.kv_put(FUNCTION_NAMESPACE, key, blob, True)
                 self._key, self._stored_in = key, cluster
             return self._key
 
     def remote(self, *args, **kwargs):
-        from ._api import (ObjectRef, _ArgRef, _ensure_init, _native_options, _returns,
-                           _stream_kwargs)
         _ensure_init()
         key = self._function_key()
         deps, encodings, pins = [], [], []
@@ -310,7 +289,6 @@ class RemoteFunction:
         if isinstance(retry, list):
             retry = tuple(retry)
         kwargs, stream_id = _stream_kwargs(kwargs, num_returns)
-        from . import _objects
         with _objects.collecting() as inside:  # refs inside the arguments: pinned too
             call = _dumps((key, self._name, args, kwargs, encodings, retry))
         pins.extend(inside)
@@ -324,7 +302,7 @@ class RemoteFunction:
         # A call's result inside the arguments may be one of this process's tasks, which
         # must not queue behind this one on its worker (it would wait for it in get).
         exclusive = any(p._ref is not None for p in pins)
-        ref = _phalanx.submit_task(self._name, _TASK_WORKER_CLASS, _worker_init_args(),
+        ref = _native.submit_task(self._name, _TASK_WORKER_CLASS, _worker_init_args(),
                                    _READY_ARGS, self._native, TASK_METHOD, call, deps,
                                    int(o.get("max_retries", 3)), exclusive)
         note_child(ref)
@@ -336,3 +314,23 @@ class RemoteFunction:
 
 _READY_ARGS = ser.dumps_call((), {}, ser.PICKLE)
 _TASK_WORKER_CLASS = f"{TaskWorker.__module__}.TaskWorker"
+assert _TASK_WORKER_CLASS == TASK_WORKER_CLASS, "phalanx._context.TASK_WORKER_CLASS is stale"
+
+
+def remote(*args, **options):
+    """``@phalanx.remote`` on a class (an actor) or a function (a task), bare or with options:
+    ``@phalanx.remote(num_cpus=1, memory=2 << 30, max_restarts=3, max_task_retries=-1,
+    max_concurrency=4, resources={...})`` on a class; ``@phalanx.remote(num_cpus=1,
+    max_retries=3, retry_exceptions=[IOError])`` on a function."""
+    def make(target, opts):
+        if inspect.isclass(target):
+            return ActorClass(target, opts)
+        if callable(target):
+            return RemoteFunction(target, opts)
+        raise TypeError(f"phalanx.remote applies to classes (actors) and functions (tasks), "
+                        f"not {type(target).__name__}")
+    if len(args) == 1 and not options:
+        return make(args[0], {})
+    if args:
+        raise TypeError("use @phalanx.remote or @phalanx.remote(option=value, ...)")
+    return lambda target: make(target, options)

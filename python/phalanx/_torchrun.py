@@ -26,7 +26,7 @@ import time
 import traceback
 import zipfile
 
-import _phalanx
+from phalanx import _native
 
 from .train._runtime import RUNTIME, _RankOutput, _Reset
 
@@ -79,7 +79,7 @@ def _unpack(job_id, key):
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     target = os.path.join(root, "working_dir", f"{job_id}-{digest}")
     if not os.path.isdir(target):
-        blob = _phalanx.kv_get("elastic", key)
+        blob = _native.kv_get("elastic", key)
         if blob is None:
             raise RuntimeError(f"the working directory of job {job_id} is not in the GCS (KV "
                                f"elastic/{key}): run the program again with phalanx run")

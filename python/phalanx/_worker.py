@@ -11,8 +11,9 @@ import sys
 import threading
 import traceback
 
-import _phalanx
+from phalanx import _native
 
+from . import _context
 from . import _serialization as ser
 from ._api import RETRY_KWARG, has_ref_args, resolve_args
 from .actor import EXIT_WAIT_S as _EXIT_WAIT_S
@@ -130,7 +131,7 @@ def call(obj, method: str, payload: bytes, done=None):
         return False, b"", "InvalidCall", f"{type(obj).__name__}.{method}: {e}"
     except ValueError:
         pass  # builtins without a signature: let the call say it
-    key = _phalanx.current_call()
+    key = _native.current_call()
     with _calls_lock:
         _running[key] = None
     later = False
@@ -229,13 +230,17 @@ def is_canceled():
     if threading.current_thread().name == "phalanx-asyncio":
         raise RuntimeError("is_canceled() is for a plain actor method or a task; an async "
                            "method that is cancelled gets asyncio.CancelledError at its await")
-    key = _phalanx.current_call()
+    key = _native.current_call()
     if not key:
         raise RuntimeError("is_canceled() is for a method of an actor or a task; the driver "
                            "runs none")
     with _calls_lock:
         return key in _cancelled
 
+
+# RuntimeContext.is_canceled asks this process's worker side (phalanx._context imports none of
+# the package's upper modules).
+_context.set_cancel_probe(is_canceled)
 
 _loop = None
 _loop_lock = threading.Lock()
@@ -385,9 +390,9 @@ def _preimport():
 
 
 def main():
-    import _phalanx
+    from phalanx import _native
     _preimport()
-    code = _phalanx.run_worker()
+    code = _native.run_worker()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

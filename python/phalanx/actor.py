@@ -5,7 +5,9 @@ import sys
 import threading
 import time
 
-import _phalanx
+from phalanx import _native
+
+from ._context import TASK_WORKER_CLASS
 
 # How long an actor that asked to exit waits for its node to end it, before it ends itself.
 EXIT_WAIT_S = 10.0
@@ -19,9 +21,8 @@ def exit_actor():
     """Ends the actor that calls it, for good (no restart), as Ray's ``exit_actor``: the
     calls in flight, this one included, fail with ActorDiedError. ``sys.exit()`` in a method
     does the same. Only an actor may call it."""
-    hosted = _phalanx.hosted_actor()
-    from ._task import _TASK_WORKER_CLASS
-    if hosted is None or hosted[2] == _TASK_WORKER_CLASS:
+    hosted = _native.hosted_actor()
+    if hosted is None or hosted[2] == TASK_WORKER_CLASS:
         raise TypeError("exit_actor() ends the actor that calls it; it was called outside an "
                         "actor (in a driver or a task)")
     raise _ExitActor()
@@ -30,11 +31,11 @@ def exit_actor():
 def _end_this_actor():
     """What the worker does when a method raised _ExitActor or SystemExit: the GCS kills this
     actor without a restart; if that takes past EXIT_WAIT_S, the process ends itself."""
-    hosted = _phalanx.hosted_actor()
+    hosted = _native.hosted_actor()
 
     def end():
         try:
-            _phalanx.kill(hosted[0], True)
+            _native.kill(hosted[0], True)
         except Exception as e:  # noqa: BLE001 - the fallback below still ends it
             print(f"[phalanx worker] exit_actor: the GCS did not take the kill: {e}",
                   file=sys.stderr, flush=True)

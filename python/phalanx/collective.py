@@ -20,7 +20,7 @@ group_name="g")`` then ``allreduce(tensor, group_name="g")``.
 import os
 import threading
 
-import _phalanx
+from phalanx import _native
 
 from .exceptions import CollectiveError  # noqa: F401
 
@@ -41,7 +41,7 @@ class CollectiveGroup:
             raise ValueError(f"backend={backend!r}: give 'gloo' (CPU) or 'nccl' (GPU)")
         # The GCS: ``address``, else this process's cluster (phalanx.init), else
         # $PHALANX_ADDRESS, else this machine's session.
-        self._g = _phalanx.CollectiveGroup(name, backend, address or "", token or "",
+        self._g = _native.CollectiveGroup(name, backend, address or "", token or "",
                                            host if host is not None else _default_host(),
                                            float(timeout), bool(shared_memory))
 

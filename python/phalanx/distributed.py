@@ -32,12 +32,12 @@ _lock = threading.Lock()
 
 def _torch_module():
     try:
-        import _phalanx_torch
+        from phalanx import _native_torch
     except ImportError as e:
         raise ImportError(
             "the phalanx torch.distributed backend is not built: install Debian's libtorch-dev "
             "(scripts/setup.sh does) and build again") from e
-    return _phalanx_torch
+    return _native_torch
 
 
 def register():

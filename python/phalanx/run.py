@@ -278,8 +278,8 @@ def _connect(address, workers, cpus):
 
 def _check_fit(plan):
     """Refuses a job the cluster cannot hold even at its minimum, naming the fix."""
-    import _phalanx
-    alive = [n for n in _phalanx.nodes() if n["alive"]]
+    from phalanx import _native
+    alive = [n for n in _native.nodes() if n["alive"]]
     cpus = sum(n["resources"].get("CPU", 0) for n in alive)
     need = plan.min_workers * plan.args.cpus_per_worker
     if need > cpus + 1e-9:
@@ -292,11 +292,11 @@ def _check_fit(plan):
 
 def _submit(plan, nodes, allowed=None):
     import secrets
-    import _phalanx
+    from phalanx import _native
     from . import _torchrun, train
     archive, shipped = _torchrun.pack_directory(plan.root)
     key = f"run/{plan.name}-{secrets.token_hex(6)}/working_dir"
-    _phalanx.kv_put("elastic", key, archive, True)
+    _native.kv_put("elastic", key, archive, True)
     loop = _torchrun.ScriptLoop(
         plan.relative, plan.args_after, plan.module, key, shipped, backend=plan.backend,
         run_id=plan.run_id, max_restarts=plan.max_restarts, log_dir=plan.log_dir,
@@ -328,19 +328,19 @@ def _submit(plan, nodes, allowed=None):
 
 def _follow(job_id, discovery):
     """Prints the ranks' output and the job's events until it ends; torchrun's exit code."""
-    import _phalanx
+    from phalanx import _native
     offset = 0
     shown = 0
 
     def print_log():
         nonlocal offset
-        text, offset = _phalanx.job_log(job_id, offset)
+        text, offset = _native.job_log(job_id, offset)
         if text:
             sys.stdout.write(text.decode(errors="replace"))
             sys.stdout.flush()
 
     while True:
-        status = _phalanx.job_status(job_id)
+        status = _native.job_status(job_id)
         print_log()
         for e in status.events[shown:]:
             if e.kind not in ("step", "checkpoint"):
@@ -397,10 +397,10 @@ class HostDiscovery:
     def resolve(self):
         """Runs the script: (the live nodes it names, by id, sorted; the workers their slots
         give, within --min-np..--max-np; their slots)."""
-        import _phalanx
+        from phalanx import _native
         hosts = self.hosts()
         usable, slots = [], 0
-        for n in _phalanx.nodes():
+        for n in _native.nodes():
             named = self._node_names(n) & set(hosts) if n["alive"] else set()
             if named:
                 usable.append(n["node_id"])
@@ -421,7 +421,7 @@ class HostDiscovery:
         return usable, target, slots
 
     def poll(self, status):
-        import _phalanx
+        from phalanx import _native
         now = time.time()
         if now < self.next_run or status.done():
             return
@@ -437,7 +437,7 @@ class HostDiscovery:
         if key == self.applied:
             return
         try:
-            _phalanx.scale_job(self.job_id, target, [], nodes=usable)
+            _native.scale_job(self.job_id, target, [], nodes=usable)
         except Exception as e:  # noqa: BLE001 - tried again at the next run
             print(f"[phalanx run] host discovery: resizing to {target}: {e}", file=sys.stderr)
             return
@@ -505,11 +505,11 @@ def main(argv=None):
     try:
         return _follow(job_id, discovery)
     except KeyboardInterrupt:
-        import _phalanx
+        from phalanx import _native
         print(f"[phalanx run] stopping job {job_id}", file=sys.stderr, flush=True)
-        _phalanx.stop_job(job_id)
+        _native.stop_job(job_id)
         deadline = time.time() + STOP_WAIT_S
-        while time.time() < deadline and not _phalanx.job_status(job_id).done():
+        while time.time() < deadline and not _native.job_status(job_id).done():
             time.sleep(FOLLOW_POLL_S)
         return 143 if terminated else 130
     finally:

@@ -1,4 +1,4 @@
-// The pieces of the _phalanx module (internal to python/src): each concern registers its
+// The pieces of the phalanx._native module (internal to python/src): each concern registers its
 // functions and classes into the one module, and they share two helpers, so that every
 // binding releases the GIL and raises errors the same way:
 //

@@ -12,7 +12,7 @@
 #include "collectives/collective_group.h"
 #include "collectives/environment.h"
 #include "python/src/bindings.h"
-#include "runtime/worker/core_worker.h"
+#include "worker/core_worker.h"
 
 namespace phalanx::python {
 namespace {

@@ -1,4 +1,4 @@
-// The driver side of _phalanx: connecting to a cluster, creating and calling actors, waiting
+// The driver side of phalanx._native: connecting to a cluster, creating and calling actors, waiting
 // for results, placement groups and the GCS's key-value store. Built on the C++ actor API
 // (actors/api.h): no protobuf here.
 #include <pybind11/pybind11.h>
@@ -17,12 +17,12 @@
 #include "absl/strings/str_cat.h"
 #include "actors/api.h"
 #include "actors/internal/task_pool.h"
-#include "gcs/gcs_client.h"
+#include "client/gcs_client.h"
 #include "python/src/bindings.h"
-#include "runtime/worker/core_worker.h"
-#include "runtime/worker/errors.h"
-#include "runtime/worker/object_state.h"
-#include "runtime/worker/worker_host.h"
+#include "worker/core_worker.h"
+#include "worker/errors.h"
+#include "worker/object_state.h"
+#include "worker/worker_host.h"
 
 namespace phalanx::python {
 namespace {
@@ -104,7 +104,7 @@ PyObjectRef Submit(const std::string& actor_id, const std::string& method, py::b
   throw e;
 }
 
-// _phalanx.Blocked: a worker::BlockedScope held from __enter__ to __exit__.
+// _native.Blocked: a worker::BlockedScope held from __enter__ to __exit__.
 struct BlockedPy {
   std::optional<worker::BlockedScope> scope;
 };
@@ -283,7 +283,7 @@ void BindActors(py::module_& m) {
     return out;
   });
   m.def("get", &GetMany);
-  // `with _phalanx.Blocked():` around a wait of Python's own (a value of the store not written
+  // `with _native.Blocked():` around a wait of Python's own (a value of the store not written
   // yet): a task worker lends its CPU meanwhile, as in get.
   py::class_<BlockedPy>(m, "Blocked")
       .def(py::init<>())

@@ -1,7 +1,7 @@
 // The one place where a C++ error becomes a Python exception: by the error kind the status
-// carries (runtime/worker/errors.h), else by the domain of the call, else by its status code.
+// carries (worker/errors.h), else by the domain of the call, else by its status code.
 // Never by its message.
-#include "runtime/worker/errors.h"
+#include "worker/errors.h"
 
 #include <pybind11/pybind11.h>
 
@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "python/src/bindings.h"
-#include "runtime/worker/core_worker.h"
+#include "worker/core_worker.h"
 
 namespace phalanx::python {
 

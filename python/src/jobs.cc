@@ -1,5 +1,5 @@
-// Elastic jobs in _phalanx: the job spec and the job status are the C++ ones
-// (actors/elastic/job_spec.h, runtime/rpc/job_status.h), so phalanx.train, the CLI and C++ drivers
+// Elastic jobs in phalanx._native: the job spec and the job status are the C++ ones
+// (elastic/job_spec.h, client/job_status.h), so phalanx.train, the CLI and C++ drivers
 // share one parser and one reading of the GCS's job record.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "actors/elastic/elastic.h"
-#include "actors/elastic/job_spec.h"
-#include "gcs/gcs_client.h"
+#include "client/gcs_client.h"
+#include "client/job_status.h"
+#include "elastic/elastic.h"
+#include "elastic/job_spec.h"
 #include "google/protobuf/util/json_util.h"
 #include "python/src/bindings.h"
-#include "runtime/rpc/job_status.h"
-#include "runtime/worker/core_worker.h"
+#include "worker/core_worker.h"
 
 namespace phalanx::python {
 namespace {

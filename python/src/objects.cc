@@ -1,5 +1,5 @@
 // The object store's one native call: a value that another node holds, copied into a file of
-// this one (python/phalanx/_objects.py reads it from there, and runtime/node/object_store.h
+// this one (python/phalanx/_objects.py reads it from there, and node/object_store.h
 // serves it).
 #include <fcntl.h>
 #include <pybind11/stl.h>
@@ -12,9 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/proto/node.grpc.pb.h"
+#include "base/rpc.h"
 #include "python/src/bindings.h"
-#include "runtime/proto/node.grpc.pb.h"
-#include "runtime/rpc/rpc.h"
 
 namespace phalanx::python {
 namespace {

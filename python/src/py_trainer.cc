@@ -4,9 +4,9 @@
 #include <pybind11/stl.h>
 
 #include "absl/strings/str_cat.h"
-#include "actors/elastic/trainer.h"
-#include "actors/elastic/trainer_host.h"
-#include "actors/elastic/trainer_protocol.h"
+#include "elastic/trainer.h"
+#include "elastic/trainer_host.h"
+#include "elastic/trainer_protocol.h"
 
 namespace py = pybind11;
 

@@ -1,4 +1,4 @@
-// PythonTrainer: the C++ Trainer (actors/elastic/trainer.h) that runs a phalanx.train loop.
+// PythonTrainer: the C++ Trainer (elastic/trainer.h) that runs a phalanx.train loop.
 // The elastic controller drives it like any trainer; it hands each call to
 // phalanx.train._runtime in the same process (see there for how a trainer-driven Python loop
 // maps onto the controller's steps).

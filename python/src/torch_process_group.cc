@@ -1,5 +1,5 @@
-// _phalanx_torch: the `phalanx` backend of torch.distributed (c10d). A ProcessGroupPhalanx runs
-// torch's collectives on Phalanx's CollectiveGroup of one epoch (shared memory in a machine,
+// phalanx._native_torch: the `phalanx` backend of torch.distributed (c10d). A ProcessGroupPhalanx
+// runs torch's collectives on Phalanx's CollectiveGroup of one epoch (shared memory in a machine,
 // TCP between machines), so that DDP, ZeroRedundancyOptimizer and a user's own dist.* calls
 // go through the group the elastic controller forms, aborts and re-forms:
 //
@@ -11,7 +11,7 @@
 //     makes it the default group), and an op on a process group of an older epoch fails
 //     naming both epochs. No TCPStore is needed: the group meets through the GCS.
 //
-// The CollectiveGroup comes from _phalanx (phalanx.collective.CollectiveGroup) as a capsule
+// The CollectiveGroup comes from phalanx._native (phalanx.collective.CollectiveGroup) as a capsule
 // holding a std::shared_ptr: this module links no Phalanx library (two copies of the runtime
 // in one process would each have their own connections and registries); it calls the group
 // through its virtual interface only.
@@ -51,7 +51,7 @@ using collective::CollectiveGroup;
 using collective::DType;
 using collective::ReduceOp;
 
-// The name capsules of _phalanx.CollectiveGroup carry (python/src/collectives.cc).
+// The name capsules of phalanx._native.CollectiveGroup carry (python/src/collectives.cc).
 constexpr char kGroupCapsule[] = "phalanx.CollectiveGroup";
 
 // A torch op's outcome: Work's own state (wait(), isCompleted(), exception()) and the future
@@ -812,7 +812,7 @@ std::shared_ptr<CollectiveGroup> FromCapsule(const py::capsule& capsule) {
 }  // namespace
 }  // namespace phalanx::python
 
-PYBIND11_MODULE(_phalanx_torch, m) {
+PYBIND11_MODULE(_native_torch, m) {
   using phalanx::python::ProcessGroupPhalanx;
   namespace py = pybind11;
   m.doc() = "The phalanx backend of torch.distributed (see phalanx.distributed)";

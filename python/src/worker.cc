@@ -1,4 +1,4 @@
-// The Python worker side of _phalanx: `python3 -m phalanx._worker` hosts one actor. Pickled
+// The Python worker side of phalanx._native: `python3 -m phalanx._worker` hosts one actor. Pickled
 // Python classes are created and called through phalanx._worker (create, call); C++ classes
 // registered in this module (the elastic controller, the PythonTrainer host) are hosted as
 // in any C++ worker.
@@ -14,10 +14,10 @@
 #include <utility>
 
 #include "python/src/bindings.h"
-#include "runtime/worker/actor_registry.h"
-#include "runtime/worker/errors.h"
-#include "runtime/worker/worker_host.h"
 #include "spdlog/spdlog.h"
+#include "worker/actor_registry.h"
+#include "worker/errors.h"
+#include "worker/worker_host.h"
 
 namespace phalanx::python {
 namespace {

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-import _phalanx
+from phalanx import _native
 import phalanx
 
-PHALANX = os.path.join(_phalanx.BIN_DIR, "phalanx")
+PHALANX = os.path.join(_native.BIN_DIR, "phalanx")
 
 
 def _free_port():

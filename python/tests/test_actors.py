@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-import _phalanx
+from phalanx import _native
 import phalanx
 from conftest import wait_for
 from helpers import BrokenInit, Counter
@@ -118,7 +118,7 @@ def test_an_actor_over_its_memory_limit_dies_of_oom_with_peak_and_limit(cluster)
 
 def test_python_calls_a_cpp_actor(cluster):
     Greeter = phalanx.cpp_actor_class("Greeter",
-                                      os.path.join(_phalanx.BIN_DIR, "actors_quickstart"))
+                                      os.path.join(_native.BIN_DIR, "actors_quickstart"))
     g = Greeter.remote("hello")
     assert phalanx.get(g.Greet.remote("Ada"), timeout=60) == "hello, Ada"
     assert phalanx.get(g.Count.remote()) == 1
@@ -235,8 +235,8 @@ def test_a_sigkilled_drivers_actors_and_placement_groups_are_released(cluster):
         took = time.time() - killed_at
         for h in owned:
             assert "OWNER_DIED" in phalanx.actor_info(h)["death_cause"], phalanx.actor_info(h)
-        assert wait_for(lambda: _phalanx.placement_group_state(pg_id) == "REMOVED", timeout=30), \
-            _phalanx.placement_group_state(pg_id)
+        assert wait_for(lambda: _native.placement_group_state(pg_id) == "REMOVED", timeout=30), \
+            _native.placement_group_state(pg_id)
         print(f"\n[driver SIGKILL] its actors dead {took:.2f} s after the kill")
         assert phalanx.actor_info(kept)["state"] == "ALIVE"
         phalanx.kill(kept)

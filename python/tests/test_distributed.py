@@ -12,7 +12,7 @@ import pytest
 import phalanx
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("_phalanx_torch")
+pytest.importorskip("phalanx._native_torch")
 
 WORLD = 3
 

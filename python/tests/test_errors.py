@@ -3,7 +3,7 @@ call's domain, then the status code), never by the text of the message."""
 
 import pytest
 
-import _phalanx
+from phalanx import _native
 import phalanx
 from phalanx import collective, exceptions
 
@@ -33,7 +33,7 @@ FAILED_PRECONDITION, ABORTED, UNAVAILABLE = 9, 10, 14
 ])
 def test_each_error_kind_and_code_maps_to_its_class(code, kind, domain, cls):
     with pytest.raises(cls) as e:
-        _phalanx._raise_status(code, kind, "what went wrong", domain)
+        _native._raise_status(code, kind, "what went wrong", domain)
     assert type(e.value) is cls
     assert str(e.value) == "what went wrong"
     assert isinstance(e.value, phalanx.PhalanxError)
@@ -43,7 +43,7 @@ def test_a_cancelled_call_is_a_task_cancelled_error_and_a_task_error():
     # Ray's documentation catches a cancelled call as either (RayTaskError whose cause is
     # TaskCancelledError).
     with pytest.raises(phalanx.TaskCancelledError) as e:
-        _phalanx._raise_status(CANCELLED, "TaskCancelled", "the call was cancelled", "")
+        _native._raise_status(CANCELLED, "TaskCancelled", "the call was cancelled", "")
     assert isinstance(e.value, exceptions.RayTaskError)
     assert str(e.value) == "the call was cancelled"
     import pickle
@@ -53,7 +53,7 @@ def test_a_cancelled_call_is_a_task_cancelled_error_and_a_task_error():
 
 def test_a_task_error_carries_its_remote_class_beside_the_message():
     with pytest.raises(phalanx.TaskError) as e:
-        _phalanx._raise_status(UNKNOWN, "TaskError", "KeyError: 'x'\n\nTraceback ...",
+        _native._raise_status(UNKNOWN, "TaskError", "KeyError: 'x'\n\nTraceback ...",
                                detail="KeyError")
     assert e.value.cause_type == "KeyError"
     assert e.value.remote_traceback.startswith("KeyError")
@@ -70,15 +70,15 @@ def test_error_classes_are_phalanx_errors_and_keep_their_python_bases():
 
 def test_a_bad_job_spec_is_refused_by_the_cpp_parser_naming_the_field():
     with pytest.raises(phalanx.InvalidArgumentError, match="replicas"):
-        _phalanx.parse_job_spec("name: j\ntrainer: T\nlanguage: python\nreplicas: 0\n")
-    spec = _phalanx.parse_job_spec(
+        _native.parse_job_spec("name: j\ntrainer: T\nlanguage: python\nreplicas: 0\n")
+    spec = _native.parse_job_spec(
         "name: j\ntrainer: T\nlanguage: python\nreplicas: 2\nmaxReplicas: 3\n"
         "resources: {CPU: 1, memory: 1Gi}\n"
         "faultTolerantPolicy: [{event: oom, action: respawnLarger}]\n")
     assert (spec.replicas, spec.min_replicas, spec.max_replicas) == (2, 2, 3)
     assert spec.resources["memory"] == float(1 << 30)
     assert [(p.event, p.action) for p in spec.policies] == [("oom", "respawnLarger")]
-    again = _phalanx.parse_job_spec(spec.to_yaml())
+    again = _native.parse_job_spec(spec.to_yaml())
     assert again.to_yaml() == spec.to_yaml()
 
 
@@ -105,7 +105,7 @@ def test_lookups_of_what_the_cluster_does_not_know(cluster):
     try:
         with pytest.raises(phalanx.GetTimeoutError, match="INFEASIBLE"):
             phalanx.get(pg.ready(), timeout=1)
-        [info] = [g for g in _phalanx.list_placement_groups()
+        [info] = [g for g in _native.list_placement_groups()
                   if g["placement_group_id"] == pg.id]
         assert info["state"] == "PENDING", info
     finally:

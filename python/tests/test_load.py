@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-import _phalanx
+from phalanx import _native
 from conftest import wait_for
 
 JOBS = 20
@@ -57,9 +57,9 @@ def test_a_burst_of_jobs_under_a_cpu_hog_has_no_spurious_failures(cluster, tmp_p
         submits = []
         for i in range(JOBS):
             path = tmp_path / f"load{i}.yaml"
-            path.write_text(SPEC.format(i=i, bin=_phalanx.BIN_DIR))
+            path.write_text(SPEC.format(i=i, bin=_native.BIN_DIR))
             submits.append(subprocess.Popen(
-                [os.path.join(_phalanx.BIN_DIR, "phalanx"), "job", "submit", "--no-wait", "-f",
+                [os.path.join(_native.BIN_DIR, "phalanx"), "job", "submit", "--no-wait", "-f",
                  str(path)], env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 text=True))
         ids = []
@@ -126,7 +126,7 @@ def test_jobs_back_to_back_under_a_cpu_hog_start_without_a_spurious_failure(clus
         for i in range(BACK_TO_BACK):
             if i % 2 == 0:
                 path = tmp_path / f"b2b{i}.yaml"
-                path.write_text(SPEC.format(i=i, bin=_phalanx.BIN_DIR))
+                path.write_text(SPEC.format(i=i, bin=_native.BIN_DIR))
                 out = cluster.cli("job", "submit", "-f", str(path), timeout=300)
                 m = re.search(r"Job (\S+) submitted", out.stdout)
                 assert m, out.stdout + out.stderr

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-import _phalanx
+from phalanx import _native
 import phalanx
 from phalanx import _object_pool, _objects
 
@@ -297,11 +297,11 @@ def test_a_dead_owners_borrow_keys_go_though_its_borrower_died_too(cluster):
     key; the owner's node deletes the keys of the values of an owner whose store it sweeps."""
     owner, borrower = Trainer.remote(), Trainer.remote()
     prefix = phalanx.get(owner.lend.remote(borrower, 1_000_000), timeout=60)
-    assert _phalanx.kv_list(_objects.BORROW_NS, prefix)  # the borrower's key
+    assert _native.kv_list(_objects.BORROW_NS, prefix)  # the borrower's key
     for actor in (owner, borrower):
         os.kill(phalanx.get(actor.pid.remote(), timeout=60), signal.SIGKILL)
-    assert wait_for(lambda: not _phalanx.kv_list(_objects.BORROW_NS, prefix), timeout=30), \
-        _phalanx.kv_list(_objects.BORROW_NS, prefix)
+    assert wait_for(lambda: not _native.kv_list(_objects.BORROW_NS, prefix), timeout=30), \
+        _native.kv_list(_objects.BORROW_NS, prefix)
 
 
 def test_a_failed_calls_error_reaches_every_reader_of_its_ref(cluster):

@@ -172,7 +172,7 @@ def test_generators_give_a_ref_per_value(cluster):
 
 
 def test_generator_values_stream_as_they_are_yielded(cluster, tmp_path):
-    import _phalanx
+    from phalanx import _native
     from phalanx import _objects
     flag = tmp_path / "got-them"
     gen = slow_then_block.remote(str(flag))
@@ -191,8 +191,8 @@ def test_generator_values_stream_as_they_are_yielded(cluster, tmp_path):
     stream = f"{gen._stream}/"
     del gen
     gc.collect()
-    assert wait_for(lambda: not _phalanx.kv_list(_objects.STREAM_NS, stream), timeout=30), \
-        _phalanx.kv_list(_objects.STREAM_NS, "")
+    assert wait_for(lambda: not _native.kv_list(_objects.STREAM_NS, stream), timeout=30), \
+        _native.kv_list(_objects.STREAM_NS, "")
 
 
 def test_an_actor_ends_itself_for_good(cluster):
@@ -266,9 +266,9 @@ def test_a_detached_group_outlives_its_driver(cluster):
 
 
 def test_init_without_an_address_joins_this_machines_cluster(cluster, tmp_path):
-    program = ("import phalanx, _phalanx\n"
+    program = ("import phalanx\nfrom phalanx import _native\n"
                "phalanx.init()\n"
-               "print(_phalanx.cluster()[0], len(phalanx.nodes()))\n"
+               "print(_native.cluster()[0], len(phalanx.nodes()))\n"
                "phalanx.shutdown()\n")
     env = dict(cluster.env, PYTHONPATH=os.pathsep.join(sys.path))
     env.pop("PHALANX_TLS_DIR", None)
@@ -596,7 +596,7 @@ def test_ray_names_of_errors_context_and_actors(cluster):
 
 DROPPED_STREAM_PROGRAM = """
 import time
-import _phalanx
+from phalanx import _native
 import phalanx as ray
 from phalanx import _objects
 ray.init(num_cpus=2)
@@ -611,9 +611,9 @@ for _ in range(3):
     first = next(iter(count_to.remote(4)))  # the generator is dropped while it still yields
     assert ray.get(first) == 0
 deadline = time.time() + 20
-while _phalanx.kv_list(_objects.STREAM_NS, "") and time.time() < deadline:
+while _native.kv_list(_objects.STREAM_NS, "") and time.time() < deadline:
     time.sleep(0.1)
-print("left", _phalanx.kv_list(_objects.STREAM_NS, ""))
+print("left", _native.kv_list(_objects.STREAM_NS, ""))
 """
 
 

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-import _phalanx
+from phalanx import _native
 import phalanx
 from conftest import Cluster, _free_port, _processes_with, wait_for
 
@@ -270,7 +270,7 @@ def test_a_sentinel_failover_mid_job_loses_nothing(sentinel_cluster, tmp_path):
         i = 0
         while not stop.is_set():
             try:
-                _phalanx.kv_put("sentinel-test", f"k{i}", f"v{i}".encode(), True)
+                _native.kv_put("sentinel-test", f"k{i}", f"v{i}".encode(), True)
                 acked.append(i)
             except Exception as e:  # noqa: BLE001 -- any failure is reported below
                 failed.append((i, repr(e)))
@@ -284,11 +284,11 @@ def test_a_sentinel_failover_mid_job_loses_nothing(sentinel_cluster, tmp_path):
     step_log = str(run_dir / "steps.log")
     open(step_log, "w").close()
     spec = run_dir / "spec.yaml"
-    spec.write_text(jobs.spec_yaml(os.path.join(_phalanx.BIN_DIR, "elastic_regression"),
+    spec.write_text(jobs.spec_yaml(os.path.join(_native.BIN_DIR, "elastic_regression"),
                                    step_log, steps=600, step_ms=20, replicas=2,
                                    min_replicas=1, max_replicas=2, cpu=1, hang_s=30))
     submit_log = open(run_dir / "submit.log", "w")
-    submit = subprocess.Popen([os.path.join(_phalanx.BIN_DIR, "phalanx"), "job", "submit",
+    submit = subprocess.Popen([os.path.join(_native.BIN_DIR, "phalanx"), "job", "submit",
                                "-f", str(spec)], env=cluster.env, stdout=submit_log,
                               stderr=subprocess.STDOUT)
     try:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-import _phalanx
+from phalanx import _native
 
 from conftest import PHALANX, _processes_with, connected_cluster, wait_for
 
@@ -100,10 +100,10 @@ def _program_args(snapshot):
 
 
 def _rank_pid(job_id, rank):
-    status = _phalanx.job_status(job_id)
+    status = _native.job_status(job_id)
     for m in status.ranks:
         if m.rank == rank and m.actor_id:
-            return _phalanx.actor_info(m.actor_id)["pid"]
+            return _native.actor_info(m.actor_id)["pid"]
     return None
 
 
@@ -155,7 +155,7 @@ def _kill_and_heal(cluster, workdir, tmp_path, reference, sig, backend):
                    if t > fault and "(rank 0) Resuming training from snapshot" in line)
     first = next(float(m.group(3)) for _, line in run.lines[resumed:]
                  for m in [STEP_LINE.search(line)] if m)
-    rec = min((r for r in _phalanx.job_status(run.job_id()).recoveries if r.resumed_ms),
+    rec = min((r for r in _native.job_status(run.job_id()).recoveries if r.resumed_ms),
               key=lambda r: abs(r.fault_ms - fault * 1000), default=None)
     phases = (f" (the controller: fault {rec.fault_ms / 1000 - fault:+.2f} s, detected "
               f"{(rec.detected_ms - rec.fault_ms) / 1000:.2f} s, resumed "
@@ -243,10 +243,10 @@ def test_job_submit_torchrun_is_a_job_with_status_and_logs(run_cluster, workdir,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     job_id = re.search(r"submitted job (\S+)", out.stdout).group(1)
-    done = wait_for(lambda: _phalanx.job_status(job_id).done(), timeout=RUN_TIMEOUT_S,
+    done = wait_for(lambda: _native.job_status(job_id).done(), timeout=RUN_TIMEOUT_S,
                     interval=0.5)
-    assert done and _phalanx.job_status(job_id).state == "SUCCEEDED", \
-        _phalanx.job_status(job_id).message
+    assert done and _native.job_status(job_id).state == "SUCCEEDED", \
+        _native.job_status(job_id).message
     logs = run_cluster.cli("job", "logs", job_id)
     assert "(rank 0) weights_sum=" in logs.stdout, logs.stdout + logs.stderr
     status = run_cluster.cli("job", "status", job_id)
@@ -303,7 +303,7 @@ def test_a_horovod_elastic_program_scales_through_discovery_and_heals(run_cluste
     sizes = [s for s, _, _ in steps]
     assert sizes[0] == 2 and 3 in sizes and sizes[-1] == 1, sizes
     # The recovery of the kill: the one whose fault is nearest to it.
-    healed = sorted((r for r in _phalanx.job_status(run.job_id()).recoveries if r.resumed_ms),
+    healed = sorted((r for r in _native.job_status(run.job_id()).recoveries if r.resumed_ms),
                     key=lambda r: abs(r.fault_ms - fault * 1000))
     assert healed and abs(healed[0].fault_ms - fault * 1000) < 1000, run.text()
     print(f"\nhorovod: sizes {sorted(set(sizes))}; SIGKILL at size 3 ({healed[0].kind}): "

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-import _phalanx
+from phalanx import _native
 import phalanx
 
 
@@ -101,7 +101,7 @@ class Teller:
 
 
 def task_stats():
-    return {s["worker_class"]: s for s in _phalanx.task_pool_stats()}
+    return {s["worker_class"]: s for s in _native.task_pool_stats()}
 
 
 def test_results_and_refs_as_arguments(cluster):

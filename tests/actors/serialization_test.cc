@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/worker/errors.h"
+#include "worker/errors.h"
 
 namespace phalanx::internal {
 namespace {

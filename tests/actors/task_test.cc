@@ -9,8 +9,8 @@
 #include "absl/strings/match.h"
 #include "actors/api.h"
 #include "actors/internal/task_pool.h"
+#include "base/files.h"
 #include "gtest/gtest.h"
-#include "runtime/common/files.h"
 #include "tests/testing/cluster_test.h"
 #include "tests/testing/test_util.h"
 

@@ -12,10 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/files.h"
+#include "base/process.h"
+#include "base/system.h"
 #include "gtest/gtest.h"
-#include "runtime/common/files.h"
-#include "runtime/common/process.h"
-#include "runtime/common/system.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx {

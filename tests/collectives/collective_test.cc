@@ -12,13 +12,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
+#include "base/sha256.h"
+#include "client/gcs_client.h"
 #include "collectives/backend.h"
 #include "collectives/collective_group.h"
 #include "collectives/tcp_transport.h"
-#include "gcs/gcs_client.h"
 #include "gtest/gtest.h"
-#include "runtime/common/files.h"
-#include "runtime/common/sha256.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx::collective {

@@ -5,14 +5,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/files.h"
+#include "base/mutex_check.h"
+#include "base/node_lease.h"
+#include "base/process.h"
+#include "base/resources.h"
+#include "base/sha256.h"
+#include "base/timer.h"
 #include "gtest/gtest.h"
-#include "runtime/common/files.h"
-#include "runtime/common/mutex_check.h"
-#include "runtime/common/node_lease.h"
-#include "runtime/common/process.h"
-#include "runtime/common/resources.h"
-#include "runtime/common/sha256.h"
-#include "runtime/common/timer.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx {

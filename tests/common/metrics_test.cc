@@ -1,6 +1,6 @@
 // The Prometheus text the /metrics pages are made of: families opened once, labels escaped,
 // histograms cumulative with +Inf, _sum and _count.
-#include "runtime/common/metrics.h"
+#include "base/metrics.h"
 
 #include "gtest/gtest.h"
 

@@ -1,6 +1,6 @@
-// The session root (runtime/common/session.h): only a directory this user alone controls
+// The session root (base/session.h): only a directory this user alone controls
 // holds sessions, and every way in (create, latest, all) checks it.
-#include "runtime/common/session.h"
+#include "base/session.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,8 +10,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
 #include "gtest/gtest.h"
-#include "runtime/common/files.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx {

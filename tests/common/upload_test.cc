@@ -1,6 +1,6 @@
-// The working-dir upload's server-side checks (runtime/common/upload.h): the pure path
+// The working-dir upload's server-side checks (base/upload.h): the pure path
 // validator, the mode it keeps, and the writer that never follows a symlink.
-#include "runtime/common/upload.h"
+#include "base/upload.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,8 +9,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
 #include "gtest/gtest.h"
-#include "runtime/common/files.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx {

@@ -1,11 +1,11 @@
 // The elastic fault policies, row by row, without a cluster: what a rank's death leads to
 // (fail, shrink, or a replacement and how it starts), the restart budget's window, memory
 // growth and its caps, scale requests, and the KV values the job kind and the controller
-// share (actors/elastic/job_keys.h).
-#include "actors/elastic/policy.h"
+// share (elastic/job_keys.h).
+#include "elastic/policy.h"
 
 #include "absl/strings/str_cat.h"
-#include "actors/elastic/job_keys.h"
+#include "elastic/job_keys.h"
 #include "gtest/gtest.h"
 
 namespace phalanx::elastic {

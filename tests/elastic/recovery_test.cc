@@ -1,7 +1,7 @@
 // The recovery timeline an elastic job's controller keeps: each fault's moments in order,
 // cascading faults, a shrink that never comes back, scale requests, adoption by a new
 // controller.
-#include "actors/elastic/recovery.h"
+#include "elastic/recovery.h"
 
 #include "gtest/gtest.h"
 

@@ -2,7 +2,7 @@
 // runs in its turn and commits only what it carries; one that no longer fits is refused
 // without touching the state; a rollback finds the agreed step among those held; a
 // checkpoint holds the step it is taken at.
-#include "actors/elastic/trainer_host.h"
+#include "elastic/trainer_host.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -11,11 +11,11 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
-#include "actors/elastic/job_spec.h"
-#include "actors/elastic/trainer_protocol.h"
+#include "base/files.h"
+#include "elastic/job_spec.h"
+#include "elastic/trainer_protocol.h"
 #include "examples/cpp/regression_trainer.h"
 #include "gtest/gtest.h"
-#include "runtime/common/files.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx::elastic {

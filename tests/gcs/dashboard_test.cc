@@ -7,11 +7,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "gcs/gcs_client.h"
+#include "base/files.h"
+#include "base/tls.h"
+#include "client/gcs_client.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "runtime/common/files.h"
-#include "runtime/rpc/tls.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx {

@@ -14,9 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "gcs/gcs_client.h"
+#include "base/files.h"
+#include "client/gcs_client.h"
 #include "gtest/gtest.h"
-#include "runtime/common/files.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx::gcs {

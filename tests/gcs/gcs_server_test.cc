@@ -6,7 +6,7 @@
 #include <atomic>
 
 #include "absl/synchronization/mutex.h"
-#include "gcs/gcs_client.h"
+#include "client/gcs_client.h"
 #include "gcs/node_client_pool.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_util.h"

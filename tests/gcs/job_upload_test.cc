@@ -14,10 +14,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "gcs/gcs_client.h"
+#include "base/files.h"
+#include "base/process.h"
+#include "client/gcs_client.h"
 #include "gtest/gtest.h"
-#include "runtime/common/files.h"
-#include "runtime/common/process.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx {

@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/system.h"
 #include "gcs/actor_manager.h"
 #include "gcs/driver_leases.h"
 #include "gcs/kv_manager.h"
@@ -21,7 +22,6 @@
 #include "gcs/record_table.h"
 #include "gtest/gtest.h"
 #include "placement/resource_scheduler.h"
-#include "runtime/common/system.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx::gcs {

@@ -16,15 +16,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "actors/api.h"
-#include "gcs/gcs_client.h"
+#include "base/files.h"
+#include "base/process.h"
+#include "base/system.h"
+#include "base/tls.h"
+#include "client/gcs_client.h"
 #include "gtest/gtest.h"
-#include "runtime/common/files.h"
-#include "runtime/common/process.h"
-#include "runtime/common/system.h"
-#include "runtime/rpc/tls.h"
-#include "runtime/worker/worker_host.h"
 #include "tests/actors/test_actors.h"
 #include "tests/testing/test_util.h"
+#include "worker/worker_host.h"
 
 namespace phalanx {
 namespace {

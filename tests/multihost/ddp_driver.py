@@ -61,8 +61,8 @@ def main():
             if s.state in ("SUCCEEDED", "FAILED", "STOPPED"):
                 break
             if time.time() > deadline:
-                import _phalanx
-                _phalanx.stop_job(job_id)
+                from phalanx import _native
+                _native.stop_job(job_id)
                 break
             time.sleep(0.02)
     s = train.job_status(job_id)

@@ -231,9 +231,9 @@ class ElasticRun:
 
     def job_json(self):
         """The job's record as the GCS keeps it (JSON through the Python module, on host 0)."""
-        code = ("import json, sys, phalanx, _phalanx\n"
+        code = ("import json, sys, phalanx\nfrom phalanx import _native\n"
                 "phalanx.init(sys.argv[1], token=sys.argv[2])\n"
-                "print(_phalanx.get_job(sys.argv[3]))\n"
+                "print(_native.get_job(sys.argv[3]))\n"
                 "phalanx.shutdown()\n")
         env = {"PYTHONPATH": f"{REPO}/python:{REPO}/build/python"}
         r = self.cluster.head.run(["/usr/bin/python3", "-c", code, self.cluster.address,

@@ -547,7 +547,7 @@ def _make_handler(previous):
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # Processes of a Phalanx cluster (daemons and the programs hosting actors), by name.
 PHALANX_PROCESS_RE = (r"phalanx-gcs|phalanx-node|phalanx-job-runner|redis-server|"
-                      r"elastic_regression|phalanx_worker|_phalanx|/bin/phalanx\b")
+                      r"elastic_regression|phalanx_worker|phalanx\._worker|/bin/phalanx\b")
 
 
 def bin_dir():

@@ -1,7 +1,7 @@
-// The node's forwarding of what workers print (runtime/node/log_forwarder.h): new complete
+// The node's forwarding of what workers print (node/log_forwarder.h): new complete
 // lines per read, the worker host's own log lines left out, the last words of a worker that
 // ended, and long lines cut.
-#include "runtime/node/log_forwarder.h"
+#include "node/log_forwarder.h"
 
 #include <stdlib.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
-// The node's object store on disk (runtime/node/object_store.h): a store kept in a directory
+// The node's object store on disk (node/object_store.h): a store kept in a directory
 // of its own (--object-store-dir) behind a link in /dev/shm, removed with that directory; and
 // its cache of other nodes' values.
-#include "runtime/node/object_store.h"
+#include "node/object_store.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>

@@ -133,6 +133,8 @@ def test_the_debian_package_holds_the_sdk_and_names_its_debian_dependencies(tmp_
               "usr/lib/cmake/Phalanx/PhalanxConfig.cmake",
               "usr/lib/python3/dist-packages/phalanx/__init__.py"):
         assert (root / f).exists(), f
+    # The native module inside the package, as phalanx._native.
+    assert list((root / "usr/lib/python3/dist-packages/phalanx").glob("_native.*.so"))
     env = clean_env(tmp_path)
     program = build_example(root / "usr", tmp_path / "standalone-deb", env)
     assert os.access(program, os.X_OK)

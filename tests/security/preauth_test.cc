@@ -11,10 +11,10 @@
 #include <future>
 
 #include "absl/strings/match.h"
-#include "gcs/gcs_client.h"
+#include "base/process.h"
+#include "base/rpc.h"
+#include "client/gcs_client.h"
 #include "gtest/gtest.h"
-#include "runtime/common/process.h"
-#include "runtime/rpc/rpc.h"
 #include "tests/actors/test_actors.h"
 #include "tests/testing/cluster_test.h"
 

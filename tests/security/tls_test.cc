@@ -4,7 +4,7 @@
 // another CA get nowhere, and a joining machine checks the CA's fingerprint before it trusts
 // the cluster, then gets a certificate of its own. --no-tls is the control: the same relay
 // sees the token.
-#include "runtime/rpc/tls.h"
+#include "base/tls.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -20,10 +20,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "gcs/gcs_client.h"
+#include "base/files.h"
+#include "base/system.h"
+#include "client/gcs_client.h"
 #include "gtest/gtest.h"
-#include "runtime/common/files.h"
-#include "runtime/common/system.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx {

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "actors/api.h"
-#include "gcs/gcs_client.h"
+#include "client/gcs_client.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_util.h"
 

@@ -12,12 +12,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "gcs/gcs_client.h"
+#include "base/files.h"
+#include "base/process.h"
+#include "base/system.h"
+#include "base/tls.h"
+#include "client/gcs_client.h"
 #include "gcs/store.h"
-#include "runtime/common/files.h"
-#include "runtime/common/process.h"
-#include "runtime/common/system.h"
-#include "runtime/rpc/tls.h"
 
 #ifndef PHALANX_BIN_DIR
 #error "PHALANX_BIN_DIR must be defined by the build"

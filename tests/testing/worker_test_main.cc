@@ -8,7 +8,7 @@
 
 #include "actors/api.h"
 #include "gtest/gtest.h"
-#include "runtime/worker/worker_host.h"
+#include "worker/worker_host.h"
 
 int main(int argc, char** argv) {
   // Test hook: a program that runs a thread before Init (its fork server must refuse).

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "actors/api.h"
-#include "actors/elastic/elastic.h"
-#include "actors/elastic/trainer.h"
+#include "elastic/elastic.h"
+#include "elastic/trainer.h"
 
 // An actor.
 class Accumulator {

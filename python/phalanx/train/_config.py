@@ -8,7 +8,7 @@ import tempfile
 from contextlib import contextmanager
 
 
-import _phalanx
+from phalanx import _native
 
 from ..exceptions import PhalanxError
 
@@ -208,7 +208,7 @@ class Checkpoint:
 
 
 class Result:
-    """An elastic job's outcome, from its status as the C++ side reads it (_phalanx.JobStatus,
+    """An elastic job's outcome, from its status as the C++ side reads it (_native.JobStatus,
     the same as ``phalanx job status``)."""
 
     def __init__(self, status):
@@ -243,13 +243,13 @@ class Result:
         # Ray's: the error of a failed run (None otherwise), and the newest checkpoint.
         self.error = PhalanxError(self.message) if self.state == "FAILED" else None
         self.checkpoint = None
-        pointer = _phalanx.kv_get("elastic", f"{self.job_id}/checkpoint")
+        pointer = _native.kv_get("elastic", f"{self.job_id}/checkpoint")
         if pointer:
             step, _, path = pointer.decode().partition(" ")
             if path and os.path.exists(path):
                 self.checkpoint = Checkpoint(path, int(step))
         # The loop's own (report(checkpoint=...)) come first, as in Ray.
-        reported = _phalanx.kv_get("elastic", f"{self.job_id}/ray_checkpoint")
+        reported = _native.kv_get("elastic", f"{self.job_id}/ray_checkpoint")
         if reported and os.path.isdir(reported.decode()):
             self.checkpoint = Checkpoint.from_directory(reported.decode())
         self.path = None  # where the checkpoints go (ElasticTrainer fills it in)

@@ -6,7 +6,7 @@ import shutil
 from ._config import Checkpoint
 
 
-import _phalanx
+from phalanx import _native
 
 from ._runtime import RUNTIME
 
@@ -103,15 +103,15 @@ def report(metrics, checkpoint=None):
         raise ValueError("train.report(checkpoint=...) needs somewhere to keep it: give "
                          "RunConfig(storage_path=...) (default ~/phalanx_results) a name")
     index_key = f"{RUNTIME.job_id}/ray_checkpoint_index"
-    raw = _phalanx.kv_get("elastic", index_key)
+    raw = _native.kv_get("elastic", index_key)
     index = int(raw) + 1 if raw else 0
     target = os.path.join(storage, f"checkpoint_{index:06d}")
     staging = target + ".tmp"
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(checkpoint.path, staging)
     os.replace(staging, target)  # a reader never sees half a checkpoint
-    _phalanx.kv_put("elastic", index_key, str(index).encode(), True)
-    _phalanx.kv_put("elastic", f"{RUNTIME.job_id}/ray_checkpoint", target.encode(), True)
+    _native.kv_put("elastic", index_key, str(index).encode(), True)
+    _native.kv_put("elastic", f"{RUNTIME.job_id}/ray_checkpoint", target.encode(), True)
     keep = RUNTIME.options.get("num_to_keep")
     if keep:
         for old in range(index - keep, -1, -1):
@@ -126,7 +126,7 @@ def get_checkpoint():
     trainer's ``resume_from_checkpoint``, else None. A loop that resumes from it is what Ray
     users write; with Phalanx the ranks also keep their committed ``State`` in memory, and a
     resize rolls back only to the last ``state.commit()``."""
-    pointer = _phalanx.kv_get("elastic", f"{RUNTIME.job_id}/ray_checkpoint")
+    pointer = _native.kv_get("elastic", f"{RUNTIME.job_id}/ray_checkpoint")
     if pointer and os.path.isdir(pointer.decode()):
         return Checkpoint.from_directory(pointer.decode())
     resume = RUNTIME.options.get("resume_from_checkpoint")

@@ -31,7 +31,7 @@ import time
 import traceback
 from datetime import timedelta
 
-import _phalanx
+from phalanx import _native
 
 
 # The controller's question "which of these hosts does yours reach?" (trainer_protocol.h,
@@ -130,7 +130,7 @@ class _RankOutput:
                 batch, cls._pending, cls._size = "".join(cls._pending), [], 0
             if batch and cls._job_id:
                 try:
-                    _phalanx.append_job_log(cls._job_id, batch.encode(errors="replace"))
+                    _native.append_job_log(cls._job_id, batch.encode(errors="replace"))
                 except Exception:  # noqa: BLE001 - the worker's own log has it
                     pass
 
@@ -220,7 +220,7 @@ class Runtime:
         self.job_id = job_id
         _RankOutput.install(self, job_id)
         key = config.get("pyfn", "")
-        payload = _phalanx.kv_get("elastic", key) if key else None
+        payload = _native.kv_get("elastic", key) if key else None
         if payload is None:
             raise RuntimeError(f"the training function of job {job_id} is not in the GCS "
                                f"(KV elastic/{key}); submit it with phalanx.train.ElasticTrainer")
@@ -589,11 +589,11 @@ class Runtime:
             if rank == 0:
                 port = _free_port(host)
                 store = dist.TCPStore(host, port, world, True, timeout, wait_for_workers=False)
-                _phalanx.kv_put("elastic", key, f"{host}:{port}".encode(), True)
+                _native.kv_put("elastic", key, f"{host}:{port}".encode(), True)
             else:
                 deadline = time.time() + 60
                 while True:
-                    value = _phalanx.kv_get("elastic", key)
+                    value = _native.kv_get("elastic", key)
                     if value is not None:
                         break
                     if time.time() > deadline:

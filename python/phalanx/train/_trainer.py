@@ -10,7 +10,7 @@ import warnings
 
 import cloudpickle
 
-import _phalanx
+from phalanx import _native
 
 from .._api import _ensure_init
 from .._serialization import dumps_function
@@ -22,7 +22,7 @@ from ._loop import TorchConfig
 
 def job_status(job_id):
     """The job's record (state, world size, events, ...) as a Result."""
-    return Result(_phalanx.job_status(job_id))
+    return Result(_native.job_status(job_id))
 
 
 def _names_in(code):
@@ -113,7 +113,7 @@ class ElasticTrainer:
         self.job_id = None
 
     def _spec(self, fn_key):
-        """The job spec (a _phalanx.JobSpec): written in the spec's YAML form (JSON is YAML)
+        """The job spec (a _native.JobSpec): written in the spec's YAML form (JSON is YAML)
         and read by the C++ parser, the same as for ``phalanx job submit -f``; a bad value
         raises InvalidArgumentError naming the field and the fix."""
         s, f = self.scaling, self.failure
@@ -145,7 +145,7 @@ class ElasticTrainer:
                                   "intervalSteps": self.checkpoint_interval,
                                   "atEnd": self.checkpoint_at_end}
         spec.update(getattr(self, "_spec_extra", {}))  # phalanx run's (the nodes it may use)
-        return _phalanx.parse_job_spec(json.dumps(spec))
+        return _native.parse_job_spec(json.dumps(spec))
 
     def submit(self):
         """Starts the job and returns its id (``fit`` waits for it)."""
@@ -166,8 +166,8 @@ class ElasticTrainer:
         inner = dumps_function(self.train_loop, self.train_loop_config, options,
                                what="train_loop")
         key = f"pyfn/{self.name}-{secrets.token_hex(6)}"
-        _phalanx.kv_put("elastic", key, cloudpickle.dumps((paths, inner), protocol=5), True)
-        self.job_id = _phalanx.submit_job(self._spec(key))
+        _native.kv_put("elastic", key, cloudpickle.dumps((paths, inner), protocol=5), True)
+        self.job_id = _native.submit_job(self._spec(key))
         return self.job_id
 
     def fit(self, timeout=None):
@@ -182,10 +182,10 @@ class ElasticTrainer:
         warned = False
         log_offset = 0
         while True:
-            status = _phalanx.job_status(job_id)
+            status = _native.job_status(job_id)
             if self.verbose:
                 # The ranks' output, "(rank N) ..." per line, as Ray and torchrun print it.
-                text, log_offset = _phalanx.job_log(job_id, log_offset)
+                text, log_offset = _native.job_log(job_id, log_offset)
                 if text:
                     sys.stdout.write(text.decode(errors="replace"))
                     sys.stdout.flush()
@@ -209,7 +209,7 @@ class ElasticTrainer:
                     raise TrainingFailedError(result)
                 return result
             if deadline is not None and time.time() > deadline:
-                _phalanx.stop_job(job_id)
+                _native.stop_job(job_id)
                 raise PhalanxError(f"elastic job {job_id} did not finish within {timeout} s; "
                                    f"it was asked to stop")
             time.sleep(0.2)
