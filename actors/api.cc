@@ -80,7 +80,7 @@ absl::StatusOr<E> Parse(const Names<E>& names, absl::string_view name, absl::str
 
 ActorDescription ToDescription(const rpc::ActorInfo& a) {
   ActorDescription d;
-  d.actor_id = a.actor_id();
+  d.actor_id = ActorId(a.actor_id());
   d.class_name = a.class_name();
   d.language = a.language() == "python" ? Language::kPython : Language::kCpp;
   d.name = a.name();
@@ -101,7 +101,7 @@ ActorDescription ToDescription(const rpc::ActorInfo& a) {
       d.state = ActorState::kDead;
   }
   d.pid = a.pid();
-  d.node_id = a.node_id();
+  d.node_id = NodeId(a.node_id());
   d.num_restarts = a.num_restarts();
   d.labels = {a.labels().begin(), a.labels().end()};
   if (a.death_cause().kind() != rpc::DeathCause::NONE) {
@@ -139,7 +139,7 @@ absl::Status Init(const InitOptions& options) {
   core.address = cluster->address;
   core.token = cluster->token;
   core.code_path = options.code_path;
-  core.namespace_ = options.namespace_;
+  core.namespace_ = options.actor_namespace;
   core.is_driver = true;
   core.log_to_driver = options.log_to_driver;
   if (const char* job = std::getenv("PHALANX_JOB_ID"); job && *job) core.job_id = job;
@@ -172,7 +172,7 @@ absl::StatusOr<PlacementGroup> CreatePlacementGroup(
   auto created = internal::CreatePlacementGroupWithReason(bundles, std::string(ToString(strategy)),
                                                           name, detached, pend_if_infeasible);
   if (!created.ok()) return created.status();
-  return PlacementGroup(created->first);
+  return PlacementGroup(PlacementGroupId(created->first));
 }
 
 namespace internal {
@@ -201,13 +201,13 @@ absl::StatusOr<std::pair<std::string, std::string>> CreatePlacementGroupWithReas
 absl::Status RemovePlacementGroup(const PlacementGroup& group) {
   worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
-  return cw->gcs().RemovePlacementGroup(group.id());
+  return cw->gcs().RemovePlacementGroup(group.id().Hex());
 }
 
 absl::Status ReleaseBundle(const PlacementGroup& group, int index) {
   worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
-  return cw->gcs().ReleasePlacementGroupBundle(group.id(), index);
+  return cw->gcs().ReleasePlacementGroupBundle(group.id().Hex(), index);
 }
 
 absl::Status PlacementGroup::Wait(absl::Duration timeout) const {
@@ -217,36 +217,36 @@ absl::Status PlacementGroup::Wait(absl::Duration timeout) const {
       timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
   while (true) {
     absl::Duration slice = std::min(absl::Seconds(30), deadline - absl::Now());
-    auto pg = cw->gcs().WaitPlacementGroupReady(id_, std::max(slice, absl::ZeroDuration()));
+    auto pg = cw->gcs().WaitPlacementGroupReady(id_.Hex(), std::max(slice, absl::ZeroDuration()));
     if (!pg.ok()) return pg.status();
     if (pg->state() == rpc::PG_CREATED) return absl::OkStatus();
     if (pg->state() == rpc::PG_REMOVED) {
       return absl::FailedPreconditionError(
-          absl::StrCat("placement group ", id_.substr(0, 8), " was removed"));
+          absl::StrCat("placement group ", id_.Hex().substr(0, 8), " was removed"));
     }
     if (absl::Now() >= deadline) {
       return worker::MakeError(
           absl::StatusCode::kDeadlineExceeded, worker::error_kind::kGetTimeout,
-          absl::StrCat("placement group ", id_.substr(0, 8), " is not placed after ",
+          absl::StrCat("placement group ", id_.Hex().substr(0, 8), " is not placed after ",
                        absl::FormatDuration(timeout), ": ", pg->pending_reason()));
     }
   }
 }
 
-absl::StatusOr<std::vector<std::string>> PlacementGroup::BundleNodes() const {
+absl::StatusOr<std::vector<NodeId>> PlacementGroup::BundleNodes() const {
   worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
-  auto pg = cw->gcs().GetPlacementGroup(id_);
+  auto pg = cw->gcs().GetPlacementGroup(id_.Hex());
   if (!pg.ok()) return pg.status();
-  std::vector<std::string> out;
-  for (const auto& b : pg->bundles()) out.push_back(b.node_id());
+  std::vector<NodeId> out;
+  for (const auto& b : pg->bundles()) out.emplace_back(b.node_id());
   return out;
 }
 
 absl::StatusOr<PlacementGroupState> PlacementGroup::State() const {
   worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
-  auto pg = cw->gcs().GetPlacementGroup(id_);
+  auto pg = cw->gcs().GetPlacementGroup(id_.Hex());
   if (!pg.ok()) return pg.status();
   switch (pg->state()) {
     case rpc::PG_PENDING:
@@ -260,10 +260,10 @@ absl::StatusOr<PlacementGroupState> PlacementGroup::State() const {
   }
 }
 
-absl::StatusOr<ActorDescription> GetActorInfo(const std::string& actor_id) {
+absl::StatusOr<ActorDescription> GetActorInfo(const ActorId& actor_id) {
   worker::CoreWorker* cw = worker::CoreWorker::Get();
   if (cw == nullptr) return NotInitialized();
-  auto info = cw->gcs().GetActor(actor_id);
+  auto info = cw->gcs().GetActor(actor_id.Hex());
   if (!info.ok()) return info.status();
   return ToDescription(*info);
 }
@@ -298,7 +298,7 @@ absl::StatusOr<std::string> CreateActor(const std::string& class_name, const Act
   for (const auto& [k, v] : o.labels) (*spec.mutable_labels())[k] = v;
   spec.set_code_path(o.code_path);
   spec.set_language(std::string(ToString(o.language)));
-  spec.set_namespace_(o.namespace_);
+  spec.set_namespace_(o.actor_namespace);
   for (const auto& n : o.avoid_node_ids) spec.add_avoid_node_ids(n);
   for (const auto& n : o.allowed_node_ids) spec.add_allowed_node_ids(n);
   spec.set_init_args(std::move(packed_args));

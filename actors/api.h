@@ -56,6 +56,7 @@
 
 #include <map>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,35 @@ bool IsTaskError(const absl::Status& status);
 bool IsGetTimeout(const absl::Status& status);
 
 // ---------------------------------------------------------------------------------------
+// Ids
+
+// An id at the API's boundary: an actor's, a node's or a placement group's hex string, as
+// `phalanx list` prints it. One kind is never taken for another, and a string becomes one
+// only explicitly: ActorId(hex). Hex() gives the string back.
+template <typename Tag>
+class TypedId {
+ public:
+  TypedId() = default;
+  explicit TypedId(std::string hex) : hex_(std::move(hex)) {}
+  const std::string& Hex() const { return hex_; }
+  // The default id: no actor, node or group.
+  bool IsNil() const { return hex_.empty(); }
+  bool operator==(const TypedId& other) const = default;
+  auto operator<=>(const TypedId& other) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const TypedId& id) {
+    return H::combine(std::move(h), id.hex_);
+  }
+  friend std::ostream& operator<<(std::ostream& os, const TypedId& id) { return os << id.hex_; }
+
+ private:
+  std::string hex_;
+};
+using ActorId = TypedId<struct ActorIdTag>;
+using NodeId = TypedId<struct NodeIdTag>;
+using PlacementGroupId = TypedId<struct PlacementGroupIdTag>;
+
+// ---------------------------------------------------------------------------------------
 // Runtime
 
 struct InitOptions {
@@ -85,8 +115,8 @@ struct InitOptions {
   // The program workers run for this process's actors (it must register the classes and
   // call phalanx::Init() first in main). Empty: this program's own binary.
   std::string code_path;
-  // Namespace for actor names.
-  std::string namespace_;
+  // The namespace of this program's actor names ("": one of its own, as in Ray).
+  std::string actor_namespace;
   // Print what this program's actors and tasks print, on its stderr, each line after
   // "(Class pid=N)" (Ray's log_to_driver; Python's init() turns it on).
   bool log_to_driver = false;
@@ -148,14 +178,16 @@ template <typename T>
 class ObjectRef {
  public:
   ObjectRef() = default;
-  ObjectRef(std::shared_ptr<worker::ObjectState> state, std::string what)
-      : state_(std::move(state)), what_(std::move(what)) {}
   bool Ready() const;
-  const std::shared_ptr<worker::ObjectState>& state() const { return state_; }
   // "Counter.Add on actor 3f2a9c1d", for error messages.
   const std::string& what() const { return what_; }
 
  private:
+  // The runtime's state of the result is the machinery's alone (actors/internal/api_inl.h).
+  friend struct internal::RefAccess;
+  ObjectRef(std::shared_ptr<worker::ObjectState> state, std::string what)
+      : state_(std::move(state)), what_(std::move(what)) {}
+
   std::shared_ptr<worker::ObjectState> state_;
   std::string what_;
 };
@@ -208,18 +240,18 @@ WaitResult<T> Wait(const std::vector<ObjectRef<T>>& refs, int num_returns,
 class PlacementGroup {
  public:
   PlacementGroup() = default;
-  explicit PlacementGroup(std::string id) : id_(std::move(id)) {}
-  const std::string& id() const { return id_; }
+  explicit PlacementGroup(PlacementGroupId id) : id_(std::move(id)) {}
+  const PlacementGroupId& id() const { return id_; }
 
   // Waits until every bundle is reserved. DeadlineExceeded (kind GetTimeout) after `timeout`,
   // with the reason it is still pending; FailedPrecondition if the group was removed.
   absl::Status Wait(absl::Duration timeout = absl::InfiniteDuration()) const;
-  // The node of each bundle ("" while a bundle is not placed).
-  absl::StatusOr<std::vector<std::string>> BundleNodes() const;
+  // The node of each bundle (a nil id while a bundle is not placed).
+  absl::StatusOr<std::vector<NodeId>> BundleNodes() const;
   absl::StatusOr<PlacementGroupState> State() const;
 
  private:
-  std::string id_;
+  PlacementGroupId id_;
 };
 
 // Creates a placement group of bundles like {{"CPU", 1}, {"GPU", 1}}. Returns at once (Wait()
@@ -250,7 +282,7 @@ absl::Status ReleaseBundle(const PlacementGroup& group, int index);
 template <typename R, typename... Params>
 class TaskCaller {
  public:
-  TaskCaller(std::string actor_id, std::string method, std::string what, absl::Status error)
+  TaskCaller(ActorId actor_id, std::string method, std::string what, absl::Status error)
       : actor_id_(std::move(actor_id)),
         method_(std::move(method)),
         what_(std::move(what)),
@@ -260,7 +292,7 @@ class TaskCaller {
   ObjectRef<R> Remote(Args&&... args) const;
 
  private:
-  std::string actor_id_;
+  ActorId actor_id_;
   std::string method_;
   std::string what_;
   absl::Status error_;
@@ -272,10 +304,10 @@ template <typename T>
 class ActorHandle {
  public:
   ActorHandle() = default;
-  ActorHandle(std::string id, std::string class_name)
+  ActorHandle(ActorId id, std::string class_name)
       : id_(std::move(id)), class_name_(std::move(class_name)) {}
 
-  const std::string& id() const { return id_; }
+  const ActorId& id() const { return id_; }
   const std::string& class_name() const { return class_name_; }
 
   // A registered method, to call: handle.Task(&Counter::Add).Remote(3).
@@ -289,7 +321,7 @@ class ActorHandle {
   ObjectRef<R> Call(const std::string& method, Args&&... args) const;
 
  private:
-  std::string id_;
+  ActorId id_;
   std::string class_name_;
 };
 
@@ -314,16 +346,16 @@ class ActorCreator {
   // kDefault or kSpread (kNodeAffinity: SetNodeAffinity).
   ActorCreator& SetSchedulingStrategy(SchedulingStrategy strategy);
   // Runs the actor on `node_id`; soft: elsewhere when that node cannot hold it.
-  ActorCreator& SetNodeAffinity(const std::string& node_id, bool soft = false);
+  ActorCreator& SetNodeAffinity(const NodeId& node_id, bool soft = false);
   // Runs the actor inside bundle `bundle_index` of the group (-1: any bundle with room).
   ActorCreator& SetPlacementGroup(const PlacementGroup& group, int bundle_index = -1);
   // Outlives the program that created it.
   ActorCreator& SetDetached(bool detached = true);
   ActorCreator& SetEnv(const std::string& key, const std::string& value);
   // Never place the actor on these nodes (e.g. where its predecessor was slow).
-  ActorCreator& SetAvoidNodes(const std::vector<std::string>& node_ids);
+  ActorCreator& SetAvoidNodes(const std::vector<NodeId>& node_ids);
   // Place the actor only on these nodes (empty: any); it waits while none has room.
-  ActorCreator& SetAllowedNodes(const std::vector<std::string>& node_ids);
+  ActorCreator& SetAllowedNodes(const std::vector<NodeId>& node_ids);
   // kPython: the actor runs in a Python worker (python3 -m phalanx._worker), which also
   // hosts the C++ classes of the phalanx module (the elastic controller and trainer hosts).
   ActorCreator& SetLanguage(Language language);
@@ -383,7 +415,7 @@ class FunctionCaller {
   // Also send a task again when the function throws (counted in SetMaxRetries).
   FunctionCaller& SetRetryExceptions(bool retry = true);
   FunctionCaller& SetSchedulingStrategy(SchedulingStrategy strategy);
-  FunctionCaller& SetNodeAffinity(const std::string& node_id, bool soft = false);
+  FunctionCaller& SetNodeAffinity(const NodeId& node_id, bool soft = false);
   FunctionCaller& SetPlacementGroup(const PlacementGroup& group, int bundle_index = -1);
   FunctionCaller& SetEnv(const std::string& key, const std::string& value);
   // The program whose PHALANX_FUNCTIONs run the task (default: this one).
@@ -411,13 +443,13 @@ absl::Status Kill(const ActorHandle<T>& actor, bool no_restart = true);
 
 // What the GCS knows of an actor (`phalanx list actors` shows the same).
 struct ActorDescription {
-  std::string actor_id;
+  ActorId actor_id;
   std::string class_name;
   Language language = Language::kCpp;
   std::string name;  // "" unless named
   ActorState state = ActorState::kPending;
-  int pid = 0;  // of its worker process; 0 while it has none
-  std::string node_id;
+  int pid = 0;     // of its worker process; 0 while it has none
+  NodeId node_id;  // nil while it has no node
   int num_restarts = 0;
   std::string death_cause;  // "" while not DEAD, else e.g. "OOM_KILLED: peak 1.9 GiB > ..."
   std::map<std::string, std::string> labels;  // given at creation (ActorOptions::labels)
@@ -426,7 +458,7 @@ struct ActorDescription {
 // The actor's description; NotFound when the GCS does not know it.
 template <typename T>
 absl::StatusOr<ActorDescription> GetActorInfo(const ActorHandle<T>& actor);
-absl::StatusOr<ActorDescription> GetActorInfo(const std::string& actor_id);
+absl::StatusOr<ActorDescription> GetActorInfo(const ActorId& actor_id);
 
 }  // namespace phalanx
 

@@ -128,7 +128,7 @@ bool WorkerDied(const absl::Status& status) {
 std::string DeathCause(const std::string& actor_id) {
   absl::Time deadline = absl::Now() + kDeathCauseWait;
   while (true) {
-    auto info = GetActorInfo(actor_id);
+    auto info = GetActorInfo(ActorId(actor_id));
     if (info.ok() && !info->death_cause.empty()) return info->death_cause;
     if (!info.ok() || absl::Now() >= deadline || Background::Get().stopping()) return "";
     absl::SleepFor(absl::Milliseconds(50));
@@ -588,7 +588,7 @@ class Pools {
         {t.worker_class, t.worker_init_args, std::string(ToString(o.language)), o.code_path,
          absl::StrJoin(resources, ","), std::string(ToString(o.scheduling_strategy)),
          o.affinity_node_id, absl::StrCat(o.affinity_soft), o.placement_group_id,
-         absl::StrCat(o.bundle_index), absl::StrJoin(env, ","), o.namespace_},
+         absl::StrCat(o.bundle_index), absl::StrJoin(env, ","), o.actor_namespace},
         "\x1f");
   }
 

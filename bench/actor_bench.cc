@@ -210,7 +210,7 @@ int Main(int argc, char** argv) {
     auto a = Actor<Echo>().Remote(0);
     if (!a.ok() || !Get(a->Task(&Echo::Pid).Remote()).ok()) continue;
     one_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - t1));
-    auto info = gcs_client->GetActor(a->id());
+    auto info = gcs_client->GetActor(a->id().Hex());
     if (info.ok()) {
       alive_ms.push_back(static_cast<double>(info->alive_time_ms() - info->create_time_ms()));
     }

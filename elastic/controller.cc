@@ -167,7 +167,7 @@ void Controller::Main() {
   for (auto& m : members_) Kill(m.handle).IgnoreError();
   for (auto& m : joining_) Kill(m.handle).IgnoreError();
   for (auto& m : cut_off_) Kill(m.handle).IgnoreError();
-  if (!pg_.id().empty()) RemovePlacementGroup(pg_).IgnoreError();
+  if (!pg_.id().IsNil()) RemovePlacementGroup(pg_).IgnoreError();
   PublishStatus();
   recorder_.Finish();
   Leave();
@@ -270,11 +270,11 @@ bool Controller::Reserve(const std::vector<std::map<std::string, double>>& bundl
   if (!ready.ok()) {
     std::string why(ready.message());
     if (absl::IsDeadlineExceeded(ready)) {
-      auto group = gcs_->GetPlacementGroup(pg_.id());
+      auto group = gcs_->GetPlacementGroup(pg_.id().Hex());
       why = absl::StrFormat(
           "placing the ranks did not end within %.1f s (phases.placeSeconds: %g): placement "
           "group %s is %s",
-          absl::ToDoubleSeconds(absl::Now() - began), spec_.PlaceSeconds(), ShortId(pg_.id()),
+          absl::ToDoubleSeconds(absl::Now() - began), spec_.PlaceSeconds(), ShortId(pg_.id().Hex()),
           group.ok() && !group->pending_reason().empty() ? group->pending_reason() : "pending");
       Event("phase_timeout", why);
     }
@@ -296,7 +296,7 @@ void Controller::StoppedWhile(const std::string& phase) {
 // ones replaced, and the job goes on from the newest step they hold, without a checkpoint.
 // False when no rank is left to adopt (the job then restarts from its last checkpoint).
 bool Controller::Adopt(const rpc::ElasticStatus& previous) {
-  pg_ = PlacementGroup(previous.placement_group_id());
+  pg_ = PlacementGroup(PlacementGroupId(previous.placement_group_id()));
   if (previous.allowed_nodes_size() > 0) {  // a scale request's, or the spec's
     allowed_nodes_.assign(previous.allowed_nodes().begin(), previous.allowed_nodes().end());
   }
@@ -305,7 +305,7 @@ bool Controller::Adopt(const rpc::ElasticStatus& previous) {
   for (const auto& pm : previous.members()) {
     Member m;
     m.actor_id = pm.actor_id();
-    m.handle = Handle(pm.actor_id(), spec_.trainer);
+    m.handle = Handle(ActorId(pm.actor_id()), spec_.trainer);
     m.node_id = pm.node_id();
     m.memory = pm.memory_bytes();
     m.bundle = pm.bundle();
@@ -371,7 +371,7 @@ void Controller::RemoveReservationsNamed(const std::string& name) {
   if (!groups.ok()) return;
   for (const auto& g : *groups) {
     if (g.name() == name && g.state() != rpc::PG_REMOVED) {
-      RemovePlacementGroup(PlacementGroup(g.placement_group_id())).IgnoreError();
+      RemovePlacementGroup(PlacementGroup(PlacementGroupId(g.placement_group_id()))).IgnoreError();
     }
   }
 }
@@ -424,7 +424,8 @@ bool Controller::Begin() {
     // A reservation a dead controller made and did not fill: ours replaces it. It may have
     // died before recording it, so every live one of the job's name goes.
     if (!previous_.placement_group_id().empty()) {
-      RemovePlacementGroup(PlacementGroup(previous_.placement_group_id())).IgnoreError();
+      RemovePlacementGroup(PlacementGroup(PlacementGroupId(previous_.placement_group_id())))
+          .IgnoreError();
     }
     if (restarted_) RemoveReservationsNamed(GroupName());
     pg_ = PlacementGroup();

@@ -15,6 +15,17 @@
 #include "elastic/controller_internal.h"
 
 namespace phalanx::elastic {
+namespace {
+
+// The API's node ids of the GCS's.
+std::vector<NodeId> NodeIds(const std::vector<std::string>& hexes) {
+  std::vector<NodeId> out;
+  out.reserve(hexes.size());
+  for (const auto& hex : hexes) out.emplace_back(hex);
+  return out;
+}
+
+}  // namespace
 
 // Copies the controller's view into the record; the recorder's writer saves it.
 void Controller::PublishStatus() {
@@ -53,7 +64,7 @@ void Controller::PublishStatus() {
       m->set_memory_bytes(members_[r].memory);
       m->set_bundle(members_[r].bundle);
     }
-    el->set_placement_group_id(pg_.id());
+    el->set_placement_group_id(pg_.id().Hex());
     el->clear_allowed_nodes();
     for (const auto& n : allowed_nodes_) el->add_allowed_nodes(n);
     el->clear_step_times();
@@ -128,14 +139,14 @@ Member Controller::Spawn(int bundle, double memory, const std::vector<std::strin
     }
     // Outside the placement group: its bundles may be on other nodes. A bundle the rank
     // would have taken is given back.
-    if (bundle >= 0 && !pg_.id().empty()) ReleaseBundle(pg_, bundle).IgnoreError();
+    if (bundle >= 0 && !pg_.id().IsNil()) ReleaseBundle(pg_, bundle).IgnoreError();
     m.bundle = -1;
-    creator.SetAllowedNodes(allowed);
-    if (!avoid.empty()) creator.SetAvoidNodes(avoid);
+    creator.SetAllowedNodes(NodeIds(allowed));
+    if (!avoid.empty()) creator.SetAvoidNodes(NodeIds(avoid));
   } else if (bundle >= 0) {
     creator.SetPlacementGroup(pg_, bundle);
   } else if (!avoid.empty()) {
-    creator.SetAvoidNodes(avoid);
+    creator.SetAvoidNodes(NodeIds(avoid));
   }
   auto handle = creator.Remote();
   if (!handle.ok()) {
@@ -143,7 +154,7 @@ Member Controller::Spawn(int bundle, double memory, const std::vector<std::strin
     return m;
   }
   m.handle = *handle;
-  m.actor_id = handle->id();
+  m.actor_id = handle->id().Hex();
   m.setup = m.trainer().Setup(job_id_, spec_yaml_);
   m.spawned = absl::Now();
   return m;
@@ -507,7 +518,7 @@ void Controller::HandleDeath(const Member& m, const rpc::ActorInfo& info, int wo
     case DeathDecision::Kind::kReplace:
       break;
   }
-  if (d.release_bundle && !pg_.id().empty()) {
+  if (d.release_bundle && !pg_.id().IsNil()) {
     absl::Status released = ReleaseBundle(pg_, m.bundle);
     if (!released.ok()) {
       spdlog::warn("job {}: cannot release bundle {}: {}", job_id_, m.bundle, released);

@@ -355,7 +355,7 @@ std::vector<Controller::Frozen> Controller::FrozenRanks(const std::vector<size_t
       LivenessProbe::Confirm confirm;
       confirm.sent = now;
       confirm.client = *client;
-      confirm.ping = ObjectRef<std::vector<int64_t>>(
+      confirm.ping = internal::RefAccess::Make<std::vector<int64_t>>(
           confirm.client->Submit(trainer_method::kPing, internal::PackArgs()), "Ping");
       probe->confirms.emplace(r, std::move(confirm));
       continue;

@@ -24,6 +24,8 @@ struct ActorDescription;
 
 namespace phalanx::internal {
 
+struct RefAccess;  // actors/internal/api_inl.h: the machinery's way into an ObjectRef
+
 struct ActorOptions {
   std::map<std::string, double> resources;
   std::string name;
@@ -44,7 +46,7 @@ struct ActorOptions {
   Language language{};  // kCpp
   std::vector<std::string> avoid_node_ids;
   std::vector<std::string> allowed_node_ids;  // empty: any node
-  std::string namespace_;                     // for `name`; "": this process's namespace
+  std::string actor_namespace;                // for `name`; "": this process's namespace
 };
 
 absl::StatusOr<std::string> CreateActor(const std::string& class_name, const ActorOptions& options,

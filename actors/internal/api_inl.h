@@ -20,6 +20,27 @@ namespace phalanx {
 
 namespace internal {
 
+// The ids' strings, as the runtime takes them.
+template <typename Id>
+std::vector<std::string> Hexes(const std::vector<Id>& ids) {
+  std::vector<std::string> out;
+  out.reserve(ids.size());
+  for (const auto& id : ids) out.push_back(id.Hex());
+  return out;
+}
+
+// The machinery's access to an ObjectRef's runtime state, which the API keeps from its users.
+struct RefAccess {
+  template <typename T>
+  static const std::shared_ptr<worker::ObjectState>& State(const ObjectRef<T>& ref) {
+    return ref.state_;
+  }
+  template <typename T>
+  static ObjectRef<T> Make(std::shared_ptr<worker::ObjectState> state, std::string what) {
+    return ObjectRef<T>(std::move(state), std::move(what));
+  }
+};
+
 template <typename T>
 struct IsObjectRef : std::false_type {};
 template <typename T>
@@ -35,7 +56,7 @@ void AddTaskArgument(std::vector<TaskArgument>* parts,
   if constexpr (IsObjectRef<D>::value) {
     static_assert(std::is_convertible_v<typename IsObjectRef<D>::Value, std::decay_t<P>>,
                   "this ObjectRef's value does not convert to the function's parameter type");
-    deps->push_back(arg.state());
+    deps->push_back(RefAccess::State(arg));
     parts->push_back({"", static_cast<int>(deps->size()) - 1});
   } else {
     parts->push_back({PackValue(static_cast<std::decay_t<P>>(std::forward<A>(arg))), -1});
@@ -51,12 +72,13 @@ bool ObjectRef<T>::Ready() const {
 
 template <typename T>
 absl::StatusOr<T> Get(const ObjectRef<T>& ref, absl::Duration timeout) {
-  if (auto s = internal::Await(ref.state(), timeout, ref.what()); !s.ok()) return s;
-  return internal::Unpack<T>(ref.state()->value(), ref.what());
+  if (auto s = internal::Await(internal::RefAccess::State(ref), timeout, ref.what()); !s.ok())
+    return s;
+  return internal::Unpack<T>(internal::RefAccess::State(ref)->value(), ref.what());
 }
 
 inline absl::Status Get(const ObjectRef<void>& ref, absl::Duration timeout) {
-  return internal::Await(ref.state(), timeout, ref.what());
+  return internal::Await(internal::RefAccess::State(ref), timeout, ref.what());
 }
 
 template <typename T>
@@ -79,18 +101,19 @@ template <typename T>
 ObjectRef<std::decay_t<T>> Put(T&& value) {
   auto state = std::make_shared<worker::ObjectState>();
   state->Set(absl::OkStatus(), internal::PackValue(static_cast<const std::decay_t<T>&>(value)));
-  return ObjectRef<std::decay_t<T>>(std::move(state), "a value put by this process");
+  return internal::RefAccess::Make<std::decay_t<T>>(std::move(state),
+                                                    "a value put by this process");
 }
 
 template <typename T>
 absl::Status Cancel(const ObjectRef<T>& ref, bool force) {
-  return internal::CancelRef(ref.state(), force);
+  return internal::CancelRef(internal::RefAccess::State(ref), force);
 }
 
 template <typename T>
 WaitResult<T> Wait(const std::vector<ObjectRef<T>>& refs, int num_returns, absl::Duration timeout) {
   std::vector<std::shared_ptr<worker::ObjectState>> states;
-  for (const auto& r : refs) states.push_back(r.state());
+  for (const auto& r : refs) states.push_back(internal::RefAccess::State(r));
   std::vector<bool> done = internal::WaitForResults(states, num_returns, timeout);
   WaitResult<T> out;
   for (size_t i = 0; i < refs.size(); ++i) {
@@ -108,7 +131,7 @@ ObjectRef<R> TaskCaller<R, Params...>::Remote(Args&&... args) const {
   if (!error_.ok()) {
     auto state = std::make_shared<worker::ObjectState>();
     state->Set(error_);
-    return ObjectRef<R>(state, what_);
+    return internal::RefAccess::Make<R>(state, what_);
   }
   std::vector<internal::TaskArgument> parts;
   std::vector<std::shared_ptr<worker::ObjectState>> deps;
@@ -117,24 +140,26 @@ ObjectRef<R> TaskCaller<R, Params...>::Remote(Args&&... args) const {
                                    [](const auto& d) { return d != nullptr && !d->done(); });
   const bool empty = std::any_of(deps.begin(), deps.end(), [](const auto& d) { return !d; });
   if (pending && !empty) {  // sent once they are done; the caller goes on, its order kept
-    return ObjectRef<R>(internal::SubmitCallAfter(
-                            actor_id_, method_, std::move(deps),
-                            [parts = std::move(parts)](const std::vector<std::string>& values) {
-                              return internal::AssembleTaskArguments(parts, values);
-                            }),
-                        what_);
+    return internal::RefAccess::Make<R>(
+        internal::SubmitCallAfter(
+            actor_id_.Hex(), method_, std::move(deps),
+            [parts = std::move(parts)](const std::vector<std::string>& values) {
+              return internal::AssembleTaskArguments(parts, values);
+            }),
+        what_);
   }
   std::vector<std::string> values;
   for (const auto& dep : deps) {  // done (or empty: the error says so)
     if (auto s = internal::Await(dep, absl::InfiniteDuration(), what_); !s.ok()) {
       auto state = std::make_shared<worker::ObjectState>();
       state->Set(s);
-      return ObjectRef<R>(state, what_);
+      return internal::RefAccess::Make<R>(state, what_);
     }
     values.push_back(dep->value());
   }
-  return ObjectRef<R>(
-      internal::SubmitCall(actor_id_, method_, internal::AssembleTaskArguments(parts, values)),
+  return internal::RefAccess::Make<R>(
+      internal::SubmitCall(actor_id_.Hex(), method_,
+                           internal::AssembleTaskArguments(parts, values)),
       what_);
 }
 
@@ -146,8 +171,9 @@ TaskCaller<R, Params...> MakeCaller(const ActorHandle<T>& handle, const std::str
   if (!method.ok()) {
     return TaskCaller<R, Params...>(handle.id(), "", handle.class_name(), method.status());
   }
-  return TaskCaller<R, Params...>(
-      handle.id(), *method, CallName(handle.class_name(), *method, handle.id()), absl::OkStatus());
+  return TaskCaller<R, Params...>(handle.id(), *method,
+                                  CallName(handle.class_name(), *method, handle.id().Hex()),
+                                  absl::OkStatus());
 }
 
 }  // namespace internal
@@ -167,9 +193,9 @@ TaskCaller<R, Params...> ActorHandle<T>::Task(R (T::*method)(Params...) const) c
 template <typename T>
 template <typename R, typename... Args>
 ObjectRef<R> ActorHandle<T>::Call(const std::string& method, Args&&... args) const {
-  return ObjectRef<R>(
-      internal::SubmitCall(id_, method, internal::PackArgs(std::forward<Args>(args)...)),
-      internal::CallName(class_name_, method, id_));
+  return internal::RefAccess::Make<R>(
+      internal::SubmitCall(id_.Hex(), method, internal::PackArgs(std::forward<Args>(args)...)),
+      internal::CallName(class_name_, method, id_.Hex()));
 }
 
 template <typename T>
@@ -208,15 +234,15 @@ ActorCreator<T>& ActorCreator<T>::SetSchedulingStrategy(SchedulingStrategy strat
   return *this;
 }
 template <typename T>
-ActorCreator<T>& ActorCreator<T>::SetNodeAffinity(const std::string& node_id, bool soft) {
+ActorCreator<T>& ActorCreator<T>::SetNodeAffinity(const NodeId& node_id, bool soft) {
   options_.scheduling_strategy = SchedulingStrategy::kNodeAffinity;
-  options_.affinity_node_id = node_id;
+  options_.affinity_node_id = node_id.Hex();
   options_.affinity_soft = soft;
   return *this;
 }
 template <typename T>
 ActorCreator<T>& ActorCreator<T>::SetPlacementGroup(const PlacementGroup& group, int bundle_index) {
-  options_.placement_group_id = group.id();
+  options_.placement_group_id = group.id().Hex();
   options_.bundle_index = bundle_index;
   return *this;
 }
@@ -231,13 +257,13 @@ ActorCreator<T>& ActorCreator<T>::SetEnv(const std::string& key, const std::stri
   return *this;
 }
 template <typename T>
-ActorCreator<T>& ActorCreator<T>::SetAvoidNodes(const std::vector<std::string>& node_ids) {
-  options_.avoid_node_ids = node_ids;
+ActorCreator<T>& ActorCreator<T>::SetAvoidNodes(const std::vector<NodeId>& node_ids) {
+  options_.avoid_node_ids = internal::Hexes(node_ids);
   return *this;
 }
 template <typename T>
-ActorCreator<T>& ActorCreator<T>::SetAllowedNodes(const std::vector<std::string>& node_ids) {
-  options_.allowed_node_ids = node_ids;
+ActorCreator<T>& ActorCreator<T>::SetAllowedNodes(const std::vector<NodeId>& node_ids) {
+  options_.allowed_node_ids = internal::Hexes(node_ids);
   return *this;
 }
 template <typename T>
@@ -257,7 +283,7 @@ absl::StatusOr<ActorHandle<T>> ActorCreator<T>::Remote(Args&&... args) const {
   auto id =
       internal::CreateActor(class_name_, options_, internal::PackArgs(std::forward<Args>(args)...));
   if (!id.ok()) return id.status();
-  return ActorHandle<T>(*id, class_name_);
+  return ActorHandle<T>(ActorId(*id), class_name_);
 }
 
 template <typename T>
@@ -269,12 +295,12 @@ template <typename T>
 absl::StatusOr<ActorHandle<T>> GetActor(const std::string& name) {
   auto id = internal::LookupNamedActor(name);
   if (!id.ok()) return id.status();
-  return ActorHandle<T>(*id, internal::ClassName<T>::Get());
+  return ActorHandle<T>(ActorId(*id), internal::ClassName<T>::Get());
 }
 
 template <typename T>
 absl::Status Kill(const ActorHandle<T>& actor, bool no_restart) {
-  return internal::KillActor(actor.id(), no_restart);
+  return internal::KillActor(actor.id().Hex(), no_restart);
 }
 
 template <typename T>
@@ -324,10 +350,10 @@ FunctionCaller<R, Params...>& FunctionCaller<R, Params...>::SetSchedulingStrateg
 }
 
 template <typename R, typename... Params>
-FunctionCaller<R, Params...>& FunctionCaller<R, Params...>::SetNodeAffinity(
-    const std::string& node_id, bool soft) {
+FunctionCaller<R, Params...>& FunctionCaller<R, Params...>::SetNodeAffinity(const NodeId& node_id,
+                                                                            bool soft) {
   options_.scheduling_strategy = SchedulingStrategy::kNodeAffinity;
-  options_.affinity_node_id = node_id;
+  options_.affinity_node_id = node_id.Hex();
   options_.affinity_soft = soft;
   return *this;
 }
@@ -335,7 +361,7 @@ FunctionCaller<R, Params...>& FunctionCaller<R, Params...>::SetNodeAffinity(
 template <typename R, typename... Params>
 FunctionCaller<R, Params...>& FunctionCaller<R, Params...>::SetPlacementGroup(
     const PlacementGroup& group, int bundle_index) {
-  options_.placement_group_id = group.id();
+  options_.placement_group_id = group.id().Hex();
   options_.bundle_index = bundle_index;
   return *this;
 }
@@ -362,7 +388,7 @@ ObjectRef<R> FunctionCaller<R, Params...>::Remote(Args&&... args) const {
   if (!error_.ok()) {
     auto state = std::make_shared<worker::ObjectState>();
     state->Set(error_);
-    return ObjectRef<R>(state, what);
+    return internal::RefAccess::Make<R>(state, what);
   }
   std::vector<internal::TaskArgument> parts;
   internal::TaskSubmission task;
@@ -381,7 +407,7 @@ ObjectRef<R> FunctionCaller<R, Params...>::Remote(Args&&... args) const {
   if (retry_exceptions_) {
     task.retryable = [](const absl::Status&, std::string*) { return true; };
   }
-  return ObjectRef<R>(internal::SubmitTask(std::move(task)), what);
+  return internal::RefAccess::Make<R>(internal::SubmitTask(std::move(task)), what);
 }
 
 template <typename R, typename... Params>

@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
       std::printf("[progress]  step %ld, world size %d, loss %.3g\n", now->step, now->world_size,
                   now->loss);
       if (kill_at >= 0 && !killed && now->step >= kill_at && now->ranks.size() > 1) {
-        auto actor = phalanx::GetActorInfo(now->ranks[1].actor_id);
+        auto actor = phalanx::GetActorInfo(phalanx::ActorId(now->ranks[1].actor_id));
         if (actor.ok() && actor->pid > 0) {
           std::printf("[chaos]     kill -9 of rank 1 (pid %d) at step %ld\n", actor->pid,
                       now->step);

@@ -53,7 +53,7 @@ internal::ActorOptions ToActorOptions(const std::string& language, const py::dic
   };
   set("resources", &options.resources);
   set("name", &options.name);
-  set("namespace", &options.namespace_);
+  set("namespace", &options.actor_namespace);
   set("max_restarts", &options.max_restarts);
   set("max_task_retries", &options.max_task_retries);
   set("max_concurrency", &options.max_concurrency);
@@ -97,7 +97,7 @@ PyObjectRef Submit(const std::string& actor_id, const std::string& method, py::b
   if (kind == worker::error_kind::kActorDied || kind == worker::error_kind::kCreationFailed) {
     // Best effort: the message names the cause too.
     e.cause = CallBlocking([&] {
-      auto info = GetActorInfo(ref.actor_id);
+      auto info = GetActorInfo(ActorId(ref.actor_id));
       return info.ok() ? info->death_cause : std::string();
     });
   }
@@ -207,13 +207,13 @@ PyObjectRef SubmitTask(const std::string& function, const std::string& worker_cl
 
 py::dict ToDict(const ActorDescription& a) {
   py::dict d;
-  d["actor_id"] = a.actor_id;
+  d["actor_id"] = a.actor_id.Hex();
   d["class_name"] = a.class_name;
   d["language"] = std::string(ToString(a.language));
   d["name"] = a.name;
   d["state"] = std::string(ToString(a.state));
   d["pid"] = a.pid;
-  d["node_id"] = a.node_id;
+  d["node_id"] = a.node_id.Hex();
   d["num_restarts"] = a.num_restarts;
   d["death_cause"] = a.death_cause;
   d["labels"] = a.labels;
@@ -228,7 +228,7 @@ void BindRuntime(py::module_& m) {
         InitOptions options;
         options.address = address;
         options.token = token;
-        options.namespace_ = ns;
+        options.actor_namespace = ns;
         options.log_to_driver = log_to_driver;
         CallBlocking([&] { return Init(options); });
       },
@@ -301,7 +301,7 @@ void BindActors(py::module_& m) {
     CallBlocking([&] { return internal::KillActor(actor_id, no_restart); });
   });
   m.def("actor_info", [](const std::string& actor_id) {
-    return ToDict(CallBlocking([&] { return GetActorInfo(actor_id); }));
+    return ToDict(CallBlocking([&] { return GetActorInfo(ActorId(actor_id)); }));
   });
   m.def("named_actor", [](const std::string& name, const std::string& ns) {
     return ToDict(CallBlocking([&] { return internal::DescribeNamedActor(name, ns); }));
@@ -351,13 +351,14 @@ void BindPlacementGroups(py::module_& m) {
   });
   // Returns once every bundle is reserved; GetTimeoutError after `timeout_s`.
   m.def("wait_placement_group", [](const std::string& id, double timeout_s) {
-    CallBlocking([&] { return PlacementGroup(id).Wait(Timeout(timeout_s)); }, kPg);
+    CallBlocking([&] { return PlacementGroup(PlacementGroupId(id)).Wait(Timeout(timeout_s)); },
+                 kPg);
   });
   m.def("remove_placement_group", [](const std::string& id) {
-    CallBlocking([&] { return RemovePlacementGroup(PlacementGroup(id)); }, kPg);
+    CallBlocking([&] { return RemovePlacementGroup(PlacementGroup(PlacementGroupId(id))); }, kPg);
   });
   m.def("placement_group_state", [](const std::string& id) {
-    auto state = CallBlocking([&] { return PlacementGroup(id).State(); }, kPg);
+    auto state = CallBlocking([&] { return PlacementGroup(PlacementGroupId(id)).State(); }, kPg);
     return std::string(ToString(state));
   });
 }

@@ -40,9 +40,9 @@ class ActorTest : public testing::ClusterTest {
     for (auto& n : more_nodes_) n.Terminate();
   }
 
-  rpc::ActorInfo Info(const std::string& id) { return *client_->GetActor(id); }
+  rpc::ActorInfo Info(const ActorId& id) { return *client_->GetActor(id.Hex()); }
 
-  bool WaitForState(const std::string& id, rpc::ActorState state,
+  bool WaitForState(const ActorId& id, rpc::ActorState state,
                     absl::Duration timeout = absl::Seconds(20)) {
     return testing::WaitFor([&] { return Info(id).state() == state; }, timeout);
   }
@@ -95,7 +95,7 @@ TEST_F(ActorTest, CreateCallKill) {
   ASSERT_TRUE(dead.ok()) << dead.status();
   EXPECT_EQ(dead->state, ActorState::kDead);
   EXPECT_NE(dead->death_cause, "");
-  EXPECT_TRUE(absl::IsNotFound(GetActorInfo("no-such-actor").status()));
+  EXPECT_TRUE(absl::IsNotFound(GetActorInfo(ActorId("no-such-actor")).status()));
   auto after = Get(counter->Task(&Counter::Value).Remote(), absl::Seconds(10));
   ASSERT_FALSE(after.ok());
   EXPECT_TRUE(IsActorDied(after.status())) << after.status();
@@ -195,7 +195,7 @@ TEST_F(ActorTest, WaitReturnsTheReadyOnesFirst) {
   auto first = Wait(refs, 1, absl::Seconds(20));
   ASSERT_EQ(first.ready.size(), 1u);
   ASSERT_EQ(first.not_ready.size(), 1u);
-  EXPECT_EQ(first.ready[0].state(), refs[1].state());
+  EXPECT_EQ(internal::RefAccess::State(first.ready[0]), internal::RefAccess::State(refs[1]));
   auto none = Wait(std::vector<ObjectRef<int>>{refs[0]}, 1, absl::Milliseconds(50));
   EXPECT_TRUE(none.ready.empty());
   auto timed_out = Get(refs[0], absl::Milliseconds(50));
@@ -390,10 +390,10 @@ TEST_F(ActorTest, NodeMemoryMonitorKillsTheNewestActor) {
   options.memory_usage_threshold =
       (static_cast<double>(UsedMemoryBytes()) + 1.5 * (1 << 30)) / total;
   more_nodes_.push_back(testing::StartNode(*gcs_, "node-mem", options));
-  auto older = Actor<Counter>().SetNodeAffinity("node-mem").Remote(0);
+  auto older = Actor<Counter>().SetNodeAffinity(NodeId("node-mem")).Remote(0);
   ASSERT_TRUE(older.ok()) << older.status();
   ASSERT_EQ(*Get(older->Task(&Counter::Value).Remote()), 0);
-  auto newer = Actor<Counter>().SetNodeAffinity("node-mem").Remote(0);
+  auto newer = Actor<Counter>().SetNodeAffinity(NodeId("node-mem")).Remote(0);
   ASSERT_TRUE(newer.ok());
   ASSERT_EQ(*Get(newer->Task(&Counter::Value).Remote()), 0);
 

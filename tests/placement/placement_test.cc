@@ -42,7 +42,7 @@ class PlacementTest : public testing::ClusterTest {
   }
 
   rpc::PlacementGroupInfo Info(const PlacementGroup& pg) {
-    return *client_->GetPlacementGroup(pg.id());
+    return *client_->GetPlacementGroup(pg.id().Hex());
   }
 
   // The GCS's view of a node's available CPUs.
@@ -75,7 +75,15 @@ class PlacementTest : public testing::ClusterTest {
     return reply;
   }
 
-  std::vector<std::string> Nodes(const PlacementGroup& pg) { return *pg.BundleNodes(); }
+  std::vector<std::string> Nodes(const PlacementGroup& pg) {
+    absl::StatusOr<std::vector<NodeId>> nodes = pg.BundleNodes();
+    EXPECT_TRUE(nodes.ok()) << nodes.status();
+    std::vector<std::string> out;
+    if (nodes.ok()) {
+      for (const NodeId& node : *nodes) out.push_back(node.Hex());
+    }
+    return out;
+  }
 
   std::map<std::string, testing::ChildProcess> nodes_;
 };
@@ -185,7 +193,7 @@ TEST_F(PlacementTest, NodeDeathReschedulesOnlyItsBundles) {
             i);
     ASSERT_TRUE(a.ok()) << a.status();
     ASSERT_EQ(*Get(a->Task(&Counter::Value).Remote(), absl::Seconds(20)), i);
-    EXPECT_EQ(client_->GetActor(a->id())->node_id(), before[i]);
+    EXPECT_EQ(client_->GetActor(a->id().Hex())->node_id(), before[i]);
     members.push_back(*a);
   }
   int lost = static_cast<int>(std::find(before.begin(), before.end(), "node-c") - before.begin());
@@ -205,15 +213,15 @@ TEST_F(PlacementTest, NodeDeathReschedulesOnlyItsBundles) {
   // The actor of the lost bundle came back inside its bundle's new home.
   ASSERT_TRUE(testing::WaitFor(
       [&] {
-        auto a = client_->GetActor(members[lost].id());
+        auto a = client_->GetActor(members[lost].id().Hex());
         return a->state() == rpc::ACTOR_ALIVE && a->num_restarts() == 1;
       },
       absl::Seconds(20)));
-  EXPECT_EQ(client_->GetActor(members[lost].id())->node_id(), after[lost]);
+  EXPECT_EQ(client_->GetActor(members[lost].id().Hex())->node_id(), after[lost]);
   EXPECT_EQ(*Get(members[lost].Task(&Counter::Value).Remote(), absl::Seconds(20)), lost);
   for (int i = 0; i < 3; ++i) {
     if (i != lost) {
-      EXPECT_EQ(client_->GetActor(members[i].id())->num_restarts(), 0);
+      EXPECT_EQ(client_->GetActor(members[i].id().Hex())->num_restarts(), 0);
     }
   }
 }
@@ -231,10 +239,10 @@ TEST_F(PlacementTest, FractionalCpusAddUpExactly) {
   auto eleventh = Actor<Counter>().SetResource("CPU", 0.1).Remote(0);
   ASSERT_TRUE(eleventh.ok());
   absl::SleepFor(absl::Milliseconds(300));
-  EXPECT_EQ(client_->GetActor(eleventh->id())->state(), rpc::ACTOR_PENDING);
+  EXPECT_EQ(client_->GetActor(eleventh->id().Hex())->state(), rpc::ACTOR_PENDING);
   ASSERT_TRUE(Kill(tenths[0]).ok());
   ASSERT_TRUE(testing::WaitFor(
-      [&] { return client_->GetActor(eleventh->id())->state() == rpc::ACTOR_ALIVE; },
+      [&] { return client_->GetActor(eleventh->id().Hex())->state() == rpc::ACTOR_ALIVE; },
       absl::Seconds(20)));
   for (auto& a : tenths) ASSERT_TRUE(Kill(a).ok());
   ASSERT_TRUE(Kill(*eleventh).ok());
@@ -257,20 +265,21 @@ TEST_F(PlacementTest, RemovalKillsTheGroupsActorsAndFreesEverything) {
   ASSERT_TRUE(in_any.ok() && in_zero.ok());
   ASSERT_EQ(*Get(in_any->Task(&Counter::Value).Remote(), absl::Seconds(20)), 1);
   ASSERT_EQ(*Get(in_zero->Task(&Counter::Value).Remote(), absl::Seconds(20)), 2);
-  EXPECT_EQ(client_->GetActor(in_zero->id())->node_id(), Nodes(*pg)[0]);
+  EXPECT_EQ(client_->GetActor(in_zero->id().Hex())->node_id(), Nodes(*pg)[0]);
   // Bundle 0 has 2 CPUs: one taken, one left; a third actor of 2 CPUs waits.
   auto waiting = Actor<Counter>().SetResource("CPU", 2).SetPlacementGroup(*pg, 0).Remote(3);
   ASSERT_TRUE(waiting.ok());
   absl::SleepFor(absl::Milliseconds(300));
-  EXPECT_EQ(client_->GetActor(waiting->id())->state(), rpc::ACTOR_PENDING);
-  EXPECT_NE(client_->GetActor(waiting->id())->pending_reason().find("placement group"),
+  EXPECT_EQ(client_->GetActor(waiting->id().Hex())->state(), rpc::ACTOR_PENDING);
+  EXPECT_NE(client_->GetActor(waiting->id().Hex())->pending_reason().find("placement group"),
             std::string::npos);
 
   ASSERT_TRUE(RemovePlacementGroup(*pg).ok());
   for (const auto* a : {&*in_any, &*in_zero, &*waiting}) {
     ASSERT_TRUE(testing::WaitFor(
-        [&] { return client_->GetActor(a->id())->state() == rpc::ACTOR_DEAD; }, absl::Seconds(10)));
-    EXPECT_NE(client_->GetActor(a->id())->death_cause().message().find("was removed"),
+        [&] { return client_->GetActor(a->id().Hex())->state() == rpc::ACTOR_DEAD; },
+        absl::Seconds(10)));
+    EXPECT_NE(client_->GetActor(a->id().Hex())->death_cause().message().find("was removed"),
               std::string::npos);
   }
   for (const char* id : {"node-a", "node-b"}) {
@@ -406,7 +415,7 @@ TEST_F(PlacementTest, ABundleThatACrashLeftHeldIsCancelledWhenItsNodeRegistersAg
   };
   std::vector<std::string> homes = Nodes(*pg);
   int on_a = static_cast<int>(std::find(homes.begin(), homes.end(), "node-a") - homes.begin());
-  std::set<std::string> expected_a = {absl::StrCat(pg->id(), "/", on_a)};
+  std::set<std::string> expected_a = {absl::StrCat(pg->id().Hex(), "/", on_a)};
   EXPECT_TRUE(testing::WaitFor([&] { return held("node-a") == expected_a; }, absl::Seconds(10)))
       << absl::StrJoin(held("node-a"), ", ");
   EXPECT_EQ(rpc::FromProto(NodeStats("node-a").available()).Get("CPU"), 1);
@@ -427,7 +436,7 @@ TEST_F(PlacementTest, TheGcsKnowsWhatIsFreeOnEachNodeAfterARestart) {
   auto counter = Actor<Counter>().SetResource("CPU", 0.5).Remote(0);
   ASSERT_TRUE(counter.ok());
   ASSERT_TRUE(Get(counter->Task(&Counter::Value).Remote(), absl::Seconds(30)).ok());
-  std::string actor_node = client_->GetActor(counter->id())->node_id();
+  std::string actor_node = client_->GetActor(counter->id().Hex())->node_id();
   std::map<std::string, double> expected = {{"node-a", 1}, {"node-b", 1}};
   expected[actor_node] -= 0.5;
   auto as_expected = [&] {
@@ -481,7 +490,7 @@ TEST_F(PlacementTest, AReservationReachedAfterTheGcsGaveUpIsRefused) {
   EXPECT_EQ(NodeStats("node-b").bundles_size(), 0);
   // node-a's part of the round in flight goes back when that round ends (node-b refuses it,
   // or the GCS gives up on it after 10 s).
-  ASSERT_TRUE(client_->RemovePlacementGroup(pg->id()).ok());
+  ASSERT_TRUE(client_->RemovePlacementGroup(pg->id().Hex()).ok());
   ASSERT_TRUE(
       testing::WaitFor([&] { return NodeStats("node-a").bundles_size() == 0; }, absl::Seconds(15)));
 }
@@ -500,17 +509,17 @@ TEST_F(PlacementTest, ReleasingABundleKillsItsActorsAndGivesItsResourcesBackForG
   auto outside = Actor<Counter>().SetResource("CPU", 2).Remote(3);
   ASSERT_TRUE(outside.ok());
   absl::SleepFor(absl::Milliseconds(300));
-  EXPECT_EQ(client_->GetActor(outside->id())->state(), rpc::ACTOR_PENDING);
+  EXPECT_EQ(client_->GetActor(outside->id().Hex())->state(), rpc::ACTOR_PENDING);
 
   ASSERT_TRUE(ReleaseBundle(*pg, 1).ok());
-  ASSERT_TRUE(
-      testing::WaitFor([&] { return client_->GetActor(in_one->id())->state() == rpc::ACTOR_DEAD; },
-                       absl::Seconds(10)));
-  EXPECT_NE(client_->GetActor(in_one->id())->death_cause().message().find("bundle 1"),
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return client_->GetActor(in_one->id().Hex())->state() == rpc::ACTOR_DEAD; },
+      absl::Seconds(10)));
+  EXPECT_NE(client_->GetActor(in_one->id().Hex())->death_cause().message().find("bundle 1"),
             std::string::npos);
   // Its CPUs go to the actor that waited; bundle 0 and its actor stay.
   ASSERT_EQ(*Get(outside->Task(&Counter::Value).Remote(), absl::Seconds(20)), 3);
-  EXPECT_EQ(client_->GetActor(outside->id())->node_id(), released_node);
+  EXPECT_EQ(client_->GetActor(outside->id().Hex())->node_id(), released_node);
   EXPECT_EQ(*Get(in_zero->Task(&Counter::Value).Remote(), absl::Seconds(20)), 1);
   rpc::PlacementGroupInfo info = Info(*pg);
   EXPECT_EQ(info.state(), rpc::PG_CREATED);
@@ -585,7 +594,8 @@ TEST_F(PlacementTest, BadInputGetsClearErrors) {
   ASSERT_FALSE(too_much.ok());
   EXPECT_NE(too_much.status().message().find("more than any bundle"), std::string::npos)
       << too_much.status();
-  auto unknown = Actor<Counter>().SetPlacementGroup(PlacementGroup("nope")).Remote(0);
+  auto unknown =
+      Actor<Counter>().SetPlacementGroup(PlacementGroup(PlacementGroupId("nope"))).Remote(0);
   ASSERT_FALSE(unknown.ok());
   EXPECT_TRUE(absl::IsNotFound(unknown.status())) << unknown.status();
 }

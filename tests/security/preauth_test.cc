@@ -67,7 +67,7 @@ class PreAuthTest : public ClusterTest {
       out.push_back({"node manager", nodes->front().pid(), nodes->front().address(),
                      "/phalanx.rpc.NodeManagerService/StartActor", rpc::kMaxControlMessageBytes});
     }
-    auto actor = client_->GetActor(actor_.id());
+    auto actor = client_->GetActor(actor_.id().Hex());
     EXPECT_TRUE(actor.ok()) << actor.status();
     if (actor.ok()) {
       out.push_back({"worker", actor->pid(), actor->worker_address(),
