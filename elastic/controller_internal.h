@@ -296,9 +296,8 @@ class Controller {
 
   // Opens the recovery timeline of a fault on `actor_id`'s rank (once per rank), found at
   // `detected` (infinite past: when the controller first knew, DetectedAt).
-  void OpenRecovery(const std::string& actor_id, const std::string& kind,
-                    const std::string& message, absl::Time fault, int world_before,
-                    absl::Time detected = absl::InfinitePast());
+  void OpenRecovery(const std::string& actor_id, rpc::FaultKind kind, const std::string& message,
+                    absl::Time fault, int world_before, absl::Time detected = absl::InfinitePast());
   // When the controller first knew `actor_id` was dead.
   absl::Time DetectedAt(const std::string& actor_id);
   // A step was agreed: the recoveries and the ranks' step times move on.
@@ -522,11 +521,11 @@ class Controller {
   double steps_per_second_ = 0;
   int64_t steps_per_call_ = 0;  // of the last agreed call
   int restarts_ = 0;
-  std::map<std::string, int> restarts_by_cause_;  // by fault kind (recovery.h)
+  std::map<std::string, int> restarts_by_cause_;  // by fault kind (FaultName: fault.h)
   RecoveryTimeline timeline_;
   // Ranks whose fault already opened a recovery, and its kind (a rank killed for hanging
   // dies KILLED_BY_USER, but its fault is the hang).
-  std::map<std::string, std::string> recovery_opened_;
+  std::map<std::string, rpc::FaultKind> recovery_opened_;
   absl::Time step_started_ = absl::InfinitePast();
   // Step `ahead_step_` of epoch `ahead_epoch_`, sent to every member before the step before
   // it was answered (RunStep); empty when none is out.

@@ -13,6 +13,7 @@
 #include "base/system.h"
 #include "base/worker_env.h"
 #include "elastic/controller_internal.h"
+#include "elastic/fault.h"
 
 namespace phalanx::elastic {
 namespace {
@@ -79,7 +80,7 @@ void Controller::PublishStatus() {
   });
 }
 
-void Controller::OpenRecovery(const std::string& actor_id, const std::string& kind,
+void Controller::OpenRecovery(const std::string& actor_id, rpc::FaultKind kind,
                               const std::string& message, absl::Time fault, int world_before,
                               absl::Time detected) {
   if (!recovery_opened_.emplace(actor_id, kind).second) return;
@@ -453,7 +454,7 @@ void Controller::CheckNetwork() {
     if (faulty_part) {
       std::string what = absl::StrCat("rank ", r, " failed both network-check rounds");
       Event("faulty", what);
-      OpenRecovery(m.actor_id, fault_kind::kStraggler, what, absl::Now(),
+      OpenRecovery(m.actor_id, rpc::FAULT_STRAGGLER, what, absl::Now(),
                    static_cast<int>(members_.size()));
       hung_.insert(m.actor_id);
       Kill(m.handle).IgnoreError();
@@ -466,8 +467,8 @@ void Controller::CheckNetwork() {
     Event("straggler", what);
     if (ReplaceStraggler(policy, &budget_, absl::Now())) {
       ++restarts_;
-      ++restarts_by_cause_[fault_kind::kStraggler];
-      OpenRecovery(m.actor_id, fault_kind::kStraggler, what, absl::Now(),
+      ++restarts_by_cause_[std::string(FaultName(rpc::FAULT_STRAGGLER))];
+      OpenRecovery(m.actor_id, rpc::FAULT_STRAGGLER, what, absl::Now(),
                    static_cast<int>(members_.size()));
       Member replacement =
           Spawn(-1, m.memory, {m.node_id}, absl::StrCat("replaces straggler rank ", r));
@@ -483,9 +484,9 @@ void Controller::HandleDeath(const Member& m, const rpc::ActorInfo& info, int wo
   // A rank killed for hanging or for failing the network check is that fault, opened when
   // it was found; any other death is a fault of its own kind.
   auto opened = recovery_opened_.find(m.actor_id);
-  std::string kind = opened != recovery_opened_.end() ? opened->second
-                     : hung_.count(m.actor_id) > 0    ? fault_kind::kHang
-                                                      : FaultKindOf(cause);
+  rpc::FaultKind kind = opened != recovery_opened_.end() ? opened->second
+                        : hung_.count(m.actor_id) > 0    ? rpc::FAULT_HANG
+                                                         : FaultOf(cause);
   if (cause.kind() == rpc::DeathCause::CREATION_FAILED) {
     Fail(absl::StrCat("a rank could not be created: ", rpc::DescribeCause(cause)));
     return;
@@ -495,7 +496,7 @@ void Controller::HandleDeath(const Member& m, const rpc::ActorInfo& info, int wo
                                   " died: ", rpc::DescribeCause(cause));
   if (d.kind == DeathDecision::Kind::kReplace) {
     ++restarts_;
-    ++restarts_by_cause_[kind];
+    ++restarts_by_cause_[std::string(FaultName(kind))];
   }
   Event("rank_died", absl::StrCat(what, "; ", d.summary));
   if (world_before > 0) {
@@ -535,28 +536,12 @@ RankDeath Controller::ToRankDeath(const Member& m, const rpc::DeathCause& cause)
   death.memory = m.memory;
   death.bundle = m.bundle;
   death.node_id = m.node_id;
-  switch (cause.kind()) {
-    case rpc::DeathCause::OOM_KILLED:
-      death.kind = RankDeath::Kind::kOom;
-      break;
-    case rpc::DeathCause::NODE_DIED:
-      death.kind = RankDeath::Kind::kNodeDied;
-      break;
-    case rpc::DeathCause::EXITED:
-      death.kind = RankDeath::Kind::kExited;
-      death.exit_code = cause.exit_code();
-      break;
-    case rpc::DeathCause::SIGNALED:
-      death.kind = RankDeath::Kind::kSignaled;
-      death.signal = cause.signal();
-      break;
-    case rpc::DeathCause::KILLED_BY_USER:
-      death.kind = RankDeath::Kind::kKilled;
-      death.hung = hung_.count(m.actor_id) > 0;
-      break;
-    default:
-      death.kind = RankDeath::Kind::kOther;
-      break;
+  death.fault = FaultOf(cause);
+  death.exit_code = cause.exit_code();
+  death.signal = cause.signal();
+  // Killed by the controller for hanging: the policies' `hang` (not a straggler's kill).
+  if (cause.kind() == rpc::DeathCause::KILLED_BY_USER && hung_.count(m.actor_id) > 0) {
+    death.fault = rpc::FAULT_HANG;
   }
   return death;
 }
@@ -805,8 +790,8 @@ void Controller::TakeRequests() {
                    scale_in_ranks_.empty()
                        ? ""
                        : absl::StrCat(", ranks ", absl::StrJoin(scale_in_ranks_, ","), " leave")));
-  timeline_.Supersede(fault_kind::kScale);
-  timeline_.Open(fault_kind::kScale,
+  timeline_.Supersede(rpc::FAULT_SCALE);
+  timeline_.Open(rpc::FAULT_SCALE,
                  absl::StrCat("scale to ", clamped, " from ", members_.size(), " ranks"),
                  absl::Now(), absl::Now(), static_cast<int>(members_.size()), clamped);
   requested_ = clamped;

@@ -7,25 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/system.h"
+#include "elastic/fault.h"
 
 namespace phalanx::elastic {
-
-std::string DeathEvent(const RankDeath& death) {
-  switch (death.kind) {
-    case RankDeath::Kind::kOom:
-      return "oom";
-    case RankDeath::Kind::kNodeDied:
-      return "nodeDied";
-    case RankDeath::Kind::kKilled:
-      if (death.hung) return "hang";
-      break;
-    default:
-      break;
-  }
-  // Any other end of the process (an exit, a signal, a kill) is "exited" to event rules;
-  // exit-code rules tell them apart.
-  return "exited";
-}
 
 bool RestartBudget::Left(absl::Time now) {
   while (!spent_.empty() && spent_.front() < now - window_) spent_.pop_front();
@@ -49,9 +33,9 @@ double GrownMemory(const FaultPolicy& policy, double memory) {
 DeathDecision DecideOnDeath(const JobSpec& spec, const RankDeath& death, RestartBudget* budget,
                             absl::Time now) {
   DeathDecision d;
-  std::string event = DeathEvent(death);
-  int code = death.kind == RankDeath::Kind::kExited ? death.exit_code : 0;
-  int signal = death.kind == RankDeath::Kind::kSignaled ? death.signal : 0;
+  std::string event(SpecEvent(death.fault));
+  int code = death.fault == rpc::FAULT_EXIT_CODE ? death.exit_code : 0;
+  int signal = death.fault == rpc::FAULT_SIGNAL ? death.signal : 0;
   d.policy = MatchPolicy(spec, event, code, signal);
   const Action action = d.policy.action;
   if (action == Action::kFailJob) {

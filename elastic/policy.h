@@ -17,25 +17,20 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/proto/common.pb.h"
 #include "elastic/job_spec.h"
 
 namespace phalanx::elastic {
 
 // How a rank died, in the terms the policies match on.
 struct RankDeath {
-  enum class Kind { kExited, kSignaled, kOom, kNodeDied, kKilled, kOther };
-  Kind kind = Kind::kOther;
-  int exit_code = 0;  // kExited
-  int signal = 0;     // kSignaled
-  bool hung = false;  // kKilled: the controller killed it for hanging
-  double memory = 0;  // bytes it was started with (0: no memory request)
-  int bundle = -1;    // its placement-group bundle (-1: outside the group)
+  rpc::FaultKind fault = rpc::FAULT_KILLED;  // FAULT_HANG: the controller killed it, hung
+  int exit_code = 0;                         // FAULT_EXIT_CODE
+  int signal = 0;                            // FAULT_SIGNAL
+  double memory = 0;                         // bytes it was started with (0: no memory request)
+  int bundle = -1;                           // its placement-group bundle (-1: outside the group)
   std::string node_id;
 };
-
-// The event a death matches policies as: "oom", "nodeDied", "hang" or "exited" ("" for a
-// plain signal or kill, which only exit-code rules match).
-std::string DeathEvent(const RankDeath& death);
 
 // Respawns allowed within a sliding window: `restartLimit` within `restartTimeLimit` seconds.
 class RestartBudget {

@@ -1,34 +1,17 @@
 #include "elastic/recovery.h"
 
 #include <algorithm>
+#include <string>
+
+#include "elastic/fault.h"
 
 namespace phalanx::elastic {
 
-std::string FaultKindOf(const rpc::DeathCause& cause) {
-  switch (cause.kind()) {
-    case rpc::DeathCause::SIGNALED:
-      return fault_kind::kSignal;
-    case rpc::DeathCause::EXITED:
-      return fault_kind::kExitCode;
-    case rpc::DeathCause::OOM_KILLED:
-      return fault_kind::kOom;
-    case rpc::DeathCause::NODE_DIED:
-      return fault_kind::kNodeDied;
-    case rpc::DeathCause::LEASE_EXPIRED:
-      return fault_kind::kLeaseExpired;
-    case rpc::DeathCause::SCALED_IN:
-      return fault_kind::kScale;
-    default:
-      return fault_kind::kKilled;
-  }
-}
-
-int64_t RecoveryTimeline::Open(const std::string& kind, const std::string& message,
-                               absl::Time fault, absl::Time detected, int world_before,
-                               int full_world) {
+int64_t RecoveryTimeline::Open(rpc::FaultKind kind, const std::string& message, absl::Time fault,
+                               absl::Time detected, int world_before, int full_world) {
   rpc::Recovery r;
   r.set_id(next_id_++);
-  r.set_kind(kind);
+  r.set_kind(std::string(FaultName(kind)));
   r.set_message(message);
   // A fault is never after its detection (clocks of two machines may disagree by a little).
   r.set_fault_ms(absl::ToUnixMillis(std::min(fault, detected)));
@@ -52,20 +35,21 @@ void RecoveryTimeline::StepAgreed(absl::Time when, int world) {
     if (r.resumed_ms() == 0) {
       r.set_resumed_ms(ms);
       r.set_world_during(world);
-      if (r.kind() != fault_kind::kScale) {
+      if (r.kind() != FaultName(rpc::FAULT_SCALE)) {
         fault_seconds_ += static_cast<double>(ms - r.fault_ms()) / 1000;
       }
     }
     // A fault is healed once as many ranks train as before it; a scale request once the
     // world is the size it asked for.
-    bool whole = r.kind() == fault_kind::kScale ? world == full_world_[i] : world >= full_world_[i];
+    bool whole =
+        r.kind() == FaultName(rpc::FAULT_SCALE) ? world == full_world_[i] : world >= full_world_[i];
     if (full_world_[i] > 0 && whole) r.set_full_strength_ms(ms);
   }
 }
 
-void RecoveryTimeline::Supersede(const std::string& kind) {
+void RecoveryTimeline::Supersede(rpc::FaultKind kind) {
   for (size_t i = 0; i < recoveries_.size(); ++i) {
-    if (recoveries_[i].kind() == kind && recoveries_[i].full_strength_ms() == 0) {
+    if (recoveries_[i].kind() == FaultName(kind) && recoveries_[i].full_strength_ms() == 0) {
       full_world_[i] = 0;
     }
   }

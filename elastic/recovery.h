@@ -20,22 +20,6 @@
 
 namespace phalanx::elastic {
 
-// The fault kinds of a recovery (its `kind`, the histograms' label).
-namespace fault_kind {
-inline constexpr char kSignal[] = "signal";
-inline constexpr char kExitCode[] = "exit_code";
-inline constexpr char kOom[] = "oom";
-inline constexpr char kNodeDied[] = "node_died";
-inline constexpr char kHang[] = "hang";
-inline constexpr char kStraggler[] = "straggler";
-inline constexpr char kLeaseExpired[] = "lease_expired";
-inline constexpr char kKilled[] = "killed";
-inline constexpr char kScale[] = "scale";
-}  // namespace fault_kind
-
-// A death cause's fault kind.
-std::string FaultKindOf(const rpc::DeathCause& cause);
-
 class RecoveryTimeline {
  public:
   // The newest this many are kept (in the job's record).
@@ -43,13 +27,14 @@ class RecoveryTimeline {
 
   // A fault (or scale request) the controller learned of at `detected`. `full_world`: the
   // world size that counts as whole again. Returns its id.
-  int64_t Open(const std::string& kind, const std::string& message, absl::Time fault,
+  // The record names its kind as FaultName does (elastic/fault.h).
+  int64_t Open(rpc::FaultKind kind, const std::string& message, absl::Time fault,
                absl::Time detected, int world_before, int full_world);
   // A step was agreed by `world` ranks at `when`: open recoveries resume (the first step
   // after they were detected) and reach full strength (the first with `full_world` ranks).
   void StepAgreed(absl::Time when, int world);
   // A scale request replaced by a newer one before it was reached: it stops waiting.
-  void Supersede(const std::string& kind);
+  void Supersede(rpc::FaultKind kind);
 
   // Carries on from a previous controller's record (adoption): its closed recoveries are
   // kept, its open ones go on being tracked.

@@ -226,7 +226,7 @@ void Controller::KillHung(size_t r, const std::string& what, absl::Time last_pro
   if (event) Event("hang", what);
   // Found now (a step failed before, as when a member froze as the epoch after it formed,
   // is not when this was found).
-  OpenRecovery(members_[r].actor_id, fault_kind::kHang, what, last_progress,
+  OpenRecovery(members_[r].actor_id, rpc::FAULT_HANG, what, last_progress,
                static_cast<int>(members_.size()), absl::Now());
   hung_.insert(members_[r].actor_id);
   Kill(members_[r].handle).IgnoreError();

@@ -4,7 +4,11 @@
 // share (elastic/job_keys.h).
 #include "elastic/policy.h"
 
+#include <set>
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "elastic/fault.h"
 #include "elastic/job_keys.h"
 #include "gtest/gtest.h"
 
@@ -35,11 +39,11 @@ FaultPolicy Rule(Action action, std::string event, std::vector<int> codes = {}) 
   return p;
 }
 
-RankDeath Death(RankDeath::Kind kind, int code_or_signal = 0) {
+RankDeath Death(rpc::FaultKind fault, int code_or_signal = 0) {
   RankDeath d;
-  d.kind = kind;
-  if (kind == RankDeath::Kind::kExited) d.exit_code = code_or_signal;
-  if (kind == RankDeath::Kind::kSignaled) d.signal = code_or_signal;
+  d.fault = fault;
+  if (fault == rpc::FAULT_EXIT_CODE) d.exit_code = code_or_signal;
+  if (fault == rpc::FAULT_SIGNAL) d.signal = code_or_signal;
   d.memory = 256 * kMi;
   d.bundle = 1;
   d.node_id = "node-a";
@@ -51,19 +55,47 @@ DeathDecision Decide(const JobSpec& spec, const RankDeath& death) {
   return DecideOnDeath(spec, death, &budget, kT0);
 }
 
-TEST(PolicyTest, EachCauseMatchesItsEvent) {
-  EXPECT_EQ(DeathEvent(Death(RankDeath::Kind::kOom)), "oom");
-  EXPECT_EQ(DeathEvent(Death(RankDeath::Kind::kNodeDied)), "nodeDied");
-  EXPECT_EQ(DeathEvent(Death(RankDeath::Kind::kExited, 3)), "exited");
-  EXPECT_EQ(DeathEvent(Death(RankDeath::Kind::kSignaled, 9)), "exited");
-  RankDeath killed = Death(RankDeath::Kind::kKilled);
-  EXPECT_EQ(DeathEvent(killed), "exited");
-  killed.hung = true;
-  EXPECT_EQ(DeathEvent(killed), "hang");
+// One vocabulary (elastic/fault.h): each death cause is one fault kind, and each kind has
+// one name in the record and one event in the spec.
+TEST(PolicyTest, EachCauseIsOneFaultKindWithOneNameAndOneSpecEvent) {
+  struct Case {
+    rpc::DeathCause::Kind cause;
+    rpc::FaultKind fault;
+    const char* name;
+    const char* event;
+  };
+  const Case cases[] = {
+      {rpc::DeathCause::EXITED, rpc::FAULT_EXIT_CODE, "exit_code", "exited"},
+      {rpc::DeathCause::SIGNALED, rpc::FAULT_SIGNAL, "signal", "exited"},
+      {rpc::DeathCause::OOM_KILLED, rpc::FAULT_OOM, "oom", "oom"},
+      {rpc::DeathCause::NODE_DIED, rpc::FAULT_NODE_DIED, "node_died", "nodeDied"},
+      {rpc::DeathCause::LEASE_EXPIRED, rpc::FAULT_LEASE_EXPIRED, "lease_expired", "exited"},
+      {rpc::DeathCause::SCALED_IN, rpc::FAULT_SCALE, "scale", "exited"},
+      {rpc::DeathCause::KILLED_BY_USER, rpc::FAULT_KILLED, "killed", "exited"},
+      {rpc::DeathCause::OWNER_DIED, rpc::FAULT_KILLED, "killed", "exited"},
+      {rpc::DeathCause::NONE, rpc::FAULT_KILLED, "killed", "exited"},
+  };
+  for (const Case& c : cases) {
+    rpc::DeathCause cause;
+    cause.set_kind(c.cause);
+    EXPECT_EQ(FaultOf(cause), c.fault) << rpc::DeathCause::Kind_Name(c.cause);
+    EXPECT_EQ(FaultName(c.fault), c.name);
+    EXPECT_EQ(SpecEvent(c.fault), c.event) << c.name;
+  }
+  // The controller's own verdicts: no death cause says them.
+  EXPECT_EQ(FaultName(rpc::FAULT_HANG), "hang");
+  EXPECT_EQ(SpecEvent(rpc::FAULT_HANG), "hang");
+  EXPECT_EQ(FaultName(rpc::FAULT_STRAGGLER), "straggler");
+  // Every kind of the enum has a name of its own.
+  std::set<std::string> names;
+  for (int k = rpc::FaultKind_MIN; k <= rpc::FaultKind_MAX; ++k) {
+    names.insert(std::string(FaultName(static_cast<rpc::FaultKind>(k))));
+  }
+  EXPECT_EQ(names.size(), static_cast<size_t>(rpc::FaultKind_MAX - rpc::FaultKind_MIN + 1));
 }
 
 TEST(PolicyTest, ByDefaultAnOomRespawnsLargerOutsideItsBundleWhichIsGivenBack) {
-  DeathDecision d = Decide(Spec(), Death(RankDeath::Kind::kOom));
+  DeathDecision d = Decide(Spec(), Death(rpc::FAULT_OOM));
   EXPECT_EQ(d.kind, DeathDecision::Kind::kReplace);
   EXPECT_EQ(d.policy.action, Action::kRespawnLarger);
   EXPECT_EQ(d.memory, 512 * kMi);
@@ -74,7 +106,7 @@ TEST(PolicyTest, ByDefaultAnOomRespawnsLargerOutsideItsBundleWhichIsGivenBack) {
 }
 
 TEST(PolicyTest, AnOomWithoutAMemoryRequestRestartsInItsBundle) {
-  RankDeath death = Death(RankDeath::Kind::kOom);
+  RankDeath death = Death(rpc::FAULT_OOM);
   death.memory = 0;
   DeathDecision d = Decide(Spec(), death);
   EXPECT_EQ(d.kind, DeathDecision::Kind::kReplace);
@@ -100,7 +132,7 @@ TEST(PolicyTest, MemoryGrowsByTheFactorAtMostTheStepAndAtMostTheCap) {
 }
 
 TEST(PolicyTest, ADeadNodesRankIsReplacedInItsBundleWhichTheGcsPlacesAgain) {
-  DeathDecision d = Decide(Spec(), Death(RankDeath::Kind::kNodeDied));
+  DeathDecision d = Decide(Spec(), Death(rpc::FAULT_NODE_DIED));
   EXPECT_EQ(d.kind, DeathDecision::Kind::kReplace);
   EXPECT_EQ(d.policy.action, Action::kReschedule);
   EXPECT_EQ(d.bundle, 1);
@@ -111,7 +143,7 @@ TEST(PolicyTest, ADeadNodesRankIsReplacedInItsBundleWhichTheGcsPlacesAgain) {
 
 TEST(PolicyTest, RescheduleElsewhereAvoidsTheNodeAndGivesTheBundleBack) {
   DeathDecision d =
-      Decide(Spec({Rule(Action::kReschedule, "exited")}), Death(RankDeath::Kind::kExited, 1));
+      Decide(Spec({Rule(Action::kReschedule, "exited")}), Death(rpc::FAULT_EXIT_CODE, 1));
   EXPECT_EQ(d.kind, DeathDecision::Kind::kReplace);
   EXPECT_EQ(d.avoid_nodes, std::vector<std::string>{"node-a"});
   EXPECT_EQ(d.bundle, -1);
@@ -120,13 +152,12 @@ TEST(PolicyTest, RescheduleElsewhereAvoidsTheNodeAndGivesTheBundleBack) {
 }
 
 TEST(PolicyTest, ExitsSignalsAndHangsRestartInPlaceByDefault) {
-  RankDeath hung = Death(RankDeath::Kind::kKilled);
-  hung.hung = true;
+  RankDeath hung = Death(rpc::FAULT_HANG);
   for (const RankDeath& death :
-       {Death(RankDeath::Kind::kExited, 1), Death(RankDeath::Kind::kSignaled, 9), hung}) {
+       {Death(rpc::FAULT_EXIT_CODE, 1), Death(rpc::FAULT_SIGNAL, 9), hung}) {
     DeathDecision d = Decide(Spec(), death);
-    EXPECT_EQ(d.kind, DeathDecision::Kind::kReplace) << DeathEvent(death);
-    EXPECT_EQ(d.policy.action, Action::kRestart) << DeathEvent(death);
+    EXPECT_EQ(d.kind, DeathDecision::Kind::kReplace) << SpecEvent(death.fault);
+    EXPECT_EQ(d.policy.action, Action::kRestart) << SpecEvent(death.fault);
     EXPECT_EQ(d.bundle, 1);
     EXPECT_EQ(d.memory, 256 * kMi);
     EXPECT_FALSE(d.release_bundle);
@@ -136,35 +167,34 @@ TEST(PolicyTest, ExitsSignalsAndHangsRestartInPlaceByDefault) {
 
 TEST(PolicyTest, ExitCodeRulesMatchExitCodesAndOneHundredTwentyEightPlusTheSignal) {
   JobSpec spec = Spec({Rule(Action::kFailJob, "", {129, 101})});
-  EXPECT_EQ(Decide(spec, Death(RankDeath::Kind::kExited, 101)).kind, DeathDecision::Kind::kFailJob);
-  EXPECT_EQ(Decide(spec, Death(RankDeath::Kind::kSignaled, 1)).kind,
+  EXPECT_EQ(Decide(spec, Death(rpc::FAULT_EXIT_CODE, 101)).kind, DeathDecision::Kind::kFailJob);
+  EXPECT_EQ(Decide(spec, Death(rpc::FAULT_SIGNAL, 1)).kind,
             DeathDecision::Kind::kFailJob);  // SIGHUP: 128 + 1
-  EXPECT_EQ(Decide(spec, Death(RankDeath::Kind::kExited, 129)).kind, DeathDecision::Kind::kFailJob);
-  EXPECT_EQ(Decide(spec, Death(RankDeath::Kind::kExited, 3)).kind, DeathDecision::Kind::kReplace);
-  EXPECT_EQ(Decide(spec, Death(RankDeath::Kind::kSignaled, 9)).kind,
+  EXPECT_EQ(Decide(spec, Death(rpc::FAULT_EXIT_CODE, 129)).kind, DeathDecision::Kind::kFailJob);
+  EXPECT_EQ(Decide(spec, Death(rpc::FAULT_EXIT_CODE, 3)).kind, DeathDecision::Kind::kReplace);
+  EXPECT_EQ(Decide(spec, Death(rpc::FAULT_SIGNAL, 9)).kind,
             DeathDecision::Kind::kReplace);  // 137 is not listed
   // An OOM is not an exit code: its own rule (the default) applies.
-  EXPECT_EQ(Decide(spec, Death(RankDeath::Kind::kOom)).policy.action, Action::kRespawnLarger);
-  EXPECT_EQ(Decide(spec, Death(RankDeath::Kind::kExited, 101)).summary, "policy: failJob");
+  EXPECT_EQ(Decide(spec, Death(rpc::FAULT_OOM)).policy.action, Action::kRespawnLarger);
+  EXPECT_EQ(Decide(spec, Death(rpc::FAULT_EXIT_CODE, 101)).summary, "policy: failJob");
 }
 
 TEST(PolicyTest, TheFirstMatchingRuleWinsAndTheUsersComeBeforeTheDefaults) {
   JobSpec spec = Spec({Rule(Action::kShrink, "oom"), Rule(Action::kFailJob, "oom"),
                        Rule(Action::kFailJob, "hang")});
-  DeathDecision oom = Decide(spec, Death(RankDeath::Kind::kOom));
+  DeathDecision oom = Decide(spec, Death(rpc::FAULT_OOM));
   EXPECT_EQ(oom.kind, DeathDecision::Kind::kShrink);
   EXPECT_EQ(oom.summary, "policy: shrink");
-  RankDeath hung = Death(RankDeath::Kind::kKilled);
-  hung.hung = true;
+  RankDeath hung = Death(rpc::FAULT_HANG);
   EXPECT_EQ(Decide(spec, hung).kind, DeathDecision::Kind::kFailJob);
   // A kill that was not for hanging is not a hang.
-  EXPECT_EQ(Decide(spec, Death(RankDeath::Kind::kKilled)).kind, DeathDecision::Kind::kReplace);
+  EXPECT_EQ(Decide(spec, Death(rpc::FAULT_KILLED)).kind, DeathDecision::Kind::kReplace);
 }
 
 TEST(PolicyTest, TheBudgetAllowsLimitRespawnsPerWindowThenTheJobShrinks) {
   JobSpec spec = Spec();
   RestartBudget budget(2, absl::Seconds(60));
-  RankDeath death = Death(RankDeath::Kind::kExited, 1);
+  RankDeath death = Death(rpc::FAULT_EXIT_CODE, 1);
   EXPECT_EQ(DecideOnDeath(spec, death, &budget, kT0).kind, DeathDecision::Kind::kReplace);
   EXPECT_EQ(DecideOnDeath(spec, death, &budget, kT0 + absl::Seconds(10)).kind,
             DeathDecision::Kind::kReplace);

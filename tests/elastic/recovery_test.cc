@@ -13,7 +13,7 @@ absl::Time At(int64_t ms) { return absl::FromUnixMillis(ms); }
 TEST(RecoveryTest, AFaultResumesAtTheNextStepAndHealsWhenTheWorldIsWholeAgain) {
   RecoveryTimeline t;
   t.StepAgreed(At(900), 4);  // before the fault: nothing open
-  t.Open(fault_kind::kSignal, "rank 1 died", At(1000), At(1010), 4, 4);
+  t.Open(rpc::FAULT_SIGNAL, "rank 1 died", At(1000), At(1010), 4, 4);
   t.StepAgreed(At(1005), 4);  // a step agreed before the detection does not count
   t.StepAgreed(At(1150), 3);
   t.StepAgreed(At(1200), 3);
@@ -32,14 +32,14 @@ TEST(RecoveryTest, AFaultResumesAtTheNextStepAndHealsWhenTheWorldIsWholeAgain) {
 TEST(RecoveryTest, AFaultIsNeverAfterItsDetection) {
   RecoveryTimeline t;
   // The dead rank's node clock runs ahead of the controller's.
-  t.Open(fault_kind::kSignal, "x", At(2000), At(1990), 2, 2);
+  t.Open(rpc::FAULT_SIGNAL, "x", At(2000), At(1990), 2, 2);
   EXPECT_EQ(t.recoveries()[0].fault_ms(), 1990);
 }
 
 TEST(RecoveryTest, CascadingFaultsEachKeepTheirOwnTimeline) {
   RecoveryTimeline t;
-  t.Open(fault_kind::kSignal, "a", At(100), At(110), 4, 4);
-  t.Open(fault_kind::kNodeDied, "b", At(105), At(300), 3, 3);
+  t.Open(rpc::FAULT_SIGNAL, "a", At(100), At(110), 4, 4);
+  t.Open(rpc::FAULT_NODE_DIED, "b", At(105), At(300), 3, 3);
   t.StepAgreed(At(200), 3);  // the first resumes; the second is not detected yet
   t.StepAgreed(At(400), 2);
   t.StepAgreed(At(600), 3);  // the second is whole (3), the first not (4)
@@ -54,10 +54,10 @@ TEST(RecoveryTest, CascadingFaultsEachKeepTheirOwnTimeline) {
 
 TEST(RecoveryTest, AScaleRequestIsWholeAtTheSizeItAskedAndCostsNoFaultTime) {
   RecoveryTimeline t;
-  t.Open(fault_kind::kScale, "scale to 2", At(100), At(100), 3, 2);
-  t.StepAgreed(At(150), 3);         // still 3: resumed, not whole
-  t.Supersede(fault_kind::kScale);  // the first request gives way to a second
-  t.Open(fault_kind::kScale, "scale to 4", At(160), At(160), 3, 4);
+  t.Open(rpc::FAULT_SCALE, "scale to 2", At(100), At(100), 3, 2);
+  t.StepAgreed(At(150), 3);       // still 3: resumed, not whole
+  t.Supersede(rpc::FAULT_SCALE);  // the first request gives way to a second
+  t.Open(rpc::FAULT_SCALE, "scale to 4", At(160), At(160), 3, 4);
   t.StepAgreed(At(200), 2);  // the size the first asked for: it no longer counts
   t.StepAgreed(At(300), 4);
   const auto& r = t.recoveries();
@@ -69,14 +69,14 @@ TEST(RecoveryTest, AScaleRequestIsWholeAtTheSizeItAskedAndCostsNoFaultTime) {
 
 TEST(RecoveryTest, ANewControllerCarriesOnTheOpenOnes) {
   RecoveryTimeline before;
-  before.Open(fault_kind::kOom, "oom", At(100), At(120), 2, 2);
+  before.Open(rpc::FAULT_OOM, "oom", At(100), At(120), 2, 2);
   before.StepAgreed(At(200), 1);
   rpc::ElasticStatus status;
   before.CopyTo(&status);
   RecoveryTimeline after;
   after.Restore(status);
   after.StepAgreed(At(500), 2);
-  int64_t next = after.Open(fault_kind::kHang, "hang", At(600), At(2600), 2, 2);
+  int64_t next = after.Open(rpc::FAULT_HANG, "hang", At(600), At(2600), 2, 2);
   EXPECT_EQ(after.recoveries()[0].full_strength_ms(), 500);
   EXPECT_EQ(next, 2);
   EXPECT_DOUBLE_EQ(after.fault_seconds(), 0.1);
@@ -85,22 +85,10 @@ TEST(RecoveryTest, ANewControllerCarriesOnTheOpenOnes) {
 TEST(RecoveryTest, OnlyTheNewestAreKept) {
   RecoveryTimeline t;
   for (size_t i = 0; i < RecoveryTimeline::kMaxRecoveries + 5; ++i) {
-    t.Open(fault_kind::kSignal, "x", At(i), At(i), 2, 2);
+    t.Open(rpc::FAULT_SIGNAL, "x", At(i), At(i), 2, 2);
   }
   EXPECT_EQ(t.recoveries().size(), RecoveryTimeline::kMaxRecoveries);
   EXPECT_EQ(t.recoveries().front().id(), 6);
-}
-
-TEST(RecoveryTest, DeathCausesMapToFaultKinds) {
-  rpc::DeathCause c;
-  c.set_kind(rpc::DeathCause::SIGNALED);
-  EXPECT_EQ(FaultKindOf(c), "signal");
-  c.set_kind(rpc::DeathCause::OOM_KILLED);
-  EXPECT_EQ(FaultKindOf(c), "oom");
-  c.set_kind(rpc::DeathCause::NODE_DIED);
-  EXPECT_EQ(FaultKindOf(c), "node_died");
-  c.set_kind(rpc::DeathCause::EXITED);
-  EXPECT_EQ(FaultKindOf(c), "exit_code");
 }
 
 }  // namespace
