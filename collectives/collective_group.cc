@@ -111,8 +111,8 @@ constexpr absl::Duration kAbortReasonWait = absl::Milliseconds(250);
 
 class GroupImpl final : public CollectiveGroup {
  public:
-  GroupImpl(GroupOptions options, std::unique_ptr<gcs::GcsClient> gcs)
-      : options_(std::move(options)), gcs_(std::move(gcs)) {
+  GroupImpl(GroupOptions options, std::shared_ptr<RendezvousStore> store)
+      : options_(std::move(options)), store_(std::move(store)) {
     thread_ = std::thread([this] { Loop(); });
   }
 
@@ -291,7 +291,7 @@ class GroupImpl final : public CollectiveGroup {
   // member blocked on it fails at once too, and names the first failure any member recorded
   // (the peer that actually died, rather than a survivor that gave up on it).
   std::string RootCause(const absl::Status& seen) {
-    KvStore store(gcs_.get(), EpochPrefix(current_.epoch));
+    KvStore store(store_.get(), EpochPrefix(current_.epoch));
     std::string mine = std::string(seen.message());
     store
         .Set(absl::StrCat("failed/", current_.rank),
@@ -368,7 +368,7 @@ class GroupImpl final : public CollectiveGroup {
           who, ": this member is already at epoch ", current_.epoch, "; epochs only move forward"));
     }
     // A member may not go back to an epoch older than one the group reached.
-    KvStore group_store(gcs_.get(), options_.name + "/");
+    KvStore group_store(store_.get(), options_.name + "/");
     auto markers = group_store.List("epochs/");
     if (!markers.ok()) return markers.status();
     int64_t newest = 0;
@@ -383,7 +383,7 @@ class GroupImpl final : public CollectiveGroup {
     }
     if (auto s = group_store.Set(absl::StrCat("epochs/", epoch), ""); !s.ok()) return s;
 
-    KvStore store(gcs_.get(), EpochPrefix(epoch), aborted);
+    KvStore store(store_.get(), EpochPrefix(epoch), aborted);
     // Which old rank each member was (NCCL shrinks when the epoch only lost members).
     std::vector<int> kept;
     if (options_.backend == Backend::kNccl) {
@@ -464,7 +464,7 @@ class GroupImpl final : public CollectiveGroup {
     }
     failure_ = absl::OkStatus();
     if (rank == 0 && previous_epoch > 0) {
-      KvStore(gcs_.get(), EpochPrefix(previous_epoch)).DeletePrefix("").IgnoreError();
+      KvStore(store_.get(), EpochPrefix(previous_epoch)).DeletePrefix("").IgnoreError();
     }
     return absl::OkStatus();
   }
@@ -482,7 +482,7 @@ class GroupImpl final : public CollectiveGroup {
                              std::vector<char>* send, std::vector<char>* recv);
 
   const GroupOptions options_;
-  std::unique_ptr<gcs::GcsClient> gcs_;
+  const std::shared_ptr<RendezvousStore> store_;
 
   // Who this member is in the current epoch.
   struct Membership {
@@ -664,7 +664,7 @@ absl::StatusOr<NetworkCheckReport> GroupImpl::NetworkCheckNow(const NetworkCheck
     matmul_ms += absl::ToDoubleMilliseconds(options.matmul_delay);
   }
   CheckRounds rounds = RunCheckRounds(options);
-  KvStore store(gcs_.get(), EpochPrefix(current_.epoch));
+  KvStore store(store_.get(), EpochPrefix(current_.epoch));
   std::string mine = absl::StrFormat("%f,%d,%f,%d,%f", matmul_ms, rounds.ok[1], rounds.ms[1],
                                      rounds.ok[2], rounds.ms[2]);
   if (auto s = store.Set(absl::StrCat("netcheck/", current_.rank), mine); !s.ok()) return s;
@@ -690,13 +690,17 @@ absl::StatusOr<std::unique_ptr<CollectiveGroup>> CollectiveGroup::Create(
   if (sigaction(SIGPIPE, nullptr, &pipe_action) == 0 && pipe_action.sa_handler == SIG_DFL) {
     signal(SIGPIPE, SIG_IGN);
   }
-  auto cluster = rpc::FindCluster(options.gcs_address, options.token);
-  if (!cluster.ok()) return cluster.status();
-  auto gcs = gcs::GcsClient::Connect({cluster->address, cluster->token});
-  if (!gcs.ok()) return gcs.status();
   GroupOptions resolved = options;
-  resolved.token = cluster->token;  // members prove it to each other on every connection
-  return std::unique_ptr<CollectiveGroup>(new GroupImpl(std::move(resolved), std::move(*gcs)));
+  std::shared_ptr<RendezvousStore> store = options.rendezvous;
+  if (store == nullptr) {
+    auto cluster = rpc::FindCluster(options.gcs_address, options.token);
+    if (!cluster.ok()) return cluster.status();
+    auto gcs = gcs::GcsClient::Connect({cluster->address, cluster->token});
+    if (!gcs.ok()) return gcs.status();
+    store = std::make_shared<GcsRendezvous>(std::move(*gcs));
+    resolved.token = cluster->token;  // members prove it to each other on every connection
+  }
+  return std::unique_ptr<CollectiveGroup>(new GroupImpl(std::move(resolved), std::move(store)));
 }
 
 }  // namespace phalanx::collective

@@ -39,6 +39,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -60,12 +61,34 @@ bool NcclBuilt();
 // Number of CUDA devices usable by NCCL here (0 without a GPU or without NCCL).
 int NcclDeviceCount();
 
+// Where a group's members meet: a key-value store every member reaches, which the group uses
+// only to form its epochs (addresses, the world's ranks, network-check reports), never on
+// the path of an op. The GCS's KV is one (what Create uses when GroupOptions::rendezvous is
+// unset); a caller may give its own: a launcher's store, a file system the hosts share, a
+// test's map. Keys are the group's own (name/epoch/...). Thread-safe.
+class RendezvousStore {
+ public:
+  virtual ~RendezvousStore() = default;
+  // Sets `key`, overwriting it.
+  virtual absl::Status Put(const std::string& key, const std::string& value) = 0;
+  // nullopt when `key` is absent.
+  virtual absl::StatusOr<std::optional<std::string>> Get(const std::string& key) = 0;
+  // Every key that starts with `prefix`, with its value.
+  virtual absl::StatusOr<std::vector<std::pair<std::string, std::string>>> List(
+      const std::string& prefix) = 0;
+  virtual absl::Status DeletePrefix(const std::string& prefix) = 0;
+};
+
 struct GroupOptions {
   std::string name;  // the group's name: rendezvous keys live under it
   Backend backend = Backend::kGloo;
-  // The GCS used for rendezvous: "" reads $PHALANX_ADDRESS / $PHALANX_TOKEN, then the latest
-  // session on this machine.
+  // Where the members meet. Null: the GCS's KV, at `gcs_address` ("" reads $PHALANX_ADDRESS
+  // / $PHALANX_TOKEN, then the latest session on this machine).
+  std::shared_ptr<RendezvousStore> rendezvous;
   std::string gcs_address;
+  // The secret members prove to each other on every connection: the cluster's token with
+  // the GCS's rendezvous (found with its address when empty); with a store of the caller's,
+  // the caller's (empty: connections prove nothing).
   std::string token;
   // The address (IPv4) peers on other machines reach this member at: its TCP streams listen
   // there.

@@ -8,10 +8,13 @@
 
 #include <algorithm>
 #include <csignal>
+#include <map>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "base/files.h"
 #include "base/sha256.h"
 #include "client/gcs_client.h"
@@ -75,6 +78,100 @@ class CollectiveTest : public ::testing::Test {
   int timeout_ms_ = 10000;  // the ranks' group timeout
   std::map<std::string, std::string> logs_;
 };
+
+// A caller's own rendezvous store: a map (what a launcher's store or a shared file system
+// would be to a group).
+class MapStore final : public RendezvousStore {
+ public:
+  absl::Status Put(const std::string& key, const std::string& value) override {
+    absl::MutexLock lock(&mu_);
+    map_[key] = value;
+    ++puts_;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::optional<std::string>> Get(const std::string& key) override {
+    absl::MutexLock lock(&mu_);
+    auto it = map_.find(key);
+    if (it == map_.end()) return std::optional<std::string>();
+    return std::optional<std::string>(it->second);
+  }
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> List(
+      const std::string& prefix) override {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::pair<std::string, std::string>> out;
+    for (auto it = map_.lower_bound(prefix); it != map_.end() && it->first.rfind(prefix, 0) == 0;
+         ++it) {
+      out.emplace_back(it->first, it->second);
+    }
+    return out;
+  }
+  absl::Status DeletePrefix(const std::string& prefix) override {
+    absl::MutexLock lock(&mu_);
+    for (auto it = map_.lower_bound(prefix); it != map_.end() && it->first.rfind(prefix, 0) == 0;) {
+      it = map_.erase(it);
+    }
+    return absl::OkStatus();
+  }
+  int puts() {
+    absl::MutexLock lock(&mu_);
+    return puts_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, std::string> map_ ABSL_GUARDED_BY(mu_);
+  int puts_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The group is a transport: given a store of the caller's, it forms its epochs there and
+// needs no GCS (the address it is given leads nowhere), and it reconfigures as over the GCS.
+TEST(RendezvousTest, AGroupFormsOverACallersStoreWithNoGcsAndReconfigures) {
+  auto store = std::make_shared<MapStore>();
+  const std::string name = absl::StrCat("callers-store-", getpid());
+  constexpr int kWorld = 3;
+  std::vector<absl::Status> first(kWorld), second(kWorld);
+  std::vector<float> sums(kWorld), sums_after(kWorld);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kWorld; ++r) {
+    ranks.emplace_back([&, r] {
+      GroupOptions options;
+      options.name = name;
+      options.rendezvous = store;
+      options.gcs_address = "127.0.0.1:1";  // never dialled
+      options.token = "the caller's secret";
+      options.timeout = absl::Seconds(60);
+      auto group = CollectiveGroup::Create(options);
+      if (!group.ok()) {
+        first[r] = group.status();
+        return;
+      }
+      first[r] = (*group)->Reconfigure(1, r, kWorld);
+      if (!first[r].ok()) return;
+      std::vector<float> data(1024, static_cast<float>(r + 1));
+      first[r] = (*group)
+                     ->AllreduceAsync(data.data(), data.size(), DType::kFloat32, ReduceOp::kSum)
+                     .Wait();
+      sums[r] = data[1023];
+      if (r == kWorld - 1) return;  // the last rank leaves; the others go on as two
+      second[r] = (*group)->Reconfigure(2, r, kWorld - 1);
+      if (!second[r].ok()) return;
+      second[r] = (*group)->AllreduceAsync(data.data(), 1, DType::kFloat32, ReduceOp::kSum).Wait();
+      sums_after[r] = data[0];
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(first[r].ok()) << "rank " << r << ": " << first[r];
+    EXPECT_EQ(sums[r], 6.0f) << "rank " << r;
+  }
+  for (int r = 0; r + 1 < kWorld; ++r) {
+    ASSERT_TRUE(second[r].ok()) << "rank " << r << ": " << second[r];
+    EXPECT_EQ(sums_after[r], 12.0f) << "rank " << r;  // 6 + 6
+  }
+  EXPECT_GT(store->puts(), 0);
+  auto keys = store->List(name);
+  ASSERT_TRUE(keys.ok());
+}
 
 // A Work that no collective returned is an error to wait on, not a silent success.
 TEST(WorkTest, AWorkNoCollectiveMadeFailsLoudly) {
@@ -239,7 +336,8 @@ TEST_F(CollectiveTest, AbortEndsAReconfigureWaitingForAConnectionFromAMemberThat
   // Rank 1's keys, as a member publishes them before it connects.
   auto gcs = gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
   ASSERT_TRUE(gcs.ok()) << gcs.status();
-  KvStore epoch(gcs->get(), "abort-connecting/e1/");
+  GcsRendezvous rendezvous(std::move(*gcs));
+  KvStore epoch(&rendezvous, "abort-connecting/e1/");
   ASSERT_TRUE(epoch.Set("machine/1", "gone-host").ok());
   ASSERT_TRUE(epoch.Set("p2p/1", "127.0.0.1:9").ok());
   absl::Status formed;
@@ -265,7 +363,8 @@ TEST_F(CollectiveTest, StrangersOnAMeshPortAreRefusedAndTheMeshFormsWithTheMembe
   std::signal(SIGPIPE, SIG_IGN);  // as CollectiveGroup::Create does
   auto gcs = gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
   ASSERT_TRUE(gcs.ok()) << gcs.status();
-  KvStore store(gcs->get(), "strangers/");
+  GcsRendezvous rendezvous(std::move(*gcs));
+  KvStore store(&rendezvous, "strangers/");
   AbortSignal abort0, abort1;
   absl::StatusOr<std::unique_ptr<TcpMesh>> mesh0;
   std::thread endpoint0([&] {
@@ -326,7 +425,8 @@ ConnectOptions MemberOnLoopback(int rank, int world, absl::Duration timeout, std
 TEST_F(CollectiveTest, AGlooMemberThatCannotProveTheTokenIsRefused) {
   auto gcs = gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
   ASSERT_TRUE(gcs.ok()) << gcs.status();
-  KvStore store(gcs->get(), "gloo-proof/");
+  GcsRendezvous rendezvous(std::move(*gcs));
+  KvStore store(&rendezvous, "gloo-proof/");
   absl::StatusOr<std::unique_ptr<CommBackend>> formed[2];
   absl::Time t0 = absl::Now();
   std::thread members[2];
@@ -359,7 +459,8 @@ TEST_F(CollectiveTest, AGlooMemberThatCannotProveTheTokenIsRefused) {
 TEST_F(CollectiveTest, AStrangerOnAGlooPortCostsOneTryAndTheMeshForms) {
   auto gcs = gcs::GcsClient::Connect({gcs_->address(), gcs_->token()});
   ASSERT_TRUE(gcs.ok()) << gcs.status();
-  KvStore store(gcs->get(), "gloo-stranger/");
+  GcsRendezvous rendezvous(std::move(*gcs));
+  KvStore store(&rendezvous, "gloo-stranger/");
   absl::StatusOr<std::unique_ptr<CommBackend>> formed[3];
   std::thread members[3];
   auto start = [&](int r) {
@@ -371,7 +472,7 @@ TEST_F(CollectiveTest, AStrangerOnAGlooPortCostsOneTryAndTheMeshForms) {
   start(0);
   start(1);
   // Say member 2 is here, so that 0 and 1 open their pairs and publish them.
-  KvStore first_try(gcs->get(), "gloo-stranger/gloo/a0/");
+  KvStore first_try(&rendezvous, "gloo-stranger/gloo/a0/");
   ASSERT_TRUE(first_try.Set("here/2", "").ok());
   std::vector<int> strangers;
   for (int r = 0; r < 2; ++r) {
