@@ -19,6 +19,7 @@ import cloudpickle
 
 from phalanx import _native
 
+from . import _command
 from . import _objects
 from . import _serialization as ser
 from ._context import RuntimeContext, note_child
@@ -75,6 +76,8 @@ def _start_local_cluster(num_cpus=None, num_gpus=None, resources=None, store=Non
     env = dict(os.environ, PHALANX_TMPDIR=tmp)
     env.pop("PHALANX_ADDRESS", None)
     env.pop("PHALANX_TOKEN", None)
+    # An installed package's nodes run their Python workers with this interpreter and package.
+    env.update(_command.worker_env())
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -21,7 +21,7 @@ PROGRAM = textwrap.dedent("""
     import os, signal, sys
     import phalanx as ray
 
-    ray.init(address="auto")
+    ray.init(address=sys.argv[1] if len(sys.argv) > 1 else None)
 
     @ray.remote
     def where():
@@ -118,18 +118,23 @@ def test_a_pip_installed_wheel_runs_a_cluster_and_a_program_on_its_own(venv, tmp
         assert started.returncode == 0, started.stdout + started.stderr
         program = tmp_path / "prog.py"
         program.write_text(PROGRAM)
-        run = subprocess.run([str(venv / "bin" / "python"), str(program)], env=env,
-                             cwd=tmp_path, capture_output=True, text=True,
-                             timeout=RUN_TIMEOUT_S)
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-        lines = {line.split()[0]: line.split()[1:] for line in run.stdout.splitlines()
-                 if line.split()}
-        # The task ran in the environment's interpreter, with the wheel's package.
-        assert lines["WHERE"][0].startswith(str(venv)), run.stdout
-        assert lines["WHERE"][1] == os.path.join(package, "__init__.py"), run.stdout
-        assert lines["COUNT"] == ["3"], run.stdout
-        # Restarted after SIGKILL in a new process, with a fresh state (no checkpoint).
-        assert lines["AFTER"] == ["1", "True"], run.stdout
+        # On the cluster the wheel's command started; then with none on the machine (another
+        # session root), on the local cluster init() starts for the program.
+        lonely = tmp_path / "no-cluster"
+        lonely.mkdir()
+        for args, run_env in ((["auto"], env), ([], _clean_env(PHALANX_TMPDIR=str(lonely)))):
+            run = subprocess.run([str(venv / "bin" / "python"), str(program), *args],
+                                 env=run_env, cwd=tmp_path, capture_output=True, text=True,
+                                 timeout=RUN_TIMEOUT_S)
+            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+            lines = {line.split()[0]: line.split()[1:] for line in run.stdout.splitlines()
+                     if line.split()}
+            # The task ran in the environment's interpreter, with the wheel's package.
+            assert lines["WHERE"][0].startswith(str(venv)), run.stdout
+            assert lines["WHERE"][1] == os.path.join(package, "__init__.py"), run.stdout
+            assert lines["COUNT"] == ["3"], run.stdout
+            # Restarted after SIGKILL in a new process, with a fresh state (no checkpoint).
+            assert lines["AFTER"] == ["1", "True"], run.stdout
     finally:
         pids = _cluster_pids(str(sessions))
         subprocess.run([command, "stop", "--grace", "3"], env=env, capture_output=True,
