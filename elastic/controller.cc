@@ -161,7 +161,13 @@ void Controller::Main() {
   }
   auto subscription = gcs_->Subscribe({rpc::RESOURCES, rpc::ACTOR},
                                       [this](const rpc::PubMessage& m) { OnMessage(m); });
+  // Scale and stop requests arrive as they are written (the writer's poll is the fallback).
+  auto requests =
+      gcs_->SubscribeKeys({rpc::KV}, recorder_.RequestKeys(), [this](const rpc::PubMessage& m) {
+        if (m.has_kv()) recorder_.OnRequest(m.kv());
+      });
   Train();
+  requests.reset();
   subscription.reset();
   // The ranks and their reservation go with the job.
   for (auto& m : members_) Kill(m.handle).IgnoreError();

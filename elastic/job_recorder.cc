@@ -1,5 +1,6 @@
 #include "elastic/job_recorder.h"
 
+#include "absl/strings/str_cat.h"
 #include "base/logging.h"
 #include "base/system.h"
 
@@ -115,17 +116,34 @@ bool JobRecorder::RequestWaiting() {
   return stop_asked_ || !new_scale_request_.empty();
 }
 
+std::vector<std::string> JobRecorder::RequestKeys() const {
+  // As the GCS publishes a KV write: "<namespace>/<key>".
+  return {absl::StrCat(keys::kNamespace, "/", keys::Scale(job_id_)),
+          absl::StrCat(keys::kNamespace, "/", keys::Stop(job_id_))};
+}
+
+void JobRecorder::OnRequest(const rpc::KvEntry& entry) {
+  if (entry.namespace_() != keys::kNamespace || entry.deleted()) return;
+  absl::MutexLock lock(&mu_);
+  if (entry.key() == keys::Scale(job_id_)) TakeRequestValues(entry.value(), false);
+  if (entry.key() == keys::Stop(job_id_)) TakeRequestValues(std::nullopt, true);
+}
+
+void JobRecorder::TakeRequestValues(const std::optional<std::string>& scale, bool stop) {
+  if (scale.has_value() && *scale != last_scale_request_) {
+    last_scale_request_ = *scale;
+    new_scale_request_ = *scale;
+  }
+  if (stop) stop_asked_ = true;
+}
+
 // Reads the requests the job kind wrote (elastic/job_keys.h); the controller takes
 // them at its next step boundary.
 void JobRecorder::PollRequests() {
   auto scale = gcs_->KvGet(keys::kNamespace, keys::Scale(job_id_));
   auto stop = gcs_->KvGet(keys::kNamespace, keys::Stop(job_id_));
   absl::MutexLock lock(&mu_);
-  if (scale.ok() && scale->has_value() && **scale != last_scale_request_) {
-    last_scale_request_ = **scale;
-    new_scale_request_ = **scale;
-  }
-  if (stop.ok() && stop->has_value()) stop_asked_ = true;
+  TakeRequestValues(scale.ok() ? *scale : std::nullopt, stop.ok() && stop->has_value());
 }
 
 void JobRecorder::WriterLoop() {

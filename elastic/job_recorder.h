@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -45,6 +46,13 @@ class JobRecorder {
   // newer one (a rank's dying gasp).
   void RecordCheckpoint(const keys::CheckpointPointer& pointer);
 
+  // The keys whose writes are requests (the job kind's scale and stop keys): the controller
+  // subscribes to them (channel KV), so that a request arrives as it is written; the writer
+  // also reads them each period, which finds one written while no controller was there.
+  std::vector<std::string> RequestKeys() const;
+  // A request key written (a KV message of the subscription).
+  void OnRequest(const rpc::KvEntry& entry);
+
   // A scale request made since the last call ("" when none), and whether a stop was asked.
   std::string TakeScaleRequest();
   bool StopAsked();
@@ -54,6 +62,9 @@ class JobRecorder {
  private:
   void WriterLoop();
   void PollRequests();
+  // A scale request's value, or a stop's presence, as read (either way).
+  void TakeRequestValues(const std::optional<std::string>& scale, bool stop)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string job_id_;
   const absl::Duration period_;
