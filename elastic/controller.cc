@@ -397,6 +397,8 @@ void Controller::KillStrays(const std::set<std::string>& keep) {
 
 void Controller::Train() {
   if (!Begin()) return;
+  // Ranks starting, or adopted ones (which form an epoch first).
+  phase_ = members_.empty() ? JobPhase::kStarting : JobPhase::kForming;
   run_start_ = absl::Now();
   run_start_step_ = 0;
   need_epoch_ = true;
@@ -413,6 +415,22 @@ void Controller::Train() {
     if (turn == Turn::kEnd) break;
   }
   Finish();
+}
+
+void Controller::Apply(const LoopEvent& event) {
+  Transition t = Next(spec_, phase_, event);
+  const JobPhase before = phase_;
+  phase_ = t.next;
+  if (t.next != before) {
+    spdlog::info("job {}: {} --{}--> {}", job_id_, JobPhaseName(before), LoopEventName(event.kind),
+                 JobPhaseName(t.next));
+  }
+  if (!t.event_kind.empty()) Event(t.event_kind, t.event_message);
+  if (!t.condition_type.empty()) {
+    Condition(t.condition_type, t.condition_reason, t.condition_message);
+  }
+  // Only the transition into Failed says why (a final phase's own transitions say nothing).
+  if (t.next == JobPhase::kFailed && before != JobPhase::kFailed) Fail(t.failure);
 }
 
 bool Controller::Begin() {
@@ -458,7 +476,7 @@ Controller::Turn Controller::TakeSignals() {
     }
   }
   if (stop_requested_ || recorder_.StopAsked()) {
-    Condition("Failed", "Stopped", "stopped on request");
+    Apply(LoopEvent(LoopEvent::Kind::kStopRequested));
     recorder_.SetState(rpc::JOB_STOPPED, "stopped on request", 1);
     return Turn::kStop;
   }
@@ -483,10 +501,9 @@ Controller::Turn Controller::StartFromNothing() {
     return Turn::kNextTurn;  // replacements are coming
   }
   if (ReadyJoiners() < spec_.min_replicas) {
-    Fail(absl::StrCat("fewer than minReplicas (", spec_.min_replicas,
-                      ") ranks could be started: ", ReadyJoiners(), " ready after ",
-                      absl::StrFormat("%.1f", absl::ToDoubleSeconds(absl::Now() - waited_from)),
-                      " s (failPolicy.belowMinTimeoutSeconds: ", spec_.below_min_timeout_s, ")"));
+    LoopEvent e(LoopEvent::Kind::kRanksShort, ReadyJoiners());
+    e.waited_s = absl::ToDoubleSeconds(absl::Now() - waited_from);
+    Apply(e);
     return Turn::kEnd;
   }
   for (auto it = joining_.begin();
@@ -502,6 +519,7 @@ Controller::Turn Controller::StartFromNothing() {
   // If rank 0 dies loading it, the epoch below fails without it and the next rank 0 loads.
   RestartFromCheckpoint(had_members_ ? "every rank was lost" : "");
   need_epoch_ = true;
+  Apply(LoopEvent(LoopEvent::Kind::kRanksUp, static_cast<int>(members_.size())));
   return Turn::kOn;
 }
 
@@ -518,14 +536,13 @@ Controller::Turn Controller::KeepMinReplicas() {
     std::iota(all.begin(), all.end(), 0);
     RemoveDead(all, /*only_confirmed=*/true);
     need_epoch_ = true;
+    Apply(LoopEvent(LoopEvent::Kind::kEpochFailed, static_cast<int>(members_.size())));
   }
   if (static_cast<int>(members_.size()) < spec_.min_replicas) {
     absl::Time now = absl::Now();
     if (below_min_since_ == absl::InfiniteFuture()) {
       below_min_since_ = now;
-      Condition("Restarting", "BelowMinReplicas",
-                absl::StrCat(members_.size(), " ranks < minReplicas ", spec_.min_replicas,
-                             ": waiting for replacements"));
+      Apply(LoopEvent(LoopEvent::Kind::kBelowMin, static_cast<int>(members_.size())));
     }
     absl::Time deadline = below_min_since_ + absl::Seconds(spec_.below_min_timeout_s);
     WaitForJoiners(spec_.min_replicas, deadline - now);
@@ -534,13 +551,13 @@ Controller::Turn Controller::KeepMinReplicas() {
       // The timer runs from when the job went below, not from this wait: a replacement that
       // failed to start ends a wait early, and the next one (its policy's) is still coming.
       if (absl::Now() < deadline && !failed_) return Turn::kNextTurn;
-      Fail(absl::StrCat(
-          "below minReplicas (", members_.size(), " < ", spec_.min_replicas, ") for ",
-          absl::StrFormat("%.1f", absl::ToDoubleSeconds(absl::Now() - below_min_since_)),
-          " s (failPolicy.belowMinTimeoutSeconds: ", spec_.below_min_timeout_s, ")"));
+      LoopEvent e(LoopEvent::Kind::kBelowMinTimedOut, static_cast<int>(members_.size()));
+      e.waited_s = absl::ToDoubleSeconds(absl::Now() - below_min_since_);
+      Apply(e);
       return Turn::kEnd;
     }
     need_epoch_ = false;
+    Apply(LoopEvent(LoopEvent::Kind::kBackToMin, static_cast<int>(members_.size())));
   }
   below_min_since_ = absl::InfiniteFuture();
   return Turn::kOn;
@@ -555,11 +572,10 @@ Controller::Turn Controller::EnsureEpoch() {
       RemoveDead(all, /*only_confirmed=*/true);
       // Every member alive, and still no epoch: some may not reach the others.
       if (members_.size() == alive && LeaveOutTheCutOff()) return Turn::kNextTurn;
-      if (++consecutive_failures_ > 5) {
-        Fail(absl::StrCat(
-            "the group could not be formed five times in a row",
-            last_phase_timeout_.empty() ? "" : "; the last time: ", last_phase_timeout_));
-      }
+      LoopEvent e(LoopEvent::Kind::kEpochFailed, static_cast<int>(members_.size()));
+      e.failures_in_a_row = ++consecutive_failures_;
+      e.error = last_phase_timeout_;
+      Apply(e);
       return Turn::kNextTurn;
     }
     need_epoch_ = false;
@@ -571,12 +587,13 @@ Controller::Turn Controller::StepOnce() {
   had_members_ = true;
   if (!running_) {
     running_ = true;
-    Condition("Running", "Training", absl::StrCat("world size ", members_.size()));
     run_start_ = absl::Now();
     run_start_step_ = agreed_;
   }
-  if (spec_.TotalSteps() > 0 && agreed_ >= spec_.TotalSteps()) return Turn::kEnd;
-  if (trainer_done_) return Turn::kEnd;
+  if ((spec_.TotalSteps() > 0 && agreed_ >= spec_.TotalSteps()) || trainer_done_) {
+    Apply(LoopEvent(LoopEvent::Kind::kDone, static_cast<int>(members_.size())));
+    return Turn::kEnd;
+  }
   std::vector<size_t> lost;
   std::string error;
   std::vector<Metrics> results;
@@ -598,6 +615,10 @@ Controller::Turn Controller::StepOnce() {
     }
     double elapsed = absl::ToDoubleSeconds(absl::Now() - run_start_);
     if (elapsed > 0) steps_per_second_ = static_cast<double>(agreed_ - run_start_step_) / elapsed;
+    LoopEvent e(LoopEvent::Kind::kStepAgreed, static_cast<int>(members_.size()));
+    e.step = agreed_;
+    e.ran_before = before > 0;
+    Apply(e);
     CheckpointIfDue();
     if (agreed_ / 10 != before / 10 || agreed_ == spec_.TotalSteps()) PublishStatus();
     return Turn::kNextTurn;
@@ -607,28 +628,21 @@ Controller::Turn Controller::StepOnce() {
   step_failed_ = std::min(step_failed_, absl::Now());
   size_t before = members_.size();
   RemoveDead(lost, /*only_confirmed=*/false);
-  if (members_.size() == before && LeaveOutTheCutOff()) {
-    // Nobody died: the step failed because some members cannot reach others. The largest
-    // set that reaches each other goes on; the others wait to rejoin.
-    Condition("Restarting", "Partitioned",
-              absl::StrCat("step ", agreed_, " failed; world size now ", members_.size(), " (",
-                           cut_off_.size(), " cut off)"));
-    need_epoch_ = true;
-    return Turn::kNextTurn;
-  }
-  if (members_.size() == before && ++consecutive_failures_ >= 3) {
-    // Nobody died, yet the step keeps failing: a bug, not a fault to heal.
-    Fail(absl::StrCat("step ", agreed_, " failed three times without a rank dying: ", error));
-    return Turn::kEnd;
-  }
-  if (members_.size() == before) {
-    // Nobody died: say what failed (the first line of the error).
-    Event("step_failed", absl::StrCat("step ", agreed_, ": ", error.substr(0, error.find('\n'))));
-  }
-  Condition("Restarting", members_.size() < before ? "RankLost" : "StepFailed",
-            absl::StrCat("step ", agreed_, " failed; world size now ", members_.size()));
+  // Nobody died: the step may have failed because some members cannot reach others. The
+  // largest set that reaches each other goes on; the others wait to rejoin.
+  const bool partitioned = members_.size() == before && LeaveOutTheCutOff();
+  const int lost_ranks = static_cast<int>(before - members_.size());
+  // Nobody died and nobody is cut off, yet the step failed: counted (a bug fails the job).
+  if (lost_ranks == 0 && !partitioned) ++consecutive_failures_;
+  LoopEvent e(LoopEvent::Kind::kStepFailed, static_cast<int>(members_.size()));
+  e.step = agreed_;
+  e.lost = lost_ranks;
+  e.cut_off = partitioned ? static_cast<int>(cut_off_.size()) : 0;
+  e.failures_in_a_row = consecutive_failures_;
+  e.error = error;
+  Apply(e);
   need_epoch_ = true;
-  return Turn::kNextTurn;
+  return failed_ ? Turn::kEnd : Turn::kNextTurn;
 }
 
 // The job's end: failed, or succeeded with rank 0's results.

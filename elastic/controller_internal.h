@@ -32,6 +32,7 @@
 #include "base/ids.h"
 #include "elastic/job_recorder.h"
 #include "elastic/job_spec.h"
+#include "elastic/lifecycle.h"
 #include "elastic/policy.h"
 #include "elastic/recovery.h"
 #include "elastic/trainer_protocol.h"
@@ -180,6 +181,9 @@ class Controller {
     failed_ = true;
     failure_ = message;
   }
+  // Moves the training loop's state machine (lifecycle.h) with `event` and carries out the
+  // transition: its condition, its event, its failure.
+  void Apply(const LoopEvent& event);
   // The name of the job's placement group and of its ranks' collective group.
   std::string GroupName() const { return absl::StrCat("elastic-", job_id_); }
 
@@ -545,6 +549,7 @@ class Controller {
   std::string last_phase_timeout_;  // the last phase_timeout event, for a failure's message
   bool had_members_ = false;
   bool running_ = false;
+  JobPhase phase_ = JobPhase::kStarting;  // the training loop's state (lifecycle.h)
   bool failed_ = false;
   bool stop_requested_ = false;
   std::string failure_;

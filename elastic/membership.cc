@@ -488,7 +488,9 @@ void Controller::HandleDeath(const Member& m, const rpc::ActorInfo& info, int wo
                         : hung_.count(m.actor_id) > 0    ? rpc::FAULT_HANG
                                                          : FaultOf(cause);
   if (cause.kind() == rpc::DeathCause::CREATION_FAILED) {
-    Fail(absl::StrCat("a rank could not be created: ", rpc::DescribeCause(cause)));
+    LoopEvent e(LoopEvent::Kind::kDeathFailsJob);
+    e.error = absl::StrCat("a rank could not be created: ", rpc::DescribeCause(cause));
+    Apply(e);
     return;
   }
   DeathDecision d = DecideOnDeath(spec_, ToRankDeath(m, cause), &budget_, absl::Now());
@@ -506,9 +508,12 @@ void Controller::HandleDeath(const Member& m, const rpc::ActorInfo& info, int wo
     OpenRecovery(m.actor_id, kind, what, fault, world_before);
   }
   switch (d.kind) {
-    case DeathDecision::Kind::kFailJob:
-      Fail(absl::StrCat("policy failJob: ", what));
+    case DeathDecision::Kind::kFailJob: {
+      LoopEvent e(LoopEvent::Kind::kDeathFailsJob);
+      e.error = absl::StrCat("policy failJob: ", what);
+      Apply(e);
       return;
+    }
     case DeathDecision::Kind::kShrink:
       // Below minReplicas too: the resources the dead rank freed must not bring it back by
       // way of a scale out (that would be the respawn its budget refused). A new node lifts
