@@ -379,6 +379,15 @@ class Controller {
   enum class Change { kNone, kFormed, kFailed };
 
   Change Boundary();
+  // Boundary's parts. The joiners whose setup is done, taken out of joining_.
+  std::vector<Member> TakeReady();
+  // Ranks on nodes the job may no longer use leave, once a rank that holds the state stays.
+  void RetireDisplaced(std::vector<std::string>* changes);
+  // Ready joiners join up to the target (a straggler's replacement takes its place); the
+  // rest stay warm in joining_.
+  void Admit(std::vector<Member> ready, std::vector<std::string>* changes);
+  // Ranks named by a scale request, then the highest, leave down to the target.
+  void ScaleIn(std::vector<std::string>* changes);
 
   // Grows toward the target when some node has room for a rank (after a debounce since the
   // last resource event), keeping the new ranks warm until they join.

@@ -643,7 +643,27 @@ Controller::Change Controller::Boundary() {
   TakeRequests();
   ExpireJoiners();
   DropFailedJoiners();
-  // Joiners: ready ones join (up to the target).
+  std::vector<Member> ready = TakeReady();
+  RejoinHealed(&ready);
+  std::vector<std::string> changes;
+  RetireDisplaced(&changes);
+  Admit(std::move(ready), &changes);
+  ScaleIn(&changes);
+  MaybeGrow();
+  if (changes.empty()) return Change::kNone;
+  bool ok = !members_.empty() && FormEpoch(absl::StrJoin(changes, ", "));
+  // Retired ranks finished their last step with the others; now they go.
+  for (auto& m : retiring_) {
+    Kill(m.handle).IgnoreError();
+    Event("scaled_in",
+          absl::StrCat("rank ", ShortId(m.actor_id), " on node ", ShortId(m.node_id), " left"));
+  }
+  retiring_.clear();
+  if (members_.empty()) return Change::kNone;
+  return ok ? Change::kFormed : Change::kFailed;
+}
+
+std::vector<Member> Controller::TakeReady() {
   std::vector<Member> ready;
   for (auto it = joining_.begin(); it != joining_.end();) {
     if (!it->setup.Ready()) {
@@ -653,8 +673,10 @@ Controller::Change Controller::Boundary() {
     ready.push_back(std::move(*it));
     it = joining_.erase(it);
   }
-  RejoinHealed(&ready);
-  std::vector<std::string> changes;
+  return ready;
+}
+
+void Controller::RetireDisplaced(std::vector<std::string>* changes) {
   // Ranks on nodes the job may no longer use leave once a rank that holds the state stays
   // (one that is neither displaced nor named to leave now). Named ranks' indices follow.
   auto named = [&](int r) {
@@ -668,7 +690,7 @@ Controller::Change Controller::Boundary() {
     if (!displaced_.count(members_[r].actor_id)) continue;
     displaced_.erase(members_[r].actor_id);
     retiring_.push_back(members_[r]);
-    changes.push_back(absl::StrCat("-rank ", r, " (its node is not one the job may use)"));
+    changes->push_back(absl::StrCat("-rank ", r, " (its node is not one the job may use)"));
     members_.erase(members_.begin() + static_cast<std::ptrdiff_t>(r));
     std::vector<int> shifted;
     for (int k : scale_in_ranks_) {
@@ -676,13 +698,16 @@ Controller::Change Controller::Boundary() {
     }
     scale_in_ranks_ = std::move(shifted);
   }
+}
+
+void Controller::Admit(std::vector<Member> ready, std::vector<std::string>* changes) {
   // Stragglers leave when their replacement is ready.
   for (auto& r : ready) {
     if (r.replaces.empty()) continue;
     auto gone = std::find_if(members_.begin(), members_.end(),
                              [&](const Member& m) { return m.actor_id == r.replaces; });
     if (gone != members_.end()) {
-      changes.push_back(absl::StrCat("rank on ", ShortId(gone->node_id), " replaced"));
+      changes->push_back(absl::StrCat("rank on ", ShortId(gone->node_id), " replaced"));
       retiring_.push_back(*gone);
       members_.erase(gone);
     }
@@ -693,10 +718,13 @@ Controller::Change Controller::Boundary() {
       joining_.push_back(std::move(r));  // not needed now; keep it warm
       continue;
     }
-    changes.push_back(absl::StrCat("+", ShortId(r.actor_id), " (", r.why, ")"));
+    changes->push_back(absl::StrCat("+", ShortId(r.actor_id), " (", r.why, ")"));
     members_.push_back(std::move(r));
     --room;
   }
+}
+
+void Controller::ScaleIn(std::vector<std::string>* changes) {
   // Scale in, gracefully: the leaving ranks finished the last step with the others; they
   // leave the group here and their actors go after the new epoch formed. Named ranks first,
   // then the highest.
@@ -709,27 +737,15 @@ Controller::Change Controller::Boundary() {
       continue;
     }
     retiring_.push_back(members_[r]);
-    changes.push_back(absl::StrCat("-rank ", r, " (scale in)"));
+    changes->push_back(absl::StrCat("-rank ", r, " (scale in)"));
     members_.erase(members_.begin() + r);
   }
   scale_in_ranks_.clear();
   while (Placed() > target_ && members_.size() > 1) {
     retiring_.push_back(members_.back());
-    changes.push_back(absl::StrCat("-rank ", members_.size() - 1, " (scale in)"));
+    changes->push_back(absl::StrCat("-rank ", members_.size() - 1, " (scale in)"));
     members_.pop_back();
   }
-  MaybeGrow();
-  if (changes.empty()) return Change::kNone;
-  bool ok = !members_.empty() && FormEpoch(absl::StrJoin(changes, ", "));
-  // Retired ranks finished their last step with the others; now they go.
-  for (auto& m : retiring_) {
-    Kill(m.handle).IgnoreError();
-    Event("scaled_in",
-          absl::StrCat("rank ", ShortId(m.actor_id), " on node ", ShortId(m.node_id), " left"));
-  }
-  retiring_.clear();
-  if (members_.empty()) return Change::kNone;
-  return ok ? Change::kFormed : Change::kFailed;
 }
 
 int Controller::Placed() const {
