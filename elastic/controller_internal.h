@@ -1,4 +1,4 @@
-// Internal to actors/elastic: the ElasticController actor's class (controller.h says what it
+// Internal to elastic/: the ElasticController actor's class (controller.h says what it
 // does). Its work is split over three files along its seams:
 //   controller.cc   the lifecycle: start, lease, adoption of a dead controller's ranks, the
 //                   main loop, the end
