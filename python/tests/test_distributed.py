@@ -4,23 +4,18 @@ every pending op at once, naming its reason."""
 
 import os
 import signal
-import socket
 import time
 
 import pytest
 
 import phalanx
 
+from conftest import _free_port
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("phalanx._native_torch")
 
 WORLD = 3
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _inputs(rank, dtype, n=10):

@@ -6,12 +6,13 @@ of it SIGKILLed is restarted. Nothing of the checkout is on the program's path."
 import glob
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from conftest import _free_port
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD_TIMEOUT_S = 600  # the build reuses build/: seconds when it is up to date
@@ -46,12 +47,6 @@ PROGRAM = textwrap.dedent("""
     print("AFTER", ray.get(c.incr.remote()), ray.get(c.pid.remote()) != old)
     ray.shutdown()
 """)
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _clean_env(**extra):
