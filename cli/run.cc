@@ -10,24 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "base/python_env.h"
 #include "cli/commands.h"
 
 namespace phalanx::cli {
 
 int ExecPythonLauncher(const std::vector<std::string>& args) {
-  // $PHALANX_PYTHON: another interpreter; by default the one the native module is built for
-  // (Debian's), which finds the package through the .pth file scripts/setup.sh writes, or the
-  // .deb's dist-packages. $PHALANX_PYTHONPATH (a pip-installed phalanx sets both:
-  // python/phalanx/_command.py) or else the checkout this binary was built from comes first,
-  // so a build tree runs its own Python side.
-  const char* python = std::getenv("PHALANX_PYTHON");
-  std::string interpreter =
-      python != nullptr && *python != '\0' ? python : PHALANX_PYTHON_EXECUTABLE;
-  const char* package = std::getenv("PHALANX_PYTHONPATH");
-  std::string path =
-      package != nullptr && *package != '\0'
-          ? std::string(package)
-          : std::string(PHALANX_SOURCE_DIR) + "/python:" + PHALANX_BUILD_DIR + "/python";
+  // The same Python as the node's workers (base/python_env.h): a build tree runs its own
+  // Python side, and a pip-installed phalanx its own. Without $PHALANX_PYTHON, Debian's
+  // python3 also finds the package through the .pth file scripts/setup.sh writes, or the
+  // .deb's dist-packages.
+  std::string interpreter = PhalanxPython();
+  std::string path = PhalanxPythonPath();
   if (const char* old = std::getenv("PYTHONPATH"); old != nullptr && *old != '\0') {
     path = path + ":" + old;
   }

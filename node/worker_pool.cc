@@ -25,6 +25,7 @@
 #include "base/logging.h"
 #include "base/node_lease.h"
 #include "base/process.h"
+#include "base/python_env.h"
 #include "base/system.h"
 #include "base/worker_env.h"
 
@@ -106,20 +107,6 @@ bool Poolable(const rpc::ActorInfo& actor) {
     if (key != kJobIdEnv && key != kWorkerImportsEnv) return false;
   }
   return true;
-}
-
-// A Python worker's interpreter and the folders that hold its phalanx package: those of the
-// program that started this node where it says (PHALANX_PYTHON and
-// PHALANX_PYTHONPATH: a pip-installed phalanx sets them, python/phalanx/_command.py),
-// else Debian's python3 and this build's package (sources, and the build tree's native module).
-std::string WorkerPython() {
-  const char* set = std::getenv("PHALANX_PYTHON");
-  return set != nullptr && *set != '\0' ? set : "/usr/bin/python3";
-}
-
-std::string WorkerPythonPath() {
-  const char* set = std::getenv("PHALANX_PYTHONPATH");
-  return set != nullptr && *set != '\0' ? set : PHALANX_PYTHON_PATH;
 }
 
 }  // namespace
@@ -287,7 +274,7 @@ absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int atte
   SpawnOptions spawn;
   const std::string& code = actor.code_path();
   if (actor.language() == "python") {
-    spawn.argv = {WorkerPython(), "-m", "phalanx._worker"};
+    spawn.argv = {PhalanxPython(), "-m", "phalanx._worker"};
   } else if (code.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("actor ", actor.class_name(),
@@ -307,7 +294,7 @@ absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int atte
                {kNodeLeaseEnv, options_.node_lease_path}};
   if (actor.language() == "python") {
     // The phalanx package and its native module, ahead of whatever else is on the path.
-    std::string path = WorkerPythonPath();
+    std::string path = PhalanxPythonPath();
     if (const char* old = std::getenv("PYTHONPATH"); old && *old) {
       path = absl::StrCat(path, ":", old);
     }
