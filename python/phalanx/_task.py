@@ -302,7 +302,7 @@ class RemoteFunction:
         # A call's result inside the arguments may be one of this process's tasks, which
         # must not queue behind this one on its worker (it would wait for it in get).
         exclusive = any(p._ref is not None for p in pins)
-        ref = _native.submit_task(self._name, _TASK_WORKER_CLASS, _worker_init_args(),
+        ref = _native.submit_task(self._name, TASK_WORKER_CLASS, _worker_init_args(),
                                    _READY_ARGS, self._native, TASK_METHOD, call, deps,
                                    int(o.get("max_retries", 3)), exclusive)
         note_child(ref)
@@ -313,8 +313,9 @@ class RemoteFunction:
 
 
 _READY_ARGS = ser.dumps_call((), {}, ser.PICKLE)
-_TASK_WORKER_CLASS = f"{TaskWorker.__module__}.TaskWorker"
-assert _TASK_WORKER_CLASS == TASK_WORKER_CLASS, "phalanx._context.TASK_WORKER_CLASS is stale"
+# phalanx._context names this class by its path, as the node reports a hosted actor's class.
+assert f"{TaskWorker.__module__}.TaskWorker" == TASK_WORKER_CLASS, \
+    "phalanx._context.TASK_WORKER_CLASS no longer names phalanx._task.TaskWorker"
 
 
 def remote(*args, **options):
