@@ -13,7 +13,6 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
@@ -89,16 +88,6 @@ const char* ReduceOpName(ReduceOp op) {
       return "avg";
   }
   return "?";
-}
-
-std::string NetworkCheckReport::ToString() const {
-  std::string out = absl::StrFormat("network check, epoch %d, median %.1f ms:", epoch, median_ms);
-  for (const auto& r : ranks) {
-    absl::StrAppendFormat(&out, "\n  rank %d: matmul %.1f ms, exchange %.1f ms%s%s", r.rank,
-                          r.matmul_ms, r.exchange_ms, r.straggler ? "  STRAGGLER" : "",
-                          r.faulty ? "  FAULTY" : "");
-  }
-  return out;
 }
 
 namespace {
@@ -206,7 +195,8 @@ class GroupImpl final : public CollectiveGroup {
     });
   }
 
-  absl::StatusOr<NetworkCheckReport> NetworkCheck(const NetworkCheckOptions& options) override;
+  absl::StatusOr<std::vector<LinkProbe>> ProbeLinks(const std::vector<int>& peers, size_t bytes,
+                                                    absl::Duration timeout) override;
 
   void Abort(const std::string& reason) override {
     aborts_.fetch_add(1);  // an epoch forming now stops waiting for its members
@@ -469,17 +459,11 @@ class GroupImpl final : public CollectiveGroup {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<NetworkCheckReport> NetworkCheckNow(const NetworkCheckOptions& options);
-  // This rank's two timed rounds of a check (index 1 and 2; an unpaired rank's round stays
-  // ok in 0 ms). A failed round fails the epoch (failure_).
-  struct CheckRounds {
-    bool ok[3] = {true, true, true};
-    double ms[3] = {0, 0, 0};
-  };
-  CheckRounds RunCheckRounds(const NetworkCheckOptions& options);
+  std::vector<LinkProbe> ProbeLinksNow(const std::vector<int>& peers, size_t bytes,
+                                       absl::Duration timeout);
   // Exchanges `count` int32 with partner `p`, the lower rank sending first.
-  absl::Status CheckExchange(const NetworkCheckOptions& options, int p, size_t count,
-                             std::vector<char>* send, std::vector<char>* recv);
+  absl::Status Exchange(int p, size_t count, std::vector<char>* send, std::vector<char>* recv,
+                        absl::Duration timeout);
 
   const GroupOptions options_;
   const std::shared_ptr<RendezvousStore> store_;
@@ -518,160 +502,81 @@ class GroupImpl final : public CollectiveGroup {
 };
 
 // ---------------------------------------------------------------------------------------
-// Network check
+// Link probes
 
-double TimeMatmulMs(int n, int iterations) {
-  std::vector<float> a(static_cast<size_t>(n) * n, 1.0f), b(a.size(), 0.5f), c(a.size());
-  std::vector<double> times;
-  for (int it = 0; it < iterations; ++it) {
-    absl::Time t0 = absl::Now();
-    for (int i = 0; i < n; ++i) {
-      for (int k = 0; k < n; ++k) {
-        float aik = a[static_cast<size_t>(i) * n + k];
-        for (int j = 0; j < n; ++j)
-          c[static_cast<size_t>(i) * n + j] += aik * b[static_cast<size_t>(k) * n + j];
-      }
-    }
-    times.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
-  }
-  std::sort(times.begin(), times.end());
-  volatile float sink = c[0];
-  (void)sink;
-  return times[times.size() / 2];
-}
-
-absl::StatusOr<NetworkCheckReport> GroupImpl::NetworkCheck(const NetworkCheckOptions& options) {
-  absl::StatusOr<NetworkCheckReport> out;
-  absl::Status s = Submit([&] {
-                     out = NetworkCheckNow(options);
-                     return out.status();
-                   }).Wait();
-  (void)s;
+absl::StatusOr<std::vector<LinkProbe>> GroupImpl::ProbeLinks(const std::vector<int>& peers,
+                                                             size_t bytes, absl::Duration timeout) {
+  if (timeout == absl::ZeroDuration()) timeout = options_.timeout;
+  absl::StatusOr<std::vector<LinkProbe>> out;
+  absl::Status s =
+      Submit([&]() -> absl::Status {
+        if (!backend_) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "collective group '", options_.name, "' has no epoch: call Reconfigure first"));
+        }
+        if (!failure_.ok()) return failure_;
+        for (int p : peers) {
+          if (p < 0 || p >= current_.world || p == current_.rank) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("probe: peer ", p, " is not another rank (0..", current_.world - 1,
+                             ", not ", current_.rank, ")"));
+          }
+        }
+        out = ProbeLinksNow(peers, bytes, timeout);
+        return absl::OkStatus();
+      }).Wait();
+  if (!s.ok()) return s;
   return out;
 }
 
-// The partner of rank `r` of `n` in round 1 or 2 of a network check, or -1 when it sits
-// out: round 1 pairs (0,1),(2,3)…; round 2 pairs (1,2),(3,4)…(n-1,0).
-int NetworkCheckPartner(int round, int r, int n) {
-  int p;
-  if (round == 1) {
-    p = r ^ 1;
-  } else if (r == 0) {
-    p = n % 2 == 0 ? n - 1 : -1;
-  } else {
-    p = r % 2 == 1 ? r + 1 : r - 1;
-    if (p == n) p = n % 2 == 0 ? 0 : -1;
-  }
-  return (p >= 0 && p < n && p != r) ? p : -1;
+absl::Status GroupImpl::Exchange(int p, size_t count, std::vector<char>* send,
+                                 std::vector<char>* recv, absl::Duration timeout) {
+  const bool first = current_.rank < p;
+  absl::Status e = first ? backend_->Send(send->data(), count, DType::kInt32, p, timeout)
+                         : backend_->Recv(recv->data(), count, DType::kInt32, p, timeout);
+  if (!e.ok()) return e;
+  return first ? backend_->Recv(recv->data(), count, DType::kInt32, p, timeout)
+               : backend_->Send(send->data(), count, DType::kInt32, p, timeout);
 }
 
-// Every rank's line of epoch `epoch`'s check from `store` (waiting up to options.timeout in
-// all), judged against the median: a rank with no line, or whose two rounds both failed, is
-// faulty (a round fails for both partners, so the one failing twice is the common factor);
-// one slower than straggler_factor times the median is a straggler.
-NetworkCheckReport ReadNetworkCheck(KvStore& store, int n, int64_t epoch,
-                                    const NetworkCheckOptions& options) {
-  NetworkCheckReport report;
-  report.epoch = epoch;
-  absl::Time deadline = absl::Now() + options.timeout;
-  std::vector<double> totals;
-  for (int r = 0; r < n; ++r) {
-    RankCheck check;
-    check.rank = r;
-    absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(1));
-    auto value = store.Get(absl::StrCat("netcheck/", r), left);
-    if (value.ok()) {
-      std::vector<std::string> f = absl::StrSplit(*value, ',');
-      int r1 = 0, r2 = 0;
-      double m1 = 0, m2 = 0;
-      if (f.size() == 5 && absl::SimpleAtod(f[0], &check.matmul_ms) &&
-          absl::SimpleAtoi(f[1], &r1) && absl::SimpleAtod(f[2], &m1) &&
-          absl::SimpleAtoi(f[3], &r2) && absl::SimpleAtod(f[4], &m2)) {
-        check.reported = true;
-        check.round1_ok = r1 != 0;
-        check.round2_ok = r2 != 0;
-        check.exchange_ms = std::max(m1, m2);
-        check.total_ms = check.matmul_ms + check.exchange_ms;
-        totals.push_back(check.total_ms);
-      }
-    }
-    report.ranks.push_back(check);
-  }
-  std::sort(totals.begin(), totals.end());
-  report.median_ms = totals.empty() ? 0 : totals[(totals.size() - 1) / 2];
-  for (auto& check : report.ranks) {
-    check.faulty = !check.reported || (!check.round1_ok && !check.round2_ok);
-    check.straggler = check.reported && !check.faulty &&
-                      check.total_ms > options.straggler_factor * report.median_ms;
-    if (check.faulty) report.faulty.push_back(check.rank);
-    if (check.straggler) report.stragglers.push_back(check.rank);
-  }
-  return report;
-}
-
-absl::Status GroupImpl::CheckExchange(const NetworkCheckOptions& options, int p, size_t count,
-                                      std::vector<char>* send, std::vector<char>* recv) {
-  const int me = current_.rank;
-  absl::Status e;
-  if (me < p) {
-    e = backend_->Send(send->data(), count, DType::kInt32, p, options.timeout);
-    if (e.ok()) e = backend_->Recv(recv->data(), count, DType::kInt32, p, options.timeout);
-  } else {
-    e = backend_->Recv(recv->data(), count, DType::kInt32, p, options.timeout);
-    if (e.ok()) e = backend_->Send(send->data(), count, DType::kInt32, p, options.timeout);
-  }
-  return e;
-}
-
-GroupImpl::CheckRounds GroupImpl::RunCheckRounds(const NetworkCheckOptions& options) {
-  CheckRounds rounds;
-  std::vector<char> send(options.exchange_bytes, 1), recv(options.exchange_bytes);
-  absl::Status check_failure;
-  for (int round = 1; round <= 2; ++round) {
-    int p = NetworkCheckPartner(round, current_.rank, current_.world);
-    if (p < 0) continue;
+std::vector<LinkProbe> GroupImpl::ProbeLinksNow(const std::vector<int>& peers, size_t bytes,
+                                                absl::Duration timeout) {
+  std::vector<LinkProbe> probes;
+  const size_t count = std::max<size_t>(bytes / 4, 1);
+  std::vector<char> send(count * 4, 1), recv(count * 4);
+  absl::Status first_failure;
+  for (int p : peers) {
+    LinkProbe probe;
+    probe.peer = p;
+    // Meet first (untimed), so that a partner slow to arrive does not count as a slow link.
+    probe.status = Exchange(p, 1, &send, &recv, timeout);
     absl::Time t0 = absl::Now();
-    absl::Status s = failure_;
-    if (failure_.ok()) {
-      // Meet first (untimed), so that a partner slow to arrive does not count as a slow link.
-      s = CheckExchange(options, p, 1, &send, &recv);
-      t0 = absl::Now();
-      if (s.ok()) s = CheckExchange(options, p, options.exchange_bytes / 4, &send, &recv);
-      // A failed round leaves the group to be re-formed, but the other round still runs:
-      // its partner is another rank, and a rank is faulty only if both rounds fail.
-      if (!s.ok() && check_failure.ok()) {
-        check_failure = absl::UnavailableError(
-            absl::StrCat("collective group '", options_.name, "' epoch ", current_.epoch,
-                         ": network check with rank ", p, " failed: ", s.message(),
-                         "; form a new epoch with Reconfigure"));
-      }
+    if (probe.status.ok()) probe.status = Exchange(p, count, &send, &recv, timeout);
+    probe.took = absl::Now() - t0;
+    // The exchange's streams may be left mid-message: the epoch cannot be used again, but the
+    // probes after this one still run (their peers are other members).
+    if (!probe.status.ok() && first_failure.ok()) {
+      first_failure = absl::UnavailableError(
+          absl::StrCat("collective group '", options_.name, "' epoch ", current_.epoch,
+                       ": probing the link to rank ", p, " failed: ", probe.status.message(),
+                       "; form a new epoch with Reconfigure"));
     }
-    rounds.ok[round] = s.ok();
-    rounds.ms[round] = absl::ToDoubleMilliseconds(absl::Now() - t0);
+    probes.push_back(std::move(probe));
   }
-  if (!check_failure.ok()) failure_ = check_failure;
-  return rounds;
-}
-
-absl::StatusOr<NetworkCheckReport> GroupImpl::NetworkCheckNow(const NetworkCheckOptions& options) {
-  if (!backend_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("collective group '", options_.name, "' has no epoch: call Reconfigure"));
-  }
-  double matmul_ms = TimeMatmulMs(options.matmul_size, options.matmul_iterations);
-  if (options.matmul_delay > absl::ZeroDuration()) {
-    absl::SleepFor(options.matmul_delay);
-    matmul_ms += absl::ToDoubleMilliseconds(options.matmul_delay);
-  }
-  CheckRounds rounds = RunCheckRounds(options);
-  KvStore store(store_.get(), EpochPrefix(current_.epoch));
-  std::string mine = absl::StrFormat("%f,%d,%f,%d,%f", matmul_ms, rounds.ok[1], rounds.ms[1],
-                                     rounds.ok[2], rounds.ms[2]);
-  if (auto s = store.Set(absl::StrCat("netcheck/", current_.rank), mine); !s.ok()) return s;
-  return ReadNetworkCheck(store, current_.world, current_.epoch, options);
+  if (!first_failure.ok()) failure_ = first_failure;
+  return probes;
 }
 
 }  // namespace
+
+absl::StatusOr<ClusterRendezvous> ConnectClusterRendezvous(const std::string& gcs_address,
+                                                           const std::string& token) {
+  auto cluster = rpc::FindCluster(gcs_address, token);
+  if (!cluster.ok()) return cluster.status();
+  auto gcs = gcs::GcsClient::Connect({cluster->address, cluster->token});
+  if (!gcs.ok()) return gcs.status();
+  return ClusterRendezvous{std::make_shared<GcsRendezvous>(std::move(*gcs)), cluster->token};
+}
 
 absl::StatusOr<std::unique_ptr<CollectiveGroup>> CollectiveGroup::Create(
     const GroupOptions& options) {
@@ -693,11 +598,9 @@ absl::StatusOr<std::unique_ptr<CollectiveGroup>> CollectiveGroup::Create(
   GroupOptions resolved = options;
   std::shared_ptr<RendezvousStore> store = options.rendezvous;
   if (store == nullptr) {
-    auto cluster = rpc::FindCluster(options.gcs_address, options.token);
+    auto cluster = ConnectClusterRendezvous(options.gcs_address, options.token);
     if (!cluster.ok()) return cluster.status();
-    auto gcs = gcs::GcsClient::Connect({cluster->address, cluster->token});
-    if (!gcs.ok()) return gcs.status();
-    store = std::make_shared<GcsRendezvous>(std::move(*gcs));
+    store = std::move(cluster->store);
     resolved.token = cluster->token;  // members prove it to each other on every connection
   }
   return std::unique_ptr<CollectiveGroup>(new GroupImpl(std::move(resolved), std::move(store)));

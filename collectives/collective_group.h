@@ -62,10 +62,11 @@ bool NcclBuilt();
 int NcclDeviceCount();
 
 // Where a group's members meet: a key-value store every member reaches, which the group uses
-// only to form its epochs (addresses, the world's ranks, network-check reports), never on
-// the path of an op. The GCS's KV is one (what Create uses when GroupOptions::rendezvous is
-// unset); a caller may give its own: a launcher's store, a file system the hosts share, a
-// test's map. Keys are the group's own (name/epoch/...). Thread-safe.
+// only to form its epochs (addresses, the world's ranks, first failures), never on the path
+// of an op. The GCS's KV is one (what Create uses when GroupOptions::rendezvous is unset); a
+// caller may give its own: a launcher's store, a file system the hosts share, a test's map.
+// The group's keys are "<name>/epochs/..." and "<name>/e<epoch>/..."; a caller sharing the
+// store keeps its own apart (elastic's network check: "<name>/netcheck/..."). Thread-safe.
 class RendezvousStore {
  public:
   virtual ~RendezvousStore() = default;
@@ -133,39 +134,24 @@ class Work {
   std::shared_future<absl::Status> future_;
 };
 
-// DLRover-style network check: every rank times a matmul and a pairwise exchange with two
-// partners (two rounds, different pairings); a rank slower than `straggler_factor` × the
-// median is a straggler, a rank that failed both rounds (or never reported) is faulty.
-struct NetworkCheckOptions {
-  int matmul_size = 128;
-  int matmul_iterations = 5;
-  size_t exchange_bytes = 1 << 20;
-  double straggler_factor = 2.0;
-  absl::Duration timeout = absl::Seconds(10);
-  // Added to this rank's matmul time, as if it were that much slower (a test's straggler).
-  absl::Duration matmul_delay = absl::ZeroDuration();
+// One timed exchange with a peer (CollectiveGroup::ProbeLinks).
+struct LinkProbe {
+  int peer = -1;
+  absl::Status status;                         // how the exchange ended
+  absl::Duration took = absl::ZeroDuration();  // the timed exchange, not the meeting before it
 };
 
-struct RankCheck {
-  int rank = 0;
-  double matmul_ms = -1;
-  double exchange_ms = -1;  // the slower of its two rounds
-  double total_ms = -1;
-  bool round1_ok = false;
-  bool round2_ok = false;
-  bool reported = false;
-  bool straggler = false;
-  bool faulty = false;
+// The GCS's key-value store as a RendezvousStore (what Create uses when
+// GroupOptions::rendezvous is unset), with the cluster's token: found at `gcs_address` ("":
+// $PHALANX_ADDRESS / $PHALANX_TOKEN, then the latest session on this machine). For a caller
+// that keeps keys of its own beside a group's (a health check's reports): it gives the store
+// to the group (GroupOptions::rendezvous, with the token) and keeps it.
+struct ClusterRendezvous {
+  std::shared_ptr<RendezvousStore> store;
+  std::string token;
 };
-
-struct NetworkCheckReport {
-  int64_t epoch = 0;
-  double median_ms = 0;
-  std::vector<RankCheck> ranks;
-  std::vector<int> stragglers;
-  std::vector<int> faulty;
-  std::string ToString() const;
-};
+absl::StatusOr<ClusterRendezvous> ConnectClusterRendezvous(const std::string& gcs_address,
+                                                           const std::string& token = "");
 
 class CollectiveGroup {
  public:
@@ -222,9 +208,9 @@ class CollectiveGroup {
   }
 
   // Blocking forms. With nothing queued or running they run on the calling thread, sparing
-  // the hand-off to the group's op thread and back: a world-size-1 NCCL allreduce took 16 µs
-  // with it on an H100 host and takes 1.4 µs without; a 4 KiB one over shared memory on two
-  // busy cores, about 140 µs and 85 µs. Else they wait their turn behind the queued ones.
+  // the hand-off to the group's op thread and back, which costs a small op more than the op
+  // itself (bench/README.md has the figures). Else they wait their turn behind the queued
+  // ones.
   absl::Status Allreduce(void* data, size_t count, DType dtype, ReduceOp op,
                          absl::Duration timeout = absl::ZeroDuration()) {
     return Timed(DoAllreduce(data, count, dtype, op, timeout, Dispatch::kHereIfIdle));
@@ -263,8 +249,17 @@ class CollectiveGroup {
   // fails (Aborted), where it would wait out its timeout for a member that is gone.
   virtual void Abort(const std::string& reason) = 0;
 
-  // Runs the network check on every member (all must call it); see NetworkCheckOptions.
-  virtual absl::StatusOr<NetworkCheckReport> NetworkCheck(const NetworkCheckOptions& options) = 0;
+  // Times an exchange of `bytes` with each of `peers` in turn, over the links the group's
+  // calls use: what a health check above the group builds on (elastic's network check). The
+  // two members of a pair name each other, in the same order on both sides; the lower rank
+  // sends first. Each exchange follows an untimed one-element meeting, so that a peer slow to
+  // arrive does not count as a slow link. A failed exchange does not stop the next one (its
+  // peer is another member), but once all ran the group is failed until the next Reconfigure,
+  // as after any failed call. Errors (not per peer): no epoch, the group already failed, a
+  // peer that is not another rank.
+  virtual absl::StatusOr<std::vector<LinkProbe>> ProbeLinks(const std::vector<int>& peers,
+                                                            size_t bytes,
+                                                            absl::Duration timeout) = 0;
 
   // How long the blocking forms above have waited, in total, since the group was made: the
   // part of a training step spent in collectives (the rest is the rank's own compute, which

@@ -3,7 +3,6 @@
 // environment: these only fill their options.
 //   PHALANX_COLLECTIVE_SHM=0             GroupOptions::shared_memory = false
 //   PHALANX_COLLECTIVE_TRANSPORT=gloo    GroupOptions::gloo_mesh = true
-//   PHALANX_NETCHECK_DELAY_MS=N          NetworkCheckOptions::matmul_delay (a test's straggler)
 #pragma once
 
 #include "collectives/collective_group.h"
@@ -11,6 +10,5 @@
 namespace phalanx::collective {
 
 void GroupOptionsFromEnvironment(GroupOptions* options);
-void NetworkCheckOptionsFromEnvironment(NetworkCheckOptions* options);
 
 }  // namespace phalanx::collective

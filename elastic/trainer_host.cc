@@ -17,6 +17,7 @@
 #include "collectives/environment.h"
 #include "elastic/controller.h"
 #include "elastic/job_recorder.h"
+#include "elastic/network_check.h"
 #include "elastic/trainer_protocol.h"
 #include "worker/actor_registry.h"
 #include "worker/core_worker.h"
@@ -213,6 +214,12 @@ int64_t TrainerHostBase::Reconfigure(std::string group, int64_t epoch, int rank,
     }
     options.timeout = absl::Seconds(std::min(60.0, spec_.hang_timeout_s));
     collective::GroupOptionsFromEnvironment(&options);
+    // The group's store is kept: the network check's lines live beside its keys.
+    auto rendezvous = collective::ConnectClusterRendezvous("");
+    if (!rendezvous.ok()) throw std::runtime_error(std::string(rendezvous.status().message()));
+    options.rendezvous = rendezvous->store;
+    options.token = rendezvous->token;
+    rendezvous_ = rendezvous->store;
     auto made = collective::CollectiveGroup::Create(options);
     if (!made.ok()) throw std::runtime_error(std::string(made.status().message()));
     live_group_ = nullptr;
@@ -296,16 +303,17 @@ int64_t TrainerHostBase::LoadCheckpoint(std::string path) {
 std::vector<int> TrainerHostBase::NetworkCheck(double factor) {
   absl::MutexLock lock(&mu_);
   if (!group_) throw std::runtime_error("no collective group yet");
-  collective::NetworkCheckOptions options;
+  NetworkCheckOptions options;
   options.straggler_factor = factor;
-  collective::NetworkCheckOptionsFromEnvironment(&options);
+  NetworkCheckOptionsFromEnvironment(&options);
+  // Every member counts the checks of an epoch alike (the controller asks them all).
+  if (network_checks_epoch_ != epoch_) network_checks_ = 0;
+  network_checks_epoch_ = epoch_;
   phase_ = kCollective;
-  auto report = group_->NetworkCheck(options);
+  auto report = RunNetworkCheck(*group_, *rendezvous_, options, network_checks_++);
   phase_ = kIdle;
   if (!report.ok()) throw std::runtime_error(std::string(report.status().message()));
-  double slowest = 0;
-  for (const auto& r : report->ranks) slowest = std::max(slowest, r.total_ms);
-  network_check_skew_ = report->median_ms > 0 ? slowest / report->median_ms : 0;
+  network_check_skew_ = report->Skew();
   std::vector<int> out = report->stragglers;
   out.push_back(-1);
   out.insert(out.end(), report->faulty.begin(), report->faulty.end());

@@ -73,6 +73,11 @@ class TrainerHostBase {
   JobSpec spec_ ABSL_GUARDED_BY(mu_);
   std::string job_id_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<collective::CollectiveGroup> group_ ABSL_GUARDED_BY(mu_);
+  // group_'s rendezvous store, which the network check's lines share.
+  std::shared_ptr<collective::RendezvousStore> rendezvous_ ABSL_GUARDED_BY(mu_);
+  // The network checks run in epoch network_checks_epoch_ (each has its own keys).
+  int network_checks_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t network_checks_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<const std::string> committed_ ABSL_GUARDED_BY(mu_);
   int64_t committed_step_ ABSL_GUARDED_BY(mu_) = 0;
   double network_check_skew_ ABSL_GUARDED_BY(mu_) = 0;  // trainer_query::kNetworkCheckSkew

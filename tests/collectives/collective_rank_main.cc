@@ -31,6 +31,7 @@
 #include "collectives/collective_group.h"
 #include "collectives/environment.h"
 #include "collectives/half.h"
+#include "elastic/network_check.h"
 
 #ifdef PHALANX_WITH_NCCL
 #include "collectives/nccl_api.h"  // the CUDA runtime, loaded as the backend loads it
@@ -290,6 +291,17 @@ int Main(int argc, char** argv) {
     plan.push_back(step);
   }
   setvbuf(stdout, nullptr, _IOLBF, 0);
+  // The network check keeps its lines in the group's store: given here, as the trainer host
+  // gives it.
+  std::shared_ptr<RendezvousStore> store;
+  if (scenario == "netcheck") {
+    auto cluster = ConnectClusterRendezvous(options.gcs_address, options.token);
+    if (!cluster.ok()) {
+      std::printf("rendezvous failed: %s\n", std::string(cluster.status().message()).c_str());
+      return 1;
+    }
+    store = options.rendezvous = cluster->store;
+  }
   auto group = CollectiveGroup::Create(options);
   if (!group.ok()) {
     std::printf("create failed: %s\n", std::string(group.status().message()).c_str());
@@ -434,10 +446,10 @@ int Main(int argc, char** argv) {
   if (scenario == "netcheck") {
     if (int rc = form(plan[next_step++]); rc != 0) return rc;
     if (std::getenv("TEST_EXIT_BEFORE_NETCHECK")) _exit(0);  // plays a rank that is gone
-    NetworkCheckOptions check;
+    elastic::NetworkCheckOptions check;
     check.timeout = absl::Seconds(5);
-    NetworkCheckOptionsFromEnvironment(&check);
-    auto report = g.NetworkCheck(check);
+    elastic::NetworkCheckOptionsFromEnvironment(&check);
+    auto report = elastic::RunNetworkCheck(g, *store, check);
     if (!report.ok()) {
       std::printf("netcheck failed: %s\n", std::string(report.status().message()).c_str());
       return 1;

@@ -22,10 +22,13 @@
 #include "collectives/collective_group.h"
 #include "collectives/tcp_transport.h"
 #include "gtest/gtest.h"
+#include "tests/testing/map_store.h"
 #include "tests/testing/test_util.h"
 
 namespace phalanx::collective {
 namespace {
+
+using phalanx::testing::MapStore;
 
 class CollectiveTest : public ::testing::Test {
  protected:
@@ -77,50 +80,6 @@ class CollectiveTest : public ::testing::Test {
   std::string group_ = "test-group";
   int timeout_ms_ = 10000;  // the ranks' group timeout
   std::map<std::string, std::string> logs_;
-};
-
-// A caller's own rendezvous store: a map (what a launcher's store or a shared file system
-// would be to a group).
-class MapStore final : public RendezvousStore {
- public:
-  absl::Status Put(const std::string& key, const std::string& value) override {
-    absl::MutexLock lock(&mu_);
-    map_[key] = value;
-    ++puts_;
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::optional<std::string>> Get(const std::string& key) override {
-    absl::MutexLock lock(&mu_);
-    auto it = map_.find(key);
-    if (it == map_.end()) return std::optional<std::string>();
-    return std::optional<std::string>(it->second);
-  }
-  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> List(
-      const std::string& prefix) override {
-    absl::MutexLock lock(&mu_);
-    std::vector<std::pair<std::string, std::string>> out;
-    for (auto it = map_.lower_bound(prefix); it != map_.end() && it->first.rfind(prefix, 0) == 0;
-         ++it) {
-      out.emplace_back(it->first, it->second);
-    }
-    return out;
-  }
-  absl::Status DeletePrefix(const std::string& prefix) override {
-    absl::MutexLock lock(&mu_);
-    for (auto it = map_.lower_bound(prefix); it != map_.end() && it->first.rfind(prefix, 0) == 0;) {
-      it = map_.erase(it);
-    }
-    return absl::OkStatus();
-  }
-  int puts() {
-    absl::MutexLock lock(&mu_);
-    return puts_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<std::string, std::string> map_ ABSL_GUARDED_BY(mu_);
-  int puts_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // The group is a transport: given a store of the caller's, it forms its epochs there and
