@@ -86,9 +86,6 @@ constexpr absl::Duration kUnclaimedExitKept = absl::Seconds(10);
 // sample_period).
 constexpr absl::Duration kUnlimitedSamplePeriod = absl::Seconds(1);
 
-// A worker whose RSS passes this share of its memory limit gets SIGUSR1 (once).
-constexpr double kMemoryWarningFraction = 0.9;
-
 // The modules a Python worker of `actor` imports first ("" when none).
 std::string Imports(const rpc::ActorInfo& actor) {
   auto it = actor.env().find(kWorkerImportsEnv);
@@ -420,22 +417,22 @@ std::vector<WorkerRecord> WorkerPool::List() const {
   return out;
 }
 
-rpc::DeathCause WorkerPool::CauseOf(const WorkerRecord& w, int status) const {
+rpc::DeathCause ExitCause(const WorkerRecord& w, int status, const CgroupEnd& cgroup,
+                          const std::string& node_id, int64_t now_ms) {
   rpc::DeathCause cause;
-  cause.set_node_id(options_.node_id);
-  cause.set_time_ms(NowMs());
-  if (!w.cgroup.empty() && ReadCgroupValue(w.cgroup + "/memory.events", "oom_kill") > 0) {
+  cause.set_node_id(node_id);
+  cause.set_time_ms(now_ms);
+  if (cgroup.oom_killed) {
     cause.set_kind(rpc::DeathCause::OOM_KILLED);
     cause.set_limit_bytes(w.memory_limit);
-    int64_t peak = ReadCgroupValue(w.cgroup + "/memory.peak");
-    cause.set_peak_bytes(std::max(peak, w.peak_rss));
+    cause.set_peak_bytes(std::max(cgroup.peak, w.peak_rss));
     cause.set_message("cgroup memory.max");
     return cause;
   }
   if (w.kill_cause.kind() != rpc::DeathCause::NONE) {
     rpc::DeathCause k = w.kill_cause;
-    k.set_node_id(options_.node_id);
-    k.set_time_ms(cause.time_ms());
+    k.set_node_id(node_id);
+    k.set_time_ms(now_ms);
     return k;
   }
   if (!w.creation_error.empty()) {
@@ -514,7 +511,13 @@ void WorkerPool::ReapLoop() {
         workers_.erase(w);
         report = !stopping_ && !record.idle;
       }
-      rpc::DeathCause cause = CauseOf(record, r == pid ? status : 0);
+      CgroupEnd cgroup;
+      if (!record.cgroup.empty()) {
+        cgroup.oom_killed = ReadCgroupValue(record.cgroup + "/memory.events", "oom_kill") > 0;
+        cgroup.peak = std::max<int64_t>(ReadCgroupValue(record.cgroup + "/memory.peak"), 0);
+      }
+      rpc::DeathCause cause =
+          ExitCause(record, r == pid ? status : 0, cgroup, options_.node_id, NowMs());
       if (!record.cgroup.empty()) ::rmdir(record.cgroup.c_str());
       spdlog::info("worker {} of actor {} attempt {} ended: kind {} code {} signal {}", pid,
                    ShortId(record.actor_id), record.attempt, static_cast<int>(cause.kind()),
@@ -537,8 +540,67 @@ void WorkerPool::ReapLoop() {
   ::close(wake);
 }
 
+MemoryRound JudgeMemory(std::map<pid_t, WorkerRecord>& workers,
+                        const std::vector<std::pair<pid_t, int64_t>>& rss,
+                        const std::function<int64_t()>& node_used, const MemoryPolicy& policy,
+                        absl::Time now, absl::Time& last_node_kill) {
+  MemoryRound round;
+  for (const auto& [pid, bytes] : rss) {
+    auto found = workers.find(pid);
+    if (bytes < 0 || found == workers.end()) continue;
+    WorkerRecord& w = found->second;
+    w.last_rss = bytes;
+    w.peak_rss = std::max(w.peak_rss, bytes);
+    // Near the limit: warn the worker once (an elastic rank with `dump: true` writes its
+    // committed state while it still can).
+    if (w.memory_limit > 0 && !w.warned && !w.idle &&
+        static_cast<double>(bytes) > policy.warn_fraction * static_cast<double>(w.memory_limit)) {
+      w.warned = true;
+      round.warn.push_back(pid);
+    }
+    if (w.memory_limit > 0 && w.cgroup.empty() && bytes > w.memory_limit &&
+        w.kill_cause.kind() == rpc::DeathCause::NONE) {
+      w.kill_cause.set_kind(rpc::DeathCause::OOM_KILLED);
+      w.kill_cause.set_limit_bytes(w.memory_limit);
+      w.kill_cause.set_peak_bytes(w.peak_rss);
+      w.kill_cause.set_message("RSS above the actor's memory request");
+      round.kill.emplace_back(pid, w.kill_cause);
+    }
+  }
+  // One node-wide kill at a time: wait until the last victim is gone and its memory
+  // released before judging again.
+  bool victim_pending = false;
+  for (const auto& [pid, w] : workers) victim_pending |= w.node_oom_victim;
+  if (policy.node_threshold >= 1.0 || policy.node_total <= 0 || victim_pending ||
+      now - last_node_kill <= policy.between_node_kills) {
+    return round;
+  }
+  double fraction = static_cast<double>(node_used()) / static_cast<double>(policy.node_total);
+  if (fraction <= policy.node_threshold) return round;
+  // Kill the newest worker not already on its way out.
+  WorkerRecord* newest = nullptr;
+  for (auto& [pid, w] : workers) {
+    if (w.idle || w.kill_cause.kind() != rpc::DeathCause::NONE) continue;
+    if (newest == nullptr || w.started > newest->started) newest = &w;
+  }
+  if (newest == nullptr) return round;
+  newest->node_oom_victim = true;
+  newest->kill_cause.set_kind(rpc::DeathCause::OOM_KILLED);
+  newest->kill_cause.set_limit_bytes(
+      static_cast<int64_t>(policy.node_threshold * static_cast<double>(policy.node_total)));
+  newest->kill_cause.set_peak_bytes(newest->peak_rss);
+  newest->kill_cause.set_message(absl::StrCat(
+      "node memory use ", static_cast<int>(fraction * 100), "% passed the ",
+      static_cast<int>(policy.node_threshold * 100), "% threshold; the newest actor was killed"));
+  round.kill.emplace_back(newest->pid, newest->kill_cause);
+  last_node_kill = now;
+  return round;
+}
+
 void WorkerPool::MonitorLoop() {
-  int64_t total = TotalMemoryBytes();
+  MemoryPolicy policy;
+  policy.node_threshold = options_.node_threshold;
+  policy.node_total = TotalMemoryBytes();
   absl::Time last_full_sample = absl::InfinitePast();
   while (true) {
     {
@@ -560,66 +622,13 @@ void WorkerPool::MonitorLoop() {
     }
     std::vector<std::pair<pid_t, int64_t>> sampled;
     for (pid_t pid : due) sampled.emplace_back(pid, ProcessRssBytes(pid));
-    std::vector<std::pair<pid_t, rpc::DeathCause>> kills;
+    MemoryRound round;
     {
       absl::MutexLock lock(&mu_);
-      for (const auto& [pid, rss] : sampled) {
-        auto found = workers_.find(pid);
-        if (rss < 0 || found == workers_.end()) continue;
-        WorkerRecord& w = found->second;
-        w.last_rss = rss;
-        w.peak_rss = std::max(w.peak_rss, rss);
-        // Near the limit: warn the worker once (an elastic rank with `dump: true` writes its
-        // committed state while it still can).
-        if (w.memory_limit > 0 && !w.warned && !w.idle &&
-            static_cast<double>(rss) >
-                kMemoryWarningFraction * static_cast<double>(w.memory_limit)) {
-          w.warned = true;
-          ::kill(pid, SIGUSR1);
-        }
-        if (w.memory_limit > 0 && w.cgroup.empty() && rss > w.memory_limit &&
-            w.kill_cause.kind() == rpc::DeathCause::NONE) {
-          w.kill_cause.set_kind(rpc::DeathCause::OOM_KILLED);
-          w.kill_cause.set_limit_bytes(w.memory_limit);
-          w.kill_cause.set_peak_bytes(w.peak_rss);
-          w.kill_cause.set_message("RSS above the actor's memory request");
-          kills.emplace_back(pid, w.kill_cause);
-        }
-      }
-      // One node-wide kill at a time: wait until the last victim is gone and its memory
-      // released before judging again.
-      bool victim_pending = false;
-      for (const auto& [pid, w] : workers_) {
-        victim_pending |= w.node_oom_victim;
-      }
-      if (options_.node_threshold < 1.0 && total > 0 && !victim_pending &&
-          absl::Now() - last_node_kill_ > absl::Milliseconds(500)) {
-        int64_t used = UsedMemoryBytes();
-        double fraction = static_cast<double>(used) / static_cast<double>(total);
-        if (fraction > options_.node_threshold) {
-          // Kill the newest worker not already on its way out.
-          WorkerRecord* newest = nullptr;
-          for (auto& [pid, w] : workers_) {
-            if (w.idle || w.kill_cause.kind() != rpc::DeathCause::NONE) continue;
-            if (newest == nullptr || w.started > newest->started) newest = &w;
-          }
-          if (newest != nullptr) {
-            newest->node_oom_victim = true;
-            newest->kill_cause.set_kind(rpc::DeathCause::OOM_KILLED);
-            newest->kill_cause.set_limit_bytes(
-                static_cast<int64_t>(options_.node_threshold * static_cast<double>(total)));
-            newest->kill_cause.set_peak_bytes(newest->peak_rss);
-            newest->kill_cause.set_message(
-                absl::StrCat("node memory use ", static_cast<int>(fraction * 100), "% passed the ",
-                             static_cast<int>(options_.node_threshold * 100),
-                             "% threshold; the newest actor was killed"));
-            kills.emplace_back(newest->pid, newest->kill_cause);
-            last_node_kill_ = absl::Now();
-          }
-        }
-      }
+      round = JudgeMemory(workers_, sampled, UsedMemoryBytes, policy, absl::Now(), last_node_kill_);
     }
-    for (const auto& [pid, cause] : kills) {
+    for (pid_t pid : round.warn) ::kill(pid, SIGUSR1);
+    for (const auto& [pid, cause] : round.kill) {
       spdlog::warn("killing worker {}: OOM ({})", pid, cause.message());
       ::kill(pid, SIGKILL);
     }

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -87,6 +88,47 @@ struct WorkerRecord {
   std::optional<Assignment> assignment;  // set when an idle worker gets an actor
 };
 
+// The memory monitor's rules, apart from /proc and signals (the pool samples, then signals
+// what these say): unit-tested with made-up samples and a made-up clock.
+struct MemoryPolicy {
+  // A worker above this fraction of its limit is warned once (SIGUSR1).
+  double warn_fraction = 0.9;
+  double node_threshold = 0.95;  // WorkerPoolOptions::node_threshold
+  int64_t node_total = 0;        // the node's memory, bytes (0: no node-wide rule)
+  // After a node-wide kill, no other until this long passed and the victim is gone.
+  absl::Duration between_node_kills = absl::Milliseconds(500);
+};
+
+// What one round of the monitor does.
+struct MemoryRound {
+  std::vector<pid_t> warn;                              // SIGUSR1: near its limit
+  std::vector<std::pair<pid_t, rpc::DeathCause>> kill;  // SIGKILL, for this cause
+};
+
+// One round: `rss` is the round's samples (pid, bytes; a worker not sampled keeps its last),
+// `node_used` reads the node's memory in use (asked only when the node-wide rule may act).
+// Updates the records (last and peak RSS, warned, the kill cause, the node's victim) and
+// `last_node_kill`. A worker above its limit, with no cgroup to enforce it, is killed
+// (OOM_KILLED); past the node's threshold the newest worker not already on its way out is,
+// one at a time.
+MemoryRound JudgeMemory(std::map<pid_t, WorkerRecord>& workers,
+                        const std::vector<std::pair<pid_t, int64_t>>& rss,
+                        const std::function<int64_t()>& node_used, const MemoryPolicy& policy,
+                        absl::Time now, absl::Time& last_node_kill);
+
+// What a cgroup says of a worker that ended: whether the kernel's OOM killer killed it, and
+// its peak use (0: unknown).
+struct CgroupEnd {
+  bool oom_killed = false;
+  int64_t peak = 0;
+};
+
+// Why a worker ended, from its record and wait status: the cgroup's OOM kill first, then a
+// kill the node made (the cause it recorded), a constructor that failed, then the exit code
+// or signal.
+rpc::DeathCause ExitCause(const WorkerRecord& record, int wait_status, const CgroupEnd& cgroup,
+                          const std::string& node_id, int64_t now_ms);
+
 class WorkerPool {
  public:
   // Called (on the reaper thread) when a worker ended, with its record and its cause.
@@ -126,7 +168,6 @@ class WorkerPool {
   absl::StatusOr<pid_t> SpawnNow(const rpc::ActorInfo& actor, int attempt, bool idle);
   // Queues prestarts until `key` has options_.prestart idle or starting workers.
   void TopUpLocked(const rpc::ActorInfo& actor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  rpc::DeathCause CauseOf(const WorkerRecord& record, int wait_status) const;
 
   const WorkerPoolOptions options_;
   const ExitCallback on_exit_;
