@@ -22,7 +22,7 @@ namespace phalanx::elastic {
 Controller::Controller(std::string job_id, std::string spec_yaml)
     : job_id_(std::move(job_id)),
       spec_yaml_(std::move(spec_yaml)),
-      recorder_(job_id_, kTimeouts.writer_period, kTimeouts.record_finish) {
+      recorder_(job_id_, kTimeouts.writer_period, kTimeouts.record_finish, &inbox_) {
   Start();
 }
 
@@ -80,14 +80,18 @@ void Controller::OnActorMessage(const rpc::ActorInfo& actor) {
   std::vector<Handle> survivors;
   {
     absl::MutexLock lock(&mu_);
-    if (!live_members_.count(actor.actor_id()) || !dead_members_.insert(actor.actor_id()).second) {
+    if (!live_members_.count(actor.actor_id()) ||
+        !announced_dead_.insert(actor.actor_id()).second) {
       return;
     }
-    detected_at_.emplace(actor.actor_id(), absl::Now());
     for (const auto& [id, handle] : live_members_) {
-      if (!dead_members_.count(id)) survivors.push_back(handle);
+      if (!announced_dead_.count(id)) survivors.push_back(handle);
     }
   }
+  Signal died;
+  died.kind = Signal::Kind::kRankDied;
+  died.actor_id = actor.actor_id();
+  inbox_.Post(std::move(died));
   std::string reason = absl::StrCat("rank actor ", ShortId(actor.actor_id()), " died (",
                                     rpc::DescribeCause(actor.death_cause()), ")");
   spdlog::info("job {}: {}: aborting the step on {} survivor(s)", job_id_, reason,
@@ -103,9 +107,10 @@ void Controller::OnMessage(const rpc::PubMessage& m) {
   if (m.has_resource()) {
     auto kind = m.resource().kind();
     if (kind == rpc::ResourceEvent::NODE_ADDED || kind == rpc::ResourceEvent::RESOURCES_CHANGED) {
-      absl::MutexLock lock(&mu_);
-      resource_event_ = true;
-      node_added_ |= kind == rpc::ResourceEvent::NODE_ADDED;
+      Signal changed;
+      changed.kind = kind == rpc::ResourceEvent::NODE_ADDED ? Signal::Kind::kNodeAdded
+                                                            : Signal::Kind::kResourcesChanged;
+      inbox_.Post(std::move(changed));
     }
   }
 }
@@ -215,7 +220,7 @@ bool Controller::PlaceAndStart() {
   }
   // Wait until the initial ranks are up (or enough of them).
   WaitForJoiners(spec_.replicas, absl::Seconds(spec_.below_min_timeout_s));
-  if (recorder_.StopAsked()) {
+  if (StopRequested()) {
     StoppedWhile("starting its ranks");
     return false;
   }
@@ -248,7 +253,7 @@ bool Controller::Reserve(const std::vector<std::map<std::string, double>>& bundl
     // Asked again each second; a stop is seen within stop_check.
     for (absl::Time next = absl::Now() + absl::Seconds(1); absl::Now() < next;) {
       absl::SleepFor(kTimeouts.stop_check);
-      if (recorder_.StopAsked()) {
+      if (StopRequested()) {
         StoppedWhile("waiting for nodes to place its ranks");
         return false;
       }
@@ -268,7 +273,7 @@ bool Controller::Reserve(const std::vector<std::map<std::string, double>>& bundl
     absl::Duration left = deadline - absl::Now();
     ready = pg_.Wait(std::max(std::min(left, kTimeouts.stop_check), absl::ZeroDuration()));
     if (ready.ok() || !absl::IsDeadlineExceeded(ready) || left <= kTimeouts.stop_check) break;
-    if (recorder_.StopAsked()) {
+    if (StopRequested()) {
       StoppedWhile("placing its ranks");
       return false;
     }
@@ -463,19 +468,20 @@ Controller::Turn Controller::TakeSignals() {
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return Turn::kStop;
-    if (resource_event_) {
-      resource_event_ = false;
-      // A new node lifts a ceiling left by a shrink; freed resources alone do not (the
-      // resources a shrunk rank freed are not a reason to bring it back).
-      if (node_added_) ceiling_ = spec_.max_replicas;
-      node_added_ = false;
-      // Grow toward maxReplicas (or the requested size) once things settle.
-      target_ = std::min(requested_ > 0 ? requested_ : spec_.max_replicas, ceiling_);
-      target_ = std::max(target_, static_cast<int>(members_.size()));
-      grow_after_ = absl::Now() + absl::Seconds(spec_.scale_out_debounce_s);
-    }
   }
-  if (stop_requested_ || recorder_.StopAsked()) {
+  TakeInbox();
+  if (resource_event_) {
+    resource_event_ = false;
+    // A new node lifts a ceiling left by a shrink; freed resources alone do not (the
+    // resources a shrunk rank freed are not a reason to bring it back).
+    if (node_added_) ceiling_ = spec_.max_replicas;
+    node_added_ = false;
+    // Grow toward maxReplicas (or the requested size) once things settle.
+    target_ = std::min(requested_ > 0 ? requested_ : spec_.max_replicas, ceiling_);
+    target_ = std::max(target_, static_cast<int>(members_.size()));
+    grow_after_ = absl::Now() + absl::Seconds(spec_.scale_out_debounce_s);
+  }
+  if (stop_requested_) {
     Apply(LoopEvent(LoopEvent::Kind::kStopRequested));
     recorder_.SetState(rpc::JOB_STOPPED, "stopped on request", 1);
     return Turn::kStop;
@@ -492,7 +498,7 @@ Controller::Turn Controller::StartFromNothing() {
   absl::Time waited_from = below_min_since_;
   absl::Duration bound = absl::Seconds(spec_.below_min_timeout_s);
   WaitForJoiners(spec_.min_replicas, waited_from + bound - absl::Now());
-  if (recorder_.StopAsked()) return Turn::kNextTurn;  // the next turn ends it
+  if (StopRequested()) return Turn::kNextTurn;  // the next turn ends it
   // Those that failed to start go (their policy starts others, or fails the job).
   DropFailedJoiners();
   if (failed_) return Turn::kEnd;

@@ -8,8 +8,12 @@
 // The record it keeps is a JobRecorder's (job_recorder.h); what it decides on a death is the
 // policies' (policy.h); what it calls on the ranks is a TrainerClient (trainer_protocol.h).
 //
-// Threads: the step loop (Main, and everything it calls) owns the members and the counters;
-// the subscription thread (OnMessage) and the lease thread touch only what mu_ guards.
+// Threads: the step loop (Main, and everything it calls) owns the members and the counters.
+// What other threads learn reaches it on one queue, the inbox (inbox.h): the subscription
+// thread (OnMessage) posts deaths and resource changes, the recorder's writer and the KV
+// subscription post scale and stop requests, and the loop takes them (TakeInbox) where it
+// looks up. Besides posting, the subscription thread reads only what mu_ guards (to abort the
+// survivors of a death at once), and the lease thread only stopping_.
 #pragma once
 
 #include <deque>
@@ -30,6 +34,7 @@
 #include "absl/time/time.h"
 #include "actors/api.h"
 #include "base/ids.h"
+#include "elastic/inbox.h"
 #include "elastic/job_recorder.h"
 #include "elastic/job_spec.h"
 #include "elastic/lifecycle.h"
@@ -250,7 +255,13 @@ class Controller {
   // Copies the controller's view into the record; the recorder's writer saves it.
   void PublishStatus();
 
+  // Takes what the inbox holds into the loop's view, in arrival order: deaths of members
+  // (dead_, detected_at_), resource changes, scale and stop requests.
+  void TakeInbox();
+  // The members the GCS has called dead since the membership was last published.
   std::set<std::string> DeadMembers();
+  // Whether `phalanx job stop` was asked.
+  bool StopRequested();
 
   // Starts a trainer actor; it joins at a step boundary once ready.
   Member Spawn(int bundle, double memory, const std::vector<std::string>& avoid,
@@ -395,7 +406,7 @@ class Controller {
   // The ranks MaybeGrow would start now toward the target (0 before the debounce ends).
   int GrowWanted() const;
 
-  // Applies a scale request the recorder read (elastic/job_keys.h), and notes a stop.
+  // Applies a scale request taken from the inbox (elastic/job_keys.h).
   void TakeRequests();
 
   void WaitForJoiners(int want, absl::Duration timeout);
@@ -495,6 +506,7 @@ class Controller {
 
   const std::string job_id_;
   const std::string spec_yaml_;
+  Inbox inbox_;  // before recorder_, which posts to it until it finishes
   JobRecorder recorder_;
   JobSpec spec_;
   gcs::GcsClient* gcs_ = nullptr;
@@ -560,7 +572,14 @@ class Controller {
   bool running_ = false;
   JobPhase phase_ = JobPhase::kStarting;  // the training loop's state (lifecycle.h)
   bool failed_ = false;
+  // From the inbox: a stop, a scale request not yet applied, a resource change (and whether a
+  // node joined) not yet acted on, the members the GCS called dead and when each was learned.
   bool stop_requested_ = false;
+  std::string scale_request_;
+  bool resource_event_ = false;
+  bool node_added_ = false;
+  std::set<std::string> dead_;
+  std::map<std::string, absl::Time> detected_at_;
   std::string failure_;
   std::unique_ptr<std::ofstream> step_log_;
   absl::Time grow_after_ = absl::InfiniteFuture();
@@ -576,14 +595,10 @@ class Controller {
   absl::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool resource_event_ ABSL_GUARDED_BY(mu_) = false;
-  bool node_added_ ABSL_GUARDED_BY(mu_) = false;
-  // The members' actors (for the subscription thread) and those of them reported dead since
-  // the membership was last published.
+  // The members' actors (for the subscription thread), and those whose death it already
+  // acted on (aborted the survivors, posted) since the membership was last published.
   std::map<std::string, Handle> live_members_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> dead_members_ ABSL_GUARDED_BY(mu_);
-  // When the subscription thread learned of each member's death.
-  std::map<std::string, absl::Time> detected_at_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> announced_dead_ ABSL_GUARDED_BY(mu_);
   std::thread lease_thread_;
   bool trainer_done_ = false;  // rank 0's last step said its loop returned
   std::thread thread_;

@@ -22,8 +22,12 @@ absl::StatusOr<bool> PointCheckpointIfNewer(gcs::GcsClient& gcs, const std::stri
   return true;
 }
 
-JobRecorder::JobRecorder(std::string job_id, absl::Duration period, absl::Duration finish_bound)
-    : job_id_(std::move(job_id)), period_(period), finish_bound_(finish_bound) {}
+JobRecorder::JobRecorder(std::string job_id, absl::Duration period, absl::Duration finish_bound,
+                         Inbox* requests)
+    : job_id_(std::move(job_id)),
+      period_(period),
+      finish_bound_(finish_bound),
+      requests_(requests) {}
 
 JobRecorder::~JobRecorder() { Finish(); }
 
@@ -99,23 +103,6 @@ void JobRecorder::RecordCheckpoint(const keys::CheckpointPointer& pointer) {
   dirty_ = true;
 }
 
-std::string JobRecorder::TakeScaleRequest() {
-  absl::MutexLock lock(&mu_);
-  std::string request;
-  request.swap(new_scale_request_);
-  return request;
-}
-
-bool JobRecorder::StopAsked() {
-  absl::MutexLock lock(&mu_);
-  return stop_asked_;
-}
-
-bool JobRecorder::RequestWaiting() {
-  absl::MutexLock lock(&mu_);
-  return stop_asked_ || !new_scale_request_.empty();
-}
-
 std::vector<std::string> JobRecorder::RequestKeys() const {
   // As the GCS publishes a KV write: "<namespace>/<key>".
   return {absl::StrCat(keys::kNamespace, "/", keys::Scale(job_id_)),
@@ -132,13 +119,20 @@ void JobRecorder::OnRequest(const rpc::KvEntry& entry) {
 void JobRecorder::TakeRequestValues(const std::optional<std::string>& scale, bool stop) {
   if (scale.has_value() && *scale != last_scale_request_) {
     last_scale_request_ = *scale;
-    new_scale_request_ = *scale;
+    Signal request;
+    request.kind = Signal::Kind::kScaleRequested;
+    request.value = *scale;
+    requests_->Post(std::move(request));
   }
-  if (stop) stop_asked_ = true;
+  if (stop && !stop_posted_) {
+    stop_posted_ = true;
+    Signal request;
+    request.kind = Signal::Kind::kStopRequested;
+    requests_->Post(std::move(request));
+  }
 }
 
-// Reads the requests the job kind wrote (elastic/job_keys.h); the controller takes
-// them at its next step boundary.
+// Reads the requests the job kind wrote (elastic/job_keys.h) into the inbox.
 void JobRecorder::PollRequests() {
   auto scale = gcs_->KvGet(keys::kNamespace, keys::Scale(job_id_));
   auto stop = gcs_->KvGet(keys::kNamespace, keys::Stop(job_id_));

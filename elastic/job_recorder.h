@@ -1,7 +1,8 @@
 // JobRecorder: an elastic job's record in the GCS, kept by its controller. It owns the record
-// (state, conditions, events, the elastic status), the checkpoint pointer, and the scale and
-// stop requests, and does all of its GCS traffic on a writer thread of its own: the step loop
-// only changes the record in memory and never waits for the GCS (which may be restarting).
+// (state, conditions, events, the elastic status) and the checkpoint pointer, reads the scale
+// and stop requests into the controller's inbox (inbox.h), and does all of its GCS traffic on
+// a writer thread of its own: the step loop only changes the record in memory and never waits
+// for the GCS (which may be restarting).
 #pragma once
 
 #include <functional>
@@ -14,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/gcs_client.h"
+#include "elastic/inbox.h"
 #include "elastic/job_keys.h"
 
 namespace phalanx::elastic {
@@ -22,8 +24,10 @@ class JobRecorder {
  public:
   // `period`: how often the writer saves and polls for requests when nothing changed.
   // `finish_bound`: how long Finish() keeps trying to save the last record (the GCS may be
-  // restarting) before it gives up with a warning.
-  JobRecorder(std::string job_id, absl::Duration period, absl::Duration finish_bound);
+  // restarting) before it gives up with a warning. `requests`: where the scale and stop
+  // requests go (the controller's inbox), each once; it must outlive the recorder.
+  JobRecorder(std::string job_id, absl::Duration period, absl::Duration finish_bound,
+              Inbox* requests);
   ~JobRecorder();  // Finish()
   JobRecorder(const JobRecorder&) = delete;
   JobRecorder& operator=(const JobRecorder&) = delete;
@@ -50,19 +54,14 @@ class JobRecorder {
   // subscribes to them (channel KV), so that a request arrives as it is written; the writer
   // also reads them each period, which finds one written while no controller was there.
   std::vector<std::string> RequestKeys() const;
-  // A request key written (a KV message of the subscription).
+  // A request key written (a KV message of the subscription): posted to the inbox, unless
+  // it is a scale request already posted, or a stop after the first.
   void OnRequest(const rpc::KvEntry& entry);
-
-  // A scale request made since the last call ("" when none), and whether a stop was asked.
-  std::string TakeScaleRequest();
-  bool StopAsked();
-  // Whether a scale request or a stop waits to be taken.
-  bool RequestWaiting();
 
  private:
   void WriterLoop();
   void PollRequests();
-  // A scale request's value, or a stop's presence, as read (either way).
+  // A scale request's value, or a stop's presence, as read (either way): posted if new.
   void TakeRequestValues(const std::optional<std::string>& scale, bool stop)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -78,9 +77,9 @@ class JobRecorder {
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time give_up_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();  // set by Finish()
   std::optional<keys::CheckpointPointer> pending_checkpoint_ ABSL_GUARDED_BY(mu_);
-  std::string last_scale_request_ ABSL_GUARDED_BY(mu_);
-  std::string new_scale_request_ ABSL_GUARDED_BY(mu_);
-  bool stop_asked_ ABSL_GUARDED_BY(mu_) = false;
+  Inbox* const requests_;
+  std::string last_scale_request_ ABSL_GUARDED_BY(mu_);  // the last one posted
+  bool stop_posted_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // The job's checkpoint pointer as the KV holds it (nullopt: none, or unreadable).

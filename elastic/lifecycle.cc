@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace phalanx::elastic {
 namespace {
@@ -61,6 +62,19 @@ Transition BelowMinTimedOut(const JobSpec& spec, const LoopEvent& e) {
   return Fail(absl::StrCat(
       "below minReplicas (", e.world, " < ", spec.min_replicas, ") for ", Seconds(e.waited_s),
       " s (failPolicy.belowMinTimeoutSeconds: ", spec.below_min_timeout_s, ")"));
+}
+
+// A scale request was taken: the phase stays, and the condition says what was asked and what
+// the job will do (clamped to min and max; the ranks named to leave).
+Transition ScaleRequested(const JobSpec& spec, JobPhase phase, const LoopEvent& e) {
+  std::string message = absl::StrCat("replicas ", e.asked);
+  if (e.replicas != e.asked) {
+    absl::StrAppend(&message, " (clamped to ", e.replicas, ": min ", spec.min_replicas, ", max ",
+                    spec.max_replicas, ")");
+  }
+  if (!e.leaving.empty())
+    absl::StrAppend(&message, ", ranks ", absl::StrJoin(e.leaving, ","), " leave");
+  return Enter(phase, "Scaling", "ScaleRequested", message);
 }
 
 // The events Forming, Running and BelowMin take alike.
@@ -144,6 +158,8 @@ const char* LoopEventName(LoopEvent::Kind kind) {
       return "Done";
     case Kind::kDeathFailsJob:
       return "DeathFailsJob";
+    case Kind::kScaleRequested:
+      return "ScaleRequested";
   }
   return "?";
 }
@@ -154,6 +170,7 @@ Transition Next(const JobSpec& spec, JobPhase phase, const LoopEvent& e) {
   if (e.kind == Kind::kStopRequested) {
     return Enter(JobPhase::kStopped, "Failed", "Stopped", "stopped on request");
   }
+  if (e.kind == Kind::kScaleRequested) return ScaleRequested(spec, phase, e);
   switch (phase) {
     case JobPhase::kStarting:
       if (e.kind == Kind::kRanksUp) return Stay(JobPhase::kForming);

@@ -19,9 +19,12 @@
 //                 StepFailed in a row with no rank lost; DeathFailsJob (any live phase)
 //   Succeeded ◄── Done (from Forming, Running or BelowMin)
 //   Stopped   ◄── StopRequested (from any live phase)
+//   ScaleRequested: any live phase stays where it is, with the condition Scaling (the
+//   membership change follows at the next step boundary)
 //
 // Conditions: Running (Training at the first agreed step, Recovered at the first after a
-// fault), Restarting (RankLost, StepFailed, Partitioned, BelowMinReplicas), Failed (Stopped).
+// fault), Restarting (RankLost, StepFailed, Partitioned, BelowMinReplicas), Scaling
+// (ScaleRequested), Failed (Stopped).
 // Running and BelowMin take the events Running takes; Forming takes them too (a step agreed
 // there is the first after a recovery). Failed, Succeeded and Stopped are final: every event
 // leaves them as they are. A pair the loop never makes (RanksUp while Running, say) changes
@@ -30,6 +33,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "elastic/job_spec.h"
 
@@ -60,6 +64,7 @@ struct LoopEvent {
     kBelowMinTimedOut,  // BelowMin: for belowMinTimeoutSeconds
     kDone,              // the steps asked for are agreed, or the trainer is done
     kDeathFailsJob,     // a rank's death fails the job (policy failJob; a rank not created)
+    kScaleRequested,    // a user's scale request was taken: asked, replicas, leaving
   };
   explicit LoopEvent(Kind event_kind, int world_size = 0) : kind(event_kind), world(world_size) {}
   Kind kind;
@@ -72,6 +77,9 @@ struct LoopEvent {
   double waited_s = 0;        // kRanksShort, kBelowMinTimedOut
   std::string error;          // kStepFailed: what failed; kEpochFailed: the last phase timeout;
                               // kDeathFailsJob: the job's failure
+  int asked = 0;              // kScaleRequested: the replicas asked for
+  int replicas = 0;           // kScaleRequested: the target, clamped to min and max
+  std::vector<int> leaving;   // kScaleRequested: the ranks named to leave
 };
 const char* LoopEventName(LoopEvent::Kind kind);
 

@@ -34,12 +34,20 @@ void Controller::PublishStatus() {
     absl::MutexLock lock(&mu_);
     live_members_.clear();
     for (const auto& m : members_) live_members_.emplace(m.actor_id, m.handle);
-    for (auto it = dead_members_.begin(); it != dead_members_.end();) {
-      it = live_members_.count(*it) ? std::next(it) : dead_members_.erase(it);
+    for (auto it = announced_dead_.begin(); it != announced_dead_.end();) {
+      it = live_members_.count(*it) ? std::next(it) : announced_dead_.erase(it);
     }
-    for (auto it = detected_at_.begin(); it != detected_at_.end();) {
-      it = live_members_.count(it->first) ? std::next(it) : detected_at_.erase(it);
-    }
+  }
+  // Deaths of those no longer members are over (their ranks were removed).
+  auto member = [&](const std::string& id) {
+    return std::any_of(members_.begin(), members_.end(),
+                       [&](const Member& m) { return m.actor_id == id; });
+  };
+  for (auto it = dead_.begin(); it != dead_.end();) {
+    it = member(*it) ? std::next(it) : dead_.erase(it);
+  }
+  for (auto it = detected_at_.begin(); it != detected_at_.end();) {
+    it = member(it->first) ? std::next(it) : detected_at_.erase(it);
   }
   recorder_.Update([&](rpc::JobInfo* job) {
     auto* el = job->mutable_elastic();
@@ -89,17 +97,51 @@ void Controller::OpenRecovery(const std::string& actor_id, rpc::FaultKind kind,
 }
 
 absl::Time Controller::DetectedAt(const std::string& actor_id) {
+  TakeInbox();
   absl::Time detected = std::min(absl::Now(), step_failed_);
-  absl::MutexLock lock(&mu_);
   if (auto it = detected_at_.find(actor_id); it != detected_at_.end()) {
     detected = std::min(detected, it->second);
   }
   return detected;
 }
 
+void Controller::TakeInbox() {
+  for (Signal& signal : inbox_.Take()) {
+    switch (signal.kind) {
+      case Signal::Kind::kRankDied:
+        // A death the subscription thread saw among the members it knew: one still a member.
+        if (std::none_of(members_.begin(), members_.end(),
+                         [&](const Member& m) { return m.actor_id == signal.actor_id; })) {
+          break;
+        }
+        dead_.insert(signal.actor_id);
+        detected_at_.emplace(signal.actor_id, signal.at);
+        break;
+      case Signal::Kind::kNodeAdded:
+        node_added_ = true;
+        resource_event_ = true;
+        break;
+      case Signal::Kind::kResourcesChanged:
+        resource_event_ = true;
+        break;
+      case Signal::Kind::kScaleRequested:
+        scale_request_ = std::move(signal.value);  // the newest request wins
+        break;
+      case Signal::Kind::kStopRequested:
+        stop_requested_ = true;
+        break;
+    }
+  }
+}
+
 std::set<std::string> Controller::DeadMembers() {
-  absl::MutexLock lock(&mu_);
-  return dead_members_;
+  TakeInbox();
+  return dead_;
+}
+
+bool Controller::StopRequested() {
+  TakeInbox();
+  return stop_requested_;
 }
 
 // Starts a trainer actor; it joins at a step boundary once ready.
@@ -259,7 +301,7 @@ absl::Time Controller::AwaitCalls(const std::vector<ObjectRef<int64_t>>& refs,
       PhaseTimedOut(refs, ranks, phase, began);
       return absl::Now() + kTimeouts.aborted_step_grace;
     }
-    if (recorder_.StopAsked()) {
+    if (StopRequested()) {
       reason = "the job is being stopped";
       aborted = true;
       break;
@@ -790,8 +832,9 @@ void Controller::MaybeGrow() {
 
 // Applies a scale request the recorder read (elastic/job_keys.h), and notes a stop.
 void Controller::TakeRequests() {
-  std::string request = recorder_.TakeScaleRequest();
-  if (recorder_.StopAsked()) stop_requested_ = true;
+  TakeInbox();
+  std::string request;
+  request.swap(scale_request_);
   if (request.empty()) return;
   auto parsed = ParseScaleRequest(request, static_cast<int>(members_.size()), spec_);
   if (!parsed.ok()) {
@@ -801,16 +844,11 @@ void Controller::TakeRequests() {
   scale_in_ranks_ = parsed->leaving;
   if (parsed->nodes) SetAllowedNodes(*parsed->nodes);
   int clamped = parsed->replicas;
-  Condition(
-      "Scaling", "ScaleRequested",
-      absl::StrCat("replicas ", parsed->asked,
-                   clamped != parsed->asked
-                       ? absl::StrCat(" (clamped to ", clamped, ": min ", spec_.min_replicas,
-                                      ", max ", spec_.max_replicas, ")")
-                       : "",
-                   scale_in_ranks_.empty()
-                       ? ""
-                       : absl::StrCat(", ranks ", absl::StrJoin(scale_in_ranks_, ","), " leave")));
+  LoopEvent scaling(LoopEvent::Kind::kScaleRequested, static_cast<int>(members_.size()));
+  scaling.asked = parsed->asked;
+  scaling.replicas = clamped;
+  scaling.leaving = scale_in_ranks_;
+  Apply(scaling);
   timeline_.Supersede(rpc::FAULT_SCALE);
   timeline_.Open(rpc::FAULT_SCALE,
                  absl::StrCat("scale to ", clamped, " from ", members_.size(), " ranks"),
@@ -824,7 +862,7 @@ void Controller::TakeRequests() {
 void Controller::WaitForJoiners(int want, absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
   while (static_cast<int>(members_.size()) + ReadyJoiners() < want && absl::Now() < deadline &&
-         !failed_ && !recorder_.StopAsked()) {
+         !failed_ && !StopRequested()) {
     absl::SleepFor(kTimeouts.poll);
     ExpireJoiners();
     if (joining_.empty()) break;

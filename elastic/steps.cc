@@ -167,13 +167,11 @@ int64_t Controller::StepsPerCall(int64_t first) const {
 bool Controller::MayRunAhead(int64_t next) {
   if (spec_.TotalSteps() > 0 && next >= spec_.TotalSteps()) return false;
   if (CheckpointDueAt(next)) return false;
+  TakeInbox();
   if (trainer_done_ || stop_requested_ || !scale_in_ranks_.empty()) return false;
-  if (recorder_.RequestWaiting()) return false;
+  if (!scale_request_.empty()) return false;
   if (!displaced_.empty() && Placed() > 0) return false;  // they may leave now (Boundary)
-  {
-    absl::MutexLock lock(&mu_);
-    if (resource_event_ || !dead_members_.empty()) return false;
-  }
+  if (resource_event_ || !dead_.empty()) return false;
   // A joiner whose Setup answered (ready, or failed) is taken at the boundary, and so is a
   // rank a partition left out, when it is to be asked whether it reaches everyone again or
   // its answer is in.

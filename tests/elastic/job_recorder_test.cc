@@ -1,9 +1,11 @@
-// The controller's record keeper takes scale and stop requests as they are written: a KV
-// message of its subscription, not only its writer's periodic read.
+// The controller's record keeper takes scale and stop requests as they are written (a KV
+// message of its subscription, not only its writer's periodic read) and posts each to the
+// controller's inbox once.
 #include "elastic/job_recorder.h"
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "client/gcs_client.h"
 #include "elastic/job_keys.h"
@@ -22,25 +24,35 @@ rpc::KvEntry Entry(const std::string& key, const std::string& value, bool delete
   return e;
 }
 
-TEST(JobRecorderTest, TakesOnlyItsOwnJobsRequestsAndEachScaleOnce) {
-  JobRecorder recorder("job-a", absl::Hours(1), absl::Seconds(1));
-  EXPECT_FALSE(recorder.RequestWaiting());
+// The kinds and values of what `inbox` holds now, taken: "ScaleRequested r1:3:", "StopRequested".
+std::vector<std::string> Taken(Inbox& inbox) {
+  std::vector<std::string> out;
+  for (const Signal& s : inbox.Take()) {
+    out.push_back(s.value.empty() ? SignalName(s.kind)
+                                  : std::string(SignalName(s.kind)) + " " + s.value);
+  }
+  return out;
+}
+
+TEST(JobRecorderTest, PostsOnlyItsOwnJobsRequestsAndEachOnce) {
+  Inbox inbox;
+  JobRecorder recorder("job-a", absl::Hours(1), absl::Seconds(1), &inbox);
   recorder.OnRequest(Entry(keys::Scale("job-b"), "x:3:"));  // another job's
   recorder.OnRequest(Entry(keys::Stop("job-b"), "1"));
   rpc::KvEntry other_namespace = Entry(keys::Scale("job-a"), "x:3:");
   other_namespace.set_namespace_("collective");
   recorder.OnRequest(other_namespace);
   recorder.OnRequest(Entry(keys::Stop("job-a"), "", /*deleted=*/true));  // a cleanup
-  EXPECT_FALSE(recorder.RequestWaiting());
-  EXPECT_FALSE(recorder.StopAsked());
+  EXPECT_TRUE(inbox.Empty());
 
   recorder.OnRequest(Entry(keys::Scale("job-a"), "r1:3:"));
-  EXPECT_TRUE(recorder.RequestWaiting());
-  EXPECT_EQ(recorder.TakeScaleRequest(), "r1:3:");
   recorder.OnRequest(Entry(keys::Scale("job-a"), "r1:3:"));  // the same request again
-  EXPECT_EQ(recorder.TakeScaleRequest(), "");
   recorder.OnRequest(Entry(keys::Stop("job-a"), "1"));
-  EXPECT_TRUE(recorder.StopAsked());
+  recorder.OnRequest(Entry(keys::Stop("job-a"), "1"));
+  recorder.OnRequest(Entry(keys::Scale("job-a"), "r2:4:"));
+  EXPECT_EQ(Taken(inbox), std::vector<std::string>(
+                              {"ScaleRequested r1:3:", "StopRequested", "ScaleRequested r2:4:"}));
+  EXPECT_TRUE(inbox.Empty());
 }
 
 // Against a real GCS, with a writer that reads the keys once an hour: only the subscription
@@ -50,7 +62,8 @@ TEST(JobRecorderTest, ARequestWrittenToTheGcsArrivesThroughTheSubscription) {
   testing::GcsProcess gcs_process(redis);
   auto gcs = gcs::GcsClient::Connect({gcs_process.address(), gcs_process.token()});
   ASSERT_TRUE(gcs.ok()) << gcs.status();
-  JobRecorder recorder("job-push", absl::Hours(1), absl::Seconds(5));
+  Inbox inbox;
+  JobRecorder recorder("job-push", absl::Hours(1), absl::Seconds(5), &inbox);
   rpc::JobInfo record;
   record.set_job_id("job-push");
   recorder.Start(gcs->get(), record);
@@ -62,16 +75,17 @@ TEST(JobRecorderTest, ARequestWrittenToTheGcsArrivesThroughTheSubscription) {
   // requests are written: the record is in the GCS.
   ASSERT_TRUE(testing::WaitFor([&] { return (*gcs)->GetJob("job-push").ok(); }, absl::Seconds(60)));
   ASSERT_TRUE((*gcs)->KvPut(keys::kNamespace, keys::Scale("job-push"), "r7:2:", true).ok());
-  std::string taken;
-  EXPECT_TRUE(testing::WaitFor(
-      [&] {
-        if (taken.empty()) taken = recorder.TakeScaleRequest();
-        return !taken.empty();
-      },
-      absl::Seconds(60)));
-  EXPECT_EQ(taken, "r7:2:");
+  std::vector<std::string> taken;
+  auto take = [&] {
+    for (auto& t : Taken(inbox)) taken.push_back(t);
+  };
+  EXPECT_TRUE(inbox.Await(absl::Seconds(60)));
+  take();
+  EXPECT_EQ(taken, std::vector<std::string>({"ScaleRequested r7:2:"}));
   ASSERT_TRUE((*gcs)->KvPut(keys::kNamespace, keys::Stop("job-push"), "1", true).ok());
-  EXPECT_TRUE(testing::WaitFor([&] { return recorder.StopAsked(); }, absl::Seconds(60)));
+  EXPECT_TRUE(inbox.Await(absl::Seconds(60)));
+  take();
+  EXPECT_EQ(taken, std::vector<std::string>({"ScaleRequested r7:2:", "StopRequested"}));
   subscription.reset();
   recorder.Finish();
 }

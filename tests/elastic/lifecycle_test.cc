@@ -15,10 +15,10 @@ using P = JobPhase;
 
 const std::vector<P> kPhases = {P::kStarting,  P::kForming, P::kRunning, P::kBelowMin,
                                 P::kSucceeded, P::kFailed,  P::kStopped};
-const std::vector<K> kEvents = {K::kStopRequested, K::kRanksUp,      K::kRanksShort,
-                                K::kEpochFailed,   K::kStepAgreed,   K::kStepFailed,
-                                K::kBelowMin,      K::kBackToMin,    K::kBelowMinTimedOut,
-                                K::kDone,          K::kDeathFailsJob};
+const std::vector<K> kEvents = {K::kStopRequested, K::kRanksUp,       K::kRanksShort,
+                                K::kEpochFailed,   K::kStepAgreed,    K::kStepFailed,
+                                K::kBelowMin,      K::kBackToMin,     K::kBelowMinTimedOut,
+                                K::kDone,          K::kDeathFailsJob, K::kScaleRequested};
 
 JobSpec Spec() {
   JobSpec spec;
@@ -44,15 +44,15 @@ TEST(LifecycleTest, EveryPhaseAndEventPairGoesWhereTheDiagramSays) {
   const P S = P::kStarting, F = P::kForming, R = P::kRunning, B = P::kBelowMin, OK = P::kSucceeded,
           X = P::kFailed, STOP = P::kStopped;
   //  Stop  RanksUp RanksShort EpochFailed StepAgreed StepFailed BelowMin BackToMin
-  //  BelowMinTimedOut Done DeathFailsJob
+  //  BelowMinTimedOut Done DeathFailsJob ScaleRequested
   const std::vector<std::vector<P>> expected = {
-      /* Starting  */ {STOP, F, X, S, S, S, S, S, S, S, X},
-      /* Forming   */ {STOP, F, F, F, R, F, B, F, X, OK, X},
-      /* Running   */ {STOP, R, R, F, R, F, B, R, X, OK, X},
-      /* BelowMin  */ {STOP, B, B, F, R, F, B, F, X, OK, X},
-      /* Succeeded */ {OK, OK, OK, OK, OK, OK, OK, OK, OK, OK, OK},
-      /* Failed    */ {X, X, X, X, X, X, X, X, X, X, X},
-      /* Stopped   */ {STOP, STOP, STOP, STOP, STOP, STOP, STOP, STOP, STOP, STOP, STOP},
+      /* Starting  */ {STOP, F, X, S, S, S, S, S, S, S, X, S},
+      /* Forming   */ {STOP, F, F, F, R, F, B, F, X, OK, X, F},
+      /* Running   */ {STOP, R, R, F, R, F, B, R, X, OK, X, R},
+      /* BelowMin  */ {STOP, B, B, F, R, F, B, F, X, OK, X, B},
+      /* Succeeded */ {OK, OK, OK, OK, OK, OK, OK, OK, OK, OK, OK, OK},
+      /* Failed    */ {X, X, X, X, X, X, X, X, X, X, X, X},
+      /* Stopped   */ {STOP, STOP, STOP, STOP, STOP, STOP, STOP, STOP, STOP, STOP, STOP, STOP},
   };
   for (size_t p = 0; p < kPhases.size(); ++p) {
     for (size_t e = 0; e < kEvents.size(); ++e) {
@@ -162,6 +162,26 @@ TEST(LifecycleTest, AStopIsAFailedConditionAndADeathThatFailsTheJobKeepsItsWords
   LoopEvent death(K::kDeathFailsJob);
   death.error = "policy failJob: rank 2 died";
   EXPECT_EQ(Next(Spec(), P::kStarting, death).failure, "policy failJob: rank 2 died");
+}
+
+// A scale request keeps the phase and says what was asked and what the job will do.
+TEST(LifecycleTest, AScaleRequestSaysWhatWasAskedAndWhatTheJobWillDo) {
+  JobSpec spec = Spec();
+  spec.max_replicas = 4;
+  LoopEvent e(K::kScaleRequested, 3);
+  e.asked = 9;
+  e.replicas = 4;
+  Transition t = Next(spec, P::kRunning, e);
+  EXPECT_EQ(t.next, P::kRunning);
+  EXPECT_EQ(t.condition_type, "Scaling");
+  EXPECT_EQ(t.condition_reason, "ScaleRequested");
+  EXPECT_EQ(t.condition_message, "replicas 9 (clamped to 4: min 2, max 4)");
+  e.asked = e.replicas = 2;
+  e.leaving = {0, 2};
+  t = Next(spec, P::kBelowMin, e);
+  EXPECT_EQ(t.next, P::kBelowMin);
+  EXPECT_EQ(t.condition_message, "replicas 2, ranks 0,2 leave");
+  EXPECT_TRUE(t.failure.empty());
 }
 
 }  // namespace
