@@ -64,6 +64,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "actors/internal/actor_options.h"
+#include "base/typed_id.h"
 
 namespace phalanx {
 
@@ -78,31 +79,7 @@ bool IsGetTimeout(const absl::Status& status);
 // ---------------------------------------------------------------------------------------
 // Ids
 
-// An id at the API's boundary: an actor's, a node's or a placement group's hex string, as
-// `phalanx list` prints it. One kind is never taken for another, and a string becomes one
-// only explicitly: ActorId(hex). Hex() gives the string back.
-template <typename Tag>
-class TypedId {
- public:
-  TypedId() = default;
-  explicit TypedId(std::string hex) : hex_(std::move(hex)) {}
-  const std::string& Hex() const { return hex_; }
-  // The default id: no actor, node or group.
-  bool IsNil() const { return hex_.empty(); }
-  bool operator==(const TypedId& other) const = default;
-  auto operator<=>(const TypedId& other) const = default;
-  template <typename H>
-  friend H AbslHashValue(H h, const TypedId& id) {
-    return H::combine(std::move(h), id.hex_);
-  }
-  friend std::ostream& operator<<(std::ostream& os, const TypedId& id) { return os << id.hex_; }
-
- private:
-  std::string hex_;
-};
-using ActorId = TypedId<struct ActorIdTag>;
-using NodeId = TypedId<struct NodeIdTag>;
-using PlacementGroupId = TypedId<struct PlacementGroupIdTag>;
+// ActorId, NodeId, PlacementGroupId: base/typed_id.h.
 
 // ---------------------------------------------------------------------------------------
 // Runtime

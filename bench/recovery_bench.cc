@@ -128,7 +128,7 @@ Outcome OneRun(gcs::GcsClient& gcs, const std::string& dir, int run) {
         if (step < kKillAfter || world != kRanks) continue;
         auto s = elastic::Status(*job);
         if (!s.ok() || s->ranks.size() < 2) break;
-        auto actor = gcs.GetActor(s->ranks[1].actor_id);
+        auto actor = gcs.GetActor(s->ranks[1].actor_id.Hex());
         if (!actor.ok() || actor->pid() <= 0) break;
         // A fault strikes at a random point of a step, not right after its start.
         absl::SleepFor(absl::Milliseconds(jitter(rng)));

@@ -33,7 +33,7 @@ std::string Clock(int64_t ms) {
 
 JobStatus ToStatus(const rpc::JobInfo& job) {
   JobStatus s;
-  s.job_id = job.job_id();
+  s.job_id = JobId(job.job_id());
   s.name = job.name();
   s.state = rpc::StateName(job.state());
   s.message = job.message();
@@ -49,9 +49,9 @@ JobStatus ToStatus(const rpc::JobInfo& job) {
   s.allowed_nodes.assign(el.allowed_nodes().begin(), el.allowed_nodes().end());
   s.results = el.results();
   s.total_steps = el.total_steps();
-  s.controller_actor_id = job.controller_actor_id();
+  s.controller_actor_id = ActorId(job.controller_actor_id());
   for (const auto& m : el.members()) {
-    s.ranks.push_back({m.rank(), m.actor_id(), m.node_id(), m.memory_bytes()});
+    s.ranks.push_back({m.rank(), ActorId(m.actor_id()), NodeId(m.node_id()), m.memory_bytes()});
   }
   for (const auto& c : job.conditions()) {
     s.conditions.push_back({c.type(), c.time_ms(), c.reason(), c.message()});
@@ -73,7 +73,7 @@ JobStatus ToStatus(const rpc::JobInfo& job) {
 }
 
 std::string FormatStatus(const JobStatus& s, bool with_events) {
-  std::string out = absl::StrFormat("job %s (%s): %s", s.job_id, s.name, s.state);
+  std::string out = absl::StrFormat("job %s (%s): %s", s.job_id.str(), s.name, s.state);
   absl::StrAppendFormat(&out, " — world size %d, epoch %d, step %d", s.world_size, s.epoch, s.step);
   if (s.total_steps > 0) absl::StrAppendFormat(&out, "/%d", s.total_steps);
   absl::StrAppendFormat(&out, ", loss %.6g", s.loss);
@@ -87,7 +87,8 @@ std::string FormatStatus(const JobStatus& s, bool with_events) {
   }
   for (const auto& r : s.ranks) {
     absl::StrAppendFormat(
-        &out, "\n  %d  actor %s  node %s%s", r.rank, ShortId(r.actor_id), ShortId(r.node_id),
+        &out, "\n  %d  actor %s  node %s%s", r.rank, ShortId(r.actor_id.Hex()),
+        ShortId(r.node_id.Hex()),
         r.memory_bytes > 0 ? absl::StrCat("  memory ", FormatBytes(r.memory_bytes)) : "");
   }
   absl::StrAppend(&out, "\nConditions:");

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/typed_id.h"
+
 namespace phalanx {
 namespace rpc {
 class JobInfo;
@@ -30,8 +32,8 @@ struct JobEvent {
 
 struct RankStatus {
   int rank = 0;
-  std::string actor_id;
-  std::string node_id;
+  ActorId actor_id;
+  NodeId node_id;
   double memory_bytes = 0;
 };
 
@@ -51,7 +53,7 @@ struct RecoveryStatus {
 };
 
 struct JobStatus {
-  std::string job_id;
+  JobId job_id;
   std::string name;
   std::string state;  // PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED
   std::string message;
@@ -65,7 +67,7 @@ struct JobStatus {
   double steps_per_second = 0;
   int64_t steps_per_call = 0;  // of the last agreed call (0: none yet)
   std::string results;         // rank 0's Query("results") at completion
-  std::string controller_actor_id;
+  ActorId controller_actor_id;
   std::vector<RankStatus> ranks;
   std::vector<std::string> allowed_nodes;  // the nodes the ranks may use (empty: any)
   std::vector<JobCondition> conditions;

@@ -31,7 +31,7 @@ std::string SelfExe() {
 
 }  // namespace
 
-absl::StatusOr<std::string> Submit(JobSpec spec) {
+absl::StatusOr<JobId> Submit(JobSpec spec) {
   if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
   auto gcs = Gcs();
   if (!gcs.ok()) return gcs.status();
@@ -46,35 +46,35 @@ absl::StatusOr<std::string> Submit(JobSpec spec) {
   request.set_spec_dir(std::filesystem::current_path().string());
   auto job = (*gcs)->SubmitJob(request);
   if (!job.ok()) return job.status();
-  return job->job_id();
+  return JobId(job->job_id());
 }
 
-absl::StatusOr<std::string> SubmitYaml(const std::string& yaml) {
+absl::StatusOr<JobId> SubmitYaml(const std::string& yaml) {
   auto spec = ParseJobSpec(yaml);
   if (!spec.ok()) return spec.status();
   return Submit(*spec);
 }
 
-absl::StatusOr<JobStatus> Status(const std::string& job_id) {
+absl::StatusOr<JobStatus> Status(const JobId& job_id) {
   auto gcs = Gcs();
   if (!gcs.ok()) return gcs.status();
-  auto job = (*gcs)->GetJob(job_id);
+  auto job = (*gcs)->GetJob(job_id.str());
   if (!job.ok()) return job.status();
   return ToStatus(*job);
 }
 
-absl::Status Scale(const std::string& job_id, int replicas, const std::vector<int>& ranks) {
+absl::Status Scale(const JobId& job_id, int replicas, const std::vector<int>& ranks) {
   auto gcs = Gcs();
   if (!gcs.ok()) return gcs.status();
-  return (*gcs)->ScaleJob(job_id, replicas, ranks).status();
+  return (*gcs)->ScaleJob(job_id.str(), replicas, ranks).status();
 }
 
-absl::Status Scale(const std::string& job_id, int replicas, const std::vector<int>& ranks,
+absl::Status Scale(const JobId& job_id, int replicas, const std::vector<int>& ranks,
                    const std::vector<std::string>& nodes) {
   auto gcs = Gcs();
   if (!gcs.ok()) return gcs.status();
   rpc::ScaleJobRequest request;
-  request.set_job_id(job_id);
+  request.set_job_id(job_id.str());
   request.set_replicas(replicas);
   for (int r : ranks) request.add_ranks(r);
   request.set_set_nodes(true);
@@ -82,13 +82,13 @@ absl::Status Scale(const std::string& job_id, int replicas, const std::vector<in
   return (*gcs)->ScaleJob(request).status();
 }
 
-absl::Status Stop(const std::string& job_id) {
+absl::Status Stop(const JobId& job_id) {
   auto gcs = Gcs();
   if (!gcs.ok()) return gcs.status();
-  return (*gcs)->StopJob(job_id, 0).status();
+  return (*gcs)->StopJob(job_id.str(), 0).status();
 }
 
-absl::StatusOr<JobStatus> Wait(const std::string& job_id, absl::Duration timeout,
+absl::StatusOr<JobStatus> Wait(const JobId& job_id, absl::Duration timeout,
                                const std::function<void(const JobStatus&)>& on_change) {
   absl::Time deadline = absl::Now() + timeout;
   size_t conditions = 0, events = 0;
@@ -105,9 +105,9 @@ absl::StatusOr<JobStatus> Wait(const std::string& job_id, absl::Duration timeout
     world = status->world_size;
     if (status->Done()) return status;
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("job ", job_id, " did not finish within ",
-                                                      absl::FormatDuration(timeout), ": ",
-                                                      FormatStatus(*status, false)));
+      return absl::DeadlineExceededError(
+          absl::StrCat("job ", job_id.str(), " did not finish within ",
+                       absl::FormatDuration(timeout), ": ", FormatStatus(*status, false)));
     }
     absl::SleepFor(absl::Milliseconds(100));
   }

@@ -20,29 +20,30 @@ namespace phalanx::elastic {
 using phalanx::FormatStatus;
 using phalanx::JobCondition;
 using phalanx::JobEvent;
+using phalanx::JobId;
 using phalanx::JobStatus;
 using phalanx::RankStatus;
 using phalanx::RecoveryStatus;
 
-// Validates the spec, records the job and starts its controller. Returns the job id.
+// Validates the spec, records the job and starts its controller. Returns the job's id.
 // `code_path` empty in the spec: this program hosts the trainers (and the controller).
-absl::StatusOr<std::string> Submit(JobSpec spec);
-absl::StatusOr<std::string> SubmitYaml(const std::string& yaml);
+absl::StatusOr<JobId> Submit(JobSpec spec);
+absl::StatusOr<JobId> SubmitYaml(const std::string& yaml);
 
-absl::StatusOr<JobStatus> Status(const std::string& job_id);
+absl::StatusOr<JobStatus> Status(const JobId& job_id);
 
 // Asks for `replicas` ranks (clamped to min..max); with `ranks`, those ranks leave instead.
 // Graceful: leaving ranks finish their step before their actors go.
-absl::Status Scale(const std::string& job_id, int replicas, const std::vector<int>& ranks = {});
+absl::Status Scale(const JobId& job_id, int replicas, const std::vector<int>& ranks = {});
 // The same, and from now on the ranks run only on `nodes` (node ids, hostnames or IP
 // addresses; empty: any node): ranks elsewhere leave gracefully, new ones start there.
-absl::Status Scale(const std::string& job_id, int replicas, const std::vector<int>& ranks,
+absl::Status Scale(const JobId& job_id, int replicas, const std::vector<int>& ranks,
                    const std::vector<std::string>& nodes);
-absl::Status Stop(const std::string& job_id);
+absl::Status Stop(const JobId& job_id);
 
 // Waits until the job ends or `timeout` passes (then DeadlineExceeded with the status in
 // the message), calling `on_change` whenever a condition, event or the world size changes.
-absl::StatusOr<JobStatus> Wait(const std::string& job_id, absl::Duration timeout,
+absl::StatusOr<JobStatus> Wait(const JobId& job_id, absl::Duration timeout,
                                const std::function<void(const JobStatus&)>& on_change = nullptr);
 
 }  // namespace phalanx::elastic

@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   app.add_option("--kill-at-step", kill_at, "SIGKILL rank 1's process at this step");
   CLI11_PARSE(app, argc, argv);
 
-  absl::StatusOr<std::string> job;
+  absl::StatusOr<phalanx::JobId> job;
   if (!yaml_file.empty()) {
     std::ifstream in(yaml_file);
     std::stringstream text;
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(job.status().message()).c_str());
     return 1;
   }
-  std::printf("submitted elastic job %s\n", job->c_str());
+  std::printf("submitted elastic job %s\n", job->str().c_str());
   size_t shown_conditions = 0, shown_events = 0;
   bool killed = false;
   auto on_change = [&](const phalanx::elastic::JobStatus& s) {

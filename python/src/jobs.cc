@@ -88,8 +88,10 @@ void BindStatus(py::module_& m) {
       .def_readonly("epoch", &elastic::JobEvent::epoch);
   py::class_<elastic::RankStatus>(m, "RankStatus")
       .def_readonly("rank", &elastic::RankStatus::rank)
-      .def_readonly("actor_id", &elastic::RankStatus::actor_id)
-      .def_readonly("node_id", &elastic::RankStatus::node_id)
+      .def_property_readonly("actor_id",
+                             [](const elastic::RankStatus& r) { return r.actor_id.Hex(); })
+      .def_property_readonly("node_id",
+                             [](const elastic::RankStatus& r) { return r.node_id.Hex(); })
       .def_readonly("memory_bytes", &elastic::RankStatus::memory_bytes);
   py::class_<RecoveryStatus>(m, "RecoveryStatus",
                              "one fault and how the job healed (unix ms; 0: not reached yet)")
@@ -103,7 +105,7 @@ void BindStatus(py::module_& m) {
       .def_readonly("world_before", &RecoveryStatus::world_before)
       .def_readonly("world_during", &RecoveryStatus::world_during);
   py::class_<JobStatus>(m, "JobStatus", "an elastic job's status, as `phalanx job status` shows")
-      .def_readonly("job_id", &JobStatus::job_id)
+      .def_property_readonly("job_id", [](const JobStatus& s) { return s.job_id.str(); })
       .def_readonly("name", &JobStatus::name)
       .def_readonly("state", &JobStatus::state)
       .def_readonly("message", &JobStatus::message)
@@ -117,7 +119,8 @@ void BindStatus(py::module_& m) {
       .def_readonly("steps_per_second", &JobStatus::steps_per_second)
       .def_readonly("steps_per_call", &JobStatus::steps_per_call)
       .def_readonly("results", &JobStatus::results)
-      .def_readonly("controller_actor_id", &JobStatus::controller_actor_id)
+      .def_property_readonly("controller_actor_id",
+                             [](const JobStatus& s) { return s.controller_actor_id.Hex(); })
       .def_readonly("ranks", &JobStatus::ranks)
       .def_readonly("conditions", &JobStatus::conditions)
       .def_readonly("events", &JobStatus::events)

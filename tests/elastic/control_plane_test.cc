@@ -32,10 +32,10 @@ TEST_F(ElasticTest, AKilledControllerComesBackAndAdoptsTheLiveRanks) {
   JobSpec spec = Spec(3, 1, 3);
   auto baseline = Baseline(spec);
   int64_t killed_at = -1;
-  std::set<std::string> ranks_before;
+  std::set<ActorId> ranks_before;
   JobStatus s = Run(spec, [&](const JobStatus& now) {
     if (killed_at >= 0 || now.step < 40 || now.world_size != 3) return;
-    auto job = client_->GetJob(now.job_id);
+    auto job = client_->GetJob(now.job_id.str());
     ASSERT_TRUE(job.ok()) << job.status();
     auto controller = client_->GetActor(job->controller_actor_id());
     ASSERT_TRUE(controller.ok() && controller->pid() > 0) << controller.status();
@@ -48,7 +48,7 @@ TEST_F(ElasticTest, AKilledControllerComesBackAndAdoptsTheLiveRanks) {
   // The same three ranks finished the job: adopted, not restarted from a checkpoint.
   EXPECT_TRUE(HasEvent(s, "controller_restarted", "adopted its 3 live ranks")) << FormatStatus(s);
   EXPECT_FALSE(HasEvent(s, "restart_from_checkpoint")) << FormatStatus(s);
-  std::set<std::string> ranks_after;
+  std::set<ActorId> ranks_after;
   for (const auto& r : s.ranks) ranks_after.insert(r.actor_id);
   EXPECT_EQ(ranks_after, ranks_before);
   EXPECT_EQ(s.restarts, 0) << FormatStatus(s);
@@ -61,7 +61,7 @@ TEST_F(ElasticTest, AFinishedJobsControllerEndsForGood) {
   JobSpec spec = Spec(2, 1, 2);
   JobStatus s = Run(spec);
   ASSERT_EQ(s.state, "SUCCEEDED") << FormatStatus(s);
-  auto job = client_->GetJob(s.job_id);
+  auto job = client_->GetJob(s.job_id.str());
   ASSERT_TRUE(job.ok()) << job.status();
   rpc::ActorInfo controller;
   EXPECT_TRUE(testing::WaitFor(
@@ -83,10 +83,10 @@ TEST_F(ElasticTest, AStoppedControllerLosesItsLeaseAndItsSuccessorAdoptsTheRanks
   auto baseline = Baseline(spec);
   int stopped_pid = -1;
   std::string controller_id;
-  std::set<std::string> ranks_before;
+  std::set<ActorId> ranks_before;
   JobStatus s = Run(spec, [&](const JobStatus& now) {
     if (stopped_pid > 0 || now.step < 40 || now.world_size != 3) return;
-    auto job = client_->GetJob(now.job_id);
+    auto job = client_->GetJob(now.job_id.str());
     ASSERT_TRUE(job.ok()) << job.status();
     auto controller = client_->GetActor(job->controller_actor_id());
     ASSERT_TRUE(controller.ok() && controller->pid() > 0) << controller.status();
@@ -102,7 +102,7 @@ TEST_F(ElasticTest, AStoppedControllerLosesItsLeaseAndItsSuccessorAdoptsTheRanks
   ASSERT_GT(stopped_pid, 0);
   ExpectHealed(s, spec, baseline, 3);
   EXPECT_TRUE(HasEvent(s, "controller_restarted", "adopted its 3 live ranks")) << FormatStatus(s);
-  std::set<std::string> ranks_after;
+  std::set<ActorId> ranks_after;
   for (const auto& r : s.ranks) ranks_after.insert(r.actor_id);
   EXPECT_EQ(ranks_after, ranks_before);
   auto controller = client_->GetActor(controller_id);
@@ -126,7 +126,7 @@ TEST_F(ElasticTest, AStoppedNodeManagerIsFencedItsRanksReplacedAndItRegistersAga
   JobStatus s = Run(spec, [&](const JobStatus& now) {
     if (stopped_rank_pid < 0 && now.step >= 20 && now.world_size == 3) {
       for (size_t r = 0; r < now.ranks.size(); ++r) {
-        if (now.ranks[r].node_id == "node-b") stopped_rank_pid = PidOfRank(now, r);
+        if (now.ranks[r].node_id.Hex() == "node-b") stopped_rank_pid = PidOfRank(now, r);
       }
       if (stopped_rank_pid > 0) nodes_["node-b"].Kill(SIGSTOP);
       return;
@@ -167,7 +167,7 @@ TEST_F(ElasticTest, AControllerKilledWhileStartingTheJobStartsItAgain) {
   JobStatus s = Run(spec, [&](const JobStatus& now) {
     if (killed) return;
     // As soon as it runs: it is placing or starting the ranks, or forming the first epoch.
-    auto job = client_->GetJob(now.job_id);
+    auto job = client_->GetJob(now.job_id.str());
     if (!job.ok() || job->controller_actor_id().empty()) return;
     auto controller = client_->GetActor(job->controller_actor_id());
     if (!controller.ok() || controller->pid() <= 0) return;
@@ -180,7 +180,7 @@ TEST_F(ElasticTest, AControllerKilledWhileStartingTheJobStartsItAgain) {
   // Nothing the first controller started is left once the job ended.
   EXPECT_TRUE(testing::WaitFor(
       [&] {
-        auto now = client_->ListActors(s.job_id);
+        auto now = client_->ListActors(s.job_id.str());
         if (!now.ok()) return false;
         for (const auto& a : *now) {
           if (a.class_name() == "RegressionTrainer" && a.state() != rpc::ACTOR_DEAD) return false;

@@ -198,7 +198,7 @@ class ElasticTest : public testing::ClusterTest {
 
   int PidOfRank(const JobStatus& s, int rank) {
     if (rank >= static_cast<int>(s.ranks.size())) return -1;
-    auto a = client_->GetActor(s.ranks[rank].actor_id);
+    auto a = client_->GetActor(s.ranks[rank].actor_id.Hex());
     return a.ok() ? a->pid() : -1;
   }
 

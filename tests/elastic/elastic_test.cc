@@ -333,7 +333,7 @@ TEST_F(ElasticTest, NodeManagerDeathRespawnsItsRanksElsewhere) {
   JobStatus s = Run(spec, [&](const JobStatus& now) {
     if (!killed && now.step >= 20) {
       bool on_b = false;
-      for (const auto& r : now.ranks) on_b |= r.node_id == "node-b";
+      for (const auto& r : now.ranks) on_b |= r.node_id.Hex() == "node-b";
       if (on_b) {
         nodes_["node-b"].KillAndWait();
         killed = true;
@@ -343,7 +343,7 @@ TEST_F(ElasticTest, NodeManagerDeathRespawnsItsRanksElsewhere) {
   ASSERT_TRUE(killed);
   ExpectHealed(s, spec, baseline, 3);
   EXPECT_TRUE(HasEvent(s, "rank_died", "NODE_DIED")) << FormatStatus(s);
-  for (const auto& r : s.ranks) EXPECT_EQ(r.node_id, "node-a") << FormatStatus(s);
+  for (const auto& r : s.ranks) EXPECT_EQ(r.node_id.Hex(), "node-a") << FormatStatus(s);
 }
 
 TEST_F(ElasticTest, ANodeJoiningGrowsTheJobTowardMax) {
@@ -426,7 +426,7 @@ TEST_F(ElasticTest, ARank0DyingWhileItLoadsTheCheckpointLeavesItForTheNext) {
 TEST_F(ElasticTest, AMemberDyingAsTheEpochFormsEndsTheOthersRendezvousAtOnce) {
   JobStatus s = RunStoppingRank1AsRank2Dies(Spec(3, 1, 3), [&](const JobStatus& now, int stopped) {
     // The others wait for rank 1 in the rendezvous. Then it dies too.
-    std::string marker = absl::StrCat("elastic-", now.job_id, "/epochs/", now.epoch + 1);
+    std::string marker = absl::StrCat("elastic-", now.job_id.str(), "/epochs/", now.epoch + 1);
     bool forming = testing::WaitFor(
         [&] {
           auto v = client_->KvGet("collective", marker);
@@ -563,7 +563,7 @@ TEST_F(ElasticTest, AStragglerFoundByTheNetworkCheckIsReplaced) {
   JobStatus s = Run(spec);
   ExpectHealed(s, spec, baseline, 3);
   EXPECT_TRUE(HasEvent(s, "straggler", "node-slo")) << FormatStatus(s);
-  for (const auto& r : s.ranks) EXPECT_NE(r.node_id, "node-slow") << FormatStatus(s);
+  for (const auto& r : s.ranks) EXPECT_NE(r.node_id.Hex(), "node-slow") << FormatStatus(s);
   // A straggler's recovery: from the check that found it to its replacement training.
   bool straggler = false;
   for (const auto& r : s.recoveries) straggler |= r.kind == "straggler" && r.full_strength_ms > 0;
@@ -606,7 +606,7 @@ TEST_F(ElasticTest, ScaleRequestsAreGraceful) {
   spec.data_epochs = 12;
   auto baseline = Baseline(spec);
   int phase = 0;
-  std::string job;
+  JobId job;
   JobStatus s = Run(spec, [&](const JobStatus& now) {
     job = now.job_id;
     if (phase == 0 && now.step >= 15 && now.world_size == 3) {
@@ -646,7 +646,7 @@ TEST_F(ElasticTest, RanksRunOnlyOnTheNodesTheJobMayUseAndMoveWhenTheyChange) {
   auto baseline = Baseline(spec);
   auto on = [](const JobStatus& s) {
     std::set<std::string> nodes;
-    for (const auto& r : s.ranks) nodes.insert(r.node_id);
+    for (const auto& r : s.ranks) nodes.insert(r.node_id.Hex());
     return nodes;
   };
   int phase = 0;

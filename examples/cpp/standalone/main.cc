@@ -102,7 +102,7 @@ int main() {
     std::fprintf(stderr, "%s\n", std::string(done.status().message()).c_str());
     return 1;
   }
-  std::printf("elastic job %s: %s after %ld steps on %d ranks, loss %.3g\n", job->c_str(),
+  std::printf("elastic job %s: %s after %ld steps on %d ranks, loss %.3g\n", job->str().c_str(),
               done->state.c_str(), static_cast<long>(done->step), done->world_size, done->loss);
   return done->state == "SUCCEEDED" && *total == 513.0 ? 0 : 1;
 }
