@@ -830,7 +830,7 @@ void Controller::MaybeGrow() {
   if (fits > 0) Event("scaling_out", absl::StrCat("starting ", fits, " rank(s) toward ", target_));
 }
 
-// Applies a scale request the recorder read (elastic/job_keys.h), and notes a stop.
+// Applies a scale request taken from the inbox (elastic/job_keys.h says its form).
 void Controller::TakeRequests() {
   TakeInbox();
   std::string request;
