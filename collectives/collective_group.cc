@@ -545,11 +545,14 @@ std::vector<LinkProbe> GroupImpl::ProbeLinksNow(const std::vector<int>& peers, s
   const size_t count = std::max<size_t>(bytes / 4, 1);
   std::vector<char> send(count * 4, 1), recv(count * 4);
   absl::Status first_failure;
-  for (int p : peers) {
+  for (size_t i = 0; i < peers.size(); ++i) {
+    const int p = peers[i];
     LinkProbe probe;
     probe.peer = p;
-    // Meet first (untimed), so that a partner slow to arrive does not count as a slow link.
-    probe.status = Exchange(p, 1, &send, &recv, timeout);
+    // Meet first (untimed), so that a partner slow to arrive does not count as a slow link;
+    // it may still be in its own probes before this one (ProbeLinks' comment).
+    const int64_t before = static_cast<int64_t>(i);
+    probe.status = Exchange(p, 1, &send, &recv, (before * (before + 1) + 1) * timeout);
     absl::Time t0 = absl::Now();
     if (probe.status.ok()) probe.status = Exchange(p, count, &send, &recv, timeout);
     probe.took = absl::Now() - t0;

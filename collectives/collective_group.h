@@ -251,12 +251,14 @@ class CollectiveGroup {
 
   // Times an exchange of `bytes` with each of `peers` in turn, over the links the group's
   // calls use: what a health check above the group builds on (elastic's network check). The
-  // two members of a pair name each other, in the same order on both sides; the lower rank
-  // sends first. Each exchange follows an untimed one-element meeting, so that a peer slow to
-  // arrive does not count as a slow link. A failed exchange does not stop the next one (its
-  // peer is another member), but once all ran the group is failed until the next Reconfigure,
-  // as after any failed call. Errors (not per peer): no epoch, the group already failed, a
-  // peer that is not another rank.
+  // two members of a pair name each other at the same place in their lists; the lower rank
+  // sends first. Each exchange, bounded by `timeout`, follows an untimed one-element meeting,
+  // so that a peer slow to arrive does not count as a slow link. The meeting of the i-th
+  // probe (from 0) waits up to (i(i+1) + 1) × `timeout`: its peer may still be in its own i
+  // probes before, each a meeting and an exchange, when one of those peers is gone. A failed
+  // probe does not stop the next one (its peer is another member), but once all ran the group
+  // is failed until the next Reconfigure, as after any failed call. Errors (not per peer): no
+  // epoch, the group already failed, a peer that is not another rank.
   virtual absl::StatusOr<std::vector<LinkProbe>> ProbeLinks(const std::vector<int>& peers,
                                                             size_t bytes,
                                                             absl::Duration timeout) = 0;

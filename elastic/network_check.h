@@ -25,10 +25,10 @@ struct NetworkCheckOptions {
   int matmul_iterations = 5;
   size_t exchange_bytes = 1 << 20;
   double straggler_factor = 2.0;
-  // Each exchange. Every rank's line is awaited up to 3× it after this rank's rounds: a
-  // healthy rank whose partner is gone writes its line only once its exchange with that
-  // partner timed out (twice that when the partner went mid-exchange).
-  absl::Duration timeout = absl::Seconds(10);
+  // Each exchange (ProbeLinks: round 2's meeting waits up to 3× it, as its partner may still
+  // be in round 1 with a rank that is gone). Every rank's line is awaited up to 6× it after
+  // this rank's rounds: the longest two rounds can take.
+  absl::Duration timeout = absl::Seconds(5);
   // Added to this rank's matmul time, as if it were that much slower (a test's straggler).
   absl::Duration matmul_delay = absl::ZeroDuration();
 };
@@ -81,9 +81,9 @@ NetworkCheckReport JudgeNetworkCheck(int64_t epoch,
 // Runs the check on this member of `group` (every member calls it, with the same options and
 // `store`, the group's rendezvous store). Lines live under
 // "<group>/netcheck/e<epoch>/<sequence>/": `sequence` counts the checks of an epoch (the
-// same on every member); rank 0 deletes older epochs' lines. Errors: no epoch, the group
-// already failed, the store. A failed round leaves the group failed (Reconfigure again), but
-// the report still comes.
+// same on every member); rank 0 deletes older epochs' lines. Errors: no epoch, the store. A
+// failed round leaves the group failed (Reconfigure again), but the report still comes; in a
+// group that had failed before, both of this rank's rounds count as failed.
 absl::StatusOr<NetworkCheckReport> RunNetworkCheck(collective::CollectiveGroup& group,
                                                    collective::RendezvousStore& store,
                                                    const NetworkCheckOptions& options,

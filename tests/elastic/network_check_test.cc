@@ -84,13 +84,14 @@ TEST(NetworkCheckTest, TheJudgementNamesStragglersAndFaultyRanks) {
 }
 
 // Runs `world` ranks as threads, each forming epoch 1 of one group over `store` and running
-// the check (a rank in `absent` forms the epoch, then leaves without checking). Shared memory
-// with every rank present, TCP with one leaving.
+// the check (a rank in `absent` forms the epoch, then leaves without checking; one in `failed`
+// has its group fail before it checks). Shared memory with every rank well, else TCP.
 std::vector<absl::StatusOr<NetworkCheckReport>> RunChecks(int world,
                                                           const std::shared_ptr<MapStore>& store,
                                                           const std::string& name,
                                                           const std::vector<absl::Duration>& delays,
-                                                          std::set<int> absent = {}) {
+                                                          std::set<int> absent = {},
+                                                          std::set<int> failed = {}) {
   std::vector<absl::StatusOr<NetworkCheckReport>> reports(world, absl::UnknownError("unrun"));
   std::vector<std::unique_ptr<collective::CollectiveGroup>> groups(world);
   std::vector<std::thread> ranks;
@@ -102,7 +103,7 @@ std::vector<absl::StatusOr<NetworkCheckReport>> RunChecks(int world,
       options.timeout = absl::Seconds(60);
       // With a rank leaving, TCP between every pair: its closed sockets tell its partners at
       // once (threads share a process, so shared memory cannot see one of them go).
-      options.shared_memory = absent.empty();
+      options.shared_memory = absent.empty() && failed.empty();
       auto group = collective::CollectiveGroup::Create(options);
       if (!group.ok()) {
         reports[r] = group.status();
@@ -117,13 +118,15 @@ std::vector<absl::StatusOr<NetworkCheckReport>> RunChecks(int world,
         groups[r].reset();  // its connections close: its partners' rounds fail
         return;
       }
+      // Its group fails before the check (its connections are shut down too).
+      if (failed.count(r)) groups[r]->Abort("the test failed this rank's group");
       NetworkCheckOptions options_check;
       options_check.matmul_size = 32;
       options_check.exchange_bytes = 64 << 10;
       options_check.matmul_delay = delays[r];
-      // With a rank leaving: its partners' exchanges with it wait this long, and every
-      // survivor waits 3× it for its line.
-      options_check.timeout = absl::Seconds(absent.empty() ? 60 : 2);
+      // With a rank leaving: its partners' exchanges with it wait this long (round 2's
+      // meeting 3× it), and every survivor waits 6× it for its line.
+      options_check.timeout = absl::Seconds(absent.empty() && failed.empty() ? 60 : 2);
       reports[r] = RunNetworkCheck(*groups[r], *store, options_check);
     });
   }
@@ -161,6 +164,20 @@ TEST(NetworkCheckTest, ARankThatLeftIsFaultyAndItsPartnersAreNot) {
   for (int r : {0, 2, 3}) {
     ASSERT_TRUE(reports[r].ok()) << "rank " << r << ": " << reports[r].status();
     EXPECT_EQ(reports[r]->faulty, std::vector<int>({1})) << reports[r]->ToString();
+  }
+}
+
+// A rank whose group had failed before the check still writes its line, both rounds failed,
+// at once: every rank names it faulty, and only it.
+TEST(NetworkCheckTest, ARankWhoseGroupHadFailedWritesItsLineAndIsFaulty) {
+  auto store = std::make_shared<MapStore>();
+  std::string name = absl::StrCat("netcheck-failed-", getpid());
+  std::vector<absl::Duration> delays(4, absl::ZeroDuration());
+  auto reports = RunChecks(4, store, name, delays, {}, {1});
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(reports[r].ok()) << "rank " << r << ": " << reports[r].status();
+    EXPECT_EQ(reports[r]->faulty, std::vector<int>({1})) << reports[r]->ToString();
+    EXPECT_TRUE(reports[r]->ranks[1].reported) << reports[r]->ToString();
   }
 }
 
