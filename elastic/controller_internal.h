@@ -258,6 +258,8 @@ class Controller {
   // Takes what the inbox holds into the loop's view, in arrival order: deaths of members
   // (dead_, detected_at_), resource changes, scale and stop requests.
   void TakeInbox();
+  // Whether `actor_id` is a member's actor (not a joiner's, a retiring or a cut-off rank's).
+  bool IsMember(const std::string& actor_id) const;
   // The members the GCS has called dead since the membership was last published.
   std::set<std::string> DeadMembers();
   // Whether `phalanx job stop` was asked.

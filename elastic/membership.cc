@@ -39,16 +39,8 @@ void Controller::PublishStatus() {
     }
   }
   // Deaths of those no longer members are over (their ranks were removed).
-  auto member = [&](const std::string& id) {
-    return std::any_of(members_.begin(), members_.end(),
-                       [&](const Member& m) { return m.actor_id == id; });
-  };
-  for (auto it = dead_.begin(); it != dead_.end();) {
-    it = member(*it) ? std::next(it) : dead_.erase(it);
-  }
-  for (auto it = detected_at_.begin(); it != detected_at_.end();) {
-    it = member(it->first) ? std::next(it) : detected_at_.erase(it);
-  }
+  std::erase_if(dead_, [&](const std::string& id) { return !IsMember(id); });
+  std::erase_if(detected_at_, [&](const auto& entry) { return !IsMember(entry.first); });
   recorder_.Update([&](rpc::JobInfo* job) {
     auto* el = job->mutable_elastic();
     el->set_world_size(static_cast<int>(members_.size()));
@@ -110,10 +102,7 @@ void Controller::TakeInbox() {
     switch (signal.kind) {
       case Signal::Kind::kRankDied:
         // A death the subscription thread saw among the members it knew: one still a member.
-        if (std::none_of(members_.begin(), members_.end(),
-                         [&](const Member& m) { return m.actor_id == signal.actor_id; })) {
-          break;
-        }
+        if (!IsMember(signal.actor_id)) break;
         dead_.insert(signal.actor_id);
         detected_at_.emplace(signal.actor_id, signal.at);
         break;
@@ -132,6 +121,11 @@ void Controller::TakeInbox() {
         break;
     }
   }
+}
+
+bool Controller::IsMember(const std::string& actor_id) const {
+  return std::any_of(members_.begin(), members_.end(),
+                     [&](const Member& m) { return m.actor_id == actor_id; });
 }
 
 std::set<std::string> Controller::DeadMembers() {
