@@ -60,6 +60,12 @@ int main(int argc, char** argv) {
                  "longer than the node timeout (this GCS may be the one cut off)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  int64_t node_call_timeout_ms = absl::ToInt64Milliseconds(options.node_call_timeout);
+  app.add_option("--node-call-timeout-ms", node_call_timeout_ms,
+                 "bound of each call to a node manager (an actor's start that runs out is sent "
+                 "again; the node starts it once)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--restart-grace-ms", restart_grace_ms,
                  "after a restart, how long live nodes have to heartbeat again");
   app.add_option("--log-file", log_file, "log here instead of stderr");
@@ -143,6 +149,7 @@ int main(int argc, char** argv) {
   options.node_timeout = absl::Milliseconds(node_timeout_ms);
   options.driver_lease_timeout = absl::Milliseconds(driver_lease_timeout_ms);
   options.partition_timeout = absl::Milliseconds(partition_timeout_ms);
+  options.node_call_timeout = absl::Milliseconds(node_call_timeout_ms);
   options.max_working_dir_bytes = static_cast<int64_t>(max_working_dir_mb * (1 << 20));
   options.restart_grace = absl::Milliseconds(restart_grace_ms);
   options.shutdown_timeout = absl::Seconds(shutdown_timeout_s);

@@ -88,7 +88,7 @@ class GcsServerImpl final : public GcsServer {
         publisher_(RandomHex(8)),
         nodes_(store_.get(), &publisher_, NodeOptions(options)),
         kv_(store_.get(), &publisher_),
-        node_clients_(options.token),
+        node_clients_(options.token, options.node_call_timeout),
         actors_(store_.get(), &publisher_, &nodes_, &node_clients_, &scheduler_),
         jobs_(store_.get(), &publisher_, "jobs", rpc::JOB, &SetJobBody),
         placement_groups_(store_.get(), &publisher_, &nodes_, &node_clients_, &scheduler_,

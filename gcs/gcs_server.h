@@ -33,6 +33,10 @@ struct GcsServerOptions {
   // made goes at once; one silent this long goes whatever its port says (gcs/driver_leases.h).
   absl::Duration driver_lease_timeout = absl::Seconds(60);
   absl::Duration health_check_period = absl::Milliseconds(100);
+  // The bound of each call the GCS makes to a node manager (start or kill an actor, reserve a
+  // bundle). A start that runs out is sent again (a node starts each attempt once, however
+  // often it is asked), so on a busy node this only delays the start.
+  absl::Duration node_call_timeout = absl::Seconds(10);
   // Where jobs keep their working dirs and logs (the head's session dir); empty: no jobs.
   std::string session_dir;
   int64_t max_working_dir_bytes = 100ll << 20;

@@ -142,6 +142,9 @@ void WorkerPool::Shutdown() {
 
 absl::StatusOr<pid_t> WorkerPool::Start(const rpc::ActorInfo& actor, int attempt) {
   std::vector<pid_t> stale;
+  rpc::DeathCause superseded;
+  superseded.set_kind(rpc::DeathCause::KILLED_BY_USER);
+  superseded.set_message("superseded by a newer attempt");
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the node manager is stopping");
@@ -149,9 +152,18 @@ absl::StatusOr<pid_t> WorkerPool::Start(const rpc::ActorInfo& actor, int attempt
       if (w.idle || w.actor_id != actor.actor_id()) continue;
       if (w.attempt == attempt) return pid;
       if (w.attempt < attempt) {
-        w.kill_cause.set_kind(rpc::DeathCause::KILLED_BY_USER);
-        w.kill_cause.set_message("superseded by a newer attempt");
+        w.kill_cause = superseded;
         stale.push_back(pid);
+      }
+    }
+    if (auto it = actor_spawns_.find(actor.actor_id()); it != actor_spawns_.end()) {
+      std::shared_ptr<SpawnRequest> under_way = it->second;
+      if (under_way->attempt == attempt) {
+        mu_.Await(absl::Condition(&under_way->done));
+        return under_way->result;
+      }
+      if (under_way->attempt < attempt && under_way->kill_cause.kind() == rpc::DeathCause::NONE) {
+        under_way->kill_cause = superseded;
       }
     }
   }
@@ -190,6 +202,14 @@ absl::StatusOr<pid_t> WorkerPool::Start(const rpc::ActorInfo& actor, int attempt
   request->actor = actor;
   request->attempt = attempt;
   absl::MutexLock lock(&mu_);
+  // Another Start of this attempt may have queued it while the lock was free: wait for that.
+  if (auto it = actor_spawns_.find(actor.actor_id());
+      it != actor_spawns_.end() && it->second->attempt == attempt) {
+    std::shared_ptr<SpawnRequest> under_way = it->second;
+    mu_.Await(absl::Condition(&under_way->done));
+    return under_way->result;
+  }
+  actor_spawns_[actor.actor_id()] = request;
   spawn_queue_.push_back(request);
   mu_.Await(absl::Condition(&request->done));
   if (request->result.ok() && Poolable(actor)) TopUpLocked(actor);
@@ -253,18 +273,34 @@ void WorkerPool::SpawnLoop() {
       request = spawn_queue_.front();
       spawn_queue_.erase(spawn_queue_.begin());
       if (stopping_) {
-        request->result = absl::UnavailableError("the node manager is stopping");
-        request->done = true;
-        if (request->idle) --prestarting_[CodeKey(request->actor)];
+        FinishSpawnLocked(*request, absl::UnavailableError("the node manager is stopping"));
         continue;
       }
     }
     absl::StatusOr<pid_t> result = SpawnNow(request->actor, request->attempt, request->idle);
-    absl::MutexLock lock(&mu_);
-    request->result = result;
-    request->done = true;
-    if (request->idle) --prestarting_[CodeKey(request->actor)];
+    pid_t kill_now = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      FinishSpawnLocked(*request, result);
+      // Killed (or superseded) before it had a pid: its exit is reported with that cause.
+      if (result.ok() && request->kill_cause.kind() != rpc::DeathCause::NONE) {
+        auto w = workers_.find(*result);
+        if (w != workers_.end() && w->second.kill_cause.kind() == rpc::DeathCause::NONE) {
+          w->second.kill_cause = request->kill_cause;
+          kill_now = *result;
+        }
+      }
+    }
+    if (kill_now > 0) ::kill(kill_now, SIGKILL);
   }
+}
+
+void WorkerPool::FinishSpawnLocked(SpawnRequest& request, absl::StatusOr<pid_t> result) {
+  request.result = std::move(result);
+  request.done = true;
+  if (request.idle) --prestarting_[CodeKey(request.actor)];
+  auto it = actor_spawns_.find(request.actor.actor_id());
+  if (it != actor_spawns_.end() && it->second.get() == &request) actor_spawns_.erase(it);
 }
 
 absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int attempt, bool idle) {
@@ -378,6 +414,7 @@ absl::StatusOr<pid_t> WorkerPool::SpawnNow(const rpc::ActorInfo& actor, int atte
 
 bool WorkerPool::Kill(const std::string& actor_id, int attempt, const rpc::DeathCause& cause) {
   std::vector<pid_t> pids;
+  bool pending = false;
   {
     absl::MutexLock lock(&mu_);
     for (auto& [pid, w] : workers_) {
@@ -386,9 +423,16 @@ bool WorkerPool::Kill(const std::string& actor_id, int attempt, const rpc::Death
         pids.push_back(pid);
       }
     }
+    if (auto it = actor_spawns_.find(actor_id); it != actor_spawns_.end() && pids.empty()) {
+      SpawnRequest& spawn = *it->second;
+      if (attempt < 0 || spawn.attempt == attempt) {
+        if (spawn.kill_cause.kind() == rpc::DeathCause::NONE) spawn.kill_cause = cause;
+        pending = true;
+      }
+    }
   }
   for (pid_t pid : pids) ::kill(pid, SIGKILL);
-  return !pids.empty();
+  return !pids.empty() || pending;
 }
 
 void WorkerPool::MarkReady(const std::string& actor_id, int attempt, const std::string& address,

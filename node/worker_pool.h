@@ -138,7 +138,9 @@ class WorkerPool {
   ~WorkerPool();
 
   // Starts the worker for one attempt of `actor`. Idempotent per (actor, attempt): returns the
-  // running worker's pid. A worker of an older attempt of the same actor is killed first.
+  // running worker's pid, or waits for the spawn already queued or under way for it. A worker
+  // of an older attempt of the same actor is killed first (once it has a pid, if it has none
+  // yet).
   absl::StatusOr<pid_t> Start(const rpc::ActorInfo& actor, int attempt);
 
   // A prestarted worker (`pid`) waits here for an actor; DeadlineExceeded after `timeout`
@@ -146,7 +148,8 @@ class WorkerPool {
   // before its spawn recorded it waits for the record.
   absl::StatusOr<Assignment> WaitForAssignment(pid_t pid, absl::Duration timeout);
 
-  // SIGKILLs the worker of `actor_id` (attempt -1: any) and remembers `cause` for its exit.
+  // SIGKILLs the worker of `actor_id` (attempt -1: any) and remembers `cause` for its exit. A
+  // worker still queued or being spawned is killed as soon as it has a pid.
   bool Kill(const std::string& actor_id, int attempt, const rpc::DeathCause& cause);
 
   // Records the address (ready) or the constructor's error of a worker; one that reports
@@ -166,6 +169,10 @@ class WorkerPool {
   void MonitorLoop();
   // Starts a process for `actor` (attempt), or an idle one for its program when `idle`.
   absl::StatusOr<pid_t> SpawnNow(const rpc::ActorInfo& actor, int attempt, bool idle);
+  struct SpawnRequest;
+  // A spawn ended with `result`: its Start (and any that waits for it) returns.
+  void FinishSpawnLocked(SpawnRequest& request, absl::StatusOr<pid_t> result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues prestarts until `key` has options_.prestart idle or starting workers.
   void TopUpLocked(const rpc::ActorInfo& actor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -189,8 +196,15 @@ class WorkerPool {
     bool idle = false;  // a prestart: nobody waits for it
     absl::StatusOr<pid_t> result = absl::UnknownError("not run");
     bool done = false;
+    // Set by a Kill (or a newer attempt's Start) that came before the worker had its pid: the
+    // worker is killed for this cause as soon as it has one.
+    rpc::DeathCause kill_cause;
   };
   std::vector<std::shared_ptr<SpawnRequest>> spawn_queue_ ABSL_GUARDED_BY(mu_);
+  // Each actor's spawn, from its Start until its worker is recorded in workers_ (queued or
+  // under way). A Start of the same attempt in that time (the GCS's call timed out on a busy
+  // node and was sent again) waits for it, rather than starting a second worker of the attempt.
+  std::map<std::string, std::shared_ptr<SpawnRequest>> actor_spawns_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> prestarting_ ABSL_GUARDED_BY(mu_);  // code key → in the queue
 
   std::thread spawn_thread_;

@@ -488,7 +488,9 @@ class Canceller:
     def __init__(self):
         self.log = []
 
-    def poll(self, seconds):
+    def poll(self, seconds, started=None):
+        if started:  # the caller learns that the call runs (a read would queue behind it)
+            open(started, "w").close()
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if phalanx.get_runtime_context().is_canceled():
@@ -505,7 +507,7 @@ class Canceller:
         return list(self.log)
 
 
-def test_cancel_actor_calls_queued_running_async_and_finished(cluster):
+def test_cancel_actor_calls_queued_running_async_and_finished(cluster, tmp_path):
     a = AsyncCanceller.remote()
     phalanx.get(a.read.remote(), timeout=60)
     # A running async method: its asyncio task is cancelled; get fails at once.
@@ -527,9 +529,12 @@ def test_cancel_actor_calls_queued_running_async_and_finished(cluster):
     b = Canceller.remote()
     # A running plain method runs on and sees is_canceled(); a call queued behind it never
     # runs; the actor keeps its state and serves the next calls.
-    polling = b.poll.remote(60)
+    started = tmp_path / "poll-started"
+    polling = b.poll.remote(60, str(started))
     queued = b.note.remote("queued ran")
-    time.sleep(0.5)
+    # Cancelled before it ran, poll would never see is_canceled(): wait until it runs (a
+    # loaded machine may take seconds to start it).
+    assert wait_for(started.exists, timeout=60, interval=0.05), "the plain method did not start"
     phalanx.cancel(queued)
     phalanx.cancel(polling)
     with pytest.raises(phalanx.TaskCancelledError):

@@ -362,6 +362,10 @@ void GcsProcess::Start() {
     argv.insert(argv.end(), {"--session-dir", session_dir_});
   }
   if (options_.tls) argv.insert(argv.end(), {"--tls-dir", tls_dir()});
+  if (options_.node_call_timeout_ms > 0) {
+    argv.insert(argv.end(),
+                {"--node-call-timeout-ms", absl::StrCat(options_.node_call_timeout_ms)});
+  }
   argv.insert(argv.end(), {"--dashboard-port", absl::StrCat(options_.dashboard_port)});
   process_ = ChildProcess(argv, dir_.path() + "/gcs.log");
   bool up = WaitFor(

@@ -126,6 +126,7 @@ class GcsProcess {
     bool tls = false;
     // --dashboard-port (-1: none, 0: any free one; GetClusterInfo says which).
     int dashboard_port = -1;
+    int64_t node_call_timeout_ms = 0;  // --node-call-timeout-ms (0: the GCS's default)
   };
   // `session_dir`: its --session-dir, where it runs driver jobs (empty: no driver jobs).
   GcsProcess(const RedisServer& redis, Options options, std::string session_dir = "");
