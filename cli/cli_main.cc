@@ -2,6 +2,7 @@
 // live next to it.
 #include <algorithm>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -97,6 +98,13 @@ int main(int argc, char** argv) {
                    "off), declare them dead only after this much longer than the node timeout; "
                    "nodes cut off together with a majority of the cluster keep training as long")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  start_cmd
+      ->add_option("--node-call-timeout-ms", start.node_call_timeout_ms,
+                   "head: bound of each call the head makes to a node manager, at least 3000 "
+                   "(a node refuses a bundle reservation with under 2 s of its call left); an "
+                   "actor's start that runs out is sent again, and the node starts it once")
+      ->check(CLI::Range(int64_t{3000}, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
   start_cmd
       ->add_option("--driver-lease-timeout-ms", start.driver_lease_timeout_ms,

@@ -37,6 +37,7 @@ struct StartOptions {
   int64_t node_timeout_ms = 3000;
   int64_t driver_lease_timeout_ms = 60000;
   int64_t partition_timeout_ms = 60000;
+  int64_t node_call_timeout_ms = 10000;
   int64_t heartbeat_ms = 500;
   // TLS (default): the head makes the cluster's CA and prints its fingerprint in the join
   // command; a joining machine checks the CA against it (--ca-fingerprint) and gets its own

@@ -62,9 +62,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   int64_t node_call_timeout_ms = absl::ToInt64Milliseconds(options.node_call_timeout);
   app.add_option("--node-call-timeout-ms", node_call_timeout_ms,
-                 "bound of each call to a node manager (an actor's start that runs out is sent "
-                 "again; the node starts it once)")
-      ->check(CLI::PositiveNumber)
+                 "bound of each call to a node manager, at least 3000 (an actor's start that "
+                 "runs out is sent again; the node starts it once)")
       ->capture_default_str();
   app.add_option("--restart-grace-ms", restart_grace_ms,
                  "after a restart, how long live nodes have to heartbeat again");
@@ -149,6 +148,15 @@ int main(int argc, char** argv) {
   options.node_timeout = absl::Milliseconds(node_timeout_ms);
   options.driver_lease_timeout = absl::Milliseconds(driver_lease_timeout_ms);
   options.partition_timeout = absl::Milliseconds(partition_timeout_ms);
+  if (node_call_timeout_ms < 3000) {
+    // A node refuses a bundle reservation with under 2 s of its call left (its margin for the
+    // cancel that a GCS which gave up sends): a shorter bound would refuse every one.
+    spdlog::error(
+        "--node-call-timeout-ms {}: too short; give 3000 or more (a node refuses a bundle "
+        "reservation with under 2 s of its call left)",
+        node_call_timeout_ms);
+    return 2;
+  }
   options.node_call_timeout = absl::Milliseconds(node_call_timeout_ms);
   options.max_working_dir_bytes = static_cast<int64_t>(max_working_dir_mb * (1 << 20));
   options.restart_grace = absl::Milliseconds(restart_grace_ms);

@@ -469,6 +469,8 @@ class Starter {
                                          absl::StrCat(o_.driver_lease_timeout_ms),
                                          "--partition-timeout-ms",
                                          absl::StrCat(o_.partition_timeout_ms),
+                                         "--node-call-timeout-ms",
+                                         absl::StrCat(o_.node_call_timeout_ms),
                                          "--log-file",
                                          session_ + "/logs/gcs.log",
                                          "--session-dir",

@@ -539,4 +539,8 @@ absl::StatusOr<std::unique_ptr<GcsClient>> GcsClient::Connect(const GcsClientOpt
   return std::unique_ptr<GcsClient>(std::move(client));
 }
 
+std::unique_ptr<GcsClient> GcsClient::Open(const GcsClientOptions& options) {
+  return std::make_unique<GcsClientImpl>(options);
+}
+
 }  // namespace phalanx::gcs

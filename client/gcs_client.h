@@ -42,6 +42,10 @@ class GcsClient {
   // `connect_timeout`. Errors: Unavailable ("cannot reach the GCS at …"), Unauthenticated.
   static absl::StatusOr<std::unique_ptr<GcsClient>> Connect(
       const GcsClientOptions& options, absl::Duration connect_timeout = absl::Seconds(5));
+  // A client on a connection of its own, made on its first call, without Connect's check: for
+  // a caller that already knows the address works and replaces a connection that a lost
+  // packet holds up (a node's heartbeats). The address must be host:port.
+  static std::unique_ptr<GcsClient> Open(const GcsClientOptions& options);
 
   virtual ~GcsClient() = default;
   GcsClient(const GcsClient&) = delete;

@@ -34,9 +34,10 @@ namespace {
 using rpc::ToProto;
 
 // A bundle RESERVE is refused once its call has less than this left (the GCS gives each call
-// 10 s). A GCS that gave up on a call cancels what it asked, in a later call that can be
-// applied first; a reserve applied after that cancel would hold the bundle for good. The
-// margin covers the time the cancel takes to be sent and to arrive.
+// --node-call-timeout-ms, 10 s by default and never under 3 s). A GCS that gave up on a call
+// cancels what it asked, in a later call that can be applied first; a reserve applied after that
+// cancel would hold the bundle for good. The margin covers the time the cancel takes to be sent and
+// to arrive.
 constexpr absl::Duration kReserveDeadlineMargin = absl::Seconds(2);
 
 // How often the workers' new output is read and sent to the GCS for their drivers
@@ -735,6 +736,7 @@ class NodeManagerImpl final : public NodeManager {
         if (HostAnswers(options_.gcs_address, probe)) {
           lease_->Renew(asked);
           HeardGcs(asked);
+          if (!RescueHeartbeat(probe)) return;  // fenced
         } else if (GcsSilence() < partition_timeout) {
           asked = NodeLease::NowNs();
           last = AskPeersToVouch(probe);
@@ -773,6 +775,44 @@ class NodeManagerImpl final : public NodeManager {
     }
   }
 
+  // The GCS's host answers a handshake, yet no heartbeat was answered for half the node
+  // timeout. The heartbeat in flight may wait behind a packet lost while the host's link was
+  // down: TCP sends it again after waits that double (0.2, 0.4, 0.8 s...), so it can arrive a
+  // second after the link is back, with every call behind it on that connection, and the GCS
+  // then declares a node dead whose host is up (a link down for about a second at a time did
+  // so). One heartbeat goes now on a connection of its own, bounded by `bound`; a GCS that is
+  // stopped or slow costs a connection per half node timeout. False when the GCS answered
+  // that it declared this node dead (it is fenced).
+  bool RescueHeartbeat(absl::Duration bound) {
+    gcs::GcsClientOptions o;
+    o.address = options_.gcs_address;
+    o.token = options_.token;
+    o.rpc_timeout = bound;
+    int64_t sent = NodeLease::NowNs();
+    auto reply = gcs::GcsClient::Open(o)->Heartbeat(NewHeartbeat());
+    if (!reply.ok()) return true;
+    if (reply->declared_dead()) {
+      Fence("the GCS declared this node dead (it missed its heartbeats)");
+      return false;
+    }
+    spdlog::info(
+        "node {}: a heartbeat on a new connection reached the GCS (none was answered for half "
+        "the node timeout)",
+        ShortId(node_id_));
+    lease_->Renew(sent);
+    HeardGcs(sent);
+    return true;
+  }
+
+  rpc::HeartbeatRequest NewHeartbeat() {
+    rpc::HeartbeatRequest request;
+    request.set_node_id(node_id_);
+    *request.mutable_object_store() = StoreUsage();
+    absl::MutexLock lock(&members_mu_);
+    request.set_members_version(members_version_);
+    return request;
+  }
+
   void HeartbeatLoop() {
     absl::Time last_ok = absl::Now();
     while (true) {
@@ -781,15 +821,8 @@ class NodeManagerImpl final : public NodeManager {
         mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), options_.heartbeat_period);
         if (stop_requested_) return;
       }
-      rpc::HeartbeatRequest request;
-      request.set_node_id(node_id_);
-      *request.mutable_object_store() = StoreUsage();
-      {
-        absl::MutexLock lock(&members_mu_);
-        request.set_members_version(members_version_);
-      }
       int64_t sent = NodeLease::NowNs();
-      auto reply = gcs_->Heartbeat(request);
+      auto reply = gcs_->Heartbeat(NewHeartbeat());
       if (!reply.ok()) {
         if (absl::Now() - last_ok > absl::Seconds(5)) {
           spdlog::warn("no heartbeat reached the GCS for {}: {}",

@@ -331,21 +331,39 @@ TEST_F(ActorTest, WorkersThatCallTheNodeBeforeItRecordedThemAreServed) {
 // A node slower to start a worker than the GCS's call to it lasts (on a busy machine the spawn
 // queue is long) is asked again while the worker is spawned. It starts the attempt once: two
 // workers of one attempt were two elastic controllers of one job, each killing the other's
-// ranks as strays (test_load under a CPU hog).
+// ranks as strays (test_load under a CPU hog). A kill that comes while the worker is spawned
+// waits for its pid, rather than being lost and the actor living on. The actors have an
+// environment of their own, so that no prestarted worker takes them.
 TEST(ActorStartTest, AStartSentAgainWhileItsWorkerIsSpawnedStartsOneWorker) {
   testing::RedisServer redis;
   testing::GcsProcess::Options gcs_options;
-  gcs_options.node_call_timeout_ms = 300;
+  gcs_options.node_call_timeout_ms = 3000;  // the least it takes
   testing::GcsProcess gcs(redis, gcs_options);
   testing::NodeOptions node_options;
   node_options.num_cpus = 4;
-  node_options.debug_record_delay_ms = 2000;  // each spawn outlasts several calls
+  node_options.debug_record_delay_ms = 4000;  // each spawn outlasts a call and its resend
   testing::ChildProcess node = testing::StartNode(gcs, "node-slow", node_options);
   InitOptions init;
   init.address = gcs.address();
   init.token = gcs.token();
   ASSERT_TRUE(Init(init).ok());
-  auto counter = Actor<Counter>().SetResources({{"CPU", 1}}).Remote(5);
+  auto client = gcs::GcsClient::Connect({gcs.address(), gcs.token()});
+  ASSERT_TRUE(client.ok());
+  auto state = [&](const ActorId& id) { return (*client)->GetActor(id.Hex())->state(); };
+
+  auto doomed = Actor<Counter>().SetResources({{"CPU", 1}}).SetEnv("DOOMED", "1").Remote(0);
+  ASSERT_TRUE(doomed.ok()) << doomed.status();
+  ASSERT_TRUE(testing::WaitFor([&] { return state(doomed->id()) == rpc::ACTOR_CREATING; },
+                               absl::Seconds(20)));
+  absl::SleepFor(absl::Milliseconds(500));  // its spawn is under way
+  ASSERT_TRUE(Kill(*doomed).ok());
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return state(doomed->id()) == rpc::ACTOR_DEAD; }, absl::Seconds(30)))
+      << (*client)->GetActor(doomed->id().Hex())->DebugString();
+  EXPECT_EQ((*client)->GetActor(doomed->id().Hex())->death_cause().kind(),
+            rpc::DeathCause::KILLED_BY_USER);
+
+  auto counter = Actor<Counter>().SetResources({{"CPU", 1}}).SetEnv("ONE", "1").Remote(5);
   ASSERT_TRUE(counter.ok()) << counter.status();
   auto sum = Get(counter->Task(&Counter::Add).Remote(1), absl::Seconds(60));
   ASSERT_TRUE(sum.ok()) << sum.status();
@@ -354,9 +372,9 @@ TEST(ActorStartTest, AStartSentAgainWhileItsWorkerIsSpawnedStartsOneWorker) {
   ASSERT_TRUE(log.ok());
   EXPECT_TRUE(absl::StrContains(*log, "; retrying")) << "the GCS never sent the start again:\n"
                                                      << *log;
-  // A second worker would have been spawned after the first was recorded (2 s): give it the
-  // time to show. The node logs each worker it starts for an actor.
-  absl::SleepFor(absl::Seconds(3));
+  // A second worker would have been spawned after the first was recorded, and recorded 4 s
+  // later: give it the time to show. The node logs each worker it starts for an actor.
+  absl::SleepFor(absl::Seconds(5));
   auto node_log = ReadFile(absl::StrCat(gcs.dir(), "/node-node-slow.log"));
   ASSERT_TRUE(node_log.ok());
   std::string started = absl::StrCat(" for actor ", ShortId(counter->id().Hex()), " ");
@@ -367,24 +385,6 @@ TEST(ActorStartTest, AStartSentAgainWhileItsWorkerIsSpawnedStartsOneWorker) {
   }
   EXPECT_EQ(workers, 1) << *node_log;
   EXPECT_EQ(*Get(counter->Task(&Counter::Add).Remote(1), absl::Seconds(20)), 7);
-
-  // Killed while its worker is spawned (an environment of its own: no prestarted worker takes
-  // it): the kill waits for the worker's pid, rather than being lost and the actor living on.
-  auto doomed = Actor<Counter>().SetResources({{"CPU", 1}}).SetEnv("DOOMED", "1").Remote(0);
-  ASSERT_TRUE(doomed.ok()) << doomed.status();
-  auto client = gcs::GcsClient::Connect({gcs.address(), gcs.token()});
-  ASSERT_TRUE(client.ok());
-  ASSERT_TRUE(testing::WaitFor(
-      [&] { return (*client)->GetActor(doomed->id().Hex())->state() == rpc::ACTOR_CREATING; },
-      absl::Seconds(20)));
-  absl::SleepFor(absl::Milliseconds(500));  // its spawn is under way (2 s)
-  ASSERT_TRUE(Kill(*doomed).ok());
-  ASSERT_TRUE(testing::WaitFor(
-      [&] { return (*client)->GetActor(doomed->id().Hex())->state() == rpc::ACTOR_DEAD; },
-      absl::Seconds(20)))
-      << (*client)->GetActor(doomed->id().Hex())->DebugString();
-  EXPECT_EQ((*client)->GetActor(doomed->id().Hex())->death_cause().kind(),
-            rpc::DeathCause::KILLED_BY_USER);
   Shutdown();
   node.Terminate();
 }
