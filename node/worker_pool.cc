@@ -423,7 +423,7 @@ bool WorkerPool::Kill(const std::string& actor_id, int attempt, const rpc::Death
         pids.push_back(pid);
       }
     }
-    if (auto it = actor_spawns_.find(actor_id); it != actor_spawns_.end() && pids.empty()) {
+    if (auto it = actor_spawns_.find(actor_id); it != actor_spawns_.end()) {
       SpawnRequest& spawn = *it->second;
       if (attempt < 0 || spawn.attempt == attempt) {
         if (spawn.kill_cause.kind() == rpc::DeathCause::NONE) spawn.kill_cause = cause;
