@@ -32,10 +32,11 @@ if [ $# -eq 0 ] && [ -d python/tests ]; then
   PYTHONPATH="$(pwd)/python:$(pwd)/build/python${PYTHONPATH:+:$PYTHONPATH}" \
     /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
   # Multi-host tests: 3 hosts as network namespaces on this machine (root; they skip with
-  # one line where namespaces cannot be made), each test bounded to ~3 minutes.
+  # one line where namespaces cannot be made), each test bounded to 3 minutes (the
+  # DDP one, whose ranks import torch, to 5: @pytest.mark.bound).
   PYTHONPATH="$(pwd)/python:$(pwd)/build/python${PYTHONPATH:+:$PYTHONPATH}" \
     /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs tests/multihost
-  # Under load (~4 min): one test of each fault family, multi-host and elastic, again while 16
+  # Under load (4-7 min): one test of each fault family, multi-host and elastic, again while 16
   # busy processes keep the load at 16 or more (a shared cluster's busy machine must not see a
   # live rank lost, a call to a live actor failed, or a healthy rank killed as frozen).
   # python/tests/test_load.py ran its bursts of jobs under such a hog above.

@@ -1,6 +1,7 @@
 """Where things run in a multi-host Cluster, read with the CLI (`phalanx status`,
 `phalanx list actors`): the host of a node, of the elastic controller, of each rank."""
 
+import os
 import re
 import time
 
@@ -68,3 +69,35 @@ def wait_controller(cluster, job_id, timeout=30):
             return ctl
         time.sleep(0.2)
     return None
+
+
+def job_report(cluster, job_id, lines=15):
+    """What to print when a job does not get where a test waited for it: `phalanx job status`
+    (its phase, conditions and events), `phalanx list actors`, the time, load and each host's
+    node log and worker logs, their last `lines` lines."""
+    parts = []
+    for args in (("job", "status", job_id), ("list", "actors")):
+        try:
+            r = cluster.phalanx(0, *args, timeout=30)
+            parts.append(f"$ phalanx {' '.join(args)}\n{r.stdout}{r.stderr}")
+        except Exception as e:  # a report: say what failed and go on
+            parts.append(f"$ phalanx {' '.join(args)}: {e!r}")
+    with open("/proc/loadavg") as f:
+        parts.append(f"at {time.strftime('%H:%M:%S')}, load {f.read().split()[0]}")
+    for i in range(len(cluster.hosts)):
+        logs = os.path.join(cluster.session(i), "logs")
+        try:
+            names = sorted(os.listdir(logs))
+        except OSError:
+            continue
+        for name in names:
+            if name != "node.log" and not name.startswith("worker-"):
+                continue
+            try:
+                with open(os.path.join(logs, name), errors="replace") as f:
+                    tail = f.readlines()[-lines:]
+            except OSError:
+                continue
+            if tail:
+                parts.append(f"--- host {i} {name}\n" + "".join(tail))
+    return "\n".join(parts)

@@ -24,13 +24,16 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def time_bound(request):
-    """Fails a test that runs past TEST_BOUND_S (its clean-up still runs)."""
-    with netns.time_bound(request.node.name, TEST_BOUND_S):
+    """Fails a test that runs past TEST_BOUND_S, or the seconds of its @pytest.mark.bound(s)
+    (its clean-up still runs)."""
+    marker = request.node.get_closest_marker("bound")
+    with netns.time_bound(request.node.name, marker.args[0] if marker else TEST_BOUND_S):
         yield
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "hosts(n): how many hosts the test's cluster has (3)")
+    config.addinivalue_line("markers", "bound(s): the test's time bound, when not the default")
 
 
 @pytest.fixture

@@ -7,8 +7,12 @@ their pending torch ops fail at once: the job goes on at world size 2 (a replace
 where there is room) and ends with equal weights on every rank. The time from the cut to the survivors' next agreed step is printed
 (bench/torch_recovery.py measures it against torch's Gloo)."""
 
+import contextlib
 import json
 import os
+import signal
+
+import pytest
 
 import cluster_info
 from jobs import now_ms, wait_for
@@ -30,6 +34,22 @@ def progress(out):
     return rows
 
 
+@contextlib.contextmanager
+def ended(driver):
+    """Kills the driver (its session) if the block fails while it runs, so that the cluster's
+    check for processes left after `phalanx stop` reports the product's, not the test's."""
+    try:
+        yield
+    except BaseException:
+        if driver.poll() is None:
+            try:
+                os.killpg(driver.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            driver.wait(timeout=10)
+        raise
+
+
 def survivors_next_step(out, cut_ms):
     """Seconds from the cut to the first update a rank made at world size 2 (the survivors'
     recovery epoch), from the ranks' own step log; None if there was none."""
@@ -46,8 +66,14 @@ def cut_a_rank_host(cluster, hosts, out, log, timeout=90):
     cuts the link of a host that holds a rank and not the controller; (the cut's unix ms, the
     host's index)."""
     running = wait_for(lambda: [r for r in progress(out) if r[1] >= 40 and r[2] == 3], timeout)
-    assert running, (f"the job never ran at world size 3: {progress(out)[-3:]}\n" +
-                     open(log).read()[-3000:])
+    if not running:
+        try:
+            with open(os.path.join(out, "job_id")) as f:
+                report = cluster_info.job_report(cluster, f.read().strip())
+        except OSError:
+            report = "(the driver wrote no job id)"
+        raise AssertionError(f"the job never ran at world size 3 in {timeout} s: "
+                             f"{progress(out)[-3:]}\n{open(log).read()[-3000:]}\n{report}")
     with open(os.path.join(out, "job_id")) as f:
         job_id = f.read().strip()
     ctl = cluster_info.wait_controller(cluster, job_id, 30)
@@ -58,13 +84,17 @@ def cut_a_rank_host(cluster, hosts, out, log, timeout=90):
     return cut_ms, victim
 
 
+# Its 3 ranks import torch at once, and the job runs 400 steps: under the CPU hog of
+# scripts/test.sh a run took 120 s of the default 180 s bound here, so it has more.
+@pytest.mark.bound(300)
 def test_a_cut_host_under_ddp_heals_at_the_node_timeout(cluster, hosts):
     out = os.path.join(hosts.dir, "ddp")
     log = os.path.join(hosts.dir, "ddp-driver.log")
     driver = hosts[0].spawn([PYTHON, DRIVER, "--address", cluster.address, "--token",
-                             cluster.token, "--out", out], log=log)
-    cut_ms, victim = cut_a_rank_host(cluster, hosts, out, log)
-    driver.wait(timeout=150)
+                             cluster.token, "--out", out, "--timeout", "270"], log=log)
+    with ended(driver):
+        cut_ms, victim = cut_a_rank_host(cluster, hosts, out, log, timeout=150)
+        driver.wait(timeout=280)
     with open(os.path.join(out, "result.json")) as f:
         result = json.load(f)
     assert result["state"] == "SUCCEEDED", (result["message"], result["events"])
@@ -96,8 +126,9 @@ def test_zero_state_survives_a_cut_host_and_ends_with_the_uninterrupted_weights(
         driver = hosts[0].spawn([PYTHON, DRIVER, "--address", cluster.address, "--token",
                                  cluster.token, "--out", out, "--program", "zero_digits",
                                  "--epochs", "3", "--timeout", "100"], log=log)
-        cut_ms = cut_a_rank_host(cluster, hosts, out, log, timeout=60)[0] if cut else None
-        driver.wait(timeout=110)
+        with ended(driver):
+            cut_ms = cut_a_rank_host(cluster, hosts, out, log, timeout=60)[0] if cut else None
+            driver.wait(timeout=110)
         with open(os.path.join(out, "result.json")) as f:
             result = json.load(f)
         assert result["state"] == "SUCCEEDED", (result["message"], result["events"],
