@@ -205,6 +205,7 @@ int64_t TrainerHostBase::Reconfigure(std::string group, int64_t epoch, int rank,
   // An Abort from here on is for the new epoch.
   aborted_ = false;
   step_failed_ = false;
+  const int64_t aborts = aborts_.load();
   if (!group_ || group_->name() != group) {
     collective::GroupOptions options;
     options.name = group;
@@ -226,6 +227,13 @@ int64_t TrainerHostBase::Reconfigure(std::string group, int64_t epoch, int rank,
     group_ = std::move(*made);
   }
   live_group_ = group_.get();
+  // Aborted while the group was made (a new rank's first epoch: no group for Abort to reach
+  // yet): the controller gave up on this epoch, and its other members have left it, so it is
+  // not formed (its rendezvous would wait out the group's timeout for them).
+  if (aborts_.load() != aborts) {
+    throw std::runtime_error(absl::StrCat("epoch ", epoch, " (rank ", rank, " of ", world,
+                                          "): aborted as this rank joined it"));
+  }
   if (auto s = group_->Reconfigure(epoch, rank, world); !s.ok()) {
     throw std::runtime_error(std::string(s.message()));
   }
@@ -323,6 +331,7 @@ std::vector<int> TrainerHostBase::NetworkCheck(double factor) {
 std::vector<int64_t> TrainerHostBase::Ping() { return {phase_.load(), -1, running_step_.load()}; }
 
 bool TrainerHostBase::Abort(std::string reason) {
+  aborts_.fetch_add(1);  // before live_group_ is read: Reconfigure sees one or the other
   aborted_ = true;
   if (reason.empty()) reason = "the job's controller aborted the step";
   if (collective::CollectiveGroup* g = live_group_.load()) g->Abort(reason);

@@ -90,6 +90,9 @@ class TrainerHostBase {
   bool step_failed_ ABSL_GUARDED_BY(mu_) = false;
   // Abort was called since the last Reconfigure (without mu_: a stuck step holds it).
   std::atomic<bool> aborted_{false};
+  // Abort calls so far: one that comes while a Reconfigure makes its group (before the group's
+  // own formation can see it) ends that Reconfigure.
+  std::atomic<int64_t> aborts_{0};
   int rank_ ABSL_GUARDED_BY(mu_) = 0;
   int world_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
