@@ -145,6 +145,16 @@ bool ProcessAlive(pid_t pid) {
   return !fields.empty() && fields[0] != 'Z' && fields[0] != 'X';
 }
 
+char ProcessState(pid_t pid) {
+  if (pid <= 0) return '\0';
+  std::string fields = StatFields(pid);
+  return fields.empty() ? '\0' : fields[0];
+}
+
+bool StateCannotRun(char state) {
+  return state == 'T' || state == 't' || state == 'Z' || state == 'X' || state == '\0';
+}
+
 pid_t ProcessParent(pid_t pid) {
   std::string fields = StatFields(pid);
   std::vector<absl::string_view> parts = absl::StrSplit(fields, ' ');

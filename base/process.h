@@ -36,6 +36,16 @@ bool ProcessAlive(pid_t pid);
 // The parent of `pid` (from /proc/PID/stat); -1 if it is gone.
 pid_t ProcessParent(pid_t pid);
 
+// The scheduler's state letter of `pid` (field 3 of /proc/PID/stat): 'R' running or runnable,
+// 'S' sleeping, 'D' in an uninterruptible wait, 'T' stopped by a signal, 't' stopped by a
+// tracer, 'Z' a zombie; '\0' if it is gone. A process starved of CPU on a busy machine is
+// 'R' or 'S', never 'T': the state tells a slow process from a stopped one.
+char ProcessState(pid_t pid);
+
+// True for a state in which a process cannot run until something outside it resumes it
+// (SIGSTOP, a tracer) or reaps it: 'T', 't', 'Z', 'X', and '\0' (gone).
+bool StateCannotRun(char state);
+
 // The command line of `pid` with arguments joined by spaces; empty if it is gone.
 std::string ProcessCmdline(pid_t pid);
 

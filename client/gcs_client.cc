@@ -270,11 +270,13 @@ class GcsClientImpl final : public GcsClient {
   }
 
   absl::StatusOr<bool> RenewActorLease(const std::string& actor_id, int attempt,
-                                       absl::Duration timeout) override {
+                                       absl::Duration timeout,
+                                       absl::Duration running_timeout) override {
     rpc::RenewActorLeaseRequest request;
     request.set_actor_id(actor_id);
     request.set_attempt(attempt);
     request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+    request.set_running_timeout_ms(absl::ToInt64Milliseconds(running_timeout));
     // A renewal that cannot arrive in time is worth nothing: bounded by the lease itself.
     auto reply = Call(&Stub::RenewActorLease, request, std::min(timeout, options_.rpc_timeout));
     if (!reply.ok()) return reply.status();

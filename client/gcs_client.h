@@ -84,10 +84,12 @@ class GcsClient {
       const rpc::ReportActorStateRequest& report) = 0;
   // Kills an actor; with no_restart = false it restarts as its max_restarts allows.
   virtual absl::Status KillActor(const std::string& actor_id, bool no_restart) = 0;
-  // Renews the liveness lease of `attempt` of an actor for `timeout` (see RenewActorLease in
-  // gcs.proto). Returns true when that attempt was replaced: the caller must exit.
-  virtual absl::StatusOr<bool> RenewActorLease(const std::string& actor_id, int attempt,
-                                               absl::Duration timeout) = 0;
+  // Renews the liveness lease of `attempt` of an actor for `timeout`, or `running_timeout`
+  // while its process is seen able to run (see RenewActorLease in gcs.proto). Returns true
+  // when that attempt was replaced: the caller must exit.
+  virtual absl::StatusOr<bool> RenewActorLease(
+      const std::string& actor_id, int attempt, absl::Duration timeout,
+      absl::Duration running_timeout = absl::ZeroDuration()) = 0;
   // Lends or takes back an actor's CPU (gcs.proto's LendActorResources; attempt -1: the
   // current one). Returns whether the actor holds its CPU afterwards.
   virtual absl::StatusOr<bool> LendActorResources(const std::string& /*actor_id*/, int /*attempt*/,

@@ -45,10 +45,11 @@ bool Controller::Start() {
 
 // Renews this controller's lease through the GCS for as long as the actor lives (also after
 // the job ended: an expired lease would start a controller again). Each renewal takes the
-// controller's lock, so a controller deadlocked on it stops renewing too. A renewal that
-// says this attempt was replaced (a controller on a host that came back) ends the process:
-// two controllers must never drive one job.
-void Controller::LeaseLoop(worker::HostedActor me, absl::Duration lease) {
+// controller's lock, so a controller deadlocked on it stops renewing too; the GCS kills a
+// stopped one after `lease`, and one whose process can run (slow, or deadlocked) after
+// `running`. A renewal that says this attempt was replaced (a controller on a host that came
+// back) ends the process: two controllers must never drive one job.
+void Controller::LeaseLoop(worker::HostedActor me, absl::Duration lease, absl::Duration running) {
   absl::Duration period = lease / 4;
   absl::Time last_ok = absl::Now();
   while (true) {
@@ -56,7 +57,7 @@ void Controller::LeaseLoop(worker::HostedActor me, absl::Duration lease) {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), period)) return;
     }
-    auto stale = gcs_->RenewActorLease(me.actor_id, me.attempt, lease);
+    auto stale = gcs_->RenewActorLease(me.actor_id, me.attempt, lease, running);
     if (stale.ok() && *stale) {
       spdlog::error("job {}: this controller (attempt {}) was replaced; exiting", job_id_,
                     me.attempt);
@@ -162,7 +163,9 @@ void Controller::Main() {
   allowed_nodes_ = spec_.nodes;
   if (auto me = worker::CurrentHostedActor()) {
     absl::Duration lease = absl::Seconds(spec_.ControllerLeaseSeconds());
-    lease_thread_ = std::thread([this, me = *me, lease] { LeaseLoop(me, lease); });
+    absl::Duration running = absl::Seconds(spec_.ControllerRunningLeaseSeconds());
+    lease_thread_ =
+        std::thread([this, me = *me, lease, running] { LeaseLoop(me, lease, running); });
   }
   auto subscription = gcs_->Subscribe({rpc::RESOURCES, rpc::ACTOR},
                                       [this](const rpc::PubMessage& m) { OnMessage(m); });
@@ -497,13 +500,13 @@ Controller::Turn Controller::StartFromNothing() {
   if (below_min_since_ == absl::InfiniteFuture()) below_min_since_ = absl::Now();
   absl::Time waited_from = below_min_since_;
   absl::Duration bound = absl::Seconds(spec_.below_min_timeout_s);
-  WaitForJoiners(spec_.min_replicas, waited_from + bound - absl::Now());
+  WaitForJoiners(spec_.min_replicas, BelowMinWait(waited_from + bound));
   if (StopRequested()) return Turn::kNextTurn;  // the next turn ends it
   // Those that failed to start go (their policy starts others, or fails the job).
   DropFailedJoiners();
   if (failed_) return Turn::kEnd;
   if (ReadyJoiners() < spec_.min_replicas && !joining_.empty() &&
-      absl::Now() - waited_from < bound) {
+      (absl::Now() - waited_from < bound || StartingEnough())) {
     return Turn::kNextTurn;  // replacements are coming
   }
   if (ReadyJoiners() < spec_.min_replicas) {
@@ -529,6 +532,24 @@ Controller::Turn Controller::StartFromNothing() {
   return Turn::kOn;
 }
 
+// belowMinTimeoutSeconds is for ranks that find no room. Ranks placed on a node and still
+// setting up (a busy machine may take minutes to start a process and import torch) are
+// bounded by phases.startSeconds each (ExpireJoiners restarts one that overruns it), so the
+// job waits for them past the deadline when they would bring it back to minReplicas.
+bool Controller::StartingEnough() {
+  int starting = 0;
+  for (const auto& j : joining_) {
+    starting += j.setup.Ready() || j.placed != absl::InfiniteFuture() ? 1 : 0;
+  }
+  return static_cast<int>(members_.size()) + starting >= spec_.min_replicas;
+}
+
+absl::Duration Controller::BelowMinWait(absl::Time deadline) {
+  absl::Duration left = deadline - absl::Now();
+  if (left <= absl::ZeroDuration() && StartingEnough()) return kTimeouts.joiner_look;
+  return left;
+}
+
 // The boundary of the step (what changed), and the wait for replacements below minReplicas.
 Controller::Turn Controller::KeepMinReplicas() {
   // With a step out ahead, the boundary waits for the next one (MayRunAhead sent it only
@@ -551,12 +572,12 @@ Controller::Turn Controller::KeepMinReplicas() {
       Apply(LoopEvent(LoopEvent::Kind::kBelowMin, static_cast<int>(members_.size())));
     }
     absl::Time deadline = below_min_since_ + absl::Seconds(spec_.below_min_timeout_s);
-    WaitForJoiners(spec_.min_replicas, deadline - now);
+    WaitForJoiners(spec_.min_replicas, BelowMinWait(deadline));
     Boundary();
     if (static_cast<int>(members_.size()) < spec_.min_replicas) {
       // The timer runs from when the job went below, not from this wait: a replacement that
       // failed to start ends a wait early, and the next one (its policy's) is still coming.
-      if (absl::Now() < deadline && !failed_) return Turn::kNextTurn;
+      if ((absl::Now() < deadline || StartingEnough()) && !failed_) return Turn::kNextTurn;
       LoopEvent e(LoopEvent::Kind::kBelowMinTimedOut, static_cast<int>(members_.size()));
       e.waited_s = absl::ToDoubleSeconds(absl::Now() - below_min_since_);
       Apply(e);

@@ -199,7 +199,7 @@ class Controller {
   // controller's lock, so a controller deadlocked on it stops renewing too. A renewal that
   // says this attempt was replaced (a controller on a host that came back) ends the process:
   // two controllers must never drive one job.
-  void LeaseLoop(worker::HostedActor me, absl::Duration lease);
+  void LeaseLoop(worker::HostedActor me, absl::Duration lease, absl::Duration running);
 
   void OnMessage(const rpc::PubMessage& m);
 
@@ -412,6 +412,13 @@ class Controller {
   void TakeRequests();
 
   void WaitForJoiners(int want, absl::Duration timeout);
+  // Whether the members and the new ranks placed (ready, or setting up within
+  // phases.startSeconds) make minReplicas: then the job waits for them past
+  // belowMinTimeoutSeconds, which bounds only the wait for room.
+  bool StartingEnough();
+  // How long to wait for joiners toward a below-min `deadline`: what is left of it, or (past
+  // it, while StartingEnough) one look more.
+  absl::Duration BelowMinWait(absl::Time deadline);
 
   int ReadyJoiners();
 
@@ -470,6 +477,7 @@ class Controller {
       ObjectRef<std::vector<int64_t>> ping;
       absl::Time sent;
       bool disturbed = false;  // its host's heartbeats stopped for a while since it went
+      bool told_runs = false;  // logged that its process runs while its Ping waits
     };
     std::map<size_t, Confirm> confirms;  // by rank
   };
@@ -488,6 +496,11 @@ class Controller {
   // for as long), and its host is seen up after that. A host cut off answers no knock and
   // stops its heartbeats, and is left to the node timeout; a link that comes back lets the
   // fresh Ping through.
+  // A busy machine delays a Ping without end, but stops no process: a rank is frozen only
+  // when its node's latest heartbeat also lists its process among those that cannot run
+  // (NodeInfo.stopped_workers: stopped by SIGSTOP or a tracer, or exited). One whose process
+  // can run is slow, and left to the hang timeout (a node that does not report: the silence
+  // alone).
   std::vector<Frozen> FrozenRanks(const std::vector<size_t>& silent, LivenessProbe* probe);
   // Kills rank r as hung (an event saying `what`, its recovery opened at `last_progress`: the
   // step's start, or the formation's).

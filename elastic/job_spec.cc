@@ -173,6 +173,10 @@ double JobSpec::ControllerLeaseSeconds() const {
   return lease;
 }
 
+double JobSpec::ControllerRunningLeaseSeconds() const {
+  return std::max(ControllerLeaseSeconds(), hang_timeout_s);
+}
+
 int64_t JobSpec::TotalSteps() const {
   if (steps > 0) return steps;
   if (data_epochs > 0 && global_batch > 0) {

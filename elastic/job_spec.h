@@ -87,6 +87,9 @@ struct JobSpec {
   std::vector<FaultPolicy> policies;  // the user's, then the defaults (first match wins)
   int restart_limit = 10;
   double restart_time_limit_s = 3600;
+  // How long the job may stay below min_replicas (or not reach it at start) for want of
+  // room; ranks placed on a node and still setting up keep it waiting past this, each bounded
+  // by start_timeout_s (phases.startSeconds).
   double below_min_timeout_s = 60;
   std::string checkpoint_dir;
   int64_t checkpoint_interval = 0;  // steps; 0: no checkpoints
@@ -94,10 +97,12 @@ struct JobSpec {
   bool straggler_check = false;
   double straggler_factor = 2.0;
   double hang_timeout_s = 300;
-  // The controller renews a lease through the GCS at least this often; a controller that
-  // stops (SIGSTOP, deadlock, cut off) is killed and started again once it runs out, and the
-  // new one adopts the live ranks. 0: half the hang timeout, at most 10 s, and at most
-  // 1.5 × hang_silent_s (but not under 1 s) while the liveness probe is on: 1.5 s by
+  // The controller renews a lease through the GCS at least this often; once it runs out the
+  // GCS asks the controller's node about its process: a stopped one (SIGSTOP) is killed and
+  // started again, and the new one adopts the live ranks; one that can run (slow on a busy
+  // machine, or deadlocked) is killed only after hang_timeout_s without a renewal. A cut-off
+  // controller waits for its node's verdict. 0: half the hang timeout, at most 10 s, and at
+  // most 1.5 × hang_silent_s (but not under 1 s) while the liveness probe is on: 1.5 s by
   // default, about when a stopped rank is found.
   double controller_lease_s = 0;
   // A rank that has not answered the controller's probe (a Ping, answered on a lane of its own
@@ -137,6 +142,10 @@ struct JobSpec {
 
   // controller_lease_s, or its default.
   double ControllerLeaseSeconds() const;
+  // How long the controller's lease may go unrenewed while its process is seen able to run
+  // (a busy machine delays renewals; only a deadlock stops them): hang_timeout_s, the bound a
+  // deadlocked rank gets. A stopped controller is found at the lease itself.
+  double ControllerRunningLeaseSeconds() const;
 
   // place_timeout_s, or its default.
   double PlaceSeconds() const {

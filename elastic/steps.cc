@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/logging.h"
@@ -281,9 +282,14 @@ std::vector<Controller::Frozen> Controller::FrozenRanks(const std::vector<size_t
   // A node's heartbeat age, as the GCS has it, and its node manager's address.
   absl::flat_hash_map<std::string, absl::Duration> age;
   absl::flat_hash_map<std::string, std::string> address;
+  // The nodes that say which of their workers cannot run, and those workers' states.
+  absl::flat_hash_set<std::string> reports_stopped;
+  absl::flat_hash_map<std::string, std::string> stopped_state;  // by actor id
   for (const auto& n : *nodes) {
     if (n.heartbeat_age_ms() >= 0) age[n.node_id()] = absl::Milliseconds(n.heartbeat_age_ms());
     if (!n.address().empty()) address[n.node_id()] = n.address();
+    if (n.reports_stopped()) reports_stopped.insert(n.node_id());
+    for (const auto& w : n.stopped_workers()) stopped_state[w.actor_id()] = w.state();
   }
   auto heard_now = [&](const std::string& node) {
     auto a = age.find(node);
@@ -358,13 +364,30 @@ std::vector<Controller::Frozen> Controller::FrozenRanks(const std::vector<size_t
       probe->confirms.emplace(r, std::move(confirm));
       continue;
     }
+    // Slow or stopped? Its node says: a busy machine delays a Ping, but never stops a process.
+    std::string stopped;
+    if (reports_stopped.contains(node)) {
+      auto st = stopped_state.find(members_[r].actor_id);
+      if (st == stopped_state.end()) {
+        if (!c->second.told_runs) {
+          spdlog::warn(
+              "job {}: rank {} has not answered a Ping for {:.1f} s, but its node says "
+              "its process can run: a busy machine, not a frozen rank; the hang "
+              "timeout ({} s) bounds it",
+              job_id_, r, absl::ToDoubleSeconds(now - c->second.sent), spec_.hang_timeout_s);
+          c->second.told_runs = true;
+        }
+        continue;
+      }
+      stopped = absl::StrCat("; its node says its process cannot run (state ", st->second, ")");
+    }
     // Its host heartbeats to the GCS, but not even a handshake from here gets an answer: the
     // path between the two is cut, and the rank may be well (a data-plane partition).
     if (CutOffFromHere(r)) continue;
     frozen.push_back(
         {r, absl::StrFormat("%s; a Ping on a fresh connection, made %.1f s ago while its host "
-                            "was up, got no answer either",
-                            proof, absl::ToDoubleSeconds(now - c->second.sent))});
+                            "was up, got no answer either%s",
+                            proof, absl::ToDoubleSeconds(now - c->second.sent), stopped)});
   }
   return frozen;
 }

@@ -657,7 +657,8 @@ absl::Status GcsActorManager::Apply(Effects effects) {
 }
 
 absl::Status GcsActorManager::RenewLease(const std::string& actor_id, int attempt,
-                                         absl::Duration timeout, bool* stale) {
+                                         absl::Duration timeout, absl::Duration running_timeout,
+                                         bool* stale) {
   if (timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "RenewActorLease: timeout_ms must be > 0 (how long the lease lasts without a renewal)");
@@ -671,8 +672,30 @@ absl::Status GcsActorManager::RenewLease(const std::string& actor_id, int attemp
     if (it != leases_.end() && it->second.attempt == attempt) leases_.erase(it);
     return absl::OkStatus();
   }
-  leases_[actor_id] = Lease{attempt, timeout, absl::Now() + timeout};
+  Lease lease;
+  lease.attempt = attempt;
+  lease.timeout = timeout;
+  lease.running_timeout = running_timeout > timeout ? running_timeout : absl::ZeroDuration();
+  lease.renewed = absl::Now();
+  lease.deadline = lease.renewed + timeout;
+  leases_[actor_id] = lease;
   return absl::OkStatus();
+}
+
+void GcsActorManager::ExpireLocked(const std::string& id, const Lease& lease,
+                                   const std::string& why, Effects* effects) {
+  const rpc::ActorInfo* actor = actors_.Find(id);
+  if (actor == nullptr || !Placed(*actor) || actor->num_restarts() != lease.attempt) return;
+  auto node = nodes_->Get(actor->node_id());
+  rpc::KillActorRequest kill;
+  kill.set_actor_id(id);
+  kill.set_attempt(lease.attempt);
+  auto* cause = kill.mutable_cause();
+  cause->set_kind(rpc::DeathCause::LEASE_EXPIRED);
+  cause->set_time_ms(NowMs());
+  cause->set_message(why);
+  spdlog::warn("{}: lease expired ({}); killing it", rpc::DescribeActor(*actor), why);
+  if (node) effects->kills.emplace_back(node->address(), kill);
 }
 
 void GcsActorManager::ExpireLeases() {
@@ -682,7 +705,8 @@ void GcsActorManager::ExpireLeases() {
     absl::Time now = absl::Now();
     for (auto it = leases_.begin(); it != leases_.end();) {
       auto next = std::next(it);
-      const auto& [id, lease] = *it;
+      const std::string& id = it->first;
+      Lease& lease = it->second;
       if (lease.deadline > now) {
         it = next;
         continue;
@@ -693,25 +717,44 @@ void GcsActorManager::ExpireLeases() {
       // and runs again from when the node is heard.
       if (actor != nullptr && Placed(*actor) &&
           nodes_->SilentFor(actor->node_id()) > lease.timeout / 2) {
-        it->second.deadline = now + lease.timeout;
+        lease.deadline = now + lease.timeout;
+        lease.renewed = now;
         it = next;
         continue;
       }
-      if (actor != nullptr && Placed(*actor) && actor->num_restarts() == lease.attempt) {
-        auto node = nodes_->Get(actor->node_id());
-        rpc::KillActorRequest kill;
-        kill.set_actor_id(id);
-        kill.set_attempt(lease.attempt);
-        auto* cause = kill.mutable_cause();
-        cause->set_kind(rpc::DeathCause::LEASE_EXPIRED);
-        cause->set_time_ms(NowMs());
-        cause->set_message(absl::StrCat(
-            "no lease renewal for ", absl::FormatDuration(lease.timeout + (now - lease.deadline)),
-            " (stopped, deadlocked or cut off)"));
-        spdlog::warn("{}: lease expired ({}); killing it", rpc::DescribeActor(*actor),
-                     cause->message());
-        if (node) effects.kills.emplace_back(node->address(), kill);
+      if (actor == nullptr || !Placed(*actor) || actor->num_restarts() != lease.attempt) {
+        leases_.erase(it);
+        it = next;
+        continue;
       }
+      absl::Duration unrenewed = now - lease.renewed;
+      std::string why;
+      if (lease.running_timeout == absl::ZeroDuration() ||
+          !nodes_->ReportsStopped(actor->node_id())) {
+        why = absl::StrCat("no lease renewal for ", absl::FormatDuration(unrenewed),
+                           " (stopped, deadlocked or cut off)");
+      } else if (std::string state = nodes_->StoppedState(actor->node_id(), id, lease.attempt);
+                 !state.empty()) {
+        why = absl::StrCat("no lease renewal for ", absl::FormatDuration(unrenewed),
+                           ", and its process cannot run (state ", state, ": stopped, or exited)");
+      } else if (unrenewed >= lease.running_timeout) {
+        why = absl::StrCat("no lease renewal for ", absl::FormatDuration(unrenewed),
+                           " while its process could run: deadlocked, or starved of CPU that "
+                           "long");
+      } else {
+        // A busy machine delays renewals; it never stops a process.
+        if (!lease.told_running) {
+          lease.told_running = true;
+          spdlog::warn(
+              "{}: no lease renewal for {}, but its node says its process can run: a busy "
+              "machine, not a stopped process; waiting up to {} for a renewal",
+              rpc::DescribeActor(*actor), absl::FormatDuration(unrenewed),
+              absl::FormatDuration(lease.running_timeout));
+        }
+        it = next;
+        continue;
+      }
+      ExpireLocked(id, lease, why, &effects);
       leases_.erase(it);
       it = next;
     }
@@ -721,7 +764,10 @@ void GcsActorManager::ExpireLeases() {
 
 void GcsActorManager::LeasesStalled(absl::Duration how_long) {
   absl::MutexLock lock(&mu_);
-  for (auto& [id, lease] : leases_) lease.deadline += how_long;
+  for (auto& [id, lease] : leases_) {
+    lease.deadline += how_long;
+    lease.renewed += how_long;
+  }
 }
 
 void GcsActorManager::SetResourcesFreedCallback(std::function<void()> callback) {

@@ -103,11 +103,14 @@ class GcsActorManager {
   // current one (it was replaced: the caller must exit). ExpireLeases, called by the health
   // checker, kills every attempt whose lease ran out (cause LEASE_EXPIRED), and the actor
   // restarts as its max_restarts allows; a lease whose actor's node is silent too waits for
-  // the node to be heard again or declared dead (a partition is not the actor's fault). Leases
-  // live in memory: after a GCS restart a lease
-  // exists again at the attempt's next renewal.
+  // the node to be heard again or declared dead (a partition is not the actor's fault). With
+  // a `running_timeout` longer than `timeout`, a lease past `timeout` ends when the actor's
+  // node's latest heartbeat lists its process among those that cannot run (stopped, exited);
+  // one that can run is slow (a busy machine) or deadlocked, and is killed once unrenewed for
+  // `running_timeout`. Leases live in memory: after a GCS restart a lease exists again at the
+  // attempt's next renewal.
   absl::Status RenewLease(const std::string& actor_id, int attempt, absl::Duration timeout,
-                          bool* stale);
+                          absl::Duration running_timeout, bool* stale);
   void ExpireLeases();
   // The GCS itself was stalled for `how_long`: renewals of that time may still be queued, so
   // every lease deadline moves by it (the actors are not to blame).
@@ -179,8 +182,14 @@ class GcsActorManager {
   struct Lease {
     int attempt = 0;
     absl::Duration timeout;
-    absl::Time deadline;
+    absl::Duration running_timeout;  // 0: the timeout alone, whatever the process's state
+    absl::Time renewed;
+    absl::Time deadline;        // renewed + timeout (moved on while its node is silent)
+    bool told_running = false;  // logged, once per overdue spell, that its process can run
   };
+  // Kills `id`'s attempt `lease.attempt` for its lease (LEASE_EXPIRED, saying `why`).
+  void ExpireLocked(const std::string& id, const Lease& lease, const std::string& why,
+                    Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::flat_hash_map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);  // by actor id
   // Actors whose process ended before they were created wait this long before the next try
   // (kCreationRetryBackoff, doubling): a program that exits at once is not restarted in a

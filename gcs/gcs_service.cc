@@ -218,7 +218,8 @@ class GcsServiceImpl final : public GcsServiceHandlers {
                                rpc::RenewActorLeaseReply* reply) override {
     bool stale = false;
     auto s = actors_->RenewLease(request->actor_id(), request->attempt(),
-                                 absl::Milliseconds(request->timeout_ms()), &stale);
+                                 absl::Milliseconds(request->timeout_ms()),
+                                 absl::Milliseconds(request->running_timeout_ms()), &stale);
     if (!s.ok()) return rpc::ToGrpc(s);
     reply->set_stale(stale);
     return grpc::Status::OK;

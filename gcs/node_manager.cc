@@ -171,6 +171,10 @@ absl::Status GcsNodeManager::Heartbeat(const rpc::HeartbeatRequest& request, boo
     deadline_[request.node_id()] = absl::Now() + options_.node_timeout;
     heard_[request.node_id()] = absl::Now();
     if (request.has_object_store()) object_stores_[request.node_id()] = request.object_store();
+    if (request.reports_stopped()) {
+      stopped_[request.node_id()].assign(request.stopped_workers().begin(),
+                                         request.stopped_workers().end());
+    }
     if (reply != nullptr) {
       reply->set_members_version(members_version_);
       // Only when they changed (every change bumps the version): the count walks the nodes.
@@ -227,6 +231,7 @@ PendingWrite GcsNodeManager::MarkDeadLocked(const std::string& node_id, const st
   deadline_.erase(node_id);
   heard_.erase(node_id);
   object_stores_.erase(node_id);
+  stopped_.erase(node_id);
   knocked_.erase(node_id);
   ++members_version_;
   PendingWrite write = SaveLocked(updated, rpc::ResourceEvent::NODE_REMOVED);
@@ -380,6 +385,22 @@ void GcsNodeManager::KnockOnSilentNodes() {
       .IgnoreError();  // logged per node
 }
 
+bool GcsNodeManager::ReportsStopped(const std::string& node_id) const {
+  absl::MutexLock lock(&mu_);
+  return stopped_.contains(node_id);
+}
+
+std::string GcsNodeManager::StoppedState(const std::string& node_id, const std::string& actor_id,
+                                         int attempt) const {
+  absl::MutexLock lock(&mu_);
+  auto it = stopped_.find(node_id);
+  if (it == stopped_.end()) return "";
+  for (const auto& w : it->second) {
+    if (w.actor_id() == actor_id && w.attempt() == attempt) return w.state();
+  }
+  return "";
+}
+
 std::vector<rpc::NodeInfo> GcsNodeManager::GetAll(bool alive_only) const {
   absl::MutexLock lock(&mu_);
   std::vector<rpc::NodeInfo> out;
@@ -392,6 +413,10 @@ std::vector<rpc::NodeInfo> GcsNodeManager::GetAll(bool alive_only) const {
         h == heard_.end() ? -1 : std::max<int64_t>(0, absl::ToInt64Milliseconds(now - h->second)));
     if (auto st = object_stores_.find(id); st != object_stores_.end()) {
       *out.back().mutable_object_store() = st->second;
+    }
+    if (auto st = stopped_.find(id); st != stopped_.end()) {
+      out.back().set_reports_stopped(true);
+      for (const auto& w : st->second) *out.back().add_stopped_workers() = w;
     }
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {

@@ -67,6 +67,12 @@ class GcsNodeManager {
   // How long since this GCS last heard the node (zero for an unknown or dead node, and for a
   // node loaded at a restart that has not heartbeat yet).
   absl::Duration SilentFor(const std::string& node_id) const;
+  // Whether `node_id`'s heartbeats say which of its workers cannot run (StoppedWorker).
+  bool ReportsStopped(const std::string& node_id) const;
+  // The state letter of attempt `attempt` of `actor_id`'s process as `node_id`'s latest
+  // heartbeat listed it among those that cannot run ("T", "t", "Z"); "" when not listed.
+  std::string StoppedState(const std::string& node_id, const std::string& actor_id,
+                           int attempt) const;
   std::optional<rpc::NodeInfo> Get(const std::string& node_id) const;
 
   // Declares dead every node whose heartbeat deadline passed, all at once: their writes go
@@ -130,6 +136,9 @@ class GcsNodeManager {
   absl::flat_hash_map<std::string, absl::Time> heard_ ABSL_GUARDED_BY(mu_);
   // Each node's object store, as its last heartbeat said (NodeInfo.object_store).
   absl::flat_hash_map<std::string, rpc::ObjectStoreUsage> object_stores_ ABSL_GUARDED_BY(mu_);
+  // Each reporting node's workers that could not run at its last heartbeat
+  // (NodeInfo.stopped_workers); a node is here once a heartbeat of its said.
+  absl::flat_hash_map<std::string, std::vector<rpc::StoppedWorker>> stopped_ ABSL_GUARDED_BY(mu_);
   // Bumped whenever the set of alive nodes changes (HeartbeatReply.members_version); starts at
   // the clock, so that a restarted GCS's versions do not repeat its predecessor's.
   int64_t members_version_ ABSL_GUARDED_BY(mu_);

@@ -17,6 +17,7 @@
 #include "base/ids.h"
 #include "base/logging.h"
 #include "base/node_lease.h"
+#include "base/process.h"
 #include "base/proto/node.grpc.pb.h"
 #include "base/rpc.h"
 #include "base/session.h"
@@ -808,6 +809,18 @@ class NodeManagerImpl final : public NodeManager {
     rpc::HeartbeatRequest request;
     request.set_node_id(node_id_);
     *request.mutable_object_store() = StoreUsage();
+    // Workers whose process cannot run now: the GCS and the elastic controller tell a stopped
+    // process from one a busy machine delays by this.
+    for (const auto& w : pool_->List()) {
+      char state = ProcessState(w.pid);
+      if (state != '\0' && StateCannotRun(state)) {
+        auto* stopped = request.add_stopped_workers();
+        stopped->set_actor_id(w.actor_id);
+        stopped->set_attempt(w.attempt);
+        stopped->set_state(std::string(1, state));
+      }
+    }
+    request.set_reports_stopped(true);
     absl::MutexLock lock(&members_mu_);
     request.set_members_version(members_version_);
     return request;

@@ -417,6 +417,42 @@ TEST_F(ActorTest, KillNineWithoutRestartsIsDead) {
   EXPECT_EQ(Info(counter->id()).death_cause().signal(), SIGKILL);
 }
 
+// An unrenewed lease means a stopped process only when its node says so (ListWorkers' state):
+// a busy machine delays renewals of a process that can run, which keeps its actor until the
+// lease's running_timeout; a SIGSTOPped one loses it soon after the lease's own timeout.
+TEST_F(ActorTest, AnUnrenewedLeaseKillsAStoppedProcessAndWaitsLongerForARunningOne) {
+  auto slow = Actor<Counter>().Remote(0);
+  auto stopped = Actor<Counter>().Remote(0);
+  ASSERT_TRUE(slow.ok() && stopped.ok());
+  ASSERT_EQ(*Get(slow->Task(&Counter::Value).Remote()), 0);
+  int pid = *Get(stopped->Task(&Counter::Pid).Remote());
+  // Each renewed once, then never again: a lease of 1 s; 3 s and 10 minutes while its
+  // process can run.
+  auto renewed = client_->RenewActorLease(slow->id().Hex(), 0, absl::Seconds(1), absl::Seconds(3));
+  ASSERT_TRUE(renewed.ok() && !*renewed) << renewed.status();
+  renewed = client_->RenewActorLease(stopped->id().Hex(), 0, absl::Seconds(1), absl::Minutes(10));
+  ASSERT_TRUE(renewed.ok() && !*renewed) << renewed.status();
+  // Both processes wait for calls, able to run: the first goes at its running_timeout.
+  ASSERT_TRUE(WaitForState(slow->id(), rpc::ACTOR_DEAD, absl::Seconds(60)));
+  rpc::DeathCause cause = Info(slow->id()).death_cause();
+  EXPECT_EQ(cause.kind(), rpc::DeathCause::LEASE_EXPIRED) << cause.DebugString();
+  EXPECT_TRUE(absl::StrContains(cause.message(), "while its process could run")) << cause.message();
+  // The other, past its 1 s lease as long, lives and answers.
+  EXPECT_EQ(Info(stopped->id()).state(), rpc::ACTOR_ALIVE);
+  EXPECT_EQ(*Get(stopped->Task(&Counter::Value).Remote()), 0);
+  ::kill(pid, SIGSTOP);
+  bool dead = WaitForState(stopped->id(), rpc::ACTOR_DEAD, absl::Seconds(60));
+  if (!dead) {
+    ::kill(pid, SIGCONT);
+    ::kill(pid, SIGKILL);
+  }
+  ASSERT_TRUE(dead);
+  cause = Info(stopped->id()).death_cause();
+  EXPECT_EQ(cause.kind(), rpc::DeathCause::LEASE_EXPIRED) << cause.DebugString();
+  EXPECT_TRUE(absl::StrContains(cause.message(), "its process cannot run (state T"))
+      << cause.message();
+}
+
 TEST_F(ActorTest, ExitInAMethodIsExited) {
   auto counter = Actor<Counter>().Remote(0);
   ASSERT_TRUE(counter.ok());

@@ -226,6 +226,27 @@ TEST_F(ElasticTest, ARankStuckStartingIsRestartedAfterPhasesStartSeconds) {
   EXPECT_TRUE(HasEvent(s, "rank_died", "KILLED_BY_USER")) << FormatStatus(s);
 }
 
+// failPolicy.belowMinTimeoutSeconds bounds the wait for room, not a start under way: a rank
+// placed on a node and still setting up (a busy machine starting a process and importing
+// torch) keeps the job waiting past it, bounded by phases.startSeconds. Before, a job whose
+// two Python ranks took over 60 s to start under a CPU hog failed as if they could not be
+// placed.
+TEST_F(ElasticTest, ARankSettingUpPastTheBelowMinTimeoutIsWaitedFor) {
+  AddNode("node-a", 3);
+  JobSpec spec = Spec(2, 2, 2);
+  auto baseline = Baseline(spec);
+  spec.below_min_timeout_s = 2;
+  spec.start_timeout_s = 120;
+  spec.config["setupStallMarker"] = dir_.path() + "/setup-stall";
+  spec.config["stallMs"] = "6000";  // three times the below-min timeout
+  JobStatus s = Run(spec);
+  ExpectHealed(s, spec, baseline, 2);
+  EXPECT_FALSE(HasEvent(s, "phase_timeout", "")) << FormatStatus(s);
+  EXPECT_FALSE(HasEvent(s, "rank_died", "")) << FormatStatus(s);
+  struct stat st;
+  EXPECT_EQ(::stat((dir_.path() + "/setup-stall").c_str(), &st), 0) << "no Setup stalled";
+}
+
 // A rank whose rollback never ends as the first epoch forms, while it answers Pings and the
 // others are done: past phases.formSeconds it is restarted, and the job goes on without it
 // until its replacement joins, rather than the controller waiting 120 s behind the stuck call

@@ -63,7 +63,8 @@ class FailureConfig:
     faultTolerantPolicy (first match wins, then the defaults: OOM → respawnLarger with twice
     the memory, node died → reschedule, exited → restart), e.g.
     ``[{"event": "oom", "action": "respawnLarger", "memoryGrowth": 2}]``; how long the job may
-    stay below its minimum, when a step without progress is a hang (``hang_timeout_s``), when a
+    stay below its minimum for want of room (``below_min_timeout_s``; ranks placed and still
+    setting up are bounded by the ``start`` phase instead), when a step without progress is a hang (``hang_timeout_s``), when a
     rank that does not answer while its host is up is frozen (``hang_silent_s``; 0: never), and
     the straggler check; ``phase_timeouts``: each phase's bound in seconds (the spec's
     ``phases``), e.g. ``{"start": 300}`` for a setup that downloads a dataset: ``place``
