@@ -138,17 +138,17 @@ std::string StatFields(pid_t pid) {
 
 }  // namespace
 
-bool ProcessAlive(pid_t pid) {
-  if (pid <= 0) return false;
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  std::string fields = StatFields(pid);
-  return !fields.empty() && fields[0] != 'Z' && fields[0] != 'X';
-}
-
 char ProcessState(pid_t pid) {
   if (pid <= 0) return '\0';
   std::string fields = StatFields(pid);
   return fields.empty() ? '\0' : fields[0];
+}
+
+bool ProcessAlive(pid_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  char state = ProcessState(pid);
+  return state != '\0' && state != 'Z' && state != 'X';
 }
 
 bool StateCannotRun(char state) {

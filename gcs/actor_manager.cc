@@ -728,15 +728,17 @@ void GcsActorManager::ExpireLeases() {
         continue;
       }
       absl::Duration unrenewed = now - lease.renewed;
+      std::optional<std::string> state;
+      if (lease.running_timeout > absl::ZeroDuration()) {
+        state = nodes_->StoppedState(actor->node_id(), id, lease.attempt);
+      }
       std::string why;
-      if (lease.running_timeout == absl::ZeroDuration() ||
-          !nodes_->ReportsStopped(actor->node_id())) {
+      if (!state) {  // no running_timeout, or a node that does not say
         why = absl::StrCat("no lease renewal for ", absl::FormatDuration(unrenewed),
                            " (stopped, deadlocked or cut off)");
-      } else if (std::string state = nodes_->StoppedState(actor->node_id(), id, lease.attempt);
-                 !state.empty()) {
+      } else if (!state->empty()) {
         why = absl::StrCat("no lease renewal for ", absl::FormatDuration(unrenewed),
-                           ", and its process cannot run (state ", state, ": stopped, or exited)");
+                           ", and its process cannot run (state ", *state, ": stopped, or exited)");
       } else if (unrenewed >= lease.running_timeout) {
         why = absl::StrCat("no lease renewal for ", absl::FormatDuration(unrenewed),
                            " while its process could run: deadlocked, or starved of CPU that "

@@ -385,16 +385,12 @@ void GcsNodeManager::KnockOnSilentNodes() {
       .IgnoreError();  // logged per node
 }
 
-bool GcsNodeManager::ReportsStopped(const std::string& node_id) const {
-  absl::MutexLock lock(&mu_);
-  return stopped_.contains(node_id);
-}
-
-std::string GcsNodeManager::StoppedState(const std::string& node_id, const std::string& actor_id,
-                                         int attempt) const {
+std::optional<std::string> GcsNodeManager::StoppedState(const std::string& node_id,
+                                                        const std::string& actor_id,
+                                                        int attempt) const {
   absl::MutexLock lock(&mu_);
   auto it = stopped_.find(node_id);
-  if (it == stopped_.end()) return "";
+  if (it == stopped_.end()) return std::nullopt;
   for (const auto& w : it->second) {
     if (w.actor_id() == actor_id && w.attempt() == attempt) return w.state();
   }

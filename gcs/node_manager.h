@@ -14,6 +14,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,12 +68,11 @@ class GcsNodeManager {
   // How long since this GCS last heard the node (zero for an unknown or dead node, and for a
   // node loaded at a restart that has not heartbeat yet).
   absl::Duration SilentFor(const std::string& node_id) const;
-  // Whether `node_id`'s heartbeats say which of its workers cannot run (StoppedWorker).
-  bool ReportsStopped(const std::string& node_id) const;
   // The state letter of attempt `attempt` of `actor_id`'s process as `node_id`'s latest
-  // heartbeat listed it among those that cannot run ("T", "t", "Z"); "" when not listed.
-  std::string StoppedState(const std::string& node_id, const std::string& actor_id,
-                           int attempt) const;
+  // heartbeat listed it among those that cannot run ("T", "t", "Z"); "" when not listed;
+  // nullopt when the node's heartbeats do not say which of its workers cannot run.
+  std::optional<std::string> StoppedState(const std::string& node_id, const std::string& actor_id,
+                                          int attempt) const;
   std::optional<rpc::NodeInfo> Get(const std::string& node_id) const;
 
   // Declares dead every node whose heartbeat deadline passed, all at once: their writes go
