@@ -515,6 +515,15 @@ Controller::Turn Controller::StartFromNothing() {
     Apply(e);
     return Turn::kEnd;
   }
+  // A last call (torchrun's): the other ranks already placed get scaleOutDebounceSeconds
+  // more to be ready, so that the first epoch has them. Admitted later, each would cost a
+  // re-form, which waits for the first step: on a busy machine, for the others' whole setup
+  // (the program's imports, its data), and then its own.
+  WaitForJoiners(std::min(target_, MembersAndPlacedJoiners()),
+                 absl::Seconds(spec_.scale_out_debounce_s));
+  if (StopRequested()) return Turn::kNextTurn;
+  DropFailedJoiners();
+  if (failed_) return Turn::kEnd;
   for (auto it = joining_.begin();
        it != joining_.end() && static_cast<int>(members_.size()) < target_;) {
     if (it->setup.Ready() && Get(it->setup).ok()) {
@@ -536,12 +545,14 @@ Controller::Turn Controller::StartFromNothing() {
 // setting up (a busy machine may take minutes to start a process and import torch) are
 // bounded by phases.startSeconds each (ExpireJoiners restarts one that overruns it), so the
 // job waits for them past the deadline when they would bring it back to minReplicas.
-bool Controller::StartingEnough() {
-  int starting = 0;
+bool Controller::StartingEnough() { return MembersAndPlacedJoiners() >= spec_.min_replicas; }
+
+int Controller::MembersAndPlacedJoiners() {
+  int n = static_cast<int>(members_.size());
   for (const auto& j : joining_) {
-    starting += j.setup.Ready() || j.placed != absl::InfiniteFuture() ? 1 : 0;
+    n += j.setup.Ready() || j.placed != absl::InfiniteFuture() ? 1 : 0;
   }
-  return static_cast<int>(members_.size()) + starting >= spec_.min_replicas;
+  return n;
 }
 
 absl::Duration Controller::BelowMinWait(absl::Time deadline) {

@@ -421,6 +421,8 @@ class Controller {
   absl::Duration BelowMinWait(absl::Time deadline);
 
   int ReadyJoiners();
+  // The members and the new ranks placed on a node (ready, or setting up).
+  int MembersAndPlacedJoiners();
 
   // ---- the step loop (steps.cc) ------------------------------------------------------------
 

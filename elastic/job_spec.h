@@ -30,7 +30,9 @@
 //                                        # the stuck rank; a controller silent for the lease
 //                                        # is replaced (default: half the timeout, ≤ 10 s,
 //                                        # ≤ 1.5 × silentSeconds when that is on: 1.5 s)
-//   scaleOutDebounceSeconds: 2
+//   scaleOutDebounceSeconds: 2           # growth waits this long after a node joins; the
+//                                        # first epoch, this long past minReplicas ready
+//                                        # for the other placed ranks (torchrun's last call)
 //   stepCallMs: 50                       # each call to a rank covers this much training
 //                                        # (several short steps; 0: one step per call)
 //   config: {lr: "0.05"}                 # passed to the trainer's Setup

@@ -33,7 +33,7 @@ if [ $# -eq 0 ] && [ -d python/tests ]; then
     /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
   # Multi-host tests: 3 hosts as network namespaces on this machine (root; they skip with
   # one line where namespaces cannot be made), each test bounded to 3 minutes (the
-  # DDP one, whose ranks import torch, to 5: @pytest.mark.bound).
+  # DDP host-cut one, whose ranks import torch, to 8: @pytest.mark.bound).
   PYTHONPATH="$(pwd)/python:$(pwd)/build/python${PYTHONPATH:+:$PYTHONPATH}" \
     /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs tests/multihost
   # Under load (4-7 min): one test of each fault family, multi-host and elastic, again while 16
