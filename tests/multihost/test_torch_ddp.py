@@ -86,9 +86,9 @@ def cut_a_rank_host(cluster, hosts, out, log, timeout=90):
 
 # Its 3 ranks import torch and scikit-learn at once on one 2-core machine. Under the CPU hog
 # of scripts/test.sh (16 busy processes) a CI run's ranks took 95-106 s to import torch and
-# the job had made one step 150 s after it was submitted, so the job runs 8 epochs (about 220
-# steps), the wait for step 40 at world size 3 is 270 s and the test's bound 480 s. Unloaded,
-# the whole test takes about 40 s.
+# the job had made one step 150 s after it was submitted, so the job runs 8 epochs (150-230
+# steps, by world size), the wait for step 40 at world size 3 is 270 s and the test's bound
+# 480 s. Unloaded, the whole test takes about 25 s.
 @pytest.mark.bound(480)
 def test_a_cut_host_under_ddp_heals_at_the_node_timeout(cluster, hosts):
     out = os.path.join(hosts.dir, "ddp")
