@@ -136,8 +136,9 @@ NetworkCheckReport JudgeNetworkCheck(int64_t epoch,
   report.median_ms = totals.empty() ? 0 : totals[(totals.size() - 1) / 2];
   for (auto& check : report.ranks) {
     check.faulty = !check.reported || (!check.round1_ok && !check.round2_ok);
-    check.straggler =
-        check.reported && !check.faulty && check.total_ms > straggler_factor * report.median_ms;
+    check.straggler = check.reported && !check.faulty &&
+                      check.total_ms > straggler_factor * report.median_ms &&
+                      check.total_ms - report.median_ms >= kStragglerMinGapMs;
     if (check.faulty) report.faulty.push_back(check.rank);
     if (check.straggler) report.stragglers.push_back(check.rank);
   }

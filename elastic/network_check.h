@@ -2,9 +2,10 @@
 // elastic job's collective group when `straggler.check` is on. Each rank times a matmul and
 // an exchange with two partners (two rounds, different pairings: CollectiveGroup::ProbeLinks),
 // and writes a line to the group's rendezvous store; every rank reads all the lines and
-// judges them the same way. A rank slower than `straggler_factor` × the median is a
-// straggler; a rank that failed both rounds, or never wrote its line, is faulty (a round fails
-// for both of its partners, so the one failing twice is the common factor).
+// judges them the same way. A rank slower than `straggler_factor` × the median, and slower
+// than it by at least kStragglerMinGapMs, is a straggler; a rank that failed both rounds, or never
+// wrote its line, is faulty (a round fails for both of its partners, so the one failing twice is
+// the common factor).
 //
 // The policy lives here, above the transport: the group only times links.
 #pragma once
@@ -19,6 +20,12 @@
 #include "collectives/collective_group.h"
 
 namespace phalanx::elastic {
+
+// How much slower than the median a rank must also be to be a straggler. The check's work
+// takes a few milliseconds, so one preemption by the scheduler, or a sub-millisecond
+// wobble of a 0.1 ms exchange, would otherwise make a rank "twice the median" (a test with a
+// 32×32 matmul called a rank at 0.4 ms against a median of 0.1 ms a straggler).
+inline constexpr double kStragglerMinGapMs = 5.0;
 
 struct NetworkCheckOptions {
   int matmul_size = 128;
