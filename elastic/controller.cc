@@ -685,6 +685,8 @@ Controller::Turn Controller::StepOnce() {
 
 // The job's end: failed, or succeeded with rank 0's results.
 void Controller::Finish() {
+  // A checkpoint rank 0 is still writing is part of the job's record (its final state, often).
+  if (!failed_) CollectCheckpoint(/*wait=*/true);
   if (failed_) {
     Condition("Failed", "Failed", failure_);
     recorder_.SetState(rpc::JOB_FAILED, failure_, 1);

@@ -143,6 +143,9 @@ struct Timeouts {
   absl::Duration reach = absl::Seconds(1);
   // How often ranks left out by a partition are asked whether they reach everyone again.
   absl::Duration rejoin_check = absl::Seconds(2);
+  // Each node's answer to which snapshots of the job it holds (asked of all at once, when no
+  // rank holds the state). A node that does not answer within it is left out.
+  absl::Duration snapshot_list = absl::Seconds(1);
 };
 constexpr Timeouts kTimeouts;
 
@@ -509,15 +512,31 @@ class Controller {
   // `event` false: the caller's event said it already.
   void KillHung(size_t r, const std::string& what, absl::Time last_progress, bool event = true);
 
+  // Sends rank 0 the checkpoint that is due, if any, without waiting for it (first taking in
+  // the one before, if it answered).
   void CheckpointIfDue();
+  // Takes in the checkpoint in flight once rank 0 answered (`wait`: waits for it, within
+  // phases.checkpointSeconds): the job's pointer moves to it and older files beyond
+  // checkpoint.numToKeep go. One that ran past phases.checkpointSeconds is given up (an event
+  // says so; training is not held up for it).
+  void CollectCheckpoint(bool wait);
   // Whether a checkpoint is taken once `step` steps are agreed.
   bool CheckpointDueAt(int64_t step) const;
+  // intervalSteps: auto: the time between checkpoints, sqrt(2 × save time × mean time between
+  // faults) (Young/Daly), the latter from the job's faults so far and a prior of one an hour.
+  absl::Duration AutoCheckpointInterval() const;
 
   // No rank holds the state (the start, or every rank holding it was lost): rank 0 loads the
   // last checkpoint, if any, and the others get it when the epoch forms. `lost` says what was
   // lost, for the event ("" at the start). False if rank 0 died or hung before it answered:
   // nothing changed, and the next epoch's rank 0 tries again.
   bool RestartFromCheckpoint(const std::string& lost);
+  // The newest snapshot of the job's state that any node holds in memory (node/snapshot_store.h),
+  // newer than `disk_step` (the last checkpoint's) or as new, is loaded by a rank, the nearest
+  // to it first (one on that node, which reads it in place), and moved to rank 0. kNone: no
+  // such snapshot (or it went before it was read); kRankLost: the loading rank died or hung.
+  enum class Restored { kNone, kRestored, kRankLost };
+  Restored RestoreFromSnapshot(const std::string& lost, int64_t disk_step);
 
   // ---- state ------------------------------------------------------------------------------
 
@@ -559,6 +578,18 @@ class Controller {
   int64_t agreed_ = 0;
   int64_t data_epoch_ = 0;
   int64_t last_checkpoint_ = 0;
+  // The checkpoint rank 0 writes in the background (the steps go on meanwhile), taken in by
+  // CollectCheckpoint once it answers; at most one at a time.
+  struct CheckpointInFlight {
+    ObjectRef<int64_t> call;
+    std::string path;
+    int64_t step = 0;
+    absl::Time sent;
+  };
+  std::optional<CheckpointInFlight> checkpoint_in_flight_;
+  // For intervalSteps: auto (Young/Daly): the last save's time, and when the last one began.
+  double checkpoint_save_s_ = 0;
+  absl::Time last_checkpoint_sent_ = absl::InfinitePast();
   double last_loss_ = 0;
   double steps_per_second_ = 0;
   int64_t steps_per_call_ = 0;  // of the last agreed call

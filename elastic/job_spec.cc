@@ -107,6 +107,7 @@ const std::set<std::string> kTopLevel = {"name",
                                          "restartTimeLimit",
                                          "failPolicy",
                                          "checkpoint",
+                                         "snapshot",
                                          "straggler",
                                          "hang",
                                          "phases",
@@ -361,14 +362,54 @@ absl::Status ReadSections(const YAML::Node& root, JobSpec* spec) {
   }
   if (YAML::Node c = root["checkpoint"]) {
     spec->checkpoint_dir = Scalar(c["dir"]);
-    if (auto s = Read(c, "intervalSteps", "checkpoint.intervalSteps", "a whole number", ToInt64,
-                      &spec->checkpoint_interval);
+    if (Scalar(c["intervalSteps"]) == "auto") {
+      spec->checkpoint_interval = kAutoCheckpointInterval;
+    } else if (auto s = Read(c, "intervalSteps", "checkpoint.intervalSteps",
+                             "a whole number, or auto", ToInt64, &spec->checkpoint_interval);
+               !s.ok()) {
+      return s;
+    }
+    int64_t keep = 0;
+    if (auto s = Read(c, "numToKeep", "checkpoint.numToKeep", "a whole number", ToInt64, &keep);
         !s.ok())
       return s;
+    if (keep < 0 || keep > 1000000) {
+      return Bad("checkpoint.numToKeep", absl::StrCat(keep),
+                 "give how many of the newest checkpoints to keep (1 or more), or 0 for all");
+    }
+    spec->checkpoint_keep = static_cast<int>(keep);
     if (auto s =
             Read(c, "atEnd", "checkpoint.atEnd", "true or false", ToBool, &spec->checkpoint_at_end);
         !s.ok())
       return s;
+  }
+  if (YAML::Node sn = root["snapshot"]) {
+    if (!sn.IsMap()) {
+      return Bad("snapshot", "not a map", "give {enabled: true, peerCopy: true, peerMBps: 200}");
+    }
+    for (const auto& kv : sn) {
+      std::string key = kv.first.as<std::string>();
+      if (key != "enabled" && key != "peerCopy" && key != "peerMBps") {
+        return Bad(absl::StrCat("snapshot.", key), "unknown field",
+                   "snapshot takes enabled, peerCopy and peerMBps");
+      }
+    }
+    if (auto s = Read(sn, "enabled", "snapshot.enabled", "true or false", ToBool,
+                      &spec->snapshot_enabled);
+        !s.ok())
+      return s;
+    if (auto s = Read(sn, "peerCopy", "snapshot.peerCopy", "true or false", ToBool,
+                      &spec->snapshot_peer_copy);
+        !s.ok())
+      return s;
+    if (auto s = Read(sn, "peerMBps", "snapshot.peerMBps", "a number", ToDouble,
+                      &spec->snapshot_peer_mbps);
+        !s.ok())
+      return s;
+    if (!(spec->snapshot_peer_mbps > 0)) {
+      return Bad("snapshot.peerMBps", absl::StrCat(spec->snapshot_peer_mbps),
+                 "give a rate above 0 (megabytes a second), or peerCopy: false");
+    }
   }
   if (YAML::Node st = root["straggler"]) {
     if (auto s =
@@ -638,10 +679,10 @@ absl::Status ValidateSizes(const JobSpec& spec) {
 
 // The spec's times and switches: checkpoints, stragglers, hangs, phases, placement.
 absl::Status ValidateTimes(const JobSpec& spec) {
-  if (spec.checkpoint_interval < 0 ||
-      (spec.checkpoint_interval > 0 && spec.checkpoint_dir.empty())) {
+  if (spec.checkpoint_interval < kAutoCheckpointInterval ||
+      (spec.checkpoint_interval != 0 && spec.checkpoint_dir.empty())) {
     return Bad("checkpoint", absl::StrCat("intervalSteps ", spec.checkpoint_interval),
-               "give checkpoint.dir with intervalSteps > 0, or leave both out");
+               "give checkpoint.dir with intervalSteps > 0 (or auto), or leave both out");
   }
   if (spec.checkpoint_at_end && spec.checkpoint_dir.empty()) {
     return Bad("checkpoint.atEnd", "true", "give checkpoint.dir, where the final state goes");
@@ -809,10 +850,19 @@ void EmitRecovery(const JobSpec& spec, YAML::Emitter& out) {
       << "belowMinTimeoutSeconds" << YAML::Value << spec.below_min_timeout_s << YAML::EndMap;
   if (!spec.checkpoint_dir.empty()) {
     out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "dir"
-        << YAML::Value << Text{spec.checkpoint_dir} << YAML::Key << "intervalSteps" << YAML::Value
-        << spec.checkpoint_interval << YAML::Key << "atEnd" << YAML::Value << spec.checkpoint_at_end
-        << YAML::EndMap;
+        << YAML::Value << Text{spec.checkpoint_dir} << YAML::Key << "intervalSteps";
+    if (spec.checkpoint_interval == kAutoCheckpointInterval) {
+      out << YAML::Value << "auto";
+    } else {
+      out << YAML::Value << spec.checkpoint_interval;
+    }
+    out << YAML::Key << "atEnd" << YAML::Value << spec.checkpoint_at_end << YAML::Key << "numToKeep"
+        << YAML::Value << spec.checkpoint_keep << YAML::EndMap;
   }
+  out << YAML::Key << "snapshot" << YAML::Value << YAML::BeginMap << YAML::Key << "enabled"
+      << YAML::Value << spec.snapshot_enabled << YAML::Key << "peerCopy" << YAML::Value
+      << spec.snapshot_peer_copy << YAML::Key << "peerMBps" << YAML::Value
+      << spec.snapshot_peer_mbps << YAML::EndMap;
   out << YAML::Key << "straggler" << YAML::Value << YAML::BeginMap << YAML::Key << "check"
       << YAML::Value << spec.straggler_check << YAML::Key << "factor" << YAML::Value
       << spec.straggler_factor << YAML::EndMap;

@@ -23,7 +23,12 @@
 //   restartLimit: 10                     # respawns allowed within restartTimeLimit seconds
 //   restartTimeLimit: 3600
 //   failPolicy: {belowMinTimeoutSeconds: 60}
-//   checkpoint: {dir: /tmp/ckpt, intervalSteps: 50, atEnd: true}   # atEnd: the final state too
+//   checkpoint: {dir: /tmp/ckpt, intervalSteps: 50, atEnd: true, numToKeep: 3}
+//                                        # atEnd: the final state too; intervalSteps: auto
+//                                        # (Young/Daly from the save time and fault rate)
+//   snapshot: {enabled: true, peerCopy: true, peerMBps: 200}   # each rank's newest state in its
+//                                        # node's memory and a copy on a peer node: a job that
+//                                        # loses every rank restores from there, not from disk
 //   straggler: {check: true, factor: 2.0}   # network check at start and each membership change
 //   hang: {timeoutSeconds: 120, controllerLeaseSeconds: 10, silentSeconds: 1}
 //                                          # no step for this long, or silent on a live host
@@ -70,6 +75,9 @@ struct FaultPolicy {
 // membership change may wait for the call in flight, and the work a failed call throws away.
 inline constexpr int64_t kMaxStepsPerCall = 16;
 
+// checkpoint.intervalSteps: auto.
+inline constexpr int64_t kAutoCheckpointInterval = -1;
+
 struct JobSpec {
   std::string name;
   std::string trainer;
@@ -94,8 +102,18 @@ struct JobSpec {
   // by start_timeout_s (phases.startSeconds).
   double below_min_timeout_s = 60;
   std::string checkpoint_dir;
-  int64_t checkpoint_interval = 0;  // steps; 0: no checkpoints
-  bool checkpoint_at_end = false;   // also the final state, when the loop or the steps end
+  // Steps between checkpoints; 0: none; kAutoCheckpointInterval (`intervalSteps: auto`): the
+  // controller picks the interval from the measured save time and the job's fault rate
+  // (Young/Daly). Checkpoints are written by rank 0 in the background (the steps go on).
+  int64_t checkpoint_interval = 0;
+  int checkpoint_keep = 0;         // checkpoint.numToKeep: the newest files kept (0: all)
+  bool checkpoint_at_end = false;  // also the final state, when the loop or the steps end
+  // Snapshots (node/snapshot_store.h): each rank's newest state is copied, off the step's path,
+  // into its node's shared-memory store and (peerCopy) into a peer node's, at most peerMBps
+  // megabytes a second; a job that loses every rank restores the newest one from there.
+  bool snapshot_enabled = true;
+  bool snapshot_peer_copy = true;
+  double snapshot_peer_mbps = 200;
   bool straggler_check = false;
   double straggler_factor = 2.0;
   double hang_timeout_s = 300;

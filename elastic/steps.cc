@@ -1,9 +1,16 @@
+#include <unistd.h>
+
 #include <algorithm>
+#include <cmath>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "base/files.h"
 #include "base/logging.h"
 #include "base/system.h"
 #include "elastic/controller_internal.h"
@@ -438,36 +445,116 @@ void Controller::StepAgreed(const std::vector<Metrics>& results) {
 bool Controller::CheckpointDueAt(int64_t step) const {
   if (step <= 0) return false;
   if (spec_.checkpoint_interval > 0 && step % spec_.checkpoint_interval == 0) return true;
+  if (spec_.checkpoint_interval == kAutoCheckpointInterval && step > last_checkpoint_ &&
+      absl::Now() - last_checkpoint_sent_ >= AutoCheckpointInterval()) {
+    return true;
+  }
   // checkpoint.atEnd: the final state, once the trainer's loop returned or the last step is
   // agreed (an interval's checkpoint at that step is the same file).
   return spec_.checkpoint_at_end && step == agreed_ &&
          (trainer_done_ || (spec_.TotalSteps() > 0 && step >= spec_.TotalSteps()));
 }
 
+absl::Duration Controller::AutoCheckpointInterval() const {
+  // Before the first save is measured: one right away (a job's first minutes are worth
+  // keeping too, and the save's cost is then known).
+  if (last_checkpoint_sent_ == absl::InfinitePast()) return absl::ZeroDuration();
+  constexpr double kPriorFaultsPerHour = 1;
+  double elapsed_s = absl::ToDoubleSeconds(absl::Now() - run_start_);
+  double mtbf_s = (3600 / kPriorFaultsPerHour + elapsed_s) / (1 + restarts_);
+  double save_s = std::max(checkpoint_save_s_, 0.001);
+  return absl::Seconds(std::sqrt(2 * save_s * mtbf_s));
+}
+
 void Controller::CheckpointIfDue() {
-  if (!CheckpointDueAt(agreed_)) return;
+  CollectCheckpoint(/*wait=*/false);
+  if (members_.empty() || !CheckpointDueAt(agreed_)) return;
+  const bool final_state = spec_.checkpoint_at_end && agreed_ == spec_.TotalSteps();
+  if (checkpoint_in_flight_) {
+    // One at a time. The final state waits for the one before; an interval's is skipped (the
+    // next one comes at the next interval).
+    if (!final_state && !trainer_done_) {
+      spdlog::info(
+          "job {}: the checkpoint of step {} is still being written: step {}'s is "
+          "skipped",
+          job_id_, checkpoint_in_flight_->step, agreed_);
+      return;
+    }
+    CollectCheckpoint(/*wait=*/true);
+  }
   std::string path = absl::StrCat(spec_.checkpoint_dir, "/", spec_.name, "-step", agreed_, ".ckpt");
-  auto saved =
-      Rank0Answer(members_[0].trainer().SaveCheckpoint(path, agreed_),
-                  absl::StrCat("while it saved the checkpoint of step ", agreed_),
-                  CheckpointPhase(absl::StrCat("saving the checkpoint of step ", agreed_)));
+  // Rank 0 copies its committed state's pointer and writes the file on a lane of its own: the
+  // steps that follow are sent at once, and run while it writes.
+  checkpoint_in_flight_ = CheckpointInFlight{members_[0].trainer().SaveCheckpoint(path, agreed_),
+                                             path, agreed_, absl::Now()};
+  last_checkpoint_sent_ = absl::Now();
+  // The final state is the job's result: the job ends once it is on disk.
+  if (final_state || trainer_done_) CollectCheckpoint(/*wait=*/true);
+}
+
+void Controller::CollectCheckpoint(bool wait) {
+  if (!checkpoint_in_flight_) return;
+  CheckpointInFlight& c = *checkpoint_in_flight_;
+  const absl::Duration bound = absl::Seconds(spec_.checkpoint_timeout_s);
+  const absl::Duration age = absl::Now() - c.sent;
+  if (!wait && !c.call.Ready() && age < bound) return;
+  auto saved = Get(c.call, std::max(bound - age, absl::ZeroDuration()));
+  CheckpointInFlight done = std::move(c);
+  checkpoint_in_flight_.reset();
   if (!saved.ok()) {
-    Event("checkpoint_failed", std::string(saved.status().message()));
+    const bool too_long = absl::Now() - done.sent >= bound;
+    Event("checkpoint_failed",
+          absl::StrCat("the checkpoint of step ", done.step, " (", done.path, "): ",
+                       too_long ? absl::StrCat("not written within phases.checkpointSeconds (",
+                                               spec_.checkpoint_timeout_s, " s); ")
+                                : "",
+                       saved.status().message()));
     return;
   }
   // The step the file holds, which the job's status and a restart report.
-  if (*saved != agreed_) {
-    spdlog::warn("job {}: {} holds step {}, not {} (rank 0 no longer held it)", job_id_, path,
-                 *saved, agreed_);
+  if (*saved != done.step) {
+    spdlog::warn("job {}: {} holds step {}, not {} (rank 0 no longer held it)", job_id_, done.path,
+                 *saved, done.step);
   }
-  last_checkpoint_ = *saved;
-  recorder_.RecordCheckpoint({*saved, path});
+  checkpoint_save_s_ = absl::ToDoubleSeconds(absl::Now() - done.sent);
+  last_checkpoint_ = std::max(last_checkpoint_, *saved);
+  recorder_.RecordCheckpoint({*saved, done.path});
+  if (spec_.checkpoint_keep > 0) {
+    // checkpoint.numToKeep: the newest files of the job's own name stay (the rank 0 that wrote
+    // them may be gone; the controller reads the directory, which every rank shares).
+    const std::string prefix = absl::StrCat(spec_.name, "-step");
+    std::vector<std::pair<int64_t, std::string>> files;
+    for (const std::string& f : ListDir(spec_.checkpoint_dir)) {
+      int64_t step = 0;
+      absl::string_view name = f;
+      if (!absl::ConsumePrefix(&name, prefix) || !absl::ConsumeSuffix(&name, ".ckpt") ||
+          !absl::SimpleAtoi(name, &step)) {
+        continue;
+      }
+      files.emplace_back(step, absl::StrCat(spec_.checkpoint_dir, "/", f));
+    }
+    std::sort(files.rbegin(), files.rend());
+    for (size_t i = static_cast<size_t>(spec_.checkpoint_keep); i < files.size(); ++i) {
+      if (files[i].first != *saved) ::unlink(files[i].second.c_str());
+    }
+  }
 }
 
 // No rank holds the state (the start, or every rank holding it was lost): rank 0 loads the
 // last checkpoint, if any, and the others get it when the epoch forms.
 bool Controller::RestartFromCheckpoint(const std::string& lost) {
   auto pointer = ReadCheckpointPointer(*gcs_, job_id_);
+  // Memory first: a node's snapshot (no disk read), as new as the checkpoint or newer.
+  if (had_members_ || !lost.empty()) {
+    switch (RestoreFromSnapshot(lost, pointer ? pointer->step : 0)) {
+      case Restored::kRestored:
+        return true;
+      case Restored::kRankLost:
+        return false;
+      case Restored::kNone:
+        break;
+    }
+  }
   int64_t step = 0;
   if (pointer) {
     auto loaded = Rank0Answer(

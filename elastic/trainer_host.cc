@@ -1,6 +1,11 @@
 #include "elastic/trainer_host.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -19,6 +24,8 @@
 #include "elastic/job_recorder.h"
 #include "elastic/network_check.h"
 #include "elastic/trainer_protocol.h"
+#include "node/object_store.h"
+#include "node/snapshot_store.h"
 #include "worker/actor_registry.h"
 #include "worker/core_worker.h"
 
@@ -51,6 +58,43 @@ std::vector<int64_t> StepIndices(int64_t num_samples, int64_t global_batch, int6
   return std::vector<int64_t>(order.begin() + from, order.begin() + to);
 }
 
+namespace {
+
+// "<step>\n<state>" into `path`, whole or not at all (written as <path>.tmp.<pid>, then renamed),
+// without a copy of the state.
+absl::Status WriteStateFile(const std::string& path, int64_t step, const std::string& state) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+  }
+  ::fchmod(fd, 0644);
+  const std::string header = absl::StrCat(step, "\n");
+  for (absl::string_view part : {absl::string_view(header), absl::string_view(state)}) {
+    while (!part.empty()) {
+      ssize_t n = ::write(fd, part.data(), part.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        int err = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return absl::UnavailableError(
+            absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
+      }
+      part.remove_prefix(static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 bool TrainerHostBase::Setup(std::string job_id, std::string spec_yaml) {
   auto spec = ParseJobSpec(spec_yaml);
   if (!spec.ok()) throw std::runtime_error(std::string(spec.status().message()));
@@ -60,6 +104,17 @@ bool TrainerHostBase::Setup(std::string job_id, std::string spec_yaml) {
   TrainerContext context{job_id, spec_.config, spec_.num_samples, spec_.global_batch, spec_.seed};
   if (auto s = trainer_->Setup(context); !s.ok()) {
     throw std::runtime_error(absl::StrCat("Setup: ", s.message()));
+  }
+  if (const char* node = std::getenv("PHALANX_NODE_ID");
+      spec_.snapshot_enabled && node != nullptr && PathExists(node::ObjectStoreDir(node))) {
+    SnapshotWriterOptions options;
+    options.job_id = job_id_;
+    options.node_id = node;
+    options.store_dir = node::ObjectStoreDir(node);
+    options.peer_copy = spec_.snapshot_peer_copy;
+    options.peer_bytes_per_s = spec_.snapshot_peer_mbps * 1e6;
+    if (worker::CoreWorker* cw = worker::CoreWorker::Get()) options.token = cw->options().token;
+    snapshots_ = std::make_unique<SnapshotWriter>(std::move(options));
   }
   SetCommitted(trainer_->SaveState(), 0);
   if (DumpOnDeath(spec_)) {
@@ -83,8 +138,12 @@ void TrainerHostBase::SetCommitted(std::string state, int64_t step) {
 
 void TrainerHostBase::GaspHeld() {
   int64_t held = Held();
+  std::shared_ptr<const std::string> state =
+      held > committed_step_ ? pending_.rbegin()->second : committed_;
+  // The newest state out of the process too (a copy by another thread; this only hands it on).
+  if (snapshots_ && held > 0) snapshots_->Offer(state, held, epoch_);
   absl::MutexLock lock(&gasp_mu_);
-  gasp_state_ = held > committed_step_ ? pending_.rbegin()->second : committed_;
+  gasp_state_ = std::move(state);
   gasp_step_ = held;
   gasp_rank_ = rank_;
 }
@@ -244,8 +303,10 @@ int64_t TrainerHostBase::Reconfigure(std::string group, int64_t epoch, int rank,
     absl::MutexLock gasp(&gasp_mu_);
     gasp_rank_ = rank;
   }
-  // Steps finished past the agreed one go (the live state rolls back to it).
+  // Steps finished past the agreed one go (the live state rolls back to it), and so do their
+  // snapshots on this node: those steps run again.
   pending_.erase(pending_.upper_bound(agreed), pending_.end());
+  if (snapshots_) snapshots_->RolledBack(agreed);
   Commit(agreed);
   // Back to the committed state: a failed step may have changed the live one.
   if (auto s = trainer_->LoadState(*committed_); !s.ok()) {
@@ -282,15 +343,22 @@ int64_t TrainerHostBase::SyncState(int root) {
 }
 
 int64_t TrainerHostBase::SaveCheckpoint(std::string path, int64_t agreed) {
-  absl::MutexLock lock(&mu_);
-  Commit(agreed);
-  std::string content = absl::StrCat(committed_step_, "\n", *committed_);
+  // The committed state is shared, not copied, and written without the state lock: the steps
+  // run meanwhile (this runs on a lane of its own).
+  std::shared_ptr<const std::string> state;
+  int64_t step;
+  {
+    absl::MutexLock lock(&mu_);
+    Commit(agreed);
+    state = committed_;
+    step = committed_step_;
+  }
   auto dir = path.substr(0, path.rfind('/'));
   if (auto s = MakeDirs(dir); !s.ok()) throw std::runtime_error(std::string(s.message()));
-  if (auto s = WriteFile(path, content, 0644); !s.ok()) {
+  if (auto s = WriteStateFile(path, step, *state); !s.ok()) {
     throw std::runtime_error(std::string(s.message()));
   }
-  return committed_step_;
+  return step;
 }
 
 int64_t TrainerHostBase::LoadCheckpoint(std::string path) {
@@ -302,6 +370,46 @@ int64_t TrainerHostBase::LoadCheckpoint(std::string path) {
   std::string state = content->substr(nl + 1);
   if (auto s = trainer_->LoadState(state); !s.ok()) {
     throw std::runtime_error(absl::StrCat("checkpoint ", path, ": ", s.message()));
+  }
+  pending_.clear();
+  SetCommitted(std::move(state), step);
+  return step;
+}
+
+int64_t TrainerHostBase::LoadSnapshot(std::string node_address, int64_t step) {
+  std::string job;
+  absl::Duration bound;
+  {
+    absl::MutexLock lock(&mu_);
+    job = job_id_;
+    bound = absl::Seconds(spec_.checkpoint_timeout_s);
+  }
+  const char* own_node = std::getenv("PHALANX_NODE_ID");
+  const char* own_address = std::getenv("PHALANX_NODE_ADDRESS");
+  std::string state;
+  if (own_node != nullptr && own_address != nullptr && node_address == own_address) {
+    // This node's memory: read in place.
+    std::vector<node::Snapshot> held = node::ListSnapshots(node::ObjectStoreDir(own_node), job);
+    auto it = std::find_if(held.begin(), held.end(),
+                           [&](const node::Snapshot& s) { return s.step == step; });
+    if (it == held.end()) return -1;
+    auto read = node::ReadSnapshot(it->path);
+    if (!read.ok()) return -1;
+    state = std::move(read->second);
+  } else {
+    worker::CoreWorker* cw = worker::CoreWorker::Get();
+    auto read =
+        FetchSnapshot(node_address, cw != nullptr ? cw->options().token : "", job, step, bound);
+    if (absl::IsNotFound(read.status())) return -1;
+    if (!read.ok()) {
+      throw std::runtime_error(absl::StrCat("snapshot of step ", step, " on ", node_address, ": ",
+                                            read.status().message()));
+    }
+    state = std::move(*read);
+  }
+  absl::MutexLock lock(&mu_);
+  if (auto s = trainer_->LoadState(state); !s.ok()) {
+    throw std::runtime_error(absl::StrCat("snapshot of step ", step, ": ", s.message()));
   }
   pending_.clear();
   SetCommitted(std::move(state), step);
@@ -375,6 +483,7 @@ std::map<std::string, Invoker>& HostMethods() {
     add(names::kSyncState, &TrainerHostBase::SyncState);
     add(names::kSaveCheckpoint, &TrainerHostBase::SaveCheckpoint);
     add(names::kLoadCheckpoint, &TrainerHostBase::LoadCheckpoint);
+    add(names::kLoadSnapshot, &TrainerHostBase::LoadSnapshot);
     add(names::kNetworkCheck, &TrainerHostBase::NetworkCheck);
     add(names::kPing, &TrainerHostBase::Ping);
     add(names::kAbort, &TrainerHostBase::Abort);
@@ -417,10 +526,14 @@ void RegisterTrainerHost(const std::string& name,
   for (const auto& [method, fn] : HostMethods()) cls.methods.push_back(method);
   // Lanes: the controller talks to a rank while its step runs.
   namespace names = trainer_method;
-  for (const char* m : {names::kReconfigure, names::kSyncState, names::kSaveCheckpoint,
-                        names::kLoadCheckpoint, names::kNetworkCheck}) {
+  for (const char* m : {names::kReconfigure, names::kSyncState, names::kLoadCheckpoint,
+                        names::kLoadSnapshot, names::kNetworkCheck}) {
     cls.method_group[m] = "control";
   }
+  // A checkpoint is written on a lane of its own: neither the steps nor a recovery's
+  // Reconfigure wait for a disk.
+  cls.method_group[names::kSaveCheckpoint] = "persist";
+  cls.group_concurrency["persist"] = 1;
   for (const char* m : {names::kPing, names::kAbort, names::kQuery}) cls.method_group[m] = "ping";
   cls.group_concurrency["control"] = 1;
   cls.group_concurrency["ping"] = 1;

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "actors/api.h"
 #include "elastic/job_spec.h"
+#include "elastic/snapshot_writer.h"
 #include "elastic/trainer.h"
 
 namespace phalanx::elastic {
@@ -44,10 +45,15 @@ class TrainerHostBase {
   // checkpoints a step every rank finished, so it is committed here first: the calls sent
   // ahead carried an older agreed step, and the committed state would lag it by them. A rank
   // that no longer holds that step's state (a trainer-driven loop that ran fewer steps) writes
-  // its committed state, and the answer says which step that is.
+  // its committed state, and the answer says which step that is. Runs on a lane of its own
+  // and writes without the state lock: the steps go on while the file is written.
   int64_t SaveCheckpoint(std::string path, int64_t agreed);
   // Loads a checkpoint; returns its step count (-1: none at `path`).
   int64_t LoadCheckpoint(std::string path);
+  // Loads the snapshot of step `step` of this job (node/snapshot_store.h) from the store of the
+  // node at `node_address`: read in place when that is this rank's node, else streamed from
+  // it. Returns its step count (-1: that node no longer holds it).
+  int64_t LoadSnapshot(std::string node_address, int64_t step);
   // {straggler ranks…} then -1 then {faulty ranks…}.
   std::vector<int> NetworkCheck(double factor);
   // {phase, committed steps, step in progress}.
@@ -108,6 +114,9 @@ class TrainerHostBase {
   std::string gasp_dir_ ABSL_GUARDED_BY(gasp_mu_);
   std::string gasp_file_ ABSL_GUARDED_BY(gasp_mu_);  // "<job name>-dying-rank"
   std::string gasp_job_ ABSL_GUARDED_BY(gasp_mu_);
+  // Copies each state this rank comes to hold into its node's memory and a peer's (the spec's
+  // snapshot section); null when off, or when the rank runs outside a node.
+  std::unique_ptr<SnapshotWriter> snapshots_ ABSL_GUARDED_BY(mu_);
   // Lets Abort reach the group without the state lock (a stuck step holds it).
   std::atomic<collective::CollectiveGroup*> live_group_{nullptr};
 };

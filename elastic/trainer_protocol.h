@@ -19,6 +19,7 @@ inline constexpr char kReconfigure[] = "Reconfigure";
 inline constexpr char kSyncState[] = "SyncState";
 inline constexpr char kSaveCheckpoint[] = "SaveCheckpoint";
 inline constexpr char kLoadCheckpoint[] = "LoadCheckpoint";
+inline constexpr char kLoadSnapshot[] = "LoadSnapshot";
 inline constexpr char kNetworkCheck[] = "NetworkCheck";
 inline constexpr char kPing[] = "Ping";
 inline constexpr char kAbort[] = "Abort";
@@ -86,6 +87,11 @@ class TrainerClient {
   // Answers the checkpoint's step count (-1: none at `path`).
   ObjectRef<int64_t> LoadCheckpoint(const std::string& path) const {
     return Call<int64_t>(trainer_method::kLoadCheckpoint, path);
+  }
+  // Loads this job's snapshot of step `step` from the store of the node at `node_address`
+  // (node/snapshot_store.h); answers its step count (-1: that node no longer holds it).
+  ObjectRef<int64_t> LoadSnapshot(const std::string& node_address, int64_t step) const {
+    return Call<int64_t>(trainer_method::kLoadSnapshot, node_address, step);
   }
   // {straggler ranks…} then -1 then {faulty ranks…}.
   ObjectRef<std::vector<int>> NetworkCheck(double factor) const {

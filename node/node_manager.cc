@@ -27,6 +27,8 @@
 #include "node/log_forwarder.h"
 #include "node/node_metrics.h"
 #include "node/object_store.h"
+#include "node/snapshot_service.h"
+#include "node/snapshot_store.h"
 #include "node/worker_pool.h"
 
 namespace phalanx::node {
@@ -87,6 +89,13 @@ class NodeServiceImpl final : public rpc::NodeManagerService::Service {
                               rpc::ProcessesAliveReply* reply) override;
   grpc::Status ReadObject(grpc::ServerContext* context, const rpc::ReadObjectRequest* request,
                           grpc::ServerWriter<rpc::ObjectChunk>* writer) override;
+  // Elastic jobs' snapshots (node/snapshot_service.h).
+  grpc::Status PutSnapshot(grpc::ServerContext*, grpc::ServerReader<rpc::SnapshotChunk>* reader,
+                           rpc::PutSnapshotReply* reply) override;
+  grpc::Status ListSnapshots(grpc::ServerContext*, const rpc::ListSnapshotsRequest* request,
+                             rpc::ListSnapshotsReply* reply) override;
+  grpc::Status ReadSnapshot(grpc::ServerContext*, const rpc::ReadSnapshotRequest* request,
+                            grpc::ServerWriter<rpc::ObjectChunk>* writer) override;
 
  private:
   NodeManagerImpl* node_;
@@ -194,6 +203,7 @@ class NodeManagerImpl final : public NodeManager {
 
   const std::string& node_id() const override { return node_id_; }
   std::vector<std::string> store_dirs() const { return {store_dir_, spill_dir_}; }
+  const std::string& store_dir() const { return store_dir_; }
   void AddSentBytes(int64_t n) { sent_bytes_.fetch_add(n); }
   int port() const override { return port_; }
 
@@ -236,6 +246,9 @@ class NodeManagerImpl final : public NodeManager {
     if (metrics_http_) metrics_http_->Stop();
     // The objects of the workers, which are gone; a driver still running keeps its own.
     RemoveAll(absl::StrCat(store_dir_, "/", kObjectCacheDir)).IgnoreError();
+    // Snapshots live as long as their node's store (a node that stops takes them along; its
+    // jobs restore from a peer's copy or from disk).
+    RemoveAll(absl::StrCat(store_dir_, "/", kSnapshotDir)).IgnoreError();
     for (const std::string& dir : {store_dir_, spill_dir_}) {
       SweepObjectStore(dir);
       for (const char* file : {"/.capacity", "/.spill", "/.node"}) ::unlink((dir + file).c_str());
@@ -486,6 +499,7 @@ class NodeManagerImpl final : public NodeManager {
       int removed = SweepObjectStore(store_dir_, &dead) + SweepObjectStore(spill_dir_, &dead);
       if (removed > 0) spdlog::info("removed the objects of {} owner(s) that died", removed);
       ForgetBorrowsOf(dead);
+      RemoveSnapshotsOfEndedJobs(store_dir_, *gcs_);
       CheckObjectCache();
       rpc::ObjectStoreUsage usage = MeasureObjectStore(store_dir_, spill_dir_, store_capacity_);
       if (MakeRoom(usage)) usage = MeasureObjectStore(store_dir_, spill_dir_, store_capacity_);
@@ -1001,6 +1015,27 @@ grpc::Status NodeServiceImpl::ReadObject(grpc::ServerContext*,
                                        return true;
                                      });
   return rpc::ToGrpc(status);
+}
+
+grpc::Status NodeServiceImpl::PutSnapshot(grpc::ServerContext*,
+                                          grpc::ServerReader<rpc::SnapshotChunk>* reader,
+                                          rpc::PutSnapshotReply* reply) {
+  return ReceiveSnapshot(node_->store_dir(), reader, reply);
+}
+
+grpc::Status NodeServiceImpl::ListSnapshots(grpc::ServerContext*,
+                                            const rpc::ListSnapshotsRequest* request,
+                                            rpc::ListSnapshotsReply* reply) {
+  return DescribeSnapshots(node_->store_dir(), *request, reply);
+}
+
+grpc::Status NodeServiceImpl::ReadSnapshot(grpc::ServerContext*,
+                                           const rpc::ReadSnapshotRequest* request,
+                                           grpc::ServerWriter<rpc::ObjectChunk>* writer) {
+  int64_t sent = 0;
+  grpc::Status status = SendSnapshot(node_->store_dir(), *request, writer, &sent);
+  node_->AddSentBytes(sent);
+  return status;
 }
 
 grpc::Status NodeServiceImpl::ObjectsHeld(grpc::ServerContext*,

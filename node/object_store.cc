@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "base/files.h"
 #include "base/system.h"
+#include "node/snapshot_store.h"
 
 namespace phalanx::node {
 namespace {
@@ -305,7 +306,8 @@ rpc::ObjectStoreUsage MeasureObjectStore(const std::string& dir, const std::stri
   for (const CachedObject& c : ListObjectCache(dir)) {
     usage.set_cached_bytes(usage.cached_bytes() + c.bytes);
   }
-  usage.set_used_bytes(usage.used_bytes() + usage.cached_bytes());
+  usage.set_snapshot_bytes(SnapshotBytes(dir));
+  usage.set_used_bytes(usage.used_bytes() + usage.cached_bytes() + usage.snapshot_bytes());
   return usage;
 }
 

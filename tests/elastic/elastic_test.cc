@@ -71,6 +71,7 @@ TEST_F(ElasticTest, DyingRanksWithDumpLeaveTheCheckpointTheJobResumesFrom) {
   AddNode("node-a", 4);
   JobSpec spec = Spec(3, 1, 3);
   DumpOn(&spec, "exited", Action::kRestart);
+  spec.snapshot_enabled = false;  // the disk's path (snapshot_test.cc: memory's)
   auto baseline = Baseline(spec);
   int64_t stopped_at = -1;
   JobStatus s = Run(spec, [&](const JobStatus& now) {
@@ -104,6 +105,7 @@ TEST_F(ElasticTest, AnUnreadableCheckpointIsReportedAndTheJobStartsOver) {
   JobSpec spec = Spec(3, 1, 3);
   spec.checkpoint_dir = dir_.path() + "/ckpt";
   spec.checkpoint_interval = 20;
+  spec.snapshot_enabled = false;  // the disk's path (snapshot_test.cc: memory's)
   auto baseline = Baseline(spec);
   bool lost = false;
   JobStatus s = Run(spec, [&](const JobStatus& now) {
@@ -419,6 +421,7 @@ TEST_F(ElasticTest, TheLastHolderDyingAsANewcomerJoinsRestartsFromTheCheckpoint)
   AddNode("node-a", 1);
   JobSpec spec = Spec(1, 1, 2);
   std::string trigger = CheckpointsAndExitTrigger(&spec);
+  spec.snapshot_enabled = false;  // the disk's path (snapshot_test.cc: memory's)
   auto baseline = Baseline(spec);
   bool added = false;
   JobStatus s = Run(spec, [&](const JobStatus& now) {
@@ -441,6 +444,7 @@ TEST_F(ElasticTest, ARank0DyingWhileItLoadsTheCheckpointLeavesItForTheNext) {
   AddNode("node-a", 4);
   JobSpec spec = Spec(2, 1, 2);
   std::string trigger = CheckpointsAndExitTrigger(&spec);
+  spec.snapshot_enabled = false;  // the disk's path (snapshot_test.cc: memory's)
   auto baseline = Baseline(spec);
   int64_t checkpointed = -1;
   JobStatus s = Run(spec, [&](const JobStatus& now) {
@@ -548,21 +552,20 @@ TEST_F(ElasticTest, AStepThatFailsOnOneRankEndsTheOthersWaitAtOnce) {
   }
 }
 
-// Rank 0 freezes while it saves a checkpoint. Its save is held first (a FIFO where it writes
-// the file: a file system that does not answer), while it still answers Pings, and then it is
-// SIGSTOPped there. The liveness probe watches the save as it watches a step: rank 0 is
-// restarted as hung within about silentSeconds, not when gRPC's keepalive gives up on the
-// connection (15 s) and the next step's allreduce on the group's timeout (60 s).
-TEST_F(ElasticTest, ARank0FrozenWhileItSavesACheckpointIsFoundByItsSilence) {
+// Rank 0 writes a checkpoint on a lane of its own while the steps go on: a save stuck on its disk
+// (here its file is a FIFO nobody reads: open(2) blocks) holds up no step, is given up after
+// phases.checkpointSeconds with an event, and the job ends healed. Before, the controller waited
+// for the save, and training stopped until a frozen rank 0 was found.
+TEST_F(ElasticTest, ACheckpointStuckOnItsDiskHoldsUpNoStep) {
   AddNode("node-a", 4);
   JobSpec spec = Spec(3, 1, 3);
-  spec.hang_timeout_s = 60;
   spec.checkpoint_dir = dir_.path() + "/ckpt";
   spec.checkpoint_interval = 10;
+  spec.checkpoint_timeout_s = 3;
   auto baseline = Baseline(spec);
   std::string fifo;
   int rank0 = -1;
-  bool stopped = false;
+  int64_t blocked_at = -1, stepped_past = -1;
   // Whether a thread of `pid` waits to open a FIFO: the kernel's wait for its reader, or (where
   // wchan says nothing) a thread inside openat(2), which only the blocked save is.
   auto waits_on_fifo = [](int pid) {
@@ -576,9 +579,9 @@ TEST_F(ElasticTest, ARank0FrozenWhileItSavesACheckpointIsFoundByItsSilence) {
     return false;
   };
   JobStatus s = Run(spec, [&](const JobStatus& now) {
-    if (stopped || now.world_size != 3) return;
+    if (now.world_size != 3 || stepped_past >= 0) return;
     if (fifo.empty()) {
-      // Where rank 0 writes the checkpoint of step 20 (WriteFile: <path>.tmp.<pid>).
+      // Where rank 0 writes the checkpoint of step 20 (<path>.tmp.<pid>, then renamed).
       rank0 = PidOfRank(now, 0);
       ASSERT_GT(rank0, 0);
       ASSERT_LT(now.step, 20);
@@ -587,19 +590,19 @@ TEST_F(ElasticTest, ARank0FrozenWhileItSavesACheckpointIsFoundByItsSilence) {
       ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0) << std::strerror(errno);
       return;
     }
-    if (!waits_on_fifo(rank0)) return;
-    stopped = ::kill(rank0, SIGSTOP) == 0;
+    if (blocked_at < 0) {
+      if (waits_on_fifo(rank0)) blocked_at = now.step;
+      return;
+    }
+    // Twenty steps later the save is still blocked, and the job went on.
+    if (now.step >= blocked_at + 20 && waits_on_fifo(rank0)) stepped_past = now.step;
   });
-  ASSERT_TRUE(stopped) << "rank 0 never blocked in its checkpoint";
+  ASSERT_GE(blocked_at, 20) << "rank 0 never blocked in its checkpoint";
+  ASSERT_GE(stepped_past, blocked_at + 20) << "the steps waited for the stuck checkpoint";
   ExpectHealed(s, spec, baseline, 3);
-  EXPECT_TRUE(HasEvent(s, "hang", "while it saved the checkpoint of step 20")) << FormatStatus(s);
-  EXPECT_TRUE(HasEvent(s, "checkpoint_failed")) << FormatStatus(s);
-  for (const auto& r : s.recoveries) {
-    if (r.kind != "hang") continue;
-    std::printf("rank 0 found frozen %.2f s after its save began\n",
-                (r.detected_ms - r.fault_ms) / 1000.0);
-    EXPECT_LT(r.detected_ms - r.fault_ms, 60000) << FormatStatus(s);
-  }
+  EXPECT_TRUE(HasEvent(s, "checkpoint_failed", "not written within phases.checkpointSeconds"))
+      << FormatStatus(s);
+  EXPECT_EQ(s.restarts, 0) << FormatStatus(s);
 }
 
 TEST_F(ElasticTest, AStragglerFoundByTheNetworkCheckIsReplaced) {
