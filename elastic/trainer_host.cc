@@ -114,7 +114,14 @@ bool TrainerHostBase::Setup(std::string job_id, std::string spec_yaml) {
     options.peer_copy = spec_.snapshot_peer_copy;
     options.peer_bytes_per_s = spec_.snapshot_peer_mbps * 1e6;
     if (worker::CoreWorker* cw = worker::CoreWorker::Get()) options.token = cw->options().token;
+    spdlog::info("job {}: each state this rank holds is kept in {} too", job_id_,
+                 options.store_dir);
     snapshots_ = std::make_unique<SnapshotWriter>(std::move(options));
+  } else {
+    spdlog::info("job {}: no snapshots in node memory ({})", job_id_,
+                 !spec_.snapshot_enabled ? "snapshot.enabled is false"
+                 : node == nullptr       ? "not on a node"
+                                         : "the node has no object store");
   }
   SetCommitted(trainer_->SaveState(), 0);
   if (DumpOnDeath(spec_)) {

@@ -223,7 +223,8 @@ class ScriptLoop:
     """The training function of a ``phalanx run`` job (pickled by the launcher)."""
 
     def __init__(self, target, args, module, archive_key, shipped, *, backend, run_id,
-                 max_restarts, log_dir, redirects, tee, nodes, omp_threads, horovod=False):
+                 max_restarts, log_dir, redirects, tee, nodes, omp_threads, horovod=False,
+                 memory_saves=False):
         self.target = target          # the script's path in the shipped copy, or the module
         self.args = list(args)
         self.module = module
@@ -238,6 +239,7 @@ class ScriptLoop:
         self.nodes = nodes            # the cluster's nodes at launch
         self.omp_threads = omp_threads
         self.horovod = horovod        # `import horovod.torch` finds phalanx.horovod.torch
+        self.memory_saves = memory_saves  # torch.save/load through the node's memory
 
     def __call__(self):
         epoch, rank, world = RUNTIME.loop_membership()
@@ -256,6 +258,9 @@ class ScriptLoop:
         if self.omp_threads and "OMP_NUM_THREADS" not in os.environ:
             os.environ["OMP_NUM_THREADS"] = str(self.omp_threads)
         _patch_torch_distributed()
+        if getattr(self, "memory_saves", False):
+            from . import _memory_saves
+            _memory_saves.install(RUNTIME.job_id)
         if self.backend != "phalanx":
             _leave_old_group()
         streams = self._open_logs(restarts)
@@ -272,6 +277,9 @@ class ScriptLoop:
                 sys.argv = [script] + self.args
                 sys.path.insert(0, os.path.dirname(script))
                 runpy.run_path(script, run_name="__main__")
+            if getattr(self, "memory_saves", False):
+                from . import _memory_saves
+                _memory_saves.flush()  # a final save is on disk when the job ends
         except SystemExit as e:
             if e.code not in (None, 0):
                 self._fail(f"the script exited with code {e.code}",

@@ -125,6 +125,10 @@ def _parser(horovod):
               "restarts used up, or nodes lost and none to replace them")
     _add(p, "--working-dir", help="the directory shipped to every node (default: the "
                                   "script's; with -m, this one)")
+    _add(p, "--memory-saves", action="store_true",
+         help="the script's torch.save(obj, path) returns once the bytes are in the node's "
+              "memory (the file is written in the background), and torch.load(path) after a "
+              "restart reads that copy: no disk read (default: off)")
     _add(p, "--name", help="the job's name (default: the script's)")
     _add(p, "--no-follow", action="store_true",
          help="submit and print the job's id (phalanx job submit --torchrun)")
@@ -301,7 +305,8 @@ def _submit(plan, nodes, allowed=None):
         plan.relative, plan.args_after, plan.module, key, shipped, backend=plan.backend,
         run_id=plan.run_id, max_restarts=plan.max_restarts, log_dir=plan.log_dir,
         redirects=plan.redirects, tee=plan.tee, nodes=nodes,
-        omp_threads=1 if plan.max_workers > 1 else 0, horovod=plan.horovod)
+        omp_threads=1 if plan.max_workers > 1 else 0, horovod=plan.horovod,
+        memory_saves=plan.args.memory_saves)
     resources = {"CPU": plan.args.cpus_per_worker}
     if plan.use_gpu:
         resources["GPU"] = 1

@@ -137,8 +137,8 @@ def test_a_torchrun_program_runs_unchanged_as_under_torchrun(run_cluster, workdi
     assert sorted(os.listdir(workdir)) == ["torchrun_ddp.py"]
 
 
-def _kill_and_heal(cluster, workdir, tmp_path, reference, sig, backend):
-    args = ["--nproc-per-node", "2", "--max-restarts", "3", "--backend", backend,
+def _kill_and_heal(cluster, workdir, tmp_path, reference, sig, backend, extra=()):
+    args = ["--nproc-per-node", "2", "--max-restarts", "3", "--backend", backend, *extra,
             *_program_args(tmp_path / "s.pt")]
     run = Launch(cluster, args, workdir)
     try:
@@ -166,7 +166,8 @@ def _kill_and_heal(cluster, workdir, tmp_path, reference, sig, backend):
     # One fault, one restart: a survivor whose old loop learns of the loss only after the
     # group restarted must not end its process (that was a second restart, 2 runs in 3).
     assert run.text().count("action: restart") == 1, run.text()
-    return first - fault
+    run.fault = fault
+    return first - fault, run
 
 
 def test_a_sigkilled_worker_restarts_the_group_from_its_snapshot(run_cluster, workdir, tmp_path,
@@ -177,6 +178,19 @@ def test_a_sigkilled_worker_restarts_the_group_from_its_snapshot(run_cluster, wo
 def test_a_sigstopped_worker_on_the_phalanx_backend_heals(run_cluster, workdir, tmp_path,
                                                           reference):
     _kill_and_heal(run_cluster, workdir, tmp_path, reference, signal.SIGSTOP, "phalanx")
+
+
+def test_memory_saves_restart_the_group_from_the_snapshot_in_node_memory(
+        run_cluster, workdir, tmp_path, reference):
+    """--memory-saves: the program's torch.save returns once its snapshot is in the node's
+    memory, and after the SIGKILL the restarted group's torch.load reads it from there (no disk
+    read), with the same final weights; the file is on disk too."""
+    _, run = _kill_and_heal(run_cluster, workdir, tmp_path, reference, signal.SIGKILL, "script",
+                            extra=("--memory-saves",))
+    after = [line for t, line in run.lines if t > run.fault]
+    assert any("from the node's memory (no disk read)" in line and "s.pt" in line
+               for line in after), run.text()
+    assert (tmp_path / "s.pt").exists()
 
 
 @pytest.mark.parametrize("args, says", [

@@ -108,21 +108,28 @@ class FailureConfig:
 
 class CheckpointConfig:
     """Ray Train's: ``checkpoint_frequency``: write the committed state every this many steps
-    (0: never) under ``RunConfig(storage_path=..., name=...)``. A checkpoint is read back only
-    when every rank is lost at once; any smaller loss heals from the survivors' memory.
-    ``checkpoint_at_end=True``: also the final committed state, when the loop returns (Ray
-    refuses it for function trainers; here the controller holds that state, so it writes it).
-    ``num_to_keep``: how many of the newest checkpoints the loop reports
-    (``train.report(metrics, checkpoint=...)``) are kept (None: all)."""
+    (0: never) under ``RunConfig(storage_path=..., name=...)``; ``"auto"``: at an interval the
+    job's controller computes from the measured save time and the job's fault rate (Young/Daly,
+    sqrt(2 x save time x mean time between faults)). Rank 0 writes each one in the background:
+    no step waits for the disk. A checkpoint is read back only when every rank is lost at once
+    and no node holds the state in memory (the job's snapshots: each rank's newest state is
+    also kept in its node's shared memory and a peer node's); any smaller loss heals from the
+    survivors' memory. ``checkpoint_at_end=True``: also the final committed state, when the
+    loop returns (Ray refuses it for function trainers; here the controller holds that state,
+    so it writes it). ``num_to_keep``: how many of the newest checkpoints are kept, the
+    controller's and those the loop reports (``train.report(metrics, checkpoint=...)``)
+    alike (None: all)."""
 
     def __init__(self, num_to_keep=None, checkpoint_frequency=0, checkpoint_at_end=None):
         if num_to_keep is not None and (isinstance(num_to_keep, bool) or
                                         not isinstance(num_to_keep, int) or num_to_keep < 1):
             raise ValueError(f"num_to_keep={num_to_keep!r}: give a whole number >= 1 of the "
                              f"newest checkpoints to keep, or None to keep them all")
-        if not isinstance(checkpoint_frequency, int) or checkpoint_frequency < 0:
+        if checkpoint_frequency != "auto" and (
+                isinstance(checkpoint_frequency, bool) or
+                not isinstance(checkpoint_frequency, int) or checkpoint_frequency < 0):
             raise ValueError(f"checkpoint_frequency={checkpoint_frequency!r}: give a whole "
-                             f"number of steps >= 0 (0: no checkpoints)")
+                             f"number of steps >= 0 (0: no checkpoints), or \"auto\"")
         if checkpoint_at_end is not None and not isinstance(checkpoint_at_end, bool):
             raise ValueError(f"checkpoint_at_end={checkpoint_at_end!r}: give True (write the "
                              f"final committed state when the loop ends) or False")

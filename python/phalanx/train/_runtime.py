@@ -213,6 +213,8 @@ class Runtime:
         self.zero_store = {}
         # `phalanx run`: rank 0's TCPStore of this epoch, at MASTER_PORT (torchrun's agent's).
         self.agent_store = None
+        # ZeRO shards into the node's memory (_zero.ShardFiles): False until first asked.
+        self.shard_files = False
 
     # ---- called by the native trainer -------------------------------------------------
 
@@ -307,6 +309,9 @@ class Runtime:
             self.zero_store[tuple(key)] = held
             while len(self.zero_store) > self.ZERO_COMMITS_KEPT:
                 del self.zero_store[next(iter(self.zero_store))]
+            files = self._shard_files()
+        if files is not None:
+            files.offer(key, held)  # into the node's memory too, on a thread of its own
 
     def replica_group(self):
         """The collective group that carries ZeRO shards' copies, of the loop's epoch."""
@@ -318,7 +323,22 @@ class Runtime:
         from . import _zero
         with self.cond:
             held = dict(self.zero_store.get(tuple(key), {}))
+            files = self._shard_files()
+        if files is not None:
+            # Shards this process no longer holds (it is new: every rank was lost), from the
+            # node's memory.
+            for r, data in files.held(key).items():
+                held.setdefault(r, data)
         return _zero.restore(self.collective_group(), held, key, objects)
+
+    def _shard_files(self):
+        """The writer of this rank's ZeRO shards into its node's store (None outside a node, or
+        with the spec's snapshot.enabled false). self.cond held."""
+        if self.shard_files is False:
+            from . import _zero
+            self.shard_files = (_zero.ShardFiles.for_job(self.job_id)
+                                if self.options.get("snapshots", True) else None)
+        return self.shard_files
 
     def save_state(self):
         if not isinstance(self.snapshot, (bytes, bytearray)):

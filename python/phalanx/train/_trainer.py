@@ -144,6 +144,9 @@ class ElasticTrainer:
             spec["checkpoint"] = {"dir": self.checkpoint_dir,
                                   "intervalSteps": self.checkpoint_interval,
                                   "atEnd": self.checkpoint_at_end}
+            keep = getattr(self.run_config.checkpoint_config, "num_to_keep", None)
+            if keep:
+                spec["checkpoint"]["numToKeep"] = keep
         spec.update(getattr(self, "_spec_extra", {}))  # phalanx run's (the nodes it may use)
         return _native.parse_job_spec(json.dumps(spec))
 

@@ -16,12 +16,19 @@ on:
   loads them with ZeRO's own ``load_state_dict``, which keeps each rank's part of the new
   partition. A job that grew reshards the same way.
 
-A shard is lost only when both its rank and the rank holding its copy are lost at once; then
-the parameters it covered start with fresh optimizer state, and every rank says so.
+Both copies are also written into their host's shared-memory store, beside the job's
+snapshots (node/snapshot_store.h: ``<store>/.snapshots/<job>/zero-...shard``, by ``ShardFiles``
+on a thread of its own), so that they outlive the ranks' processes: a job that loses every
+rank at once restores the shards of the snapshot's commit from there. A shard is lost only when
+its rank's host and the host holding its copy are lost at once (or their node managers end);
+then the parameters it covered start with fresh optimizer state, and every rank says so.
 """
 
+import os
 import pickle
+import re
 import sys
+import threading
 
 import numpy as np
 
@@ -162,3 +169,104 @@ def restore(group, held, key, objects):
                f"together): the parameters it covered start with fresh optimizer state")
         print(msg, file=sys.stderr)
     return missing
+
+
+class ShardFiles:
+    """This rank's ZeRO shards of each commit, written into its node's store (one thread;
+    a commit that comes while one is written replaces the one waiting). ``held(key)`` reads back
+    the shards of commit ``key`` that this node holds: those of every rank of the node that wrote
+    them, dead or alive."""
+
+    KEEP = 3  # commits of shards kept per node (Runtime.ZERO_COMMITS_KEPT)
+    _NAME = re.compile(r"^zero-e(\d+)-c(\d+)-w(\d+)-r(\d+)\.shard$")
+
+    def __init__(self, directory):
+        self.dir = directory
+        self._cond = threading.Condition()
+        self._next = None
+        self._thread = None
+        self._warned = False
+
+    @classmethod
+    def for_job(cls, job_id):
+        node = os.environ.get("PHALANX_NODE_ID", "")
+        store = f"/dev/shm/phalanx-objects-{node}"
+        if not node or not job_id or not os.path.isdir(store):
+            return None
+        return cls(os.path.join(store, ".snapshots", job_id))
+
+    @staticmethod
+    def _name(key, rank):
+        epoch, commit, world = (int(k) for k in key)
+        return f"zero-e{epoch}-c{commit}-w{world}-r{int(rank)}.shard"
+
+    def offer(self, key, held):
+        with self._cond:
+            self._next = (tuple(key), dict(held))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="zero-shard-files",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def flush(self, timeout=10.0):
+        with self._cond:
+            return self._cond.wait_for(lambda: self._next is None, timeout)
+
+    def _run(self):
+        while True:
+            with self._cond:
+                while self._next is None:
+                    self._cond.wait()
+                key, held = self._next
+            try:
+                self._write(key, held)
+            except OSError as e:
+                if not self._warned:
+                    self._warned = True
+                    print(f"phalanx.train: the ZeRO shards of commit {key} were not kept in this "
+                          f"node's memory ({e}): give the node's object store more room "
+                          f"(phalanx start --object-store-memory); training goes on",
+                          file=sys.stderr)
+            with self._cond:
+                if self._next is not None and self._next[0] == key:
+                    self._next = None
+                self._cond.notify_all()
+
+    def _write(self, key, held):
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        for rank, data in held.items():
+            final = os.path.join(self.dir, self._name(key, rank))
+            tmp = os.path.join(self.dir, f".tmp-{os.getpid()}-{threading.get_ident()}")
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, final)
+        # The newest KEEP commits stay.
+        keys = sorted({m.groups()[:3] for m in map(self._NAME.match, os.listdir(self.dir)) if m},
+                      key=lambda k: (int(k[0]), int(k[1])))
+        old = set(keys[:-self.KEEP])
+        for name in os.listdir(self.dir):
+            m = self._NAME.match(name)
+            if m and m.groups()[:3] in old:
+                try:
+                    os.unlink(os.path.join(self.dir, name))
+                except FileNotFoundError:
+                    pass
+
+    def held(self, key):
+        """{old rank: shard bytes} of commit ``key`` in this node's store."""
+        out = {}
+        prefix = self._name(key, 0).rsplit("-r", 1)[0] + "-r"
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return out
+        for name in names:
+            m = self._NAME.match(name)
+            if m and name.startswith(prefix):
+                try:
+                    with open(os.path.join(self.dir, name), "rb") as f:
+                        out[int(m.group(4))] = f.read()
+                except OSError:
+                    continue
+        return out

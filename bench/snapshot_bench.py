@@ -1,0 +1,173 @@
+#!/usr/bin/python3
+"""snapshot_bench: what keeping each rank's state in node memory costs a job, and what it
+buys when every rank dies at once.
+
+1. Overhead on the step. A phalanx.train loop whose state is one tensor of 64 or 256 MiB
+   (a model's weights and optimizer state, in effect), steps padded to 10 ms and 100 ms,
+   state.commit() every step, 2 ranks, runs twice in the same run:
+     off   the spec's snapshot.enabled: false (the state lives in the ranks' processes only)
+     on    the default: every committed state is also copied into the node's shared-memory
+           store (and to a peer node's, where there is one), off the step's path
+   Each side's time per step is taken on rank 0 over the steps after the first WARMUP.
+2. Restore after every rank is SIGKILLed (256 MiB, on): the time the new rank 0 took to
+   load the snapshot from node memory (the controller's restore_from_snapshot event) and the
+   time from the kill to the first agreed step after it, against torch.load of the same
+   state (a torch.save'd file of the same bytes, read from this machine's disk, page cache
+   warm: the peer's best case), same run.
+
+    /usr/bin/python3 bench/snapshot_bench.py [--sizes 64,256] [--steps 60]
+
+Last line: RESULT overhead_64mib_10ms=... overhead_64mib_100ms=... overhead_256mib_10ms=...
+overhead_256mib_100ms=... restore_s=... torch_load_s=... restore_ratio=... first_step_s=...
+(goals: overhead <= 0.02 at 100 ms with 256 MiB; first step <= 1 s after the kill)
+"""
+
+import argparse
+import os
+import re
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+import phalanx
+from phalanx import train
+
+WARMUP = 10
+RUN_TIMEOUT_S = 600
+
+
+def loop(config):
+    import torch
+    torch.set_num_threads(1)
+    weights = torch.zeros(config["mib"] << 18)  # float32: 4 bytes each
+    state = train.State(step=0, weights=weights)
+    state.restore()
+    ctx = train.get_context()
+    times = []
+    while state.step < config["steps"]:
+        t0 = time.time()
+        state.weights.add_(1.0)  # the step's "update": every byte of the state changes
+        time.sleep(max(0.0, config["step_s"] - (time.time() - t0)))
+        state.step += 1
+        state.commit()
+        times.append(time.time())
+    if ctx.rank == 0 and len(times) > WARMUP + 1 and config.get("out"):
+        with open(config["out"], "w") as f:
+            f.write(f"{(times[-1] - times[WARMUP]) / (len(times) - 1 - WARMUP) * 1000:.4f}\n")
+    train.report({"step": state.step, "check": float(state.weights[0])})
+
+
+def trainer(mib, step_ms, steps, snapshots, out=None, name="snapbench"):
+    t = train.ElasticTrainer(
+        loop, train_loop_config={"mib": mib, "step_s": step_ms / 1000, "steps": steps,
+                                 "out": out},
+        scaling_config=train.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1}),
+        run_config=train.RunConfig(name=name), verbose=False)
+    t._spec_extra = {"snapshot": {"enabled": bool(snapshots)}}
+    return t
+
+
+def step_ms(mib, step_ms_, steps, snapshots, tmp):
+    out = os.path.join(tmp, f"s-{mib}-{step_ms_}-{int(snapshots)}")
+    result = trainer(mib, step_ms_, steps, snapshots, out,
+                     name=f"snapbench{mib}m{step_ms_}{'on' if snapshots else 'off'}").fit(
+        timeout=RUN_TIMEOUT_S)
+    if result.error is not None or not os.path.exists(out):
+        print(f"a run failed: {result.error}", flush=True)
+        return -1.0
+    with open(out) as f:
+        return float(f.read())
+
+
+def restore_run(mib, tmp):
+    """Every rank SIGKILLed at step 40 of 120 (100 ms steps): the restore's own time (the
+    controller's event) and the kill → the first step agreed after it."""
+    from phalanx import _native
+    t = trainer(mib, 100, 120, True, name=f"snapbench-restore{mib}")
+    job_id = t.submit()
+    killed = {}
+    deadline = time.time() + RUN_TIMEOUT_S
+    while time.time() < deadline:
+        s = train.job_status(job_id)
+        if "at" not in killed and s.steps >= 40 and len(s.ranks) >= 2:
+            pids = [phalanx.actor_info(phalanx.ActorHandle(m["actor_id"], "PythonTrainer",
+                                                           "cpp"))["pid"] for m in s.ranks]
+            killed["at"] = time.time()
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+        if s.state in ("SUCCEEDED", "FAILED", "STOPPED"):
+            break
+        time.sleep(0.02)
+    s = train.job_status(job_id)
+    restore_s = -1.0
+    for e in s.events:
+        if e["kind"] == "restore_from_snapshot":
+            m = re.search(r"bytes in ([\d.]+) s", e["message"])
+            if m:
+                restore_s = float(m.group(1))
+            print(f"  {e['message']}", flush=True)
+    first_step_s = -1.0
+    for r in s.recoveries:
+        if r.get("resumed_ms") and "at" in killed:
+            first_step_s = r["resumed_ms"] / 1000 - killed["at"]
+    if s.state != "SUCCEEDED":
+        print(f"the restore run ended {s.state}: {s.message}", flush=True)
+    return restore_s, first_step_s
+
+
+def torch_load_s(mib, tmp, rounds=3):
+    import torch
+    path = os.path.join(tmp, "state.pt")
+    torch.save({"step": 40, "weights": torch.zeros(mib << 18)}, path)
+    best = None
+    for _ in range(rounds):
+        t0 = time.time()
+        torch.load(path)
+        took = time.time() - t0
+        best = took if best is None else min(best, took)
+    os.unlink(path)
+    return best
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--sizes", default="64,256", help="state sizes in MiB")
+    p.add_argument("--steps", type=int, default=60, help="steps per run")
+    args = p.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    print(f"# snapshot_bench: 2 ranks, state of {args.sizes} MiB, commit every step, "
+          f"snapshots off and on in turn, {os.cpu_count()} cores", flush=True)
+    phalanx.init(num_cpus=4)
+    results = {}
+    print(f"{'state':<8} {'step':<7} {'off ms/step':>12} {'on ms/step':>11} {'overhead':>9}",
+          flush=True)
+    with tempfile.TemporaryDirectory(prefix="snapbench.") as tmp:
+        for mib in sizes:
+            for ms in (10, 100):
+                off = step_ms(mib, ms, args.steps, False, tmp)
+                on = step_ms(mib, ms, args.steps, True, tmp)
+                over = on / off - 1 if off > 0 and on > 0 else -1
+                results[f"overhead_{mib}mib_{ms}ms"] = over
+                print(f"{f'{mib} MiB':<8} {f'{ms} ms':<7} {off:>12.3f} {on:>11.3f} "
+                      f"{100 * over:>8.2f}%", flush=True)
+        mib = max(sizes)
+        restore_s, first_step_s = restore_run(mib, tmp)
+        load_s = torch_load_s(mib, tmp)
+    phalanx.shutdown()
+    ratio = restore_s / load_s if restore_s > 0 and load_s > 0 else -1
+    print(f"every rank killed, {mib} MiB: restore from node memory {restore_s:.3f} s, "
+          f"torch.load of the same state from local disk {load_s:.3f} s (ratio {ratio:.2f}); "
+          f"kill -> first step {first_step_s:.2f} s", flush=True)
+    key = f"overhead_{mib}mib_100ms"
+    print(f"goals: overhead <= 2% at 100 ms with {mib} MiB: "
+          f"{'met' if -1 < results.get(key, -1) <= 0.02 else 'missed'}; first step <= 1 s "
+          f"after the kill: {'met' if 0 < first_step_s <= 1 else 'missed'}", flush=True)
+    fields = " ".join(f"{k}={v:.4f}" for k, v in results.items())
+    print(f"RESULT {fields} restore_s={restore_s:.3f} torch_load_s={load_s:.3f} "
+          f"restore_ratio={ratio:.2f} first_step_s={first_step_s:.2f}")
+
+
+if __name__ == "__main__":
+    main()
