@@ -62,6 +62,7 @@ SnapshotWriter::~SnapshotWriter() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
+    if (peer_call_ != nullptr) peer_call_->TryCancel();
   }
   thread_.join();
   if (peer_thread_.joinable()) peer_thread_.join();
@@ -242,6 +243,11 @@ void SnapshotWriter::CopyToPeer(const std::string& state, int64_t step, int64_t 
                       absl::Seconds(30 + static_cast<double>(total) / rate), false);
   auto stub = rpc::NodeManagerService::NewStub(rpc::MakeChannel(address));
   rpc::PutSnapshotReply reply;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return;
+    peer_call_ = &context;
+  }
   auto writer = stub->PutSnapshot(&context, &reply);
   bool sent_all = true;
   int64_t at = 0;
@@ -275,6 +281,7 @@ void SnapshotWriter::CopyToPeer(const std::string& state, int64_t step, int64_t 
   if (sent_all) writer->WritesDone();
   grpc::Status status = writer->Finish();
   absl::MutexLock stats_lock(&mu_);
+  peer_call_ = nullptr;
   if (status.ok()) {
     ++stats_.peer_copies;
     stats_.last_peer_step = step;

@@ -26,6 +26,10 @@
 #include "absl/time/time.h"
 #include "node/snapshot_store.h"
 
+namespace grpc {
+class ClientContext;
+}
+
 namespace phalanx::elastic {
 
 struct SnapshotWriterOptions {
@@ -91,6 +95,9 @@ class SnapshotWriter {
   SnapshotWriterStats stats_ ABSL_GUARDED_BY(mu_);
   // The peer node's address, looked up again after kPeerLookupPeriod or a failed copy.
   std::string peer_ ABSL_GUARDED_BY(mu_);
+  // The copy to the peer under way, cancelled by the destructor (a peer whose host was cut
+  // would hold it until its deadline).
+  grpc::ClientContext* peer_call_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Time peer_looked_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::thread thread_;
   std::thread peer_thread_;
