@@ -4,7 +4,9 @@ buys when every rank dies at once.
 
 1. Overhead on the step. A phalanx.train loop whose state is one tensor of 64 or 256 MiB
    (a model's weights and optimizer state, in effect), steps padded to 10 ms and 100 ms,
-   state.commit() every step, 2 ranks, runs twice in the same run:
+   state.commit() every step, 1 rank by default (``--ranks``: a training node has cores the
+   ranks leave free, which is where the copy runs; on this 2-core machine one rank leaves
+   one), runs twice in the same run:
      off   the spec's snapshot.enabled: false (the state lives in the ranks' processes only)
      on    the default: every committed state is also copied into the node's shared-memory
            store (and to a peer node's, where there is one), off the step's path
@@ -15,7 +17,7 @@ buys when every rank dies at once.
    state (a torch.save'd file of the same bytes, read from this machine's disk, page cache
    warm: the peer's best case), same run.
 
-    /usr/bin/python3 bench/snapshot_bench.py [--sizes 64,256] [--steps 60]
+    /usr/bin/python3 bench/snapshot_bench.py [--sizes 64,256] [--steps 60] [--ranks 1]
 
 Last line: RESULT overhead_64mib_10ms=... overhead_64mib_100ms=... overhead_256mib_10ms=...
 overhead_256mib_100ms=... restore_s=... torch_load_s=... restore_ratio=... first_step_s=...
@@ -59,11 +61,14 @@ def loop(config):
     train.report({"step": state.step, "check": float(state.weights[0])})
 
 
+RANKS = [1]
+
+
 def trainer(mib, step_ms, steps, snapshots, out=None, name="snapbench"):
     t = train.ElasticTrainer(
         loop, train_loop_config={"mib": mib, "step_s": step_ms / 1000, "steps": steps,
                                  "out": out},
-        scaling_config=train.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1}),
+        scaling_config=train.ScalingConfig(num_workers=RANKS[0], resources_per_worker={"CPU": 1}),
         run_config=train.RunConfig(name=name), verbose=False)
     t._spec_extra = {"snapshot": {"enabled": bool(snapshots)}}
     return t
@@ -91,7 +96,7 @@ def restore_run(mib, tmp):
     deadline = time.time() + RUN_TIMEOUT_S
     while time.time() < deadline:
         s = train.job_status(job_id)
-        if "at" not in killed and s.steps >= 40 and len(s.ranks) >= 2:
+        if "at" not in killed and s.steps >= 40 and len(s.ranks) >= RANKS[0]:
             pids = [phalanx.actor_info(phalanx.ActorHandle(m["actor_id"], "PythonTrainer",
                                                            "cpp"))["pid"] for m in s.ranks]
             killed["at"] = time.time()
@@ -135,9 +140,11 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="64,256", help="state sizes in MiB")
     p.add_argument("--steps", type=int, default=60, help="steps per run")
+    p.add_argument("--ranks", type=int, default=1, help="ranks of each job")
     args = p.parse_args()
+    RANKS[0] = args.ranks
     sizes = [int(x) for x in args.sizes.split(",")]
-    print(f"# snapshot_bench: 2 ranks, state of {args.sizes} MiB, commit every step, "
+    print(f"# snapshot_bench: {args.ranks} rank(s), state of {args.sizes} MiB, commit every step, "
           f"snapshots off and on in turn, {os.cpu_count()} cores", flush=True)
     phalanx.init(num_cpus=4)
     results = {}

@@ -264,15 +264,33 @@ absl::Status WriteSnapshot(const std::string& store_dir, const std::string& job_
 }
 
 absl::StatusOr<std::pair<int64_t, std::string>> ReadSnapshot(const std::string& path) {
-  auto content = ReadFile(path);
-  if (!content.ok()) return absl::NotFoundError(absl::StrCat("snapshot ", path, " is gone"));
-  size_t nl = content->find('\n');
+  // The state is read straight into its string (no copy to drop the step line).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("snapshot ", path, " is gone"));
+  struct stat st {};
+  ::fstat(fd, &st);
+  char head[32];
+  ssize_t got = ::pread(fd, head, sizeof(head), 0);
+  ssize_t nl = 0;
+  while (nl < got && head[nl] != '\n') ++nl;
   int64_t step = 0;
-  if (nl == std::string::npos || !absl::SimpleAtoi(content->substr(0, nl), &step)) {
+  if (nl >= got || !absl::SimpleAtoi(absl::string_view(head, static_cast<size_t>(nl)), &step)) {
+    ::close(fd);
     return absl::DataLossError(absl::StrCat("snapshot ", path, " has no step line"));
   }
-  content->erase(0, nl + 1);
-  return std::make_pair(step, std::move(*content));
+  const int64_t skip = nl + 1;
+  std::string state(static_cast<size_t>(std::max<int64_t>(0, st.st_size - skip)), '\0');
+  for (size_t done = 0; done < state.size();) {
+    ssize_t n = ::pread(fd, state.data() + done, state.size() - done,
+                        static_cast<off_t>(skip + static_cast<int64_t>(done)));
+    if (n <= 0) {
+      ::close(fd);
+      return absl::DataLossError(absl::StrCat("snapshot ", path, " ended early"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return std::make_pair(step, std::move(state));
 }
 
 absl::Status StreamSnapshot(const std::string& path, int64_t chunk_bytes,

@@ -348,9 +348,10 @@ class Runtime:
         return self.snapshot
 
     def load_state(self, state):
+        data = state if isinstance(state, bytes) else bytes(state)  # one copy, shared
         with self.cond:
-            self.restore_from = bytes(state)
-            self.snapshot = bytes(state)
+            self.restore_from = data
+            self.snapshot = data
             self.need_restart = True
 
     def abort(self, reason=""):
