@@ -158,6 +158,15 @@ void SnapshotWriter::Run() {
         spdlog::warn("job {}: the snapshot of step {} was not kept in this node's memory: {}",
                      options_.job_id, step, written.message());
         warned_ = true;
+        // And where the user looks: the job's log (`phalanx job logs`, fit()'s output).
+        if (worker::CoreWorker* cw = worker::CoreWorker::Get()) {
+          cw->gcs()
+              .AppendJobLog(options_.job_id, absl::StrCat("(node ", options_.node_id.substr(0, 8),
+                                                          ") phalanx: the snapshot of step ", step,
+                                                          " was not kept in this node's memory: ",
+                                                          written.message(), "\n"))
+              .IgnoreError();
+        }
       }
     }
   }

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/files.h"
@@ -65,8 +66,17 @@ int64_t Capacity(const std::string& store_dir) {
   return capacity;
 }
 
+// "2120 bytes", "1.5 KiB", "256.0 MiB", "1.2 GiB".
 std::string MiB(int64_t bytes) {
-  return absl::StrCat(static_cast<double>(bytes * 10 / (1 << 20)) / 10, " MiB");
+  if (bytes < 1024) return absl::StrCat(bytes, " bytes");
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes) / 1024;
+  int u = 0;
+  while (v >= 1024 && u < 3) {
+    v /= 1024;
+    ++u;
+  }
+  return absl::StrCat(absl::StrFormat("%.1f", v), " ", units[u]);
 }
 
 }  // namespace

@@ -91,9 +91,11 @@ class ElasticTest : public testing::ClusterTest {
   }
 
   void AddNode(const std::string& id, double cpus,
-               std::vector<std::pair<std::string, std::string>> env = {}) {
+               std::vector<std::pair<std::string, std::string>> env = {},
+               int64_t object_store_bytes = 0) {
     testing::NodeOptions options;
     options.num_cpus = cpus;
+    options.object_store_bytes = object_store_bytes;
     options.memory = 16.0 * (1 << 30);
     nodes_[id] = testing::StartNode(*gcs_, id, options, std::move(env));
   }

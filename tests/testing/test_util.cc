@@ -418,7 +418,9 @@ ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
                      "--metrics-port",
                      absl::StrCat(options.metrics_port),
                      "--fork-server",
-                     options.fork_server ? "true" : "false"},
+                     options.fork_server ? "true" : "false",
+                     "--object-store-memory",
+                     absl::StrCat(options.object_store_bytes)},
                     absl::StrCat(gcs.dir(), "/node-", node_id, ".log"), std::move(env));
   auto client = gcs::GcsClient::Connect({gcs.address(), gcs.token()});
   WaitFor(

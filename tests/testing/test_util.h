@@ -170,6 +170,7 @@ struct NodeOptions {
   int debug_record_delay_ms = 0;   // --debug-record-delay-ms
   int metrics_port = -1;           // --metrics-port (0: any free one)
   bool fork_server = true;         // --fork-server
+  int64_t object_store_bytes = 0;  // --object-store-memory (0: the node's default)
 };
 ChildProcess StartNode(const GcsProcess& gcs, const std::string& node_id,
                        const NodeOptions& options,
