@@ -7,7 +7,8 @@ buys when every rank dies at once.
    state.commit() every step, 1 rank by default (``--ranks``: a training node has cores the
    ranks leave free, which is where the copy runs; on this 2-core machine one rank leaves
    one), runs twice in the same run:
-     off   the spec's snapshot.enabled: false (the state lives in the ranks' processes only)
+     off   FailureConfig(snapshots=False), the spec's snapshot.enabled: false (the state
+           lives in the ranks' processes only)
      on    the default: every committed state is also copied into the node's shared-memory
            store (and to a peer node's, where there is one), off the step's path
    Each side's time per step is taken on rank 0 over the steps after the first WARMUP.
@@ -69,8 +70,8 @@ def trainer(mib, step_ms, steps, snapshots, out=None, name="snapbench"):
         loop, train_loop_config={"mib": mib, "step_s": step_ms / 1000, "steps": steps,
                                  "out": out},
         scaling_config=train.ScalingConfig(num_workers=RANKS[0], resources_per_worker={"CPU": 1}),
-        run_config=train.RunConfig(name=name), verbose=False)
-    t._spec_extra = {"snapshot": {"enabled": bool(snapshots)}}
+        run_config=train.RunConfig(name=name, failure_config=train.FailureConfig(
+            snapshots=bool(snapshots))), verbose=False)
     return t
 
 

@@ -173,3 +173,31 @@ def test_a_zero_job_that_loses_every_rank_keeps_its_optimizer_state(cluster, tmp
     print(f"[snapshot] ZeRO: max |weight - uninterrupted weight| after every rank was killed: "
           f"{diff:.2e}")
     assert diff <= 1e-5, diff
+
+
+def test_snapshots_off_in_failure_config_means_a_start_over(cluster, tmp_path):
+    """FailureConfig(snapshots=False) is the spec's snapshot.enabled: false: the state lives
+    only in the ranks' processes, and a job that loses every rank starts over (no checkpoint
+    configured). Bad values are refused naming the field."""
+    import pytest
+    with pytest.raises(ValueError, match="snapshots='yes'"):
+        FailureConfig(snapshots="yes")
+    with pytest.raises(ValueError, match="snapshot_peer_mbps=-1"):
+        FailureConfig(snapshot_peer_mbps=-1)
+    weights = tmp_path / "off.pt"
+    t = TorchTrainer(
+        mlp_loop, train_loop_config={"steps": 200, "global_batch": 32, "step_sleep": 0.01,
+                                     "weights_out": str(weights)},
+        scaling_config=ScalingConfig(num_workers=(1, 2), resources_per_worker={"CPU": 0.5}),
+        run_config=RunConfig(name="mlp-off", failure_config=FailureConfig(
+            max_failures=3, snapshots=False)))
+    t.verbose = False
+    job_id = t.submit()
+    seen = {}
+    threading.Thread(target=kill_every_rank_at(100, seen), args=(job_id,), daemon=True).start()
+    result = wait_for_end(job_id, 240)
+    assert result.state == "SUCCEEDED", (result.message, result.events)
+    assert "status" in seen, "the job ended before the kill"
+    assert restored(result) is None, result.events
+    assert any(e["kind"] == "restart_from_checkpoint" and "starting from step 0" in e["message"]
+               for e in result.events), result.events

@@ -71,14 +71,18 @@ class FailureConfig:
     (the ranks' reservation; default ``below_min_timeout_s``), ``start`` (a new rank's setup,
     120), ``form`` (an epoch's rendezvous and rollback, 120), ``sync`` (sending the state to
     newcomers, 120), ``checkpoint`` (a save or a load, 120). A rank that holds a phase up past
-    its bound is restarted as hung."""
+    its bound is restarted as hung. ``snapshots`` (default True): each rank's newest committed
+    state (ZeRO shards included) is also kept in its node's shared memory and a peer node's,
+    so a job that loses every rank at once goes on from there, not from disk (the spec's
+    ``snapshot.enabled``); ``snapshot_peer_mbps``: the most the copy to the peer may send a
+    second, in megabytes (200), or 0 for no peer copy."""
 
     _PHASES = {"place": "placeSeconds", "start": "startSeconds", "form": "formSeconds",
                "sync": "syncSeconds", "checkpoint": "checkpointSeconds"}
 
     def __init__(self, max_failures=10, window_s=3600, policies=None, below_min_timeout_s=60,
                  hang_timeout_s=300, straggler_check=False, straggler_factor=2.0,
-                 hang_silent_s=1, phase_timeouts=None):
+                 hang_silent_s=1, phase_timeouts=None, snapshots=True, snapshot_peer_mbps=200):
         if not isinstance(max_failures, int) or max_failures < -1:
             raise ValueError(f"max_failures={max_failures!r}: give a whole number >= 0, or -1 "
                              f"for no limit")
@@ -91,6 +95,15 @@ class FailureConfig:
         self.straggler_check = straggler_check
         self.straggler_factor = straggler_factor
         self.phase_timeouts = dict(phase_timeouts or {})
+        if not isinstance(snapshots, bool):
+            raise ValueError(f"snapshots={snapshots!r}: give True (keep each rank's state in "
+                             f"node memory too) or False")
+        if isinstance(snapshot_peer_mbps, bool) or not isinstance(
+                snapshot_peer_mbps, (int, float)) or snapshot_peer_mbps < 0:
+            raise ValueError(f"snapshot_peer_mbps={snapshot_peer_mbps!r}: give megabytes a "
+                             f"second > 0, or 0 for no copy on a peer node")
+        self.snapshots = snapshots
+        self.snapshot_peer_mbps = snapshot_peer_mbps
         for phase in self.phase_timeouts:
             if phase not in self._PHASES:
                 raise ValueError(f"phase_timeouts: unknown phase {phase!r}: use "

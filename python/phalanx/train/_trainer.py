@@ -140,6 +140,8 @@ class ElasticTrainer:
             spec["faultTolerantPolicy"] = f.policies
         if f.phase_timeouts:
             spec["phases"] = f.phases()
+        spec["snapshot"] = {"enabled": f.snapshots, "peerCopy": f.snapshot_peer_mbps > 0,
+                            "peerMBps": f.snapshot_peer_mbps or 200}
         if self.checkpoint_dir:
             spec["checkpoint"] = {"dir": self.checkpoint_dir,
                                   "intervalSteps": self.checkpoint_interval,
@@ -163,6 +165,7 @@ class ElasticTrainer:
                             "torch" in _prestart_imports(None, self.train_loop),
                    "storage": self.run_config.storage_dir(self.name),
                    "num_to_keep": getattr(self.run_config.checkpoint_config, "num_to_keep", None),
+                   "snapshots": self.failure.snapshots,
                    "resume_from_checkpoint": (self.resume_from_checkpoint.path
                                               if self.resume_from_checkpoint else None)}
         options.update(getattr(self, "_runtime_options", {}))  # phalanx run's
