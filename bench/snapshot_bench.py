@@ -18,10 +18,18 @@ buys when every rank dies at once.
    state (a torch.save'd file of the same bytes, read from this machine's disk, page cache
    warm: the peer's best case), same run.
 
+3. Cross-host copy rate (--crosshost, as root): 2 network-namespace hosts, a cluster on them;
+   from host 0, a 256 MiB snapshot sent to host 1's node manager as a rank's peer copy goes
+   (build/bin/snapshot_copy: PutSnapshot, 1 MiB chunks into that node's store), unbounded and
+   at the default snapshot.peerMBps (200), against one raw TCP stream of the same bytes
+   between the same hosts, in turn, same run.
+
     /usr/bin/python3 bench/snapshot_bench.py [--sizes 64,256] [--steps 60] [--ranks 1]
+                                             [--crosshost] [--only-crosshost]
 
 Last line: RESULT overhead_64mib_10ms=... overhead_64mib_100ms=... overhead_256mib_10ms=...
 overhead_256mib_100ms=... restore_s=... torch_load_s=... restore_ratio=... first_step_s=...
+[copy_gbps=... tcp_gbps=... link_ratio=... capped_share=...]
 (goals: overhead <= 0.02 at 100 ms with 256 MiB; first step <= 1 s after the kill)
 """
 
@@ -137,13 +145,65 @@ def torch_load_s(mib, tmp, rounds=3):
     return best
 
 
+def crosshost(mib=256, rounds=3):
+    """(copy GB/s unbounded, copy GB/s at 200 MB/s, raw TCP GB/s): medians over `rounds`, each
+    side in turn; None where namespaces cannot be made here."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    import _netns_bench
+    import netns
+    if not _netns_bench.ready("snapshot_bench --crosshost", "snapshot_copy",
+                              argparse.ArgumentParser(), lambda m: print(m, flush=True)):
+        return None
+    tool = os.path.join(netns.bin_dir(), "snapshot_copy")
+
+    def seconds(out):
+        m = re.search(r"seconds ([\d.]+) bytes (\d+)", out)
+        return (float(m.group(1)), int(m.group(2))) if m else (None, None)
+
+    copy, capped, tcp = [], [], []
+    with netns.Hosts(2, log=lambda m: None) as hosts:
+        with netns.Cluster(hosts, num_cpus=2) as cluster:
+            token = os.path.join(cluster.session(0), "token")
+            tls = {"PHALANX_TLS_DIR": os.path.join(cluster.session(0), "tls")}
+            for r in range(rounds):
+                for i, (rate, out) in enumerate(((0, copy), (200, capped))):
+                    res = hosts[0].run([tool, "put", "--gcs", cluster.address, "--token-file",
+                                        token, "--to-ip", hosts[1].ip, "--mib", str(mib),
+                                        "--rate-mbps", str(rate), "--step", str(2 * r + i + 1)],
+                                       timeout=300, env=tls)
+                    t, n = seconds(res.stdout)
+                    if t is None:
+                        print(f"the copy failed: {res.stdout}{res.stderr}", flush=True)
+                        continue
+                    out.append(n / t / 1e9)
+                port = str(29600 + r)
+                server = hosts[1].spawn([tool, "tcp-serve", "--port", port],
+                                        log=os.path.join(hosts.dir, f"tcp-{r}.log"))
+                res = hosts[0].run([tool, "tcp-send", "--to", f"{hosts[1].ip}:{port}",
+                                    "--mib", str(mib)], timeout=300)
+                server.wait(timeout=60)
+                t, n = seconds(res.stdout)
+                if t is not None:
+                    tcp.append(n / t / 1e9)
+    import statistics
+    med = lambda xs: statistics.median(xs) if xs else -1.0  # noqa: E731
+    return med(copy), med(capped), med(tcp)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="64,256", help="state sizes in MiB")
     p.add_argument("--steps", type=int, default=60, help="steps per run")
     p.add_argument("--ranks", type=int, default=1, help="ranks of each job")
+    p.add_argument("--crosshost", action="store_true",
+                   help="also the cross-host copy rate (root: network namespaces)")
+    p.add_argument("--only-crosshost", action="store_true", help="only that")
     args = p.parse_args()
     RANKS[0] = args.ranks
+    if args.only_crosshost:
+        report_crosshost(crosshost(), "")
+        return
     sizes = [int(x) for x in args.sizes.split(",")]
     print(f"# snapshot_bench: {args.ranks} rank(s), state of {args.sizes} MiB, commit every step, "
           f"snapshots off and on in turn, {os.cpu_count()} cores", flush=True)
@@ -173,8 +233,26 @@ def main():
           f"{'met' if -1 < results.get(key, -1) <= 0.02 else 'missed'}; first step <= 1 s "
           f"after the kill: {'met' if 0 < first_step_s <= 1 else 'missed'}", flush=True)
     fields = " ".join(f"{k}={v:.4f}" for k, v in results.items())
-    print(f"RESULT {fields} restore_s={restore_s:.3f} torch_load_s={load_s:.3f} "
-          f"restore_ratio={ratio:.2f} first_step_s={first_step_s:.2f}")
+    fields += (f" restore_s={restore_s:.3f} torch_load_s={load_s:.3f} "
+               f"restore_ratio={ratio:.2f} first_step_s={first_step_s:.2f}")
+    if args.crosshost:
+        report_crosshost(crosshost(), fields)
+    else:
+        print(f"RESULT {fields}")
+
+
+def report_crosshost(rates, fields):
+    if rates is None:
+        print(f"RESULT {fields} crosshost=skipped".replace("RESULT  ", "RESULT "))
+        return
+    copy, capped, tcp = rates
+    ratio = copy / tcp if copy > 0 and tcp > 0 else -1
+    share = 0.2 / tcp if tcp > 0 else -1
+    print(f"cross-host, 256 MiB: a peer copy {copy:.3f} GB/s unbounded, {capped:.3f} GB/s at "
+          f"the default 200 MB/s; one raw TCP stream {tcp:.3f} GB/s: link_ratio {ratio:.2f}; "
+          f"the default cap takes {100 * share:.1f}% of that stream's rate", flush=True)
+    print(f"RESULT {fields} copy_gbps={copy:.3f} capped_gbps={capped:.3f} tcp_gbps={tcp:.3f} "
+          f"link_ratio={ratio:.2f} capped_share={share:.3f}".replace("RESULT  ", "RESULT "))
 
 
 if __name__ == "__main__":

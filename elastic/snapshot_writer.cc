@@ -244,30 +244,54 @@ void SnapshotWriter::CopyToPeer(const std::string& state, int64_t step, int64_t 
   if (!lock.held()) return;
   std::string address = PeerAddress();
   if (address.empty()) return;  // no other host
-  const int64_t total = static_cast<int64_t>(state.size());
-  const double rate = std::max(options_.peer_bytes_per_s, 1e6);
   absl::Time start = absl::Now();
+  absl::Status sent =
+      PutSnapshot(address, options_.token, {options_.job_id, step, epoch, options_.node_id}, state,
+                  options_.peer_bytes_per_s, [this](grpc::ClientContext* context) {
+                    absl::MutexLock lock(&mu_);
+                    peer_call_ = context;  // the destructor cancels it (null: the copy ended)
+                    return !stop_;
+                  });
+  absl::MutexLock stats_lock(&mu_);
+  if (sent.ok()) {
+    ++stats_.peer_copies;
+    stats_.last_peer_step = step;
+    stats_.peer_bytes += static_cast<int64_t>(state.size());
+    stats_.peer_seconds += absl::ToDoubleSeconds(absl::Now() - start);
+  } else if (!absl::IsAlreadyExists(sent) && !absl::IsCancelled(sent)) {
+    stats_.last_error = absl::StrCat("peer copy to ", address, ": ", sent.message());
+    peer_looked_ = absl::InfinitePast();  // look again: the node may be gone
+    spdlog::debug("job {}: the snapshot of step {} was not copied to {}: {}", options_.job_id, step,
+                  address, sent.message());
+  }
+}
+
+absl::Status PutSnapshot(const std::string& address, const std::string& token,
+                         const SnapshotName& name, absl::string_view state, double bytes_per_s,
+                         const std::function<bool(grpc::ClientContext*)>& go_on) {
+  const int64_t total = static_cast<int64_t>(state.size());
+  const double rate = bytes_per_s > 0 ? std::max(bytes_per_s, 1e6) : 0;
+  const absl::Time start = absl::Now();
   grpc::ClientContext context;
-  rpc::PrepareContext(&context, options_.token,
-                      absl::Seconds(30 + static_cast<double>(total) / rate), false);
+  // 30 s, and the time the bytes take at the rate (or at 100 MB/s, unbounded).
+  rpc::PrepareContext(&context, token,
+                      absl::Seconds(30 + static_cast<double>(total) / (rate > 0 ? rate : 1e8)),
+                      false);
   auto stub = rpc::NodeManagerService::NewStub(rpc::MakeChannel(address));
   rpc::PutSnapshotReply reply;
-  {
-    absl::MutexLock lock(&mu_);
-    if (stop_) return;
-    peer_call_ = &context;
-  }
+  if (go_on && !go_on(&context)) return absl::CancelledError("stopped");
   auto writer = stub->PutSnapshot(&context, &reply);
   bool sent_all = true;
+  bool stopped = false;
   int64_t at = 0;
   do {
     rpc::SnapshotChunk chunk;
     if (at == 0) {
-      chunk.set_job_id(options_.job_id);
-      chunk.set_step(step);
-      chunk.set_epoch(epoch);
+      chunk.set_job_id(name.job_id);
+      chunk.set_step(name.step);
+      chunk.set_epoch(name.epoch);
       chunk.set_total_bytes(total);
-      chunk.set_from_node(options_.node_id);
+      chunk.set_from_node(name.from_node);
     }
     int64_t n = std::min(kPeerChunkBytes, total - at);
     chunk.set_data(state.data() + at, static_cast<size_t>(n));
@@ -277,32 +301,23 @@ void SnapshotWriter::CopyToPeer(const std::string& state, int64_t step, int64_t 
     }
     at += n;
     // At most `rate`: the copy must not take the link from the collectives.
-    absl::Time due = start + absl::Seconds(static_cast<double>(at) / rate);
-    absl::Duration wait = due - absl::Now();
-    if (wait > absl::ZeroDuration()) absl::SleepFor(wait);
-    absl::MutexLock stop_lock(&mu_);
-    if (stop_) {
+    if (rate > 0) {
+      absl::Duration wait = start + absl::Seconds(static_cast<double>(at) / rate) - absl::Now();
+      if (wait > absl::ZeroDuration()) absl::SleepFor(wait);
+    }
+    if (go_on && !go_on(&context)) {
       context.TryCancel();
       sent_all = false;
+      stopped = true;
       break;
     }
   } while (at < total);
   if (sent_all) writer->WritesDone();
   grpc::Status status = writer->Finish();
-  absl::MutexLock stats_lock(&mu_);
-  peer_call_ = nullptr;
-  if (status.ok()) {
-    ++stats_.peer_copies;
-    stats_.last_peer_step = step;
-    stats_.peer_bytes += total;
-    stats_.peer_seconds += absl::ToDoubleSeconds(absl::Now() - start);
-  } else if (status.error_code() != grpc::StatusCode::ALREADY_EXISTS &&
-             status.error_code() != grpc::StatusCode::CANCELLED) {
-    stats_.last_error = absl::StrCat("peer copy to ", address, ": ", status.error_message());
-    peer_looked_ = absl::InfinitePast();  // look again: the node may be gone
-    spdlog::debug("job {}: the snapshot of step {} was not copied to {}: {}", options_.job_id, step,
-                  address, status.error_message());
-  }
+  if (go_on) go_on(nullptr);
+  if (stopped) return absl::CancelledError("stopped");
+  if (!status.ok()) return rpc::FromGrpc(status, absl::StrCat("node at ", address));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<node::Snapshot>> ListNodeSnapshots(const std::string& address,

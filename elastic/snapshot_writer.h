@@ -16,12 +16,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "node/snapshot_store.h"
@@ -102,6 +104,23 @@ class SnapshotWriter {
   std::thread thread_;
   std::thread peer_thread_;
 };
+
+// What names a snapshot: its job, step, the epoch the step ran in, and the node it comes from.
+struct SnapshotName {
+  std::string job_id;
+  int64_t step = 0;
+  int64_t epoch = 0;
+  std::string from_node;
+};
+
+// Sends `state` to the store of the node manager at `address` as the peer copy `name`
+// (its PutSnapshot), in 1 MiB chunks at most `bytes_per_s` (0: as fast as it goes). `go_on`
+// (optional) is called with the call's context before the first chunk and after each, and
+// with null at the end; false stops the copy (CANCELLED). ALREADY_EXISTS: the peer holds that
+// step already. Bounded by 30 s plus the time the bytes take at the rate.
+absl::Status PutSnapshot(const std::string& address, const std::string& token,
+                         const SnapshotName& name, absl::string_view state, double bytes_per_s,
+                         const std::function<bool(grpc::ClientContext*)>& go_on = nullptr);
 
 // What the node manager at `address` holds of job `job_id` (its ListSnapshots), newest first;
 // `path` is empty. Bounded by `timeout`.
