@@ -24,15 +24,6 @@
 namespace phalanx::node {
 namespace {
 
-// Letters, digits, '-' and '_' only: a name, never a path.
-bool IsName(absl::string_view s) {
-  if (s.empty() || s.size() > 128) return false;
-  for (char c : s) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
-  }
-  return true;
-}
-
 // Field 22 of /proc/<pid>/stat (the start time in clock ticks since boot); "" when gone.
 std::string StartTime(int pid) {
   auto stat = ReadFileAtMost(absl::StrCat("/proc/", pid, "/stat"), 4096);
@@ -46,6 +37,14 @@ std::string StartTime(int pid) {
 }
 
 }  // namespace
+
+bool IsStoreName(absl::string_view s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
+  }
+  return true;
+}
 
 std::string ObjectStoreDir(const std::string& node_id) {
   return absl::StrCat("/dev/shm/phalanx-objects-", node_id);
@@ -135,7 +134,7 @@ int RemoveStaleObjectStores(const std::string& own_dir) {
     }
     SweepObjectStore(dir);
     bool owners_left = false;
-    for (const std::string& entry : ListDir(dir)) owners_left |= IsName(entry);
+    for (const std::string& entry : ListDir(dir)) owners_left |= IsStoreName(entry);
     if (node.ok() || !owners_left) {
       std::string target = LinkTarget(dir);  // a store moved by --object-store-dir
       if (!target.empty()) RemoveAll(target).IgnoreError();
@@ -156,10 +155,10 @@ std::vector<CachedObject> ListObjectCache(const std::string& dir) {
     }
   };
   for (const std::string& node : ListDir(cache)) {
-    if (!IsName(node)) continue;
+    if (!IsStoreName(node)) continue;
     const std::string node_dir = absl::StrCat(cache, "/", node);
     for (const std::string& owner : ListDir(node_dir)) {
-      if (!IsName(owner)) continue;
+      if (!IsStoreName(owner)) continue;
       const std::string owner_dir = absl::StrCat(node_dir, "/", owner);
       for (const std::string& name : ListDir(owner_dir)) {
         const std::string path = absl::StrCat(owner_dir, "/", name);
@@ -182,7 +181,7 @@ std::vector<CachedObject> ListObjectCache(const std::string& dir) {
           if (!ObjectOwnerAlive(reader)) ::unlink(path.c_str());
           continue;
         }
-        if (!IsName(name)) continue;
+        if (!IsStoreName(name)) continue;
         struct stat st {};
         if (::stat(path.c_str(), &st) != 0) continue;
         out.push_back({node, owner, name, path, static_cast<int64_t>(st.st_size),
@@ -241,12 +240,12 @@ int64_t SpillOldestObjects(const std::string& dir, const std::string& spill_dir,
   };
   std::vector<Value> values;
   for (const std::string& owner : ListDir(dir)) {
-    if (!IsName(owner) || !ObjectOwnerAlive(owner)) continue;
+    if (!IsStoreName(owner) || !ObjectOwnerAlive(owner)) continue;
     const std::string owner_dir = absl::StrCat(dir, "/", owner);
     for (const std::string& name : ListDir(owner_dir)) {
       struct stat st {};
       // "fetch-...": a private copy a reader is writing (_objects.py), not a value.
-      if (!IsName(name) || absl::StartsWith(name, "fetch-") ||
+      if (!IsStoreName(name) || absl::StartsWith(name, "fetch-") ||
           ::stat(absl::StrCat(owner_dir, "/", name).c_str(), &st) != 0) {
         continue;
       }
@@ -274,7 +273,7 @@ int64_t SpillOldestObjects(const std::string& dir, const std::string& spill_dir,
 
 bool ObjectHeld(const std::vector<std::string>& dirs, absl::string_view owner,
                 absl::string_view object_id) {
-  if (!IsName(owner) || !IsName(object_id) || !ObjectOwnerAlive(owner)) return false;
+  if (!IsStoreName(owner) || !IsStoreName(object_id) || !ObjectOwnerAlive(owner)) return false;
   for (const std::string& dir : dirs) {
     if (::access(absl::StrCat(dir, "/", owner, "/", object_id).c_str(), F_OK) == 0) return true;
   }
@@ -287,7 +286,7 @@ rpc::ObjectStoreUsage MeasureObjectStore(const std::string& dir, const std::stri
   usage.set_capacity_bytes(capacity_bytes);
   auto measure = [&](const std::string& root, bool spilled) {
     for (const std::string& owner : ListDir(root)) {
-      if (!IsName(owner)) continue;
+      if (!IsStoreName(owner)) continue;
       std::string owner_dir = absl::StrCat(root, "/", owner);
       for (const std::string& object : ListDir(owner_dir)) {
         struct stat st {};
@@ -314,7 +313,7 @@ rpc::ObjectStoreUsage MeasureObjectStore(const std::string& dir, const std::stri
 int SweepObjectStore(const std::string& dir, std::vector<std::string>* removed) {
   int count = 0;
   for (const std::string& owner : ListDir(dir)) {
-    if (!IsName(owner) || ObjectOwnerAlive(owner)) continue;
+    if (!IsStoreName(owner) || ObjectOwnerAlive(owner)) continue;
     if (RemoveAll(absl::StrCat(dir, "/", owner)).ok()) {
       ++count;
       if (removed != nullptr) removed->push_back(owner);
@@ -326,7 +325,7 @@ int SweepObjectStore(const std::string& dir, std::vector<std::string>* removed) 
 absl::Status StreamObject(const std::vector<std::string>& dirs, absl::string_view owner,
                           absl::string_view object_id, bool probe,
                           const std::function<bool(absl::string_view chunk, int64_t size)>& write) {
-  if (!IsName(owner) || !IsName(object_id)) {
+  if (!IsStoreName(owner) || !IsStoreName(object_id)) {
     return absl::InvalidArgumentError(absl::StrCat("owner '", owner, "' and object id '", object_id,
                                                    "' must be names (letters, digits, '-', '_')"));
   }

@@ -74,6 +74,10 @@ struct CachedObject {
 std::string ObjectStoreDir(const std::string& node_id);
 std::string ObjectStoreDataDir(const std::string& root, const std::string& node_id);
 
+// Whether `s` may name something in the store (an owner, an object, a job's snapshots): letters,
+// digits, '-' and '_' only, 1 to 128 of them; never a path.
+bool IsStoreName(absl::string_view s);
+
 // Whether `owner` ("<pid>-<start time>", a directory of the store) names a process that runs:
 // the pid exists and started at that time (a reused pid does not count).
 bool ObjectOwnerAlive(absl::string_view owner);

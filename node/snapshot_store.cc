@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -19,15 +18,6 @@
 
 namespace phalanx::node {
 namespace {
-
-// Letters, digits, '-' and '_' only: a name, never a path.
-bool IsName(absl::string_view s) {
-  if (s.empty() || s.size() > 128) return false;
-  for (char c : s) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
-  }
-  return true;
-}
 
 std::string Root(const std::string& store_dir) {
   return absl::StrCat(store_dir, "/", kSnapshotDir);
@@ -48,7 +38,7 @@ bool ParseName(absl::string_view name, Snapshot* out) {
   }
   out->from_node.clear();
   if (parts.size() == 3) {
-    if (!absl::ConsumePrefix(&parts[2], "from-") || !IsName(parts[2])) return false;
+    if (!absl::ConsumePrefix(&parts[2], "from-") || !IsStoreName(parts[2])) return false;
     out->from_node = std::string(parts[2]);
   }
   return true;
@@ -82,7 +72,7 @@ std::string MiB(int64_t bytes) {
 }  // namespace
 
 std::string SnapshotJobDir(const std::string& store_dir, const std::string& job_id) {
-  if (!IsName(job_id)) return "";
+  if (!IsStoreName(job_id)) return "";
   return absl::StrCat(Root(store_dir), "/", job_id);
 }
 
@@ -118,7 +108,7 @@ bool HasSnapshot(const std::string& store_dir, const std::string& job_id, int64_
 std::vector<std::string> SnapshotJobs(const std::string& store_dir) {
   std::vector<std::string> out;
   for (const std::string& job : ListDir(Root(store_dir))) {
-    if (IsName(job)) out.push_back(job);
+    if (IsStoreName(job)) out.push_back(job);
   }
   return out;
 }
@@ -171,7 +161,7 @@ absl::Status SnapshotFileWriter::Open(const std::string& store_dir, const std::s
                                       int64_t total_bytes) {
   Discard();
   std::string dir = SnapshotJobDir(store_dir, job_id);
-  if (dir.empty() || (!from_node.empty() && !IsName(from_node))) {
+  if (dir.empty() || (!from_node.empty() && !IsStoreName(from_node))) {
     return absl::InvalidArgumentError(absl::StrCat("job id '", job_id, "' and node id '", from_node,
                                                    "' must be names (letters, digits, '-', '_')"));
   }
@@ -273,74 +263,73 @@ absl::Status WriteSnapshot(const std::string& store_dir, const std::string& job_
   return writer.Commit();
 }
 
-absl::StatusOr<std::pair<int64_t, std::string>> ReadSnapshot(const std::string& path) {
-  // The state is read straight into its string (no copy to drop the step line).
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat("snapshot ", path, " is gone"));
+namespace {
+
+// An open snapshot file: its step, where its state starts and how long it is.
+struct OpenedSnapshot {
+  int fd = -1;
+  int64_t step = 0;
+  int64_t skip = 0;  // the step line's length
+  int64_t size = 0;  // the state's
+  ~OpenedSnapshot() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+absl::Status OpenSnapshot(const std::string& path, OpenedSnapshot* out) {
+  out->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (out->fd < 0) return absl::NotFoundError(absl::StrCat("snapshot ", path, " is gone"));
   struct stat st {};
-  ::fstat(fd, &st);
+  ::fstat(out->fd, &st);
   char head[32];
-  ssize_t got = ::pread(fd, head, sizeof(head), 0);
+  ssize_t got = ::pread(out->fd, head, sizeof(head), 0);
   ssize_t nl = 0;
   while (nl < got && head[nl] != '\n') ++nl;
-  int64_t step = 0;
-  if (nl >= got || !absl::SimpleAtoi(absl::string_view(head, static_cast<size_t>(nl)), &step)) {
-    ::close(fd);
+  if (nl >= got ||
+      !absl::SimpleAtoi(absl::string_view(head, static_cast<size_t>(nl)), &out->step)) {
     return absl::DataLossError(absl::StrCat("snapshot ", path, " has no step line"));
   }
-  const int64_t skip = nl + 1;
-  std::string state(static_cast<size_t>(std::max<int64_t>(0, st.st_size - skip)), '\0');
+  out->skip = nl + 1;
+  out->size = std::max<int64_t>(0, static_cast<int64_t>(st.st_size) - out->skip);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::pair<int64_t, std::string>> ReadSnapshot(const std::string& path) {
+  // The state is read straight into its string (no copy to drop the step line).
+  OpenedSnapshot file;
+  if (auto s = OpenSnapshot(path, &file); !s.ok()) return s;
+  std::string state(static_cast<size_t>(file.size), '\0');
   for (size_t done = 0; done < state.size();) {
-    ssize_t n = ::pread(fd, state.data() + done, state.size() - done,
-                        static_cast<off_t>(skip + static_cast<int64_t>(done)));
-    if (n <= 0) {
-      ::close(fd);
-      return absl::DataLossError(absl::StrCat("snapshot ", path, " ended early"));
-    }
+    ssize_t n = ::pread(file.fd, state.data() + done, state.size() - done,
+                        static_cast<off_t>(file.skip + static_cast<int64_t>(done)));
+    if (n <= 0) return absl::DataLossError(absl::StrCat("snapshot ", path, " ended early"));
     done += static_cast<size_t>(n);
   }
-  ::close(fd);
-  return std::make_pair(step, std::move(state));
+  return std::make_pair(file.step, std::move(state));
 }
 
 absl::Status StreamSnapshot(const std::string& path, int64_t chunk_bytes,
                             const std::function<bool(absl::string_view, int64_t)>& write) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat("snapshot ", path, " is gone"));
-  struct stat st {};
-  ::fstat(fd, &st);
-  // Skip the header line.
-  char head[32];
-  ssize_t got = ::pread(fd, head, sizeof(head), 0);
-  int64_t skip = 0;
-  while (skip < got && head[skip] != '\n') ++skip;
-  if (skip >= got) {
-    ::close(fd);
-    return absl::DataLossError(absl::StrCat("snapshot ", path, " has no step line"));
-  }
-  ++skip;
-  const int64_t size = static_cast<int64_t>(st.st_size) - skip;
+  OpenedSnapshot file;
+  if (auto s = OpenSnapshot(path, &file); !s.ok()) return s;
+  const int64_t size = file.size;
   std::string buffer(static_cast<size_t>(std::max<int64_t>(1, std::min(chunk_bytes, size))), '\0');
-  absl::Status status = absl::OkStatus();
   for (int64_t at = 0; at < size || size == 0;) {
     ssize_t n = size == 0 ? 0
-                          : ::pread(fd, buffer.data(),
+                          : ::pread(file.fd, buffer.data(),
                                     static_cast<size_t>(std::min<int64_t>(
                                         static_cast<int64_t>(buffer.size()), size - at)),
-                                    skip + at);
-    if (n < 0) {
-      status = absl::InternalError(absl::StrCat("reading ", path, " failed"));
-      break;
-    }
+                                    file.skip + at);
+    if (n < 0) return absl::InternalError(absl::StrCat("reading ", path, " failed"));
     if (!write(absl::string_view(buffer.data(), static_cast<size_t>(n)), size)) {
-      status = absl::CancelledError("the reader went away");
-      break;
+      return absl::CancelledError("the reader went away");
     }
     at += n;
     if (size == 0 || n == 0) break;
   }
-  ::close(fd);
-  return status;
+  return absl::OkStatus();
 }
 
 }  // namespace phalanx::node

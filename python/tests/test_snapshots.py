@@ -54,13 +54,13 @@ def mlp_loop(config):
     train.report({"steps": state.step, "world_size": world})
 
 
-def kill_every_rank_at(step, seen, also_controller=False):
-    """Chaos: once the job reached `step` with 2 workers, SIGKILL every rank at once (and its
-    controller)."""
+def kill_every_rank_at(step, seen, also_controller=False, ranks=2):
+    """Chaos: once the job reached `step` with `ranks` workers, SIGKILL every rank at once (and
+    its controller)."""
     def chaos(job_id):
         while True:
             r = train.job_status(job_id)
-            if r.steps >= step and len(r.ranks) >= 2:
+            if r.steps >= step and len(r.ranks) >= ranks:
                 actors = [(m["actor_id"], "PythonTrainer") for m in r.ranks]
                 if also_controller:
                     actors.append((r.controller_actor_id, "ElasticController"))
@@ -145,23 +145,8 @@ def test_a_zero_job_that_loses_every_rank_keeps_its_optimizer_state(cluster, tmp
     started afresh, Adam would have diverged from the uninterrupted run."""
     reference, expected, _ = run_zero(tmp_path, "zero-whole")
 
-    def chaos(seen):
-        def kill(job_id):
-            while True:
-                r = train.job_status(job_id)
-                if r.steps >= 40 and len(r.ranks) >= 3:
-                    pids = [phalanx.actor_info(phalanx.ActorHandle(
-                        m["actor_id"], "PythonTrainer", "cpp"))["pid"] for m in r.ranks]
-                    seen["status"] = r
-                    for pid in pids:
-                        os.kill(pid, signal.SIGKILL)
-                    return
-                if r.state in ("SUCCEEDED", "FAILED"):
-                    return
-                time.sleep(0.02)
-        return kill
-
-    result, got, seen = run_zero(tmp_path, "zero-all-killed", chaos=chaos)
+    result, got, seen = run_zero(tmp_path, "zero-all-killed",
+                                 chaos=lambda seen: kill_every_rank_at(40, seen, ranks=3))
     assert "status" in seen, "the job ended before the kill"
     message = restored(result)
     print(f"\n[snapshot] {message}")

@@ -17,7 +17,7 @@ import time
 import pytest
 
 import cluster_info
-from jobs import ElasticRun, format_analysis, now_ms
+from jobs import ElasticRun, format_analysis, now_ms, wait_for
 
 FAULT_STEP = 150
 
@@ -426,7 +426,7 @@ def test_a_cut_host_with_the_only_rank_and_its_snapshot_restores_from_the_peer_c
             if root.endswith(f"/.snapshots/{run.job_id}") and any(".from-" in f for f in files):
                 return root
         return None
-    assert wait_for_value(peer_copy, 20), "no peer copy of the rank's snapshot"
+    assert wait_for(peer_copy, 20, interval=0.2), "no peer copy of the rank's snapshot"
     fault_ms = now_ms()
     hosts[victim].link_down()
     rc = run.wait_done(timeout=150)
@@ -446,12 +446,3 @@ def test_a_cut_host_with_the_only_rank_and_its_snapshot_restores_from_the_peer_c
     print(f"restored step {restored}; the last step agreed before the cut: {a['last_before']}")
     assert restored >= a["last_before"] - 10, (restored, a)
 
-
-def wait_for_value(cond, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.2)
-    return cond()
