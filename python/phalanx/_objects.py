@@ -643,7 +643,8 @@ def _new_id():
 
 
 def _store_used(root):
-    """The bytes the values in a store's owner directories and its cache take."""
+    """The bytes the values in a store's owner directories and its cache take, and the elastic
+    jobs' snapshots kept there (node/snapshot_store.h), which the capacity counts too."""
     used = 0
     try:
         owners = [e for e in os.scandir(root) if e.is_dir() and not e.name.startswith(".")]
@@ -653,6 +654,10 @@ def _store_used(root):
     try:
         owners += [o for n in os.scandir(cache) if n.is_dir()
                    for o in os.scandir(n.path) if o.is_dir()]
+    except OSError:
+        pass
+    try:
+        owners += [j for j in os.scandir(os.path.join(root, ".snapshots")) if j.is_dir()]
     except OSError:
         pass
     for owner in owners:
