@@ -137,7 +137,8 @@ void SnapshotWriter::Run() {
       }
     }
     double took = absl::ToDoubleSeconds(absl::Now() - start);
-    absl::MutexLock lock(&mu_);
+    bool tell = false;  // the first failure of a run of them: said in the job's log too
+    absl::ReleasableMutexLock lock(&mu_);
     busy_ = false;
     if (written.ok()) {
       stats_.last_step = std::max(stats_.last_step, step);
@@ -158,16 +159,20 @@ void SnapshotWriter::Run() {
         spdlog::warn("job {}: the snapshot of step {} was not kept in this node's memory: {}",
                      options_.job_id, step, written.message());
         warned_ = true;
-        // And where the user looks: the job's log (`phalanx job logs`, fit()'s output).
-        if (worker::CoreWorker* cw = worker::CoreWorker::Get()) {
-          cw->gcs()
-              .AppendJobLog(options_.job_id, absl::StrCat("(node ", options_.node_id.substr(0, 8),
-                                                          ") phalanx: the snapshot of step ", step,
-                                                          " was not kept in this node's memory: ",
-                                                          written.message(), "\n"))
-              .IgnoreError();
-        }
+        tell = true;
       }
+    }
+    lock.Release();
+    // And where the user looks: the job's log (`phalanx job logs`, fit()'s output). Not under
+    // mu_: a slow GCS must not hold up Offer, which a step calls.
+    worker::CoreWorker* cw = worker::CoreWorker::Get();
+    if (tell && cw != nullptr) {
+      cw->gcs()
+          .AppendJobLog(options_.job_id, absl::StrCat("(node ", options_.node_id.substr(0, 8),
+                                                      ") phalanx: the snapshot of step ", step,
+                                                      " was not kept in this node's memory: ",
+                                                      written.message(), "\n"))
+          .IgnoreError();
     }
   }
 }
