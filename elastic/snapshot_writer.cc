@@ -74,8 +74,6 @@ void SnapshotWriter::Offer(std::shared_ptr<const std::string> state, int64_t ste
   if (step == offered_step_ && epoch == offered_epoch_) return;  // the same state again
   offered_step_ = step;
   offered_epoch_ = epoch;
-  if (next_) ++stats_.skipped;
-  ++stats_.offered;
   next_ = std::move(state);
   next_step_ = step;
   next_epoch_ = epoch;
@@ -88,23 +86,9 @@ void SnapshotWriter::RolledBack(int64_t step) {
       next_.reset();
       next_step_ = -1;
     }
-    stats_.last_step = std::min(stats_.last_step, step);
     offered_step_ = -1;
   }
   node::PruneSnapshots(options_.store_dir, options_.job_id, node::kSnapshotsKept, step);
-}
-
-bool SnapshotWriter::Flush(absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !next_ && !busy_ && !kept_ && !peer_busy_;
-  };
-  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
-}
-
-SnapshotWriterStats SnapshotWriter::Stats() const {
-  absl::MutexLock lock(&mu_);
-  return stats_;
 }
 
 void SnapshotWriter::Run() {
@@ -120,11 +104,8 @@ void SnapshotWriter::Run() {
       state = std::move(next_);
       step = next_step_;
       epoch = next_epoch_;
-      busy_ = true;
     }
-    absl::Time start = absl::Now();
     absl::Status written = absl::OkStatus();
-    bool wrote = false;
     if (!MakeDirs(dir, 0700).ok()) {
       written = absl::InternalError(absl::StrCat("cannot create ", dir));
     } else {
@@ -132,20 +113,12 @@ void SnapshotWriter::Run() {
       NodeLock lock(absl::StrCat(dir, "/.write.lock"), kNodeLockWait);
       if (!node::HasSnapshot(options_.store_dir, options_.job_id, step, epoch)) {
         written = node::WriteSnapshot(options_.store_dir, options_.job_id, step, epoch, "", *state);
-        wrote = written.ok();
         if (absl::IsAlreadyExists(written)) written = absl::OkStatus();
       }
     }
-    double took = absl::ToDoubleSeconds(absl::Now() - start);
     bool tell = false;  // the first failure of a run of them: said in the job's log too
     absl::ReleasableMutexLock lock(&mu_);
-    busy_ = false;
     if (written.ok()) {
-      stats_.last_step = std::max(stats_.last_step, step);
-      if (wrote) {
-        ++stats_.written;
-        stats_.write_seconds += took;
-      }
       warned_ = false;
       // The copy on another host is of the newest state kept here.
       if (options_.peer_copy) {
@@ -154,7 +127,6 @@ void SnapshotWriter::Run() {
         kept_epoch_ = epoch;
       }
     } else {
-      stats_.last_error = std::string(written.message());
       if (!warned_) {
         spdlog::warn("job {}: the snapshot of step {} was not kept in this node's memory: {}",
                      options_.job_id, step, written.message());
@@ -189,11 +161,8 @@ void SnapshotWriter::PeerRun() {
       state = std::move(kept_);
       step = kept_step_;
       epoch = kept_epoch_;
-      peer_busy_ = true;
     }
     CopyToPeer(*state, step, epoch);
-    absl::MutexLock lock(&mu_);
-    peer_busy_ = false;
   }
 }
 
@@ -249,7 +218,6 @@ void SnapshotWriter::CopyToPeer(const std::string& state, int64_t step, int64_t 
   if (!lock.held()) return;
   std::string address = PeerAddress();
   if (address.empty()) return;  // no other host
-  absl::Time start = absl::Now();
   absl::Status sent =
       PutSnapshot(address, options_.token, {options_.job_id, step, epoch, options_.node_id}, state,
                   options_.peer_bytes_per_s, [this](grpc::ClientContext* context) {
@@ -257,14 +225,8 @@ void SnapshotWriter::CopyToPeer(const std::string& state, int64_t step, int64_t 
                     peer_call_ = context;  // the destructor cancels it (null: the copy ended)
                     return !stop_;
                   });
-  absl::MutexLock stats_lock(&mu_);
-  if (sent.ok()) {
-    ++stats_.peer_copies;
-    stats_.last_peer_step = step;
-    stats_.peer_bytes += static_cast<int64_t>(state.size());
-    stats_.peer_seconds += absl::ToDoubleSeconds(absl::Now() - start);
-  } else if (!absl::IsAlreadyExists(sent) && !absl::IsCancelled(sent)) {
-    stats_.last_error = absl::StrCat("peer copy to ", address, ": ", sent.message());
+  if (!sent.ok() && !absl::IsAlreadyExists(sent) && !absl::IsCancelled(sent)) {
+    absl::MutexLock lock(&mu_);
     peer_looked_ = absl::InfinitePast();  // look again: the node may be gone
     spdlog::debug("job {}: the snapshot of step {} was not copied to {}: {}", options_.job_id, step,
                   address, sent.message());

@@ -43,20 +43,6 @@ struct SnapshotWriterOptions {
   std::string token;  // the cluster's, for calls to the peer node
 };
 
-// What the writer has done, for tests, benchmarks and the rank's log.
-struct SnapshotWriterStats {
-  int64_t offered = 0;
-  int64_t written = 0;      // copies into this node's store (by this writer)
-  int64_t skipped = 0;      // offers replaced by a newer one before their turn
-  int64_t peer_copies = 0;  // copies sent to a peer
-  int64_t last_step = -1;   // the newest step in this node's store from this writer
-  int64_t last_peer_step = -1;
-  double write_seconds = 0;  // spent copying into this node's store
-  double peer_seconds = 0;
-  int64_t peer_bytes = 0;
-  std::string last_error;
-};
-
 class SnapshotWriter {
  public:
   explicit SnapshotWriter(SnapshotWriterOptions options);
@@ -69,9 +55,6 @@ class SnapshotWriter {
   // The steps past `step` were rolled back (every rank goes back to it): their snapshots in
   // this node's store go, and an offer of one of them that waits is dropped.
   void RolledBack(int64_t step);
-  // Waits (at most `timeout`) until every offer so far is written; false on timeout.
-  bool Flush(absl::Duration timeout);
-  SnapshotWriterStats Stats() const;
 
  private:
   void Run();      // copies into this node's store
@@ -86,15 +69,12 @@ class SnapshotWriter {
   int64_t next_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t offered_step_ ABSL_GUARDED_BY(mu_) = -1;  // the last offer's
   int64_t offered_epoch_ ABSL_GUARDED_BY(mu_) = -1;
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;
   // The newest state kept in this node's store, for the peer thread (taken when it is free).
   std::shared_ptr<const std::string> kept_ ABSL_GUARDED_BY(mu_);
   int64_t kept_step_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t kept_epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  bool peer_busy_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool warned_ ABSL_GUARDED_BY(mu_) = false;
-  SnapshotWriterStats stats_ ABSL_GUARDED_BY(mu_);
   // The peer node's address, looked up again after kPeerLookupPeriod or a failed copy.
   std::string peer_ ABSL_GUARDED_BY(mu_);
   // The copy to the peer under way, cancelled by the destructor (a peer whose host was cut
