@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -149,6 +150,36 @@ bool ProcessAlive(pid_t pid) {
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
   char state = ProcessState(pid);
   return state != '\0' && state != 'Z' && state != 'X';
+}
+
+std::string ProcessStartTime(pid_t pid) {
+  if (pid <= 0) return "";
+  std::vector<std::string> fields = absl::StrSplit(StatFields(pid), ' ', absl::SkipEmpty());
+  // fields[0] is field 3 (the state), so field 22 is fields[19].
+  return fields.size() > 19 ? fields[19] : "";
+}
+
+bool ProcessEnding(pid_t pid, const std::string& start_time) {
+  std::vector<std::string> fields = absl::StrSplit(StatFields(pid), ' ', absl::SkipEmpty());
+  if (fields.size() <= 19 || fields[19] != start_time) return true;  // gone, or pid reused
+  if (fields[0] == "Z" || fields[0] == "X") return true;
+  // Field 9, the kernel's flags: PF_EXITING once it has taken the fatal signal.
+  constexpr uint64_t kPfExiting = 0x4;
+  uint64_t flags = 0;
+  if (absl::SimpleAtoi(fields[6], &flags) && (flags & kPfExiting) != 0) return true;
+  // Before that, a SIGKILL sent is pending, to the process or to its main thread.
+  auto status = ReadFileAtMost(absl::StrCat("/proc/", pid, "/status"), 8192);
+  if (!status.ok()) return true;
+  constexpr uint64_t kSigKillBit = uint64_t{1} << (SIGKILL - 1);
+  for (absl::string_view line : absl::StrSplit(*status, '\n')) {
+    if (!absl::StartsWith(line, "SigPnd:") && !absl::StartsWith(line, "ShdPnd:")) continue;
+    uint64_t mask = 0;
+    if (absl::SimpleHexAtoi(absl::StripAsciiWhitespace(line.substr(7)), &mask) &&
+        (mask & kSigKillBit) != 0) {
+      return true;
+    }
+  }
+  return false;
 }
 
 bool StateCannotRun(char state) {

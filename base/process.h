@@ -33,6 +33,15 @@ absl::StatusOr<pid_t> Spawn(const SpawnOptions& options);
 // True if `pid` exists and is not a zombie.
 bool ProcessAlive(pid_t pid);
 
+// The start time of `pid` (field 22 of /proc/PID/stat, clock ticks since boot): with the pid,
+// it names one process for good, as pids are reused. "" if it is gone.
+std::string ProcessStartTime(pid_t pid);
+
+// True when process `pid` that started at `start_time` (ProcessStartTime) has ended or is
+// ending: gone, reused, a zombie, exiting, or with a SIGKILL pending. Once kill(pid, SIGKILL)
+// has returned, this is true, though the process may still be in the kernel's exit path.
+bool ProcessEnding(pid_t pid, const std::string& start_time);
+
 // The parent of `pid` (from /proc/PID/stat); -1 if it is gone.
 pid_t ProcessParent(pid_t pid);
 

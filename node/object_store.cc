@@ -18,25 +18,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/files.h"
+#include "base/process.h"
 #include "base/system.h"
 #include "node/snapshot_store.h"
 
 namespace phalanx::node {
-namespace {
-
-// Field 22 of /proc/<pid>/stat (the start time in clock ticks since boot); "" when gone.
-std::string StartTime(int pid) {
-  auto stat = ReadFileAtMost(absl::StrCat("/proc/", pid, "/stat"), 4096);
-  if (!stat.ok()) return "";
-  // The command name (field 2) is in parentheses and may hold spaces: count after its ')'.
-  size_t close = stat->rfind(')');
-  if (close == std::string::npos) return "";
-  std::vector<std::string> fields = absl::StrSplit(stat->substr(close + 1), ' ', absl::SkipEmpty());
-  // fields[0] is field 3 (the state), so field 22 is fields[19].
-  return fields.size() > 19 ? fields[19] : "";
-}
-
-}  // namespace
 
 bool IsStoreName(absl::string_view s) {
   if (s.empty() || s.size() > 128) return false;
@@ -79,7 +65,7 @@ bool ObjectOwnerAlive(absl::string_view owner) {
   std::pair<std::string, std::string> parts = absl::StrSplit(owner, absl::MaxSplits('-', 1));
   int pid = 0;
   if (!absl::SimpleAtoi(parts.first, &pid) || pid <= 0 || parts.second.empty()) return false;
-  return StartTime(pid) == parts.second;
+  return ProcessStartTime(pid) == parts.second;
 }
 
 int64_t DefaultObjectStoreBytes(const std::string& root) {
@@ -107,7 +93,7 @@ absl::Status CreateObjectStore(const std::string& dir, const std::string& spill_
   }
   if (auto s = MakeDirs(dir); !s.ok()) return s;
   if (auto s = WriteFile(absl::StrCat(dir, "/.node"),
-                         absl::StrCat(::getpid(), "-", StartTime(::getpid())));
+                         absl::StrCat(::getpid(), "-", ProcessStartTime(::getpid())));
       !s.ok()) {
     return s;
   }

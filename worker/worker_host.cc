@@ -16,8 +16,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "base/describe.h"
+#include "base/ids.h"
 #include "base/logging.h"
 #include "base/node_lease.h"
+#include "base/process.h"
 #include "base/proto/node.grpc.pb.h"
 #include "base/proto/worker.grpc.pb.h"
 #include "base/rpc.h"
@@ -253,6 +255,7 @@ class Host {
     }
     if (int rc = Ready(""); rc != 0) return rc;
     spdlog::info("{} ready at {}", rpc::DescribeActor(actor_), address_);
+    std::thread([this] { FindOwner(); }).detach();
 
     std::thread exit_watch([this] {
       absl::MutexLock lock(&mu_);
@@ -308,6 +311,19 @@ class Host {
   // millisecond, so a slow call does not hold back the answers before it); calls for a fiber
   // executor are posted one by one so that they can overlap.
   void Dispatch(const std::string& caller, std::vector<rpc::ActorCall> calls) {
+    if (std::string gone = OwnerGone(); !gone.empty()) {
+      std::vector<rpc::CallResult> results;
+      for (const auto& call : calls) {
+        rpc::CallResult& r = results.emplace_back();
+        r.set_seq(call.seq());
+        r.set_code(static_cast<int>(absl::StatusCode::kAborted));
+        r.set_error(absl::StrCat(rpc::DescribeActor(actor_), " is dead: ", gone));
+        r.set_error_kind(error_kind::kActorDied);
+        r.set_value(absl::StrCat("OWNER_DIED: ", gone));  // the cause, till the GCS has one
+      }
+      ledger_.Done(caller, std::move(results));
+      return;
+    }
     size_t i = 0;
     while (i < calls.size()) {
       if (calls[i].method() == kInterruptMethod || calls[i].method() == kCancelMethod) {
@@ -358,6 +374,35 @@ class Host {
   }
 
   CallLedger& ledger() { return ledger_; }
+
+  // Ray's ownership: an actor that is not detached dies with the actor that created it. The
+  // GCS kills it once the owner's death is reported, which takes a moment; an owner on this
+  // machine is also looked at before each batch of calls, so that a call made just after the
+  // owner's SIGKILL fails as well. Finds the owner's process, once, after the constructor.
+  void FindOwner() {
+    if (actor_.detached() || actor_.owner_address().empty()) return;
+    CoreWorker* cw = CoreWorker::Get();
+    if (cw == nullptr) return;
+    auto owner = cw->gcs().GetActor(actor_.owner_address());  // NotFound: a driver owns it
+    if (!owner.ok() || owner->node_id() != actor_.node_id() || owner->pid() <= 0) return;
+    std::string start = ProcessStartTime(owner->pid());
+    absl::MutexLock lock(&owner_mu_);
+    owner_pid_ = owner->pid();
+    owner_start_ = start;  // "" (already gone): ProcessEnding says so
+    owner_name_ = absl::StrCat("its owner, actor ", ShortId(owner->actor_id()), " (pid ",
+                               owner->pid(), "), died");
+  }
+
+  // Why the actor is dead with its owner; "" while the owner runs (or is not on this machine).
+  std::string OwnerGone() {
+    absl::MutexLock lock(&owner_mu_);
+    if (owner_pid_ <= 0) return "";
+    if (!owner_gone_ && ProcessEnding(owner_pid_, owner_start_)) {
+      owner_gone_ = true;
+      spdlog::info("{}: this actor dies with it", owner_name_);
+    }
+    return owner_gone_ ? owner_name_ : "";
+  }
 
   // The executor of `call`'s concurrency group: the one the call names, else its method's,
   // else the default one.
@@ -479,6 +524,11 @@ class Host {
   std::map<std::pair<std::string, uint64_t>, absl::Time> cancelled_ ABSL_GUARDED_BY(cancel_mu_);
   std::atomic<size_t> cancelled_count_{0};  // cancelled_.size(), read without the lock
   std::map<Executor*, std::unique_ptr<CallSlots>> slots_;  // per concurrent executor
+  absl::Mutex owner_mu_;
+  pid_t owner_pid_ ABSL_GUARDED_BY(owner_mu_) = 0;  // 0: none on this machine, or not known
+  std::string owner_start_ ABSL_GUARDED_BY(owner_mu_);
+  std::string owner_name_ ABSL_GUARDED_BY(owner_mu_);
+  bool owner_gone_ ABSL_GUARDED_BY(owner_mu_) = false;
 };
 
 grpc::Status WorkerServiceImpl::PushCalls(

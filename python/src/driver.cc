@@ -100,6 +100,9 @@ PyObjectRef Submit(const std::string& actor_id, const std::string& method, py::b
       auto info = GetActorInfo(ActorId(ref.actor_id));
       return info.ok() ? info->death_cause : std::string();
     });
+    // A worker that refused the call as dead with its owner names the cause before the GCS
+    // does (worker_host.cc's OwnerGone).
+    if (e.cause.empty() && absl::StartsWith(e.detail, "OWNER_DIED: ")) e.cause = e.detail;
   }
   throw e;
 }

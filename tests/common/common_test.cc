@@ -141,6 +141,26 @@ TEST(Process, TerminateStopsAChild) {
   EXPECT_FALSE(ProcessAlive(*pid));
 }
 
+// A process is "ending" from the moment kill(SIGKILL) returns, before anyone reaps it, and a
+// stopped one is not: what a child actor checks of its owner before it runs a call.
+TEST(Process, EndingFromTheMomentItsSigkillIsSent) {
+  SpawnOptions options;
+  options.argv = {"sleep", "30"};
+  auto pid = Spawn(options);
+  ASSERT_TRUE(pid.ok());
+  const std::string start = ProcessStartTime(*pid);
+  ASSERT_FALSE(start.empty());
+  EXPECT_FALSE(ProcessEnding(*pid, start));
+  EXPECT_TRUE(ProcessEnding(*pid, "1"));  // another process that had this pid
+  ::kill(*pid, SIGSTOP);
+  EXPECT_FALSE(ProcessEnding(*pid, start));
+  ::kill(*pid, SIGKILL);
+  EXPECT_TRUE(ProcessEnding(*pid, start));
+  EXPECT_TRUE(WaitProcessGone(*pid, absl::Seconds(10)));
+  EXPECT_TRUE(ProcessEnding(*pid, start));
+  EXPECT_EQ(ProcessStartTime(*pid), "");
+}
+
 // A callback added while the queue's thread sleeps (1 s on an empty queue, or until a later
 // deadline) runs at its own time, and callbacks run in deadline order.
 TEST(TimerQueue, RunsEachCallbackAtItsTimeWhateverTheThreadSleepsFor) {
