@@ -1008,6 +1008,11 @@ class ActorMethod:
         note_child(call)
         return _returns(call, encoding, n, pins, stream_id)
 
+    def bind(self, *args, **kwargs):
+        """A node of a DAG (phalanx.dag) that calls this method when the DAG runs."""
+        from .dag import ClassMethodNode
+        return ClassMethodNode(self._handle, self._name, args, kwargs, self._options)
+
     def __call__(self, *args, **kwargs):
         raise TypeError(f"actor methods are called with .remote(): "
                         f"handle.{self._name}.remote(...)")
@@ -1142,6 +1147,12 @@ class ActorClass:
                                  f"concurrency_groups {sorted(groups)}; add it there")
         return {"max_task_retries": self._options.get("max_task_retries") or 0,
                 "concurrency_groups": groups}
+
+    def bind(self, *args, **kwargs):
+        """A node of a DAG (phalanx.dag) that creates this actor, once, when the DAG first
+        runs; ``node.method.bind(...)`` calls its methods."""
+        from .dag import ClassNode
+        return ClassNode(self, args, kwargs)
 
     def get_or_create(self, *args, **kwargs):
         """The live actor of this ``name`` (and namespace), else a new one made with these

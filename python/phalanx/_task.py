@@ -262,6 +262,11 @@ class RemoteFunction:
                 self._key, self._stored_in = key, cluster
             return self._key
 
+    def bind(self, *args, **kwargs):
+        """A node of a DAG (phalanx.dag) that runs this function when the DAG runs."""
+        from .dag import FunctionNode
+        return FunctionNode(self, args, kwargs)
+
     def remote(self, *args, **kwargs):
         _ensure_init()
         key = self._function_key()
