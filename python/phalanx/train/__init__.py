@@ -25,8 +25,9 @@
                                        checkpoint_frequency=50))).fit()
     print(result.metrics, result.checkpoint, result.error)
 
-The names are Ray Train's (``TorchTrainer`` is another name for ``ElasticTrainer``), so a Ray
-Train script moves over by changing its imports.
+The names are Ray Train's (``TorchTrainer`` is another name for ``ElasticTrainer``), and so are
+the paths: ``phalanx.train.torch`` is ``ray.train.torch`` (loaded on first use, it imports
+torch), so a Ray Train script moves over by renaming ``ray`` to ``phalanx``.
 
 Each worker is an actor of the job; the job's elastic controller (the same one as for C++
 jobs and `phalanx job submit -f`) places them, reacts to deaths, OOM kills (respawned with
@@ -53,8 +54,13 @@ __all__ = ["ElasticTrainer", "TorchTrainer", "TorchConfig", "ScalingConfig", "Ru
 
 
 def __getattr__(name):
-    # DataParallel's module imports torch: loaded on first use, not with phalanx.train.
+    # DataParallel's module and phalanx.train.torch import torch: loaded on first use, not
+    # with phalanx.train. `phalanx.train.torch.prepare_model` in a train_loop sent to a worker
+    # finds the submodule here (the worker has not imported it).
     if name == "DataParallel":
         from ._data_parallel import DataParallel
         return DataParallel
+    if name == "torch":
+        import importlib
+        return importlib.import_module(f"{__name__}.torch")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -157,13 +157,21 @@ class TorchConfig:
     ``backend="phalanx"`` (the default): phalanx's own, over the group the job's controller
     forms, aborts at once on a lost peer and re-forms in place; ``"gloo"`` or ``"nccl"``:
     torch's own, formed again through a TCPStore at each membership change (their ops wait
-    out ``timeout_s`` on a peer that stopped or whose host vanished, unless a socket closes)."""
+    out ``timeout_s`` on a peer that stopped or whose host vanished, unless a socket closes).
+    ``backend=None`` (Ray's default) is ``"phalanx"``; ``init_method`` (Ray's "env" or "tcp")
+    is taken and has nothing to choose: the group always forms from what the job's
+    controller says."""
 
-    def __init__(self, backend="phalanx", timeout_s=1800):
+    def __init__(self, backend=None, init_method="env", timeout_s=1800):
+        if backend is None:
+            backend = "phalanx"
         if backend not in ("phalanx", "gloo", "nccl"):
             raise ValueError(f"TorchConfig(backend={backend!r}): give 'phalanx' (the default), "
                              f"'gloo' or 'nccl'")
+        if init_method not in ("env", "tcp"):
+            raise ValueError(f"TorchConfig(init_method={init_method!r}): give 'env' or 'tcp'")
         self.backend = backend
+        self.init_method = init_method
         self.timeout_s = timeout_s
 
 
@@ -182,8 +190,11 @@ def prepare_model(model, *, parallel_strategy="ddp", parallel_strategy_kwargs=No
     ``DataParallel``, which averages every gradient after backward ends through phalanx's
     group, with no torch.distributed group at all.
 
-    ``backend="nccl"`` (older releases): DDP on the GPU over this epoch's torch NCCL group."""
+    ``backend="nccl"`` (older releases): DDP on the GPU over this epoch's torch NCCL group.
+
+    After ``train.torch.accelerate(amp=True)`` the model's forward runs under CUDA autocast."""
     import torch
+    from ._torch_utils import autocast_model
     if backend not in (None, "gloo", "nccl"):
         raise ValueError(f"backend={backend!r}: give None, 'gloo' or 'nccl' (or leave it out "
                          f"and choose the backend with TorchConfig)")
@@ -194,6 +205,7 @@ def prepare_model(model, *, parallel_strategy="ddp", parallel_strategy_kwargs=No
         device = get_device()
         if move_to_device:
             model = model.to(device)
+        model = autocast_model(model)
         if parallel_strategy is None:
             return model
         from torch.nn.parallel import DistributedDataParallel
@@ -209,9 +221,9 @@ def prepare_model(model, *, parallel_strategy="ddp", parallel_strategy_kwargs=No
         from torch.nn.parallel import DistributedDataParallel
         torch_process_group(backend)
         device = torch.cuda.current_device()
-        return DistributedDataParallel(model.to(device), device_ids=[device])
+        return DistributedDataParallel(autocast_model(model.to(device)), device_ids=[device])
     from ._data_parallel import DataParallel
-    return DataParallel(model, RUNTIME.collective_group())
+    return DataParallel(autocast_model(model), RUNTIME.collective_group())
 
 
 def _unwrap(obj):

@@ -193,6 +193,8 @@ class Runtime:
         self.snapshots = {}       # commit number (this loop's) -> its snapshot, not yet taken
         self.restore_from = b""   # what restore() loads
         self.progress = {}        # ElasticSampler: data epoch -> samples consumed (all ranks)
+        self.loaders = 0          # prepare_data_loader calls of this loop: each its own progress
+        self.accelerator = None   # train.torch.accelerate()/enable_reproducibility(): this loop's
         self.reset_callbacks = []  # on_resize(): run after State.restore(), this loop's
         self.last_report = {}
         # torch.distributed, formed per epoch on first use (torch_process_group(), or
@@ -385,6 +387,8 @@ class Runtime:
             old.join(timeout=self.options.get("unwind_s", UNWIND_S))
         with self.cond:
             self.progress = {}
+            self.loaders = 0
+            self.accelerator = None
             self.reset_callbacks = []
             self.allowed = 0
             self.reached = 0
