@@ -44,10 +44,10 @@ from .exceptions import (ActorDiedError, ActorError, ActorUnavailableError, Alre
                          ObjectFreedError, ObjectLostError, ObjectStoreFullError, OwnerDiedError,
                          PhalanxError, PlacementGroupError, TaskCancelledError, TaskError)
 
-from . import actor, exceptions, util  # ray.actor, ray.exceptions, ray.util
+from . import actor, dag, exceptions, util  # ray.actor, ray.dag, ray.exceptions, ray.util
 
 __all__ = [
-    "actor", "exceptions", "util",
+    "actor", "dag", "exceptions", "util",
     "init", "shutdown", "is_initialized", "remote", "method", "put", "get", "wait", "kill",
     "cancel",
     "get_actor",

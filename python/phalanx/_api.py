@@ -1,6 +1,7 @@
 """The actor API: init/shutdown, @remote classes, handles, get/wait/kill, placement groups."""
 
 import atexit
+import collections
 import inspect
 import json
 import itertools
@@ -315,27 +316,132 @@ class ObjectRef:
         obj = self._store_obj()
         return _ref_from_obj, (obj, _objects.sent(self, obj))
 
+    # Type hints: ObjectRef[int] is ObjectRef.
+    __class_getitem__ = classmethod(lambda cls, item: cls)
+
     def __await__(self):
         """``await ref`` in a coroutine (an async actor's method, or a driver's): the result,
         without blocking the event loop."""
-        import asyncio
-        return asyncio.wrap_future(self.future()).__await__()
+        return self.as_future().__await__()
 
     def future(self):
-        """A concurrent.futures.Future of the result."""
+        """A concurrent.futures.Future of the result (set when the call finishes)."""
         import concurrent.futures
         f = concurrent.futures.Future()
 
-        def fill():
+        def fill(ref):
             try:
-                f.set_result(get(self))
+                f.set_result(get(ref))
             except BaseException as e:  # noqa: BLE001 - handed to the future
                 f.set_exception(e)
-        threading.Thread(target=fill, daemon=True).start()
+        _watcher.add(self, fill, None)
         return f
+
+    def as_future(self):
+        """An asyncio.Future of the result, on the running event loop (Ray's
+        ``ref.as_future()``): for ``asyncio.wait_for``, ``asyncio.shield`` and the like."""
+        import asyncio
+        return asyncio.wrap_future(self.future())
+
+    def _on_completed(self, callback):
+        """Calls ``callback(result)`` (the value, or the exception the call raised) once the
+        ref is ready, from a thread of the runtime (Ray's ``_on_completed``)."""
+        def deliver(ref):
+            try:
+                value = get(ref)
+            except BaseException as e:  # noqa: BLE001 - handed to the callback
+                value = e
+            callback(value)
+        _watcher.add(self, deliver, None)
+
+    # asyncio.wait([ref, ...]) in the driver's asyncio code, as with Ray: it asks done() and
+    # registers a callback; the sets it returns hold the refs themselves.
+    def add_done_callback(self, fn, *, context=None):
+        """Calls ``fn(ref)`` once the ref is ready: on the event loop that was running when it
+        was added (as an asyncio.Future does), else from a thread of the runtime."""
+        import asyncio
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        _watcher.add(self, fn, loop, context)
+
+    def remove_done_callback(self, fn):
+        """Forgets ``fn``, if it was not called yet; how many callbacks were removed."""
+        return _watcher.remove(self, fn)
+
+    def cancelled(self):
+        return False
 
 
 _publish_lock = threading.Lock()
+
+
+class _RefWatcher:
+    """Calls the callbacks of refs (ObjectRef.add_done_callback, future, _on_completed) when
+    they are ready, from one thread for all of them: it waits on the pending calls natively,
+    up to WATCH_SLICE_S at a time, and polls the refs of the object store."""
+
+    WATCH_SLICE_S = 0.05
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entries = []   # [ref, fn, loop, context]
+        self._wake = threading.Event()
+        self._thread = None
+
+    def add(self, ref, fn, loop, context=None):
+        entry = [ref, fn, loop, context]
+        if ref.done():
+            return self._fire(entry)
+        with self._lock:
+            self._entries.append(entry)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="phalanx-ref-watcher",
+                                                 daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def remove(self, ref, fn):
+        with self._lock:
+            before = len(self._entries)
+            self._entries = [e for e in self._entries if not (e[0] is ref and e[1] == fn)]
+            return before - len(self._entries)
+
+    def _fire(self, entry):
+        ref, fn, loop, context = entry
+        if loop is None:
+            try:
+                fn(ref)
+            except Exception:  # noqa: BLE001 - a callback's error is its own, as asyncio's
+                import traceback
+                traceback.print_exc()
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(fn, ref, context=context)
+
+    def _run(self):
+        while True:
+            with self._lock:
+                entries = list(self._entries)
+                if not entries:
+                    self._thread = None
+                    return
+            calls = [e[0]._ref for e in entries if e[0]._ref is not None]
+            self._wake.clear()
+            if calls and len(calls) == len(entries):
+                _native.wait(calls, 1, self.WATCH_SLICE_S)
+            else:
+                self._wake.wait(0.005 if calls or entries else self.WATCH_SLICE_S)
+            ready = [e for e in entries if e[0].done()]
+            if ready:
+                with self._lock:
+                    taken = set(map(id, ready))
+                    self._entries = [e for e in self._entries if id(e) not in taken]
+                for e in ready:
+                    self._fire(e)
+
+
+_watcher = _RefWatcher()
 
 
 class YieldedThenRaised:
@@ -422,15 +528,17 @@ class ObjectRefGenerator:
     error.
 
     The values stream through the GCS's key-value store (``_objects.STREAM_NS``): the worker
-    puts each value and writes its ref under "<stream id>/<index>"; this side takes it
-    (registering as a borrower first) and deletes the key. The call's own result is the
-    number of values."""
+    puts each value and writes the refs, in batches, under "<stream id>/<batch>"
+    (_StreamWriter); this side takes each batch (registering as a borrower first) and deletes
+    its key. The call's own result is the number of values."""
 
     def __init__(self, ref, stream_id=None):
         self._ref = ref      # the call's ref: its value is the number of values (or their list)
         self._stream = stream_id  # None: the call returns the list of values (older worker)
         self._count = None   # how many, once known
-        self._next = 0
+        self._next = 0       # refs handed out
+        self._batch = 0      # the stream's next batch (_StreamWriter)
+        self._buffer = collections.deque()  # refs of batches taken, not handed out yet
         self._failed = False
 
     def __del__(self):
@@ -452,16 +560,14 @@ class ObjectRefGenerator:
             return self._take_listed()
         if self._failed or (self._count is not None and self._next >= self._count):
             raise StopIteration
-        key = f"{self._stream}/{self._next}"
         with _objects.Polling() as polling:
             while True:
-                done = self._ref.done()
-                blob = _native.kv_get(_objects.STREAM_NS, key)
-                if blob is not None:
-                    ref = pickle.loads(blob)  # it registers as a borrower before the delete
-                    _native.kv_delete(_objects.STREAM_NS, key, False)
+                if self._buffer:
                     self._next += 1
-                    return ref
+                    return self._buffer.popleft()
+                done = self._ref.done()
+                if self._fetch_batch():
+                    continue
                 if done:
                     try:
                         count = get(self._ref)
@@ -476,6 +582,17 @@ class ObjectRefGenerator:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise GetTimeoutError("the generator yielded no next value in time")
                 polling.pause()
+
+    def _fetch_batch(self):
+        """Takes the stream's next batch of refs, if it was written: whether it was."""
+        key = f"{self._stream}/{self._batch}"
+        blob = _native.kv_get(_objects.STREAM_NS, key)
+        if blob is None:
+            return False
+        self._buffer.extend(pickle.loads(blob))  # they register as borrowers before the delete
+        _native.kv_delete(_objects.STREAM_NS, key, False)
+        self._batch += 1
+        return True
 
     def _take_listed(self):
         if self._count is None:
@@ -505,10 +622,10 @@ class ObjectRefGenerator:
 
     def next_ready(self):
         """Whether the next ref is ready (or the generator has ended)."""
-        if self._stream is None or self._failed or self._count is not None:
+        if self._stream is None or self._failed or self._count is not None or self._buffer:
             return True
         return self._ref.done() or _native.kv_get(
-            _objects.STREAM_NS, f"{self._stream}/{self._next}") is not None
+            _objects.STREAM_NS, f"{self._stream}/{self._batch}") is not None
 
     def completed(self):
         """A ref that is ready when the generator has finished (its value: how many values
@@ -520,33 +637,85 @@ class ObjectRefGenerator:
 
 
 def stream_out(stream_id, values):
-    """The worker's side of ObjectRefGenerator: puts each of `values` (an iterator) and writes
-    its ref to the stream as it comes; the number of values."""
-    n = 0
-    for value in values:
-        _stream_one(stream_id, n, value)
-        n += 1
-    return n
+    """The worker's side of ObjectRefGenerator: puts each of `values` (an iterator) and sends
+    its ref on the stream as it comes (_StreamWriter); the number of values."""
+    writer = _StreamWriter(stream_id)
+    try:
+        for value in values:
+            writer.write(value)
+    finally:
+        writer.close()  # what was yielded before an error goes out before the error does
+    return writer.count
 
 
 async def stream_out_async(stream_id, values):
     """stream_out of an async generator."""
-    n = 0
-    async for value in values:
-        _stream_one(stream_id, n, value)
-        n += 1
-    return n
+    writer = _StreamWriter(stream_id)
+    try:
+        async for value in values:
+            writer.write(value)
+    finally:
+        writer.close()
+    return writer.count
 
 
-def _stream_one(stream_id, index, value):
-    ref = put(value)
-    key = f"{stream_id}/{index}"
-    with _objects.collecting() as refs:
-        blob = cloudpickle.dumps(ref, protocol=5)
-    _native.kv_put(_objects.STREAM_NS, key, blob, True)
-    # Held (from here by the sweeper, which looks only at keys written) until the reader
-    # has taken it, and so registered as its borrower.
-    _objects._here.keep_streamed(key, refs)
+class _StreamWriter:
+    """Sends a generator's refs on its stream in batches: key "<stream id>/<batch>" holds the
+    pickled list of the refs yielded since the batch before. A thread of its own writes each
+    batch (one key-value round trip) while the generator runs on, taking whatever was yielded
+    meanwhile: a slow generator's values go one by one, as soon as yielded, and a fast one's
+    go many per round trip rather than one round trip each."""
+
+    def __init__(self, stream_id):
+        self._stream = stream_id
+        self._cond = threading.Condition()
+        self._pending = []
+        self._closed = False
+        self._error = None
+        self._batches = 0
+        self.count = 0
+        self._thread = threading.Thread(target=self._run, name="phalanx-stream", daemon=True)
+        self._thread.start()
+
+    def write(self, value):
+        ref = put(value)
+        with self._cond:
+            if self._error is not None:
+                raise self._error
+            self._pending.append(ref)
+            self.count += 1
+            self._cond.notify()
+
+    def close(self):
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def _run(self):
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                refs, self._pending = self._pending, []
+            key = f"{self._stream}/{self._batches}"
+            self._batches += 1
+            try:
+                with _objects.collecting() as inside:
+                    blob = cloudpickle.dumps(refs, protocol=5)
+                _native.kv_put(_objects.STREAM_NS, key, blob, True)
+                # Held (from here by the sweeper, which looks only at keys written) until the
+                # reader has taken it, and so registered as its borrower.
+                _objects._here.keep_streamed(key, inside)
+            except Exception as e:  # noqa: BLE001 - the generator's next write raises it
+                with self._cond:
+                    self._error = e
+                    self._pending = []
+                return
 
 
 def _check_streamable(result):
@@ -610,9 +779,10 @@ def check_num_returns(value):
     return value
 
 
-def method(*, num_returns=1, concurrency_group=None, retry_exceptions=None,
+def method(fn=None, *, num_returns=1, concurrency_group=None, retry_exceptions=None,
            max_task_retries=None, enable_task_events=None):
-    """Ray's ``@phalanx.method(...)`` on an actor's method: ``num_returns`` (its calls give
+    """Ray's ``@phalanx.method(...)`` (or a bare ``@phalanx.method``) on an actor's method:
+    ``num_returns`` (its calls give
     that many refs), ``concurrency_group`` (one of the actor's ``concurrency_groups`` it runs
     in), ``retry_exceptions`` (True or exception classes: the method is run again when it
     raises one, up to ``max_task_retries`` times; that defaults to the actor's). Phalanx
@@ -634,6 +804,11 @@ def method(*, num_returns=1, concurrency_group=None, retry_exceptions=None,
         if max_task_retries is not None:
             fn.__phalanx_max_task_retries__ = max_task_retries
         return fn
+    if fn is not None:
+        if not callable(fn):
+            raise TypeError(f"@phalanx.method takes keyword options (num_returns=2, ...), not "
+                            f"{fn!r:.60}")
+        return mark(fn)
     return mark
 
 
@@ -659,6 +834,8 @@ def _check_retries(value, name):
 # A method call's own retry_exceptions and max_task_retries (ActorMethod.options) travel to
 # the actor under this keyword.
 RETRY_KWARG = "__phalanx_retry__"
+# A call's name given with .options(name=...): what get_runtime_context().get_task_name() says.
+TASK_NAME_KWARG = "__phalanx_task_name__"
 
 
 def _ref_from_obj(obj, borrow=False):
@@ -747,7 +924,8 @@ def get(refs, *, timeout=None):
         # The native get raises the first failed call's error as its phalanx class.
         results = _native.get(natives, left)
         for i, v in zip(calls, results):
-            values[i] = _returned(ser.loads_value(v, items[i]._encoding), items[i]._index)
+            values[i] = ser.read_only(_returned(ser.loads_value(v, items[i]._encoding),
+                                                items[i]._index))
     for i, r in enumerate(items):
         if isinstance(r, _PlacementGroupReady):
             values[i] = r._get(None if deadline is None else
@@ -790,8 +968,13 @@ def cancel(ref, *, force=False, recursive=True):
       they are not interrupted). ``force`` is refused for actor calls.
     A cancelled task cancels the tasks and actor calls it started that are not done, as
     Ray's ``recursive=True`` does (``recursive=False`` is accepted, and does the same)."""
+    if isinstance(ref, ObjectRefGenerator):
+        # Ray's cancel of a streaming generator: the call stops; the refs it yielded before
+        # stay readable, then the next one raises TaskCancelledError.
+        ref = ref._ref
     if not isinstance(ref, ObjectRef):
-        raise TypeError(f"phalanx.cancel takes an ObjectRef, not {type(ref).__name__}")
+        raise TypeError(f"phalanx.cancel takes an ObjectRef (or an ObjectRefGenerator), not "
+                        f"{type(ref).__name__}")
     if ref._ref is None:
         raise ValueError("phalanx.cancel stops a task; this ref is a value (phalanx.put)")
     if ref._ref.actor_id and force:
@@ -981,6 +1164,9 @@ class ActorMethod:
                              f"actor's concurrency_groups")
         return ActorMethod(self._handle, self._name, dict(self._options, **options))
 
+    # Type hints: ActorMethod[...] is ActorMethod.
+    __class_getitem__ = classmethod(lambda cls, item: cls)
+
     def remote(self, *args, **kwargs):
         h = self._handle
         encoding = ser.PICKLE if h._language == "python" else ser.MSGPACK
@@ -999,6 +1185,8 @@ class ActorMethod:
             if o.get("retry_exceptions") is not None or o.get("max_task_retries") is not None:
                 kwargs = dict(kwargs, **{RETRY_KWARG: (_retry_value(o.get("retry_exceptions")),
                                                        o.get("max_task_retries"))})
+            if o.get("name"):
+                kwargs = dict(kwargs, **{TASK_NAME_KWARG: str(o["name"])})
         with _objects.collecting() as inside:  # refs inside the arguments: pinned too
             payload = ser.dumps_call(args, kwargs, encoding)
         if inside:
@@ -1027,6 +1215,9 @@ class ActorHandle:
         self._class_name = class_name
         self._language = language
         self._method_returns = method_returns or {}  # method -> num_returns (@phalanx.method)
+
+    # Type hints, as Ray's generic ActorHandle[T]: ActorHandle[Counter] is ActorHandle.
+    __class_getitem__ = classmethod(lambda cls, item: cls)
 
     @property
     def actor_id(self):
@@ -1085,6 +1276,9 @@ def _is_async_class(cls):
 class ActorClass:
     """What ``@phalanx.remote`` makes of a class: ``.remote(*args)`` creates an actor,
     ``.options(...)`` overrides the decorator's options for one creation."""
+
+    # Type hints, as Ray's ActorClass[T] (``Counter: ActorClass[C] = phalanx.remote(C)``).
+    __class_getitem__ = classmethod(lambda cls, item: cls)
 
     def __init__(self, cls, options, language="python", class_name=None):
         self._cls = cls

@@ -3,6 +3,7 @@ and the calls the running task started. It imports nothing of the package but th
 module, so every other module may use it: the worker process (``phalanx._worker``) hands it
 what only a worker knows (``set_cancel_probe``)."""
 
+import contextvars
 import os
 import socket
 
@@ -57,6 +58,21 @@ def set_cancel_probe(probe):
     _cancel_probe = probe
 
 
+# The task or actor call this thread (or this coroutine) runs: (name, function name, call key
+# "<caller>/<seq>"), as the worker process sets it around each call; None in a driver.
+_current_task = contextvars.ContextVar("phalanx_current_task", default=None)
+
+
+def enter_task(name, function_name, call_key):
+    """The worker starts a call: what get_task_name(), get_task_function_name() and
+    get_task_id() say until leave_task(the token returned)."""
+    return _current_task.set((name, function_name, call_key))
+
+
+def leave_task(token):
+    _current_task.reset(token)
+
+
 class _Id(str):
     """An id as Ray's properties give it: the hex string itself, with Ray's ``hex()``."""
 
@@ -97,9 +113,29 @@ class RuntimeContext:
         return _native.actor_info(actor_id).get("name") or None if actor_id else None
 
     def get_task_id(self):
-        """The task running in this process (its worker's id), or None in a driver."""
+        """The id of the task or actor call this thread runs (hex), or None in a driver."""
+        current = _current_task.get()
+        call = current[2] if current else None
+        if not call:
+            return None
+        # Unique in the cluster: the worker's actor, the caller, and the caller's sequence
+        # number on that actor (48 hex digits, as Ray's task ids).
         hosted = _native.hosted_actor()
-        return hosted[0] if hosted is not None and _is_task_worker(hosted) else None
+        caller, _, seq = call.partition("/")
+        return f"{hosted[0] if hosted else ''}{caller}{int(seq or 0):016x}"
+
+    def get_task_name(self):
+        """The name of the task or actor call this thread runs, as Ray's: the function's
+        name for a task ("train_step"), "Class.method" for an actor call, or the name given
+        with ``.options(name=...)``. None in a driver."""
+        current = _current_task.get()
+        return current[0] if current else None
+
+    def get_task_function_name(self):
+        """The full name of the function the task or actor call runs, its module included
+        ("__main__.train_step", "__main__.Worker.step"). None in a driver."""
+        current = _current_task.get()
+        return current[1] if current else None
 
     def is_canceled(self):
         """Whether the actor call or task this thread runs was cancelled (phalanx.cancel),

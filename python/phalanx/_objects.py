@@ -198,9 +198,10 @@ class _Here:
             ctx = RuntimeContext()
             node = ctx.get_node_id() or ""
             self.owner = f"{os.getpid()}-{_start_time(os.getpid())}"
-            actor, task = ctx.get_actor_id(), ctx.get_task_id()
+            hosted = _native.hosted_actor()
+            actor = ctx.get_actor_id()
             who = (f"actor {actor[:8]}" if actor else
-                   f"the task worker {task[:8]}" if task else "the driver")
+                   f"the task worker {hosted[0][:8]}" if hosted else "the driver")
             self.host = socket.gethostname()
             self.label = f"{who} (pid {os.getpid()} on {self.host})"
             self.node = node
@@ -538,8 +539,14 @@ class _Pickler(cloudpickle.CloudPickler):
 
 
 def _tensor_from_numpy(array):
+    import warnings
+
     import torch
-    return torch.from_numpy(array)
+    with warnings.catch_warnings():
+        # A read-only view of a private (copy-on-write) mapping: writes stay this process's,
+        # so the tensor may be written into, as Ray's deserialized tensors may.
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array)
 
 
 def _encode(kind, meta, buffers):
@@ -614,7 +621,9 @@ def _decode(buf):
     spans = [_BUFFER.unpack_from(view, at + i * _BUFFER.size) for i in range(count)]
     at += _BUFFER.size * count
     meta = bytes(view[at:at + meta_len])
-    buffers = [view[o:o + n] for o, n in spans]
+    # Read-only, as Ray's: numpy arrays come back as read-only views of the object's memory
+    # (torch tensors stay writable, copy-on-write; _tensor_from_numpy).
+    buffers = [view[o:o + n].toreadonly() for o, n in spans]
     if kind == KIND_PICKLE:
         return pickle.loads(meta, buffers=buffers)
     if kind == KIND_RAW:

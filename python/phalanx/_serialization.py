@@ -105,3 +105,23 @@ def loads_value(payload, encoding):
     if encoding == PICKLE:
         return pickle.loads(payload)
     return msgpack.unpackb(payload, raw=False)
+
+
+def read_only(value, depth=2):
+    """Marks the numpy arrays in `value` (itself, or inside lists, tuples and dicts, `depth`
+    levels down) read-only, and returns it: as in Ray, an argument or a result that crossed
+    processes is not to be written into (``arr = arr.copy()`` first to change it). Values of
+    the object store come read-only already (zero-copy views, _objects._decode)."""
+    np = sys.modules.get("numpy")
+    if np is None:
+        return value
+    if type(value) is np.ndarray:
+        value.flags.writeable = False
+    elif depth > 0 and isinstance(value, (list, tuple)):
+        for v in value:
+            read_only(v, depth - 1)
+    elif depth > 0 and isinstance(value, dict):
+        for v in value.values():
+            read_only(v, depth - 1)
+    return value
+

@@ -31,7 +31,7 @@ import cloudpickle
 
 from phalanx import _native
 
-from . import _objects
+from . import _context, _objects
 from . import _serialization as ser
 from ._api import (ActorClass, ObjectRef, _ArgRef, _check_known_and_amounts, _check_retries,
                    _check_retry_exceptions, _check_streamable, _ensure_init, _native_options,
@@ -49,7 +49,8 @@ TASK_METHOD = "__phalanx_task__"
 _RETRYABLE_MARK = "\nretryable"
 
 _TASK_OPTION_NAMES = {"num_cpus", "num_gpus", "memory", "resources", "max_retries",
-                      "retry_exceptions", "scheduling_strategy", "runtime_env", "num_returns"}
+                      "retry_exceptions", "scheduling_strategy", "runtime_env", "num_returns",
+                      "name"}
 
 
 class _Dep:
@@ -164,13 +165,15 @@ class TaskWorker:
     def _phalanx_run_task(self, payload):
         """Runs one task: (ok, value, error kind, message), as _worker.call returns."""
         frames = _unframe(payload)
-        key, name, args, kwargs, encodings, retry = pickle.loads(frames[0])
+        key, name, task_name, args, kwargs, encodings, retry = pickle.loads(frames[0])
+        task = _context.enter_task(task_name, name, _native.current_call())
         try:
             values = [ser.loads_value(v, e) for v, e in zip(frames[1:], encodings)]
             args = [values[a.index] if isinstance(a, _Dep) else a for a in args]
             kwargs = {k: values[v.index] if isinstance(v, _Dep) else v for k, v in kwargs.items()}
             from ._api import resolve_args
             args, kwargs = resolve_args(args, kwargs)
+            ser.read_only(args), ser.read_only(kwargs)  # as Ray's: not to be written into
             stream_id = kwargs.pop(STREAM_KWARG, None)
             fn = self._function(key)
             result = fn(*args, **kwargs)
@@ -185,6 +188,8 @@ class TaskWorker:
             tb = traceback.format_exc().rstrip()
             return False, detail, "TaskError", \
                 f"{type(e).__name__}: {e}\n\ntask {name} raised:\n{tb}"
+        finally:
+            _context.leave_task(task)
         try:
             return True, _dumps(result), "", ""
         except Exception as e:  # noqa: BLE001
@@ -295,7 +300,8 @@ class RemoteFunction:
             retry = tuple(retry)
         kwargs, stream_id = _stream_kwargs(kwargs, num_returns)
         with _objects.collecting() as inside:  # refs inside the arguments: pinned too
-            call = _dumps((key, self._name, args, kwargs, encodings, retry))
+            call = _dumps((key, self._name, o.get("name") or self.__name__, args, kwargs,
+                           encodings, retry))
         pins.extend(inside)
         if self._native is None:
             worker_options = {k: v for k, v in o.items()

@@ -15,7 +15,7 @@ from phalanx import _native
 
 from . import _context
 from . import _serialization as ser
-from ._api import RETRY_KWARG, has_ref_args, resolve_args
+from ._api import RETRY_KWARG, TASK_NAME_KWARG, has_ref_args, resolve_args
 from .actor import EXIT_WAIT_S as _EXIT_WAIT_S
 from .actor import _end_this_actor, _ExitActor
 from ._objects import STREAM_KWARG
@@ -39,11 +39,18 @@ def create(init_args: bytes):
     for p in paths:
         if p not in sys.path:
             sys.path.append(p)
+    task = None
     try:
         cls, args, kwargs = pickle.loads(payload)
+        if cls is not _TaskWorker:
+            task = _context.enter_task(f"{cls.__name__}.__init__",
+                                       f"{cls.__module__}.{cls.__qualname__}.__init__", "")
         return cls(*args, **kwargs)
     except Exception:
         raise RuntimeError(traceback.format_exc().rstrip()) from None
+    finally:
+        if task is not None:
+            _context.leave_task(task)
 
 
 def concurrency_groups(obj):
@@ -107,6 +114,15 @@ def _retrying(fn, policy):
     return run
 
 
+def _task_names(obj, method, kwargs):
+    """(name, function name) of a call of ``obj.method``, as Ray's runtime context gives
+    them: "Class.method" (or the name the call was given), "module.Class.method"."""
+    cls = type(obj)
+    given = kwargs.pop(TASK_NAME_KWARG, None) if isinstance(kwargs, dict) else None
+    return (given or f"{cls.__name__}.{method}",
+            f"{cls.__module__}.{cls.__qualname__}.{method}")
+
+
 def call(obj, method: str, payload: bytes, done=None):
     """Runs ``obj.method`` on the decoded arguments: (ok, value, error kind, message); with an
     error, ``value`` is its detail (a TaskError's exception, see _cause_type). With `done`, an
@@ -124,6 +140,7 @@ def call(obj, method: str, payload: bytes, done=None):
     except Exception as e:  # noqa: BLE001
         return False, b"", "InvalidCall", f"cannot decode the arguments of {method}: {e}"
     stream_id = kwargs.pop(STREAM_KWARG, None) if isinstance(kwargs, dict) else None
+    names = _task_names(obj, method, kwargs)
     policy = _retry_policy(fn, kwargs)
     try:
         inspect.signature(fn).bind(*args, **kwargs)
@@ -137,8 +154,10 @@ def call(obj, method: str, payload: bytes, done=None):
     later = False
     if policy is not None:
         fn = _retrying(fn, policy)
+    task = _context.enter_task(*names, key)  # a coroutine started below copies it
     try:
         args, kwargs = resolve_args(args, kwargs)
+        ser.read_only(args), ser.read_only(kwargs)  # as Ray's: not to be written into
         result = fn(*args, **kwargs)
         if inspect.iscoroutine(result) and done is not None and stream_id is None:
             def finish(future):
@@ -159,6 +178,7 @@ def call(obj, method: str, payload: bytes, done=None):
     except (_ExitActor, SystemExit, Exception, asyncio.CancelledError) as e:  # noqa: BLE001
         return _outcome(obj, method, key, encoding, None, e, wait_on_exit=True)
     finally:
+        _context.leave_task(task)
         if not later:
             _forget(key)
     return _outcome(obj, method, key, encoding, result, None)
@@ -322,6 +342,7 @@ async def _run_queued(obj, method, payload, key, reply):
         _forget(key)
         return threading.Thread(target=lambda: reply(call(obj, method, payload)),
                                 daemon=True).start()
+    _context.enter_task(*_task_names(obj, method, kwargs), key)  # this task's own context
     policy = _retry_policy(fn, kwargs)
     try:
         inspect.signature(fn).bind(*args, **kwargs)
@@ -336,6 +357,7 @@ async def _run_queued(obj, method, payload, key, reply):
     try:
         if has_ref_args(args, kwargs):
             args, kwargs = await _loop.run_in_executor(None, resolve_args, args, kwargs)
+        ser.read_only(args), ser.read_only(kwargs)
         result = fn(*args, **kwargs)
         if inspect.iscoroutine(result):
             result = await result

@@ -1,4 +1,11 @@
-"""Ray's ``ray.actor`` functions: ``exit_actor()``."""
+"""Ray's ``ray.actor``: ``exit_actor()``, ``method``, and the classes of actors, for type hints
+as Ray's documentation writes them:
+
+    Counter: ActorClass[CounterImpl] = phalanx.remote(CounterImpl)
+    def bump(counter: ActorProxy[CounterImpl]) -> ObjectRef[int]: ...
+
+``ActorClass[T]``, ``ActorHandle[T]``, ``ActorProxy[T]`` and ``ObjectRef[T]`` are the classes
+themselves at run time (Ray's are generic only for type checkers)."""
 
 import os
 import sys
@@ -7,7 +14,13 @@ import time
 
 from phalanx import _native
 
+from ._api import ActorClass, ActorHandle, ActorMethod, method
 from ._context import TASK_WORKER_CLASS
+
+# Ray's ActorProxy[T]: how its docs annotate a handle to an actor of class T.
+ActorProxy = ActorHandle
+
+__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "ActorProxy", "exit_actor", "method"]
 
 # How long an actor that asked to exit waits for its node to end it, before it ends itself.
 EXIT_WAIT_S = 10.0

@@ -498,7 +498,9 @@ def test_runtime_context_nodes_and_resources_as_in_ray(cluster):
     assert me.get_node_id() in (node["NodeID"], None)
     a = Introspect.remote()
     actor_id, node_id, job_id, namespace, task_id, gpus = phalanx.get(a.ids.remote(), timeout=30)
-    assert actor_id == a.actor_id and node_id == node["NodeID"] and task_id is None
+    # As Ray's: an actor call has a task id too (the call's, not the actor's).
+    assert actor_id == a.actor_id and node_id == node["NodeID"] and task_id
+    assert task_id != actor_id
     assert job_id == me.get_job_id() and namespace == me.namespace and gpus == []
     actor_id, task_id, node_id = phalanx.get(task_ids.remote(), timeout=30)
     assert actor_id is None and task_id and node_id == node["NodeID"]

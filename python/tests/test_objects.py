@@ -106,7 +106,7 @@ def test_put_get_and_refs_anywhere(cluster):
     ref = phalanx.put(weights)
     assert ref._obj.inline is None and ref.done()
     back = phalanx.get(ref)
-    assert np.array_equal(back, weights) and back.flags.writeable
+    assert np.array_equal(back, weights) and not back.flags.writeable  # as Ray's: read-only
     # A top-level ref argument of a task or an actor call arrives as its value.
     assert phalanx.get(total.remote(ref), timeout=60) == float(weights.sum())
     trainers = [Trainer.remote() for _ in range(2)]
@@ -130,14 +130,19 @@ def test_numpy_and_torch_are_shared_not_copied(cluster):
     array = np.random.rand(2_000_000)
     ref = phalanx.put(array)
     a1, a2 = phalanx.get(ref), phalanx.get(ref)
-    # Two gets map the same pages: a view of the store, not a copy (and a write stays the
-    # writer's own, as the pages are copy-on-write).
+    # Two gets map the same pages: a view of the store, not a copy, read-only as Ray's.
     assert a1.ctypes.data != array.ctypes.data and np.array_equal(a1, array)
-    a1[0] = -1.0
-    assert a2[0] == array[0] and phalanx.get(ref)[0] == array[0]
+    assert not a1.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        a1[0] = -1.0
     tensor = torch.arange(1_000_000, dtype=torch.float32)
-    back = phalanx.get(phalanx.put(tensor))
+    tensor_ref = phalanx.put(tensor)
+    back = phalanx.get(tensor_ref)
     assert isinstance(back, torch.Tensor) and torch.equal(back, tensor)
+    # A tensor stays writable, as Ray's: the pages are copy-on-write, so a write stays the
+    # writer's own.
+    back[0] = -1.0
+    assert phalanx.get(tensor_ref)[0] == 0.0 and tensor[0] == 0.0
     grads = torch.ones(3, requires_grad=True)  # not shareable: pickled as torch does
     assert torch.equal(phalanx.get(phalanx.put(grads)).detach(), grads.detach())
 
