@@ -20,6 +20,9 @@ inline constexpr char kInvalidCall[] = "InvalidCall";            // unknown meth
 inline constexpr char kGetTimeout[] = "GetTimeout";              // Get/Wait timed out
 inline constexpr char kCreationFailed[] = "CreationFailed";      // the constructor failed
 inline constexpr char kTaskCancelled[] = "TaskCancelled";        // a task was cancelled
+// A plain method ended its actor (exit_actor(), sys.exit()): the worker sends the answers of
+// the calls before it, then waits for its end; never sent to a caller.
+inline constexpr char kActorExiting[] = "ActorExiting";
 // A task's worker process died (a kind of kActorDied: the task ran in a worker actor), and
 // the same when it was killed for memory (Ray's WorkerCrashedError, OutOfMemoryError).
 inline constexpr char kWorkerCrashed[] = "WorkerCrashed";

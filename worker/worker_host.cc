@@ -101,6 +101,10 @@ void WatchNodeLease(const std::string& path) {
 
 // CurrentCall(): the caller and seq of the call this thread runs (null: none), built into
 // its string only when asked.
+// How long the call of a plain method that ended its actor waits for the process to end
+// (Host::WaitForExit): past phalanx.actor's EXIT_WAIT_S (10 s), after which it ends itself.
+constexpr absl::Duration kExitingCallWait = absl::Seconds(15);
+
 thread_local const std::string* current_caller = nullptr;
 thread_local uint64_t current_seq = 0;
 
@@ -361,7 +365,13 @@ class Host {
         std::vector<rpc::CallResult> results;
         absl::Time last_flush = absl::Now();
         for (const auto& call : run) {
-          results.push_back(Run(caller, call));
+          rpc::CallResult result = Run(caller, call);
+          if (result.error_kind() == error_kind::kActorExiting) {
+            ledger_.Done(caller, std::move(results));  // the answers before it go out first
+            results.clear();
+            WaitForExit(&result);
+          }
+          results.push_back(std::move(result));
           if (absl::Now() - last_flush > absl::Milliseconds(1)) {
             ledger_.Done(caller, std::move(results));
             results.clear();
@@ -490,9 +500,21 @@ class Host {
     instance_->CallAsync(call.method(), call.args(),
                          [this, seq, slots, done = std::move(done)](CallOutcome outcome) {
                            slots->Release();
-                           done(Finished(seq, std::move(outcome)));
+                           rpc::CallResult result = Finished(seq, std::move(outcome));
+                           if (result.error_kind() == error_kind::kActorExiting) {
+                             WaitForExit(&result);
+                           }
+                           done(std::move(result));
                          });
     current_caller = nullptr;
+  }
+
+  // A plain method ended the actor (kActorExiting): its caller gets no answer but the
+  // ActorDiedError of the kill under way (phalanx.actor's EXIT_WAIT_S, 10 s, at most); if the
+  // process still runs after kExitingCallWait, the call fails as a TaskError.
+  static void WaitForExit(rpc::CallResult* result) {
+    absl::SleepFor(kExitingCallWait);
+    result->set_error_kind(error_kind::kTaskError);
   }
 
   const std::string& actor_id() const { return actor_id_; }

@@ -16,7 +16,6 @@ from phalanx import _native
 from . import _context
 from . import _serialization as ser
 from ._api import RETRY_KWARG, TASK_NAME_KWARG, has_ref_args, resolve_args
-from .actor import EXIT_WAIT_S as _EXIT_WAIT_S
 from .actor import _end_this_actor, _ExitActor
 from ._objects import STREAM_KWARG
 from ._task import TASK_METHOD as _TASK_METHOD
@@ -201,8 +200,9 @@ def _outcome(obj, method, key, encoding, result, error, wait_on_exit=False):
         _end_this_actor()
         if not wait_on_exit:
             return None
-        threading.Event().wait(_EXIT_WAIT_S + 5)
-        return (False, b"", "TaskError",
+        # The worker host sends the answers of the calls before this one, then holds this
+        # call until the process ends (worker_host.cc, WaitForExit).
+        return (False, b"", "ActorExiting",
                 f"{type(obj).__name__}.{method} ended its actor (exit_actor() or sys.exit())")
     if error is not None:
         tb = "".join(traceback.format_exception(type(error), error,
