@@ -42,23 +42,30 @@ absl::StatusOr<std::string> ReadFileAtMost(const std::string& path, size_t max) 
 }
 
 absl::Status WriteFile(const std::string& path, const std::string& content, mode_t mode) {
+  return WriteFileParts(path, {absl::string_view(content)}, mode);
+}
+
+absl::Status WriteFileParts(const std::string& path, std::initializer_list<absl::string_view> parts,
+                            mode_t mode) {
   std::string tmp = absl::StrCat(path, ".tmp.", getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) {
     return absl::UnavailableError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
   }
   ::fchmod(fd, mode);  // the umask may have narrowed it; make it exactly `mode`
-  size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return absl::UnavailableError(absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
+  for (absl::string_view part : parts) {
+    while (!part.empty()) {
+      ssize_t n = ::write(fd, part.data(), part.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        int err = n < 0 ? errno : EIO;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return absl::UnavailableError(
+            absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
+      }
+      part.remove_prefix(static_cast<size_t>(n));
     }
-    done += static_cast<size_t>(n);
   }
   ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {

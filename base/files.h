@@ -3,11 +3,13 @@
 
 #include <sys/types.h>
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace phalanx {
 
@@ -21,6 +23,10 @@ absl::StatusOr<std::string> ReadFileAtMost(const std::string& path, size_t max);
 // `mode`. The mode is applied before any byte is written, so a secret never sits in a
 // world-readable file.
 absl::Status WriteFile(const std::string& path, const std::string& content, mode_t mode = 0600);
+// WriteFile of the parts one after the other, without joining them first (a large state
+// behind a small header is not copied).
+absl::Status WriteFileParts(const std::string& path, std::initializer_list<absl::string_view> parts,
+                            mode_t mode = 0600);
 
 // Creates `path` and its missing parents (like `mkdir -p`); `path` itself gets `mode`.
 absl::Status MakeDirs(const std::string& path, mode_t mode = 0700);

@@ -58,43 +58,6 @@ std::vector<int64_t> StepIndices(int64_t num_samples, int64_t global_batch, int6
   return std::vector<int64_t>(order.begin() + from, order.begin() + to);
 }
 
-namespace {
-
-// "<step>\n<state>" into `path`, whole or not at all (written as <path>.tmp.<pid>, then renamed),
-// without a copy of the state.
-absl::Status WriteStateFile(const std::string& path, int64_t step, const std::string& state) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
-  }
-  ::fchmod(fd, 0644);
-  const std::string header = absl::StrCat(step, "\n");
-  for (absl::string_view part : {absl::string_view(header), absl::string_view(state)}) {
-    while (!part.empty()) {
-      ssize_t n = ::write(fd, part.data(), part.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        int err = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        return absl::UnavailableError(
-            absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
-      }
-      part.remove_prefix(static_cast<size_t>(n));
-    }
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return absl::UnavailableError(absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 bool TrainerHostBase::Setup(std::string job_id, std::string spec_yaml) {
   auto spec = ParseJobSpec(spec_yaml);
   if (!spec.ok()) throw std::runtime_error(std::string(spec.status().message()));
@@ -362,7 +325,9 @@ int64_t TrainerHostBase::SaveCheckpoint(std::string path, int64_t agreed) {
   }
   auto dir = path.substr(0, path.rfind('/'));
   if (auto s = MakeDirs(dir); !s.ok()) throw std::runtime_error(std::string(s.message()));
-  if (auto s = WriteStateFile(path, step, *state); !s.ok()) {
+  // "<step>\n<state>", whole or not at all, without a copy of the state.
+  const std::string header = absl::StrCat(step, "\n");
+  if (auto s = WriteFileParts(path, {header, *state}, 0644); !s.ok()) {
     throw std::runtime_error(std::string(s.message()));
   }
   return step;
