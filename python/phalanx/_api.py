@@ -380,9 +380,10 @@ _publish_lock = threading.Lock()
 class _RefWatcher:
     """Calls the callbacks of refs (ObjectRef.add_done_callback, future, _on_completed) when
     they are ready, from one thread for all of them: it waits on the pending calls natively,
-    up to WATCH_SLICE_S at a time, and polls the refs of the object store."""
+    up to WATCH_SLICE_S at a time (a ref added meanwhile is looked at after it), and polls
+    the refs of the object store."""
 
-    WATCH_SLICE_S = 0.05
+    WATCH_SLICE_S = 0.01
 
     def __init__(self):
         self._lock = threading.Lock()
