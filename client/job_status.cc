@@ -62,7 +62,7 @@ JobStatus ToStatus(const rpc::JobInfo& job) {
   for (const auto& r : el.recoveries()) {
     s.recoveries.push_back({r.id(), r.kind(), r.message(), r.fault_ms(), r.detected_ms(),
                             r.resumed_ms(), r.full_strength_ms(), r.world_before(),
-                            r.world_during()});
+                            r.world_during(), r.restored_from()});
   }
   for (const auto& [cause, n] : el.restarts_by_cause()) s.restarts_by_cause.emplace_back(cause, n);
   std::sort(s.restarts_by_cause.begin(), s.restarts_by_cause.end());
@@ -105,10 +105,12 @@ std::string FormatStatus(const JobStatus& s, bool with_events) {
     for (size_t i = first; i < s.recoveries.size(); ++i) {
       const RecoveryStatus& r = s.recoveries[i];
       // "%-8s": the arrow is 3 bytes and one column wide, so this pads "3→2" to 6 columns.
-      absl::StrAppendFormat(&out, "\n  %-12s %-12s %-9s %-9s %-9s %-8s %s", Clock(r.fault_ms),
-                            r.kind, Span(r.fault_ms, r.detected_ms),
-                            Span(r.detected_ms, r.resumed_ms), Span(r.fault_ms, r.full_strength_ms),
-                            absl::StrCat(r.world_before, "→", r.world_during), r.message);
+      absl::StrAppendFormat(
+          &out, "\n  %-12s %-12s %-9s %-9s %-9s %-8s %s", Clock(r.fault_ms), r.kind,
+          Span(r.fault_ms, r.detected_ms), Span(r.detected_ms, r.resumed_ms),
+          Span(r.fault_ms, r.full_strength_ms), absl::StrCat(r.world_before, "→", r.world_during),
+          r.restored_from.empty() ? r.message
+                                  : absl::StrCat(r.message, "; restored ", r.restored_from));
     }
   }
   if (with_events) {

@@ -50,6 +50,7 @@ struct RecoveryStatus {
   int64_t full_strength_ms = 0;
   int world_before = 0;
   int world_during = 0;
+  std::string restored_from;  // every rank was lost: where the state came from ("": survivors)
 };
 
 struct JobStatus {

@@ -55,6 +55,12 @@ void RecoveryTimeline::Supersede(rpc::FaultKind kind) {
   }
 }
 
+void RecoveryTimeline::NoteRestored(const std::string& from) {
+  for (rpc::Recovery& r : recoveries_) {
+    if (r.resumed_ms() == 0 && r.restored_from().empty()) r.set_restored_from(from);
+  }
+}
+
 void RecoveryTimeline::Restore(const rpc::ElasticStatus& previous) {
   recoveries_.clear();
   full_world_.clear();

@@ -35,6 +35,9 @@ class RecoveryTimeline {
   void StepAgreed(absl::Time when, int world);
   // A scale request replaced by a newer one before it was reached: it stops waiting.
   void Supersede(rpc::FaultKind kind);
+  // Every rank was lost and the state came back from `from` (Recovery.restored_from): noted
+  // on the recoveries not resumed yet.
+  void NoteRestored(const std::string& from);
 
   // Carries on from a previous controller's record (adoption): its closed recoveries are
   // kept, its open ones go on being tracked.

@@ -100,6 +100,7 @@ Controller::Restored Controller::RestoreFromSnapshot(const std::string& lost, in
                      absl::StrFormat("%.3f", absl::ToDoubleSeconds(absl::Now() - load_start)),
                      " s, no disk read",
                      agreed_ > 0 ? absl::StrCat("; the last agreed step was ", agreed_) : "", ")"));
+  timeline_.NoteRestored(absl::StrCat("step ", step, " from ", where));
   agreed_ = step;
   return Restored::kRestored;
 }

@@ -578,6 +578,10 @@ bool Controller::RestartFromCheckpoint(const std::string& lost) {
       gcs_->KvDelete(keys::kNamespace, keys::Checkpoint(job_id_)).status().IgnoreError();
     }
   }
+  if (had_members_ || !lost.empty()) {
+    timeline_.NoteRestored(step > 0 ? absl::StrCat("step ", step, " from disk")
+                                    : "step 0: no snapshot or checkpoint");
+  }
   if (!lost.empty() || step > 0) {
     Event("restart_from_checkpoint",
           absl::StrCat(lost.empty() ? "" : absl::StrCat(lost, ": "), "starting from step ", step,

@@ -248,7 +248,7 @@ function renderRecoveries(recoveries, running) {
         setText(id, num(r.id));
         setText(when, num(r.fault_ms) > 0 ? fmtClock(r.fault_ms) : '—');
         setText(kind, r.kind);
-        setText(what, r.message);
+        setText(what, r.restored_from ? `${r.message}; restored ${r.restored_from}` : r.message);
         setText(detect, ms(p.detect));
         setText(resume, ms(p.resume));
         setText(full, ms(p.total));

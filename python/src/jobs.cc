@@ -103,7 +103,8 @@ void BindStatus(py::module_& m) {
       .def_readonly("resumed_ms", &RecoveryStatus::resumed_ms)
       .def_readonly("full_strength_ms", &RecoveryStatus::full_strength_ms)
       .def_readonly("world_before", &RecoveryStatus::world_before)
-      .def_readonly("world_during", &RecoveryStatus::world_during);
+      .def_readonly("world_during", &RecoveryStatus::world_during)
+      .def_readonly("restored_from", &RecoveryStatus::restored_from);
   py::class_<JobStatus>(m, "JobStatus", "an elastic job's status, as `phalanx job status` shows")
       .def_property_readonly("job_id", [](const JobStatus& s) { return s.job_id.str(); })
       .def_readonly("name", &JobStatus::name)

@@ -119,6 +119,9 @@ def test_every_rank_sigkilled_at_once_resumes_from_node_memory(cluster, tmp_path
     # (no checkpoint was configured; storage_path is set, as in the report).
     assert restored_step(message) >= killed_at, (message, killed_at)
     assert not any(e["kind"] == "restart_from_checkpoint" for e in result.events), result.events
+    # The fault's recovery record names the source too.
+    assert any("from node memory on" in r["restored_from"] for r in result.recoveries), \
+        result.recoveries
     assert result.metrics["steps"] == reference.metrics["steps"] == 300
     diff = float((got - expected).abs().max())
     print(f"[snapshot] max |weight - uninterrupted weight| after every rank was killed: {diff:.2e}")

@@ -3,6 +3,9 @@
 // memory, as if nothing had happened (the weights of an uninterrupted run, every sample seen
 // once per pass); with the controller killed too, and through a GCS restart; and the memory is
 // given back when the job ends.
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "node/object_store.h"
 #include "node/snapshot_store.h"
 #include "tests/elastic/elastic_fixture.h"
@@ -54,6 +57,14 @@ TEST_F(ElasticTest, EveryRankSigkilledAtOnceResumesFromNodeMemoryWithNoStepLost)
   // From this node's memory, the step the controller had agreed on (or one past it that every
   // rank had finished): no committed step lost, and no disk read (there is no checkpoint).
   EXPECT_TRUE(HasEvent(s, "restore_from_snapshot", "from node memory on")) << FormatStatus(s);
+  // The fault's recovery record names it too, as `phalanx job status` shows it.
+  bool named = false;
+  for (const auto& r : s.recoveries) {
+    named = named ||
+            absl::StrContains(r.restored_from, absl::StrCat("step ", step, " from node memory on"));
+  }
+  EXPECT_TRUE(named) << FormatStatus(s);
+  EXPECT_THAT(FormatStatus(s), ::testing::HasSubstr("; restored step ")) << FormatStatus(s);
   EXPECT_GE(step, killed_at) << FormatStatus(s);
   EXPECT_GE(step, agreed) << FormatStatus(s);
   EXPECT_FALSE(HasEvent(s, "restart_from_checkpoint")) << FormatStatus(s);

@@ -257,7 +257,8 @@ class Result:
         self.recoveries = [{"kind": r.kind, "message": r.message, "fault_ms": r.fault_ms,
                             "detected_ms": r.detected_ms, "resumed_ms": r.resumed_ms,
                             "full_strength_ms": r.full_strength_ms,
-                            "world_before": r.world_before, "world_during": r.world_during}
+                            "world_before": r.world_before, "world_during": r.world_during,
+                            "restored_from": r.restored_from}
                            for r in status.recoveries]
         self.restarts_by_cause = dict(status.restarts_by_cause)
         self.fault_seconds = status.fault_seconds
