@@ -42,6 +42,10 @@ class ActorInstance {
   // actor cancels an async method's asyncio task and flags a plain one (is_canceled). Runs
   // on the thread that reads calls (kCancelMethod).
   virtual void Cancel(const std::string& call) { (void)call; }
+  // A call ended the actor (its error kind is kActorExiting) and the answers of the calls
+  // before it are written: the instance ends its process now (a Python actor has the GCS
+  // kill it, as its exit_actor() does).
+  virtual void End() {}
   // Concurrency groups the instance names beside its class's (a Python actor's come from its
   // options and @method marks): group → max concurrency, method → group. Asked once, after
   // the constructor.

@@ -509,10 +509,12 @@ class Host {
     current_caller = nullptr;
   }
 
-  // A plain method ended the actor (kActorExiting): its caller gets no answer but the
-  // ActorDiedError of the kill under way (phalanx.actor's EXIT_WAIT_S, 10 s, at most); if the
-  // process still runs after kExitingCallWait, the call fails as a TaskError.
-  static void WaitForExit(rpc::CallResult* result) {
+  // A plain method ended the actor (kActorExiting), and the answers before it are written:
+  // the instance ends the actor now, so the kill cannot overtake them. Its caller gets no
+  // answer but the ActorDiedError of the kill (phalanx.actor's EXIT_WAIT_S, 10 s, at most);
+  // if the process still runs after kExitingCallWait, the call fails as a TaskError.
+  void WaitForExit(rpc::CallResult* result) {
+    instance_->End();
     absl::SleepFor(kExitingCallWait);
     result->set_error_kind(error_kind::kTaskError);
   }

@@ -197,11 +197,11 @@ def _outcome(obj, method, key, encoding, result, error, wait_on_exit=False):
     if isinstance(error, SystemExit) and error.code not in (None, 0):
         _crash(error.code)
     if isinstance(error, (_ExitActor, SystemExit)):
-        _end_this_actor()
         if not wait_on_exit:
+            _end_this_actor()
             return None
-        # The worker host sends the answers of the calls before this one, then holds this
-        # call until the process ends (worker_host.cc, WaitForExit).
+        # The worker host writes the answers of the calls before this one, then ends the
+        # actor (end_actor) and holds this call until the process ends (WaitForExit).
         return (False, b"", "ActorExiting",
                 f"{type(obj).__name__}.{method} ended its actor (exit_actor() or sys.exit())")
     if error is not None:
@@ -214,6 +214,11 @@ def _outcome(obj, method, key, encoding, result, error, wait_on_exit=False):
     except Exception as e:  # noqa: BLE001
         return False, _cause_type(e), "TaskError", f"{type(obj).__name__}.{method}: the result " \
                                                    f"cannot be sent back ({type(e).__name__}: {e})"
+
+
+def end_actor():
+    """The worker host ends this actor, once the answers before its exit are written."""
+    _end_this_actor()
 
 
 def interrupt(obj):

@@ -85,6 +85,15 @@ class PyActorInstance final : public worker::ActorInstance {
     (*shared)(std::move(outcome));
   }
 
+  void End() override {
+    py::gil_scoped_acquire acquire;
+    try {
+      py::module_::import("phalanx._worker").attr("end_actor")();
+    } catch (const std::exception& e) {
+      spdlog::warn("ending the actor failed: {}", e.what());
+    }
+  }
+
   bool Interrupt() override {
     py::gil_scoped_acquire acquire;
     try {
