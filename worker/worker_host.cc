@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <map>
 #include <optional>
 #include <thread>
@@ -218,6 +219,9 @@ class Host {
       return Ready(absl::StrCat("cannot start the worker's server: ", server_error_));
     }
 
+    // The owner's process is found while the constructor runs, and before the actor reports
+    // ready: no call can come before the owner check is in place.
+    auto owner_lookup = std::async(std::launch::async, [this] { FindOwner(); });
     const ActorClass* cls = ActorRegistry::Global().Find(actor_.class_name());
     if (cls == nullptr) {
       return Ready(
@@ -257,9 +261,9 @@ class Host {
       group_executors_[group] = make("actor-" + group, concurrency);
       slots_[group_executors_[group].get()] = std::make_unique<CallSlots>(concurrency);
     }
+    owner_lookup.wait();
     if (int rc = Ready(""); rc != 0) return rc;
     spdlog::info("{} ready at {}", rpc::DescribeActor(actor_), address_);
-    std::thread([this] { FindOwner(); }).detach();
 
     std::thread exit_watch([this] {
       absl::MutexLock lock(&mu_);
@@ -388,7 +392,7 @@ class Host {
   // Ray's ownership: an actor that is not detached dies with the actor that created it. The
   // GCS kills it once the owner's death is reported, which takes a moment; an owner on this
   // machine is also looked at before each batch of calls, so that a call made just after the
-  // owner's SIGKILL fails as well. Finds the owner's process, once, after the constructor.
+  // owner's SIGKILL fails as well. Finds the owner's process, once, before the actor is ready.
   void FindOwner() {
     if (actor_.detached() || actor_.owner_address().empty()) return;
     CoreWorker* cw = CoreWorker::Get();
