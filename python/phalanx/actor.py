@@ -32,7 +32,8 @@ class _ExitActor(BaseException):
 
 def exit_actor():
     """Ends the actor that calls it, for good (no restart), as Ray's ``exit_actor``: this
-    call and the calls after it fail with ActorDiedError; those before it keep their results. ``sys.exit()`` in a method
+    call and the calls after it fail with ActorDiedError; the answers of the calls before it
+    are sent before the actor ends. ``sys.exit()`` in a method
     does the same. Only an actor may call it."""
     hosted = _native.hosted_actor()
     if hosted is None or hosted[2] == TASK_WORKER_CLASS:

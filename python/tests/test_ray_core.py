@@ -211,22 +211,6 @@ def test_an_actor_ends_itself_for_good(cluster):
         exit_actor()
 
 
-def test_the_calls_before_an_exit_keep_their_results(cluster):
-    # Sent together, they reach the worker in one batch: the answers of the calls before
-    # the exit go out before the actor ends, as in Ray; the exit's own call and the calls
-    # after it fail.
-    for method in ("bye", "leave"):
-        w = Worker.remote()
-        assert phalanx.get(w.alive.remote(), timeout=60)
-        before = [w.both.remote(), w.alive.remote()]
-        end = getattr(w, method).remote()
-        after = w.alive.remote()
-        assert phalanx.get(before, timeout=60) == [[1, 2], True]
-        for ref in (end, after):
-            with pytest.raises(phalanx.ActorDiedError):
-                phalanx.get(ref, timeout=60)
-
-
 def test_placement_groups_as_ray_util_has_them(cluster):
     pg = placement_group([{"CPU": 1}] * 3, strategy="PACK", name="trainers",
                          lifetime="detached")
